@@ -1,0 +1,40 @@
+# One-command set-up: every target creates .venv and installs what it needs on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+
+.PHONY: run test notebooks book lab clean
+
+$(STAMP): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+## run: every step script in order, then a table of what each checked against PyTorch
+run: $(STAMP)
+	$(PY) tools/run_steps.py
+
+## test: unit and PyTorch reference tests, then every notebook re-executed and compared (nbval)
+test: $(STAMP)
+	$(PY) -m pytest tests notebooks $(NBVAL)
+
+## notebooks: regenerate notebooks/stepNN.ipynb from steps/stepNN.py and execute them
+notebooks: $(STAMP)
+	$(PY) tools/notebooks.py
+
+## book: the HTML book in book/_build/html, from the committed notebook outputs
+book: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html book book/_build/html
+	@echo "book: book/_build/html/index.html"
+
+## lab: Jupyter Lab on the notebooks
+lab: $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check jupyterlab
+	$(PY) -m jupyter lab notebooks
+
+clean:
+	rm -rf $(VENV) book/_build book/notebooks .pytest_cache .hypothesis

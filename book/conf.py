@@ -1,0 +1,38 @@
+"""Sphinx configuration of the tinypytorch book (MyST-NB + sphinx-book-theme).
+
+The book renders the step notebooks with their committed outputs; it never
+executes them (nbval in `make test` already did). Sphinx reads only its own
+source folder, so the notebooks are copied into book/notebooks/ (git-ignored)
+at each build.
+"""
+import pathlib
+import shutil
+
+BOOK = pathlib.Path(__file__).resolve().parent
+ROOT = BOOK.parent
+
+shutil.rmtree(BOOK / "notebooks", ignore_errors=True)
+(BOOK / "notebooks").mkdir()
+for notebook in sorted((ROOT / "notebooks").glob("step[0-9][0-9].ipynb")):
+    shutil.copy2(notebook, BOOK / "notebooks" / notebook.name)
+
+project = "tinypytorch"
+author = "the tinypytorch authors"
+copyright = "2026, " + author
+
+extensions = ["myst_nb"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
+myst_heading_anchors = 3
+nb_execution_mode = "off"
+nb_merge_streams = True
+
+exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
+suppress_warnings = ["mystnb.unknown_mime_type"]
+
+html_theme = "sphinx_book_theme"
+html_title = "tinypytorch"
+html_theme_options = {
+    "path_to_docs": "book",
+    "show_toc_level": 2,
+    "use_download_button": True,
+}

@@ -1,0 +1,27 @@
+"""Import a step script (steps/stepNN.py) as a module, once per test session.
+
+Steps 01-22 are self-contained snapshots of the framework, so their tests load
+the script itself: the classes under test are exactly the ones the reader sees.
+Loading runs the script top to bottom; its printed output is discarded.
+"""
+import contextlib
+import importlib.util
+import io
+import pathlib
+import sys
+
+STEPS = pathlib.Path(__file__).resolve().parent.parent / "steps"
+_loaded = {}
+
+
+def load_step(number):
+    """Return steps/stepNN.py as a module (NN = `number`), running it on first use."""
+    name = f"step{number:02d}"
+    if name not in _loaded:
+        spec = importlib.util.spec_from_file_location(f"steps.{name}", STEPS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses, pickling and weakref need a real module
+        with contextlib.redirect_stdout(io.StringIO()):
+            spec.loader.exec_module(module)
+        _loaded[name] = module
+    return _loaded[name]
