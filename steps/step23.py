@@ -1,0 +1,416 @@
+# %% [markdown]
+# # Step 23: The `tinypytorch` package
+#
+# Every step so far has been self-contained: step 22's script carries the whole
+# framework, from `Variable` to `Pow`, before its first example. That was the
+# point: you could read each step alone and diff it against the one before. It
+# stops working once steps start *using* the framework rather than rewriting
+# it. From this step on the code has one home, the Python package
+# `tinypytorch`; steps, notebooks and tests `import` it, and a fix made there
+# reaches all of them.
+#
+# This step moves the code of step 22 into the package, looks at what changed
+# on the way, and runs step 22's checks against the package.
+#
+# ## Modules, packages and the layout
+#
+# A *module* is one `.py` file. A *package* is a directory of modules with an
+# `__init__.py`, which runs on `import` and decides what the package name
+# exposes. A *library* is what one installs: here, a single package.
+#
+# ```
+# tinypytorch/
+#     __init__.py    what `import tinypytorch` exposes
+#     core.py        Config, using_config, no_grad, Variable, Function, Add ... Pow, the operators
+#     functions.py   functions that are not operators: square, exp
+#     cuda.py        the array backend: NumPy, or CuPy on a GPU
+#     utils.py       numerical_diff, gradient_check
+# pyproject.toml     the package's name, version and dependencies, read by pip
+# ```
+#
+# `core.py` holds what every computation needs and nothing more. New functions
+# (stage 3 adds `sin`, `tanh`, `reshape`, `sum`, `matmul`) go to
+# `functions.py`, each a `Function` subclass plus a lower-case wrapper, so
+# adding one never touches the core. Imports run one way: `functions` and
+# `utils` import from `core`, and `core` imports only `cuda`.
+#
+# ## Installing it: `pip install -e .`
+#
+# `make` runs `pip install -e .` in the tutorial's virtual environment. The
+# `-e` (*editable*) install puts a pointer to this directory into
+# `site-packages` instead of a copy, so an edit to `tinypytorch/core.py` is seen
+# by the next `import` (in Jupyter: after restarting the kernel).
+#
+# DeZero instead starts each step by appending the repository root, computed
+# from the script's `__file__`, to `sys.path`. A notebook has no `__file__`, so
+# there the import works only if Jupyter was started in the right directory
+# (ours run in `notebooks/`). An installed package is found wherever Python
+# runs: scripts, notebooks and tests alike.
+#
+# `import tinypytorch` runs `__init__.py`, which imports the modules and
+# re-exports the names a user needs:
+
+# %%
+import inspect
+import pathlib
+
+import numpy as np
+
+import tinypytorch
+from tinypytorch import Variable
+
+package = pathlib.Path(tinypytorch.__file__).parent
+print("tinypytorch", tinypytorch.__version__)
+print("modules:", ", ".join(sorted(path.name for path in package.glob("*.py"))))
+print()
+print(inspect.getsource(tinypytorch))
+
+# %% [markdown]
+# Code written for step 22 runs unchanged: only the import is new. Here is
+# $y = x^3 - 2x/(x + 1)$ at $x = 2$, whose derivative is
+# $3x^2 - 2/(x+1)^2 = 12 - 2/9 = 11.7778$:
+
+# %%
+x = Variable(np.array(2.0), name="x")
+y = x**3 - 2 * x / (x + 1)
+y.backward()
+print("y      =", y)
+print("x      =", x)
+print("x.grad =", f"{x.grad:.4f}")
+
+# %% [markdown]
+# ## Inside `core.py`
+#
+# The package shows its own code below with `inspect.getsource`, so what you
+# read is what runs. Each piece carries a comment naming the step that
+# introduced it, for when you want the longer explanation.
+#
+# ### The operators
+#
+# As in step 22, the operators are ordinary methods of `Variable` that call the
+# module's functions: `x + 1` runs `x.__add__(1)`, which calls `add(x, 1)`. The
+# functions are defined further down `core.py` than the class, which is fine:
+# Python looks the name `add` up when the method runs, and by then the whole
+# module has been loaded. (DeZero instead attaches the operators from outside,
+# with a `setup_variable()` that its `__init__.py` must remember to call.) A
+# reflected method keeps the operands in their written order (step 21), and
+# the non-commuting ones swap them back in `rsub` and `rdiv` (step 22):
+
+# %%
+for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
+    print(inspect.getsource(code))
+
+# %% [markdown]
+# ### `Function.__call__`
+#
+# Every operation goes through this method: turn the inputs into Variables,
+# run `forward` on their arrays, wrap the results, and record the graph
+# (generation, creator, inputs, weak references to the outputs) only when
+# `Config.enable_backprop` is on.
+
+# %%
+print(inspect.getsource(tinypytorch.Function.__call__))
+
+# %% [markdown]
+# Two things differ from step 22's version. The line
+# `xp = cuda.get_array_module(*inputs)` is new; it matters on the GPU and is
+# explained below. And the check that two operands have the same shape has
+# moved out, into the four binary operations (see the end of this step).
+#
+# ### `Variable.backward`: a heap instead of a sort
+#
+# Step 16 showed why the backward pass must run functions in order of
+# decreasing generation: a variable must receive every contribution to its
+# gradient before its creator passes the gradient on. Step 16 kept the pending
+# functions in a list and sorted it after each addition. Sorting a list of $k$
+# items that is already sorted but for its last one still costs about $k$
+# comparisons, so $n$ additions cost on the order of $n^2$.
+#
+# A *binary heap* (Python's `heapq`) keeps a list arranged so that its
+# smallest item is always first; pushing and popping cost $O(\log n)$. The
+# package pushes the key `(-generation, -counter, function)`: the highest
+# generation comes out first, and among equal generations the function added
+# last, exactly the order in which step 16's `list.pop()` took them. The
+# counter also makes every key distinct, so `heapq` never has to compare two
+# `Function`s, which would raise a `TypeError`.
+
+# %%
+print(inspect.getsource(Variable.backward))
+
+# %% [markdown]
+# The difference shows on a *wide* graph, where many functions wait at once.
+# Below, $s = \sum_{k=1}^{n} (c_k x)^2$ is built as a chain of additions; the
+# backward pass walks down the chain, and each addition leaves one `Square`
+# waiting until the chain is done (its generation is lower than every
+# addition's), so the pending list grows to $n$ functions. `backward_with_sort`
+# is step 16's loop, written against the package's classes for comparison.
+# Both give the same gradient:
+
+# %%
+def backward_with_sort(y):
+    """Step 16's backward pass: a list re-sorted by generation after every addition."""
+    y.grad = np.ones_like(y.data)
+    funcs, seen = [], set()
+
+    def add_func(f):
+        if f not in seen:
+            funcs.append(f)
+            seen.add(f)
+            funcs.sort(key=lambda func: func.generation)
+
+    add_func(y.creator)
+    while funcs:
+        f = funcs.pop()
+        gxs = f.backward(*[output().grad for output in f.outputs])
+        gxs = gxs if isinstance(gxs, tuple) else (gxs,)
+        for x, gx in zip(f.inputs, gxs):
+            x.grad = gx if x.grad is None else x.grad + gx
+            if x.creator is not None:
+                add_func(x.creator)
+        for output in f.outputs:
+            output().grad = None
+
+
+def wide_graph(n):
+    x = Variable(np.array(0.5))
+    s = x * 0.0
+    for k in range(1, n + 1):
+        s = s + tinypytorch.square(x * float(k % 5))
+    return x, s
+
+
+x_heap, s_heap = wide_graph(1000)
+s_heap.backward()
+x_sort, s_sort = wide_graph(1000)
+backward_with_sort(s_sort)
+# ds/dx = sum 2 c_k^2 x = x * 2 * 200 * (0 + 1 + 4 + 9 + 16) = 6000 at x = 0.5
+print(f"n = 1000: heap x.grad = {x_heap.grad:.4f}, sort x.grad = {x_sort.grad:.4f}")
+
+# %% [markdown]
+# and the time each takes as $n$ doubles (the numbers depend on the machine;
+# the ratios are what matter):
+
+# %% tags=["nbval-ignore-output"]
+import time
+
+
+def seconds(backward, n):
+    _, s = wide_graph(n)
+    start = time.perf_counter()
+    backward(s)
+    return time.perf_counter() - start
+
+
+print(f"{'n':>5}  {'heap (s)':>9}  {'sort (s)':>9}")
+for n in (1000, 2000, 4000):
+    print(f"{n:>5}  {seconds(Variable.backward, n):9.3f}  {seconds(backward_with_sort, n):9.3f}")
+
+# %% [markdown]
+# Doubling $n$ roughly doubles the heap's time and quadruples the sort's. On
+# the machine that built this notebook the sort was already about 25 times
+# slower at $n = 4000$, and the gap keeps growing with $n$.
+#
+# ## Array backends: `xp`
+#
+# A GPU runs array arithmetic much faster than a CPU, and CuPy is NumPy's
+# API on NVIDIA GPUs: `cupy.exp`, `cupy.ones_like` and so on behave like their
+# NumPy namesakes but work on arrays in GPU memory. NumPy functions do not
+# accept CuPy arrays, though, so package code never calls `np.exp(x)` on data
+# that may live on the GPU. It asks `cuda.get_array_module` which module owns
+# the data, calls it `xp`, and writes `xp.exp(x)`:
+
+# %%
+print(inspect.getsource(tinypytorch.cuda.get_array_module))
+print(inspect.getsource(tinypytorch.functions.Exp))
+
+# %% [markdown]
+# CuPy is optional. `import tinypytorch` works without it, and then
+# `get_array_module` always answers NumPy. `tinypytorch.cuda.GPU` is true only
+# when CuPy is installed *and* `cupy.is_available()` finds a usable device:
+# importing CuPy succeeds on machines without a GPU. The same reason explains
+# the line in `Function.__call__`: in `x + 1.0` with `x` on the GPU, the
+# number must become a CuPy array, since CuPy refuses to mix its arrays with
+# NumPy's. Operators such as `*` and `**` need nothing: they dispatch to the
+# right library by themselves. Step 44 runs the framework on a GPU.
+
+# %%
+x = Variable(np.array([1.0, 2.0]))
+print("array module of x:", tinypytorch.cuda.get_array_module(x).__name__)
+print("exp(x) =", tinypytorch.exp(x))
+
+# %% [markdown]
+# ## Configuration
+#
+# `Config` holds the switches of the whole framework; for now there is one,
+# `enable_backprop` (step 18). `using_config` changes a switch for the length
+# of a `with` block and restores it even when the block raises. `no_grad()` is
+# `using_config("enable_backprop", False)`: operations run, but record no
+# creator, so nothing of the graph is kept.
+
+# %%
+x = Variable(np.array(3.0))
+with tinypytorch.no_grad():
+    y = x * 2
+print("inside no_grad:  y =", y, " creator:", y.creator)
+print("after no_grad:  ", "creator:", type((x * 2).creator).__name__)
+
+# %% [markdown]
+# ## Failing early on bad input
+#
+# A framework that accepts anything fails later, inside NumPy, with a message
+# about the wrong thing. The package keeps the checks of steps 09–22, which
+# fail at the door and name the operation: a `Variable` holds only arrays, an
+# operand must be a Variable, an array or a number, two arrays must have the
+# same shape, an exponent must be a constant number, and `using_config`
+# refuses an option that does not exist (a typo such as `enable_backprob`
+# would otherwise create a new attribute and silently leave backprop on).
+
+# %%
+def typo():
+    with tinypytorch.using_config("enable_backprob", False):
+        pass
+
+
+a = Variable(np.array([1.0, 2.0]))
+b = Variable(np.array([1.0, 2.0, 3.0]))
+attempts = {
+    "Variable(1.0)": lambda: Variable(1.0),
+    'a + "abc"': lambda: a + "abc",
+    "a * b": lambda: a * b,
+    "a ** a": lambda: a**a,
+    'with using_config("enable_backprob", False)': typo,
+}
+for code, attempt in attempts.items():
+    try:
+        attempt()
+    except (TypeError, ValueError) as error:
+        print(f"{code:43} {type(error).__name__}: {error}")
+
+# %% [markdown]
+# ## One change in behaviour: the seed gradient is released too
+#
+# With `retain_grad=False`, step 18's `backward` sets the gradient of each
+# function's outputs to `None` once the function has run, *except* on the
+# variable `backward` was called on: that one keeps its seed. The package
+# drops the seed as well, as DeZero does, and as PyTorch does for any
+# non-leaf tensor (its `.grad` stays `None`).
+#
+# The reason is the engine's bookkeeping. `backward` accumulates into `.grad`
+# and passes `.grad` on, so an intermediate variable must enter every backward
+# pass with `.grad` equal to `None`. A kept seed breaks that as soon as the
+# variable becomes an intermediate of a later computation. Take $y = 2x$ at
+# $x = 1$ and call `y.backward()`: $\partial y / \partial x = 2$. Then build
+# $z = 3y$ and call `z.backward()`: $\partial z / \partial x = 6$ is added, so
+# `x.grad` should be $2 + 6 = 8$. With the seed still on `y`, the second pass
+# starts from `y.grad` $= 1$, adds 3 and passes 4 on: `x.grad` would be
+# $2 + 8 = 10$.
+
+# %%
+import torch
+
+x = Variable(np.array(1.0))
+y = x * 2
+y.backward()
+z = y * 3
+z.backward()
+print(f"package: y.grad = {y.grad}, x.grad = {x.grad:.1f}")
+
+xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+yt = xt * 2
+yt.backward(retain_graph=True)
+(yt * 3).backward()
+print(f"torch:   x.grad = {xt.grad.item():.1f}")
+
+# %% [markdown]
+# ## What differs from step 22
+#
+# - The backward pass uses a heap keyed by generation instead of re-sorting a
+#   list: the same order, at $O(\log n)$ per function instead of $O(n)$.
+# - Array code goes through `xp = get_array_module(x)`, and numbers join the
+#   device of the other inputs, so the same package runs on NumPy and CuPy.
+# - The seed gradient is released like every other intermediate gradient.
+# - The shape check sits in the four binary operations, where stage 3 will put
+#   broadcasting, instead of in `Function.__call__`, where it would also bind
+#   functions such as `matmul` whose inputs legitimately differ in shape.
+# - `utils.numerical_diff` perturbs one element at a time, so it gives the
+#   gradient of any function of an array, not only of an element-wise one, and
+#   `utils.gradient_check` (step 10) no longer writes into the caller's `x.grad`.
+#
+# Everything else is step 22's code: the same classes, names and error
+# messages (one widened: a `Variable` may also hold a CuPy array), and the same
+# arithmetic in the same order, so the gradients are the same to the last bit.
+#
+# ## Check against PyTorch
+#
+# Step 22's check, run against the package: the same expressions, the same
+# shapes (two scalars, two arrays, a 0-d variable with an array on either
+# side) and the same random numbers, plus the operations of steps 11–21
+# (`+`, `*`, `square`, `exp`, numbers on the left). Each expression is written
+# once and evaluated twice, with `m` standing for `tinypytorch` or `torch`;
+# both have `square` and `exp`, and the operators are shared. Then step 16's
+# example, $y = (x^2)^2 + (x^2)^2$ with $\partial y/\partial x = 64$ at $x = 2$,
+# and step 18's, where only the leaves keep a gradient.
+
+# %%
+rng = np.random.default_rng(0)
+binary = {  # step 22's four, then + and * from steps 12, 20 and 21
+    "x0 - x1": lambda m, a, b: a - b,
+    "x0 / x1": lambda m, a, b: a / b,
+    "x0 * x1 + x0": lambda m, a, b: a * b + a,
+    "2 - x0 / x1": lambda m, a, b: 2.0 - a / b,
+    "x0 + x1": lambda m, a, b: a + b,
+    "3 * x0 + x1 * 0.5": lambda m, a, b: 3 * a + b * 0.5,
+}
+unary = {  # step 22's four, then the functions of stage 1
+    "-x": lambda m, a: -a,
+    "x ** 3": lambda m, a: a**3,
+    "x ** -1.5": lambda m, a: a**-1.5,
+    "1 / x": lambda m, a: 1.0 / a,
+    "square(x)": lambda m, a: m.square(a),
+    "exp(x)": lambda m, a: m.exp(a),
+}
+
+for shapes in [((), ()), ((2, 3), (2, 3)), ((), (2, 3)), ((2, 3), ())]:
+    v0, v1 = (rng.uniform(0.5, 2.0, shape) for shape in shapes)
+    for fn in binary.values():
+        x0, x1 = Variable(v0), Variable(v1)
+        y = fn(tinypytorch, x0, x1)
+        y.backward()
+        t0, t1 = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
+        yt = fn(torch, t0, t1)
+        yt.backward(torch.ones_like(yt))
+        np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
+        for ours, theirs in [(x0, t0), (x1, t1)]:
+            assert ours.grad.shape == tuple(theirs.grad.shape)
+            np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=1e-12)
+    print(f"shapes {shapes[0]!s:6} and {shapes[1]!s:6}: values and grads == torch for {', '.join(binary)}")
+
+for shape in [(), (2, 3)]:
+    v = rng.uniform(0.5, 2.0, shape)
+    for fn in unary.values():
+        x = Variable(v)
+        fn(tinypytorch, x).backward()
+        xt = torch.tensor(v, requires_grad=True)
+        yt = fn(torch, xt)
+        yt.backward(torch.ones_like(yt))
+        np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
+    print(f"shape  {shape!s:6}: grads == torch for {', '.join(unary)}")
+
+x, xt = Variable(np.array(2.0)), torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+a = tinypytorch.square(x)
+(tinypytorch.square(a) + tinypytorch.square(a)).backward()
+at = xt**2
+(at**2 + at**2).backward()
+np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
+print(f"step 16: x.grad = {x.grad:.1f}, torch {xt.grad.item():.1f}")
+
+x0, x1 = Variable(np.array(1.0)), Variable(np.array(1.0))
+t = x0 + x1
+y = x0 + t
+y.backward()
+x0t, x1t = (torch.tensor(1.0, dtype=torch.float64, requires_grad=True) for _ in range(2))
+(x0t + (x0t + x1t)).backward()
+assert y.grad is None and t.grad is None  # torch keeps no .grad on non-leaf tensors either
+np.testing.assert_array_equal([x0.grad, x1.grad], [x0t.grad.numpy(), x1t.grad.numpy()])
+print(f"step 18: y.grad = {y.grad}, t.grad = {t.grad}, x0.grad = {x0.grad:.1f}, x1.grad = {x1.grad:.1f}, as torch")
+print("PyTorch check passed: the package's values and grads of every stage-2 operation equal torch (step 22's checks)")

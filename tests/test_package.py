@@ -1,0 +1,525 @@
+"""Tests of the tinypytorch package as it stands after step 23 (core, functions, cuda, utils).
+
+Expected values come from PyTorch (float64), from numerical gradients, or from maths
+worked out here; never from the package itself.
+"""
+import fractions
+import gc
+import re
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import tinypytorch
+from tinypytorch import Config, Function, Variable, cuda, no_grad, using_config
+from tinypytorch.utils import gradient_check, numerical_diff
+
+pytestmark = [pytest.mark.step23, pytest.mark.torch]
+
+
+# ----- the array backend: one fixture, the cupy case marked gpu -----------------------
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request):
+    if request.param == "numpy":
+        return np
+    if not cuda.GPU:
+        pytest.skip("CuPy with a usable GPU is not available")
+    import cupy
+
+    return cupy
+
+
+def test_grads_on_each_backend_equal_torch(xp):
+    data = np.array([0.5, -1.0, 2.0])
+    x = Variable(xp.asarray(data))
+    y = tinypytorch.exp(x) * 2.0 - 1.0 / (x + 3.0) + x**3
+    y.backward()
+    assert cuda.get_array_module(y) is xp and cuda.get_array_module(x.grad) is xp
+    t = torch.tensor(data, requires_grad=True)
+    (torch.exp(t) * 2.0 - 1.0 / (t + 3.0) + t**3).sum().backward()
+    np.testing.assert_allclose(cuda.as_numpy(x.grad), t.grad.numpy(), rtol=1e-12)
+
+
+def test_get_array_module_is_numpy_for_numpy_data_variables_and_numbers():
+    array = np.ones(3)
+    assert cuda.get_array_module(array) is np
+    assert cuda.get_array_module(Variable(array)) is np
+    assert cuda.get_array_module(2.0) is np
+    assert cuda.get_array_module(Variable(array), 2.0) is np
+
+
+def test_as_numpy_unwraps_variables_and_numbers():
+    array = np.arange(3.0)
+    assert cuda.as_numpy(Variable(array)) is array
+    assert cuda.as_numpy(2.5).shape == () and cuda.as_numpy(2.5) == 2.5
+
+
+@pytest.mark.skipif(cuda.GPU, reason="needs a machine without a usable GPU")
+def test_as_cupy_without_a_gpu_raises_a_clear_error():
+    with pytest.raises(RuntimeError, match="as_cupy: CuPy with a usable GPU is required"):
+        cuda.as_cupy(np.ones(2))
+
+
+def _import_in_fresh_python(cupy_init):
+    """Import tinypytorch in a new interpreter where `import cupy` runs `cupy_init` (None: absent)."""
+    setup = "import sys; sys.modules['cupy'] = None" if cupy_init is None else textwrap.dedent(f"""
+        import sys, types, importlib.abc, importlib.util
+        class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                return importlib.util.spec_from_loader(name, self) if name == 'cupy' else None
+            def create_module(self, spec):
+                return None
+            def exec_module(self, module):
+                exec({cupy_init!r}, module.__dict__)
+        sys.meta_path.insert(0, Finder())
+    """)
+    code = setup + "\nimport tinypytorch\nprint(tinypytorch.cuda.GPU, tinypytorch.cuda.cupy is None)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return result.stdout.split()
+
+
+def test_import_works_without_cupy():
+    assert _import_in_fresh_python(None) == ["False", "True"]
+
+
+def test_import_works_when_importing_cupy_fails_with_any_error():
+    # CuPy can fail at import with OSError or RuntimeError when CUDA libraries are missing
+    assert _import_in_fresh_python("raise OSError('libcuda.so: cannot open shared object file')") == ["False", "True"]
+
+
+def test_gpu_flag_asks_is_available_not_whether_import_succeeded():
+    fake = "class ndarray: pass\ndef is_available(): return False"
+    assert _import_in_fresh_python(fake) == ["False", "False"]
+
+
+# ----- bad input ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("data, name", [(1.0, "float"), ([1, 2], "list"), (np.float64(1.0), "float64"), ("1", "str")])
+def test_variable_rejects_non_arrays_naming_the_type(data, name):
+    with pytest.raises(TypeError, match=f"got {name}$"):
+        Variable(data)
+
+
+@pytest.mark.parametrize("operation, op, typename", [
+    (lambda x: x + "abc", "add", "str"),
+    (lambda x: "abc" + x, "add", "str"),  # str.__add__ returns NotImplemented, so x.__radd__ runs
+    (lambda x: x * {}, "mul", "dict"),
+    (lambda x: {} * x, "mul", "dict"),
+    (lambda x: x - object(), "sub", "object"),
+    (lambda x: [1] - x, "sub", "list"),
+    (lambda x: x / [1], "div", "list"),
+    (lambda x: None / x, "div", "NoneType"),
+    (lambda x: tinypytorch.exp("abc"), "exp", "str"),
+    (lambda x: -x + (1,), "add", "tuple"),
+    (lambda x: x + fractions.Fraction(1, 2), "add", "Fraction"),  # would become an object array
+])
+def test_operators_reject_unsupported_operands_naming_op_and_type(operation, op, typename):
+    with pytest.raises(TypeError, match=f"^{op}: unsupported operand type {typename}$"):
+        operation(Variable(np.array([1.0, 2.0])))
+
+
+@pytest.mark.parametrize("operation, op", [
+    (lambda a, b: a + b, "add"), (lambda a, b: a - b, "sub"), (lambda a, b: a * b, "mul"), (lambda a, b: a / b, "div"),
+])
+@pytest.mark.parametrize("shape0, shape1", [((2,), (3,)), ((2, 3), (3, 2)), ((3,), (1, 3))])
+def test_binary_ops_reject_mismatched_shapes_naming_op_and_both_shapes(operation, op, shape0, shape1):
+    a, b = Variable(np.ones(shape0)), Variable(np.ones(shape1))
+    with pytest.raises(ValueError, match="^" + re.escape(f"{op}: shapes {shape0} and {shape1} do not match")):
+        operation(a, b)
+    with pytest.raises(ValueError, match=f"^{op}: shapes"):
+        operation(a, np.ones(shape1))  # an ndarray operand is checked the same way
+
+
+def test_function_without_forward_or_backward_raises_not_implemented():
+    class Forgetful(Function):
+        pass
+
+    class NoBackward(Function):
+        def forward(self, x):
+            return x * 2
+
+    with pytest.raises(NotImplementedError, match="^Forgetful.forward is not implemented$"):
+        Forgetful()(np.array(1.0))
+    y = NoBackward()(np.array(1.0))
+    with pytest.raises(NotImplementedError, match="^NoBackward.backward is not implemented$"):
+        y.backward()
+
+
+def test_using_config_rejects_unknown_options_and_changes_nothing():
+    with pytest.raises(ValueError, match="using_config: unknown option 'no_such'; known options: enable_backprop"):
+        with using_config("no_such", 1):
+            pass
+    assert not hasattr(Config, "no_such") and Config.enable_backprop is True
+
+
+def test_using_config_restores_the_old_value_even_on_error():
+    with pytest.raises(KeyError):
+        with using_config("enable_backprop", False):
+            assert Config.enable_backprop is False
+            raise KeyError("inside the block")
+    assert Config.enable_backprop is True
+
+
+@pytest.mark.parametrize("exponent, typename", [
+    (Variable(np.array(2.0)), "Variable"), (np.array(2.0), "ndarray"), ("2", "str"), (1j, "complex"),
+])
+def test_pow_rejects_an_exponent_that_is_not_a_constant_real_number(exponent, typename):
+    with pytest.raises(TypeError, match=f"^pow: the exponent must be a constant number, got {typename}$"):
+        Variable(np.array(3.0)) ** exponent
+
+
+def test_number_to_the_power_of_a_variable_is_a_python_type_error():
+    with pytest.raises(TypeError, match="unsupported operand"):  # no __rpow__ until exp/log allow it
+        2.0 ** Variable(np.array(3.0))
+
+
+def test_len_of_a_0d_variable_raises_and_len_of_an_array_is_its_first_axis():
+    with pytest.raises(TypeError, match=r"^len\(\) of a 0-d Variable$"):
+        len(Variable(np.array(1.0)))
+    assert len(Variable(np.zeros((4, 2)))) == 4
+
+
+# ----- Variable's ergonomics and repr (the contract notebooks rely on) -----------------
+
+@pytest.mark.parametrize("data, name, expected", [
+    (None, None, "variable(None)"),
+    (np.array(1.5), None, "variable(1.5000)"),
+    (np.array(2.0), "x", "variable(2.0000, name='x')"),
+    (np.array([1.0, 2.0]), None, "variable([1.0000, 2.0000])"),
+    (np.array([[1.0, 2.0], [3.0, 4.0]]), None, "variable([[1.0000, 2.0000],\n          [3.0000, 4.0000]])"),
+    (np.array([1, 2, 3]), None, "variable([1, 2, 3])"),
+])
+def test_repr_is_fixed_precision_and_aligned(data, name, expected):
+    assert repr(Variable(data, name=name)) == expected
+
+
+def test_properties_mirror_the_array():
+    data = np.zeros((2, 3), dtype=np.float32)
+    x = Variable(data, name="w")
+    assert (x.shape, x.ndim, x.size, x.dtype, x.name) == ((2, 3), 2, 6, np.float32, "w")
+    assert x.grad is None and x.creator is None and x.generation == 0
+
+
+def test_function_records_generation_creator_strong_inputs_and_weak_outputs():
+    x = Variable(np.array(2.0))
+    h = tinypytorch.exp(x)
+    f = h.creator
+    y = f.inputs[0] * h
+    g = y.creator
+    assert (x.generation, f.generation, h.generation, g.generation, y.generation) == (0, 0, 1, 1, 2)
+    assert g.inputs == (x, h) and all(isinstance(ref, weakref.ref) for ref in g.outputs) and g.outputs[0]() is y
+
+
+# ----- memory: no cycles, deep graphs, no_grad -----------------------------------------
+
+def test_no_reference_cycle_keeps_a_graph_alive():
+    gc.collect()
+    gc.disable()  # only reference counting may free the graph
+    try:
+        x = Variable(np.array([1.0, 2.0]))
+        a = tinypytorch.exp(x)
+        y = tinypytorch.square(a) + a
+        y.backward()
+        dead_variable, dead_function = weakref.ref(a), weakref.ref(a.creator)
+        del a, y, x
+        assert dead_variable() is None and dead_function() is None
+    finally:
+        gc.enable()
+
+
+def test_a_100000_deep_chain_backpropagates_and_is_freed_without_recursion():
+    x = Variable(np.array(1.0))
+    y = x
+    for _ in range(100_000):
+        y = y + 1.0
+    y.backward()  # a recursive backward would raise RecursionError at about 1,000 levels
+    assert x.grad == 1.0 and y.generation == 100_000
+    first = weakref.ref(_first_function_of(y))
+    gc.disable()
+    try:
+        del y  # frees 100,000 nested objects: must not overflow the C stack
+        assert first() is None
+    finally:
+        gc.enable()
+
+
+def _first_function_of(y):
+    f = y.creator
+    while f.inputs[0].creator is not None:
+        f = f.inputs[0].creator
+    return f
+
+
+def test_no_grad_records_no_creator_and_holds_no_intermediate():
+    x = Variable(np.ones(1000))
+    with no_grad():
+        f = tinypytorch.functions.Exp()
+        h = f(x)
+        y = tinypytorch.square(h)
+    assert y.creator is None and h.creator is None and not hasattr(f, "inputs")
+    intermediate = weakref.ref(h)
+    del h
+    assert intermediate() is None  # nothing in y's graph refers to it
+    with_graph = tinypytorch.exp(x)
+    y = tinypytorch.square(with_graph)
+    kept = weakref.ref(with_graph)
+    del with_graph
+    assert kept() is not None  # the recorded graph does hold it
+
+
+def test_no_grad_saves_the_memory_of_intermediates():
+    def held_bytes(enable):
+        x = Variable(np.ones(100_000))
+        tracemalloc.start()
+        with using_config("enable_backprop", enable):
+            y = x
+            for _ in range(10):
+                y = tinypytorch.square(y * 0.5)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        return held
+
+    one_array = 100_000 * 8
+    assert held_bytes(True) > 15 * one_array  # 20 intermediates of 800 kB are kept for backward
+    assert held_bytes(False) < 2 * one_array  # only y survives
+
+
+def test_backward_of_a_variable_without_creator_just_sets_its_grad():
+    x = Variable(np.array([1.0, 2.0]))
+    with no_grad():
+        y = x * 3.0
+    y.backward()  # DeZero PR #41: this used to fail
+    np.testing.assert_array_equal(y.grad, [1.0, 1.0])
+    assert x.grad is None
+
+
+# ----- random graphs with shared sub-expressions, against torch -------------------------
+
+UNARY = {
+    "neg": lambda m, a: -a,
+    "square": lambda m, a: m.square(a),
+    "exp": lambda m, a: m.exp(a * 0.25),
+    "pow3": lambda m, a: a**3,
+    "pow-1": lambda m, a: a**-1,
+    "1.5 + a": lambda m, a: 1.5 + a,
+    "2 - a": lambda m, a: 2.0 - a,
+    "a * 0.5": lambda m, a: a * 0.5,
+    "1 / a": lambda m, a: 1.0 / a,
+}
+BINARY = {
+    "add": lambda m, a, b: a + b,
+    "sub": lambda m, a, b: a - b,
+    "mul": lambda m, a, b: a * b,
+    "div": lambda m, a, b: a / b,
+}
+
+
+@st.composite
+def expression_graphs(draw):
+    """Inputs (2-3 arrays, one maybe 0-d) and a list of operations on earlier nodes, reused freely."""
+    shape = draw(st.sampled_from([(), (3,), (2, 2)]))
+    count = draw(st.integers(2, 3))
+    shapes = [shape] * count
+    if draw(st.booleans()):
+        shapes[-1] = ()  # a 0-d input mixed with arrays
+    inputs = [draw(arrays(np.float64, s, elements=st.floats(0.5, 2.0))) for s in shapes]
+    unary = st.tuples(st.sampled_from(sorted(UNARY)), st.integers(0, 99))
+    binary = st.tuples(st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99))
+    operations = draw(st.lists(st.one_of(unary, binary), min_size=1, max_size=12))
+    return inputs, operations
+
+
+def evaluate(m, leaves, operations):
+    """Apply the operations; each picks operands among all nodes so far, so nodes are shared."""
+    nodes = list(leaves)
+    for name, *picks in operations:
+        function = UNARY.get(name) or BINARY[name]
+        nodes.append(function(m, *(nodes[pick % len(nodes)] for pick in picks)))
+    return nodes
+
+
+def all_moderate(tensors):
+    """No node overflows or comes close to it (x - x then 1 / that gives inf in both frameworks)."""
+    return all(bool(torch.isfinite(t).all()) and float(t.detach().abs().max()) < 1e8 for t in tensors)
+
+
+def assert_grads_equal(variables, tensors):
+    expected = [None if t.grad is None else t.grad.numpy() for t in tensors]
+    # Where terms cancel (x / x has gradient 1/x - x/x^2 = 0), a different order of operations
+    # leaves a rounding error of about 1e-16 times the terms; atol allows that, scaled like them.
+    scale = max([1.0] + [float(np.abs(e).max()) for e in expected if e is not None])
+    for variable, grad in zip(variables, expected):
+        if grad is None:
+            assert variable.grad is None
+        else:
+            np.testing.assert_allclose(variable.grad, grad, rtol=1e-10, atol=1e-12 * scale)
+
+
+@given(expression_graphs())
+def test_random_graphs_with_shared_nodes_match_torch_and_repeated_backward_accumulates(graph):
+    inputs, operations = graph
+    tensors = [torch.tensor(a, requires_grad=True) for a in inputs]
+    nodes_t = evaluate(torch, tensors, operations)
+    assume(all_moderate(nodes_t))
+    out_t = nodes_t[-1]
+    variables = [Variable(a.copy()) for a in inputs]
+    out = evaluate(tinypytorch, variables, operations)[-1]
+    np.testing.assert_allclose(out.data, out_t.detach().numpy(), rtol=1e-10)
+    assert out.shape == tuple(out_t.shape)
+    for _ in range(2):  # the second call adds the same gradients again, as in torch
+        out.backward()
+        out_t.backward(torch.ones_like(out_t), retain_graph=True)
+        assume(all(t.grad is None or torch.isfinite(t.grad).all() for t in tensors))
+        assert_grads_equal(variables, tensors)
+
+
+@given(expression_graphs())
+def test_retain_grad_keeps_intermediate_grads_equal_to_torch(graph):
+    inputs, operations = graph
+    tensors = [torch.tensor(a, requires_grad=True) for a in inputs]
+    nodes_t = evaluate(torch, tensors, operations)
+    assume(all_moderate(nodes_t))
+    intermediates_t = nodes_t[len(inputs):-1]
+    for t in intermediates_t:
+        t.retain_grad()
+    nodes_t[-1].backward(torch.ones_like(nodes_t[-1]))
+    assume(all(t.grad is None or torch.isfinite(t.grad).all() for t in nodes_t[:-1]))
+
+    nodes = evaluate(tinypytorch, [Variable(a.copy()) for a in inputs], operations)
+    nodes[-1].backward()
+    assert all(node.grad is None for node in nodes[len(inputs):])  # by default only leaves keep grads
+
+    nodes = evaluate(tinypytorch, [Variable(a.copy()) for a in inputs], operations)
+    nodes[-1].backward(retain_grad=True)
+    assert_grads_equal(nodes[len(inputs):-1], intermediates_t)  # unused ones stay None, as in torch
+    assert_grads_equal(nodes[: len(inputs)], nodes_t[: len(inputs)])
+
+
+def test_backward_on_a_variable_that_later_becomes_an_intermediate_matches_torch():
+    # y.backward() must not leave a seed on y that a later pass through y would add to
+    x = Variable(np.array(1.0))
+    y = x * 2
+    y.backward()
+    (y * 3).backward()
+    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    yt = xt * 2
+    yt.backward(retain_graph=True)
+    (yt * 3).backward()
+    assert y.grad is None and x.grad == xt.grad.item() == 8.0  # 2 + 3 * 2
+
+
+def test_gradients_of_0d_variables_are_arrays_not_numpy_scalars():
+    x = Variable(np.array(3.0))
+    y = tinypytorch.square(x) * x + x  # 0-d arithmetic returns NumPy scalars; grads must stay ndarrays
+    y.backward()
+    assert type(x.grad) is np.ndarray and x.grad.shape == () and x.grad == 3 * 9.0 + 1
+
+
+def test_a_reused_non_leaf_gets_the_sum_of_its_paths():
+    # micrograd PR #64's counterexample: b = a + a; c = b + b; dc/da = 4
+    a = Variable(np.array(3.0))
+    b = a + a
+    c = b + b
+    c.backward()
+    assert a.grad == 4.0
+
+
+def test_adding_a_variable_to_itself_does_not_share_one_grad_array():
+    # Add.backward returns the same array for both inputs; accumulation must not write into it
+    x, y = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
+    z = x + y
+    w = z + x
+    w.backward()
+    np.testing.assert_array_equal(x.grad, [2.0, 2.0])
+    np.testing.assert_array_equal(y.grad, [1.0, 1.0])
+
+
+# ----- a 0-d operand with an array -----------------------------------------------------
+
+@given(
+    s=st.floats(0.5, 2.0),
+    a=arrays(np.float64, st.sampled_from([(3,), (2, 3)]), elements=st.floats(0.5, 2.0)),
+    op=st.sampled_from(sorted(BINARY)),
+    scalar_first=st.booleans(),
+)
+def test_0d_operand_with_an_array_gets_the_summed_gradient_like_torch(s, a, op, scalar_first):
+    sv, av = Variable(np.array(s)), Variable(a.copy())
+    st_, at = torch.tensor(s, dtype=torch.float64, requires_grad=True), torch.tensor(a, requires_grad=True)
+    f = BINARY[op]
+    out = f(None, sv, av) if scalar_first else f(None, av, sv)
+    out_t = f(None, st_, at) if scalar_first else f(None, at, st_)
+    out.backward()
+    out_t.backward(torch.ones_like(out_t))
+    assert out.shape == a.shape and sv.grad.shape == () and av.grad.shape == a.shape
+    assert isinstance(sv.grad, np.ndarray)
+    np.testing.assert_allclose(sv.grad, st_.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(av.grad, at.grad.numpy(), rtol=1e-12)
+
+
+@given(a=arrays(np.float64, (3,), elements=st.floats(-3.0, 3.0)), c=st.sampled_from([0, 1, 2, 3, -1, -2, 0.5, 2.5]))
+def test_pow_gradient_equals_torch_including_exponent_zero(a, c):
+    if c != int(c):
+        a = np.abs(a) + 0.1  # a fractional power of a negative number is nan in both
+    if c < 0:
+        a = np.where(np.abs(a) < 0.1, 0.5, a)
+    x, t = Variable(a.copy()), torch.tensor(a, requires_grad=True)
+    (x**c).backward()
+    (t**c).backward(torch.ones_like(t))
+    np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12)
+
+
+def test_mixing_with_ndarrays_and_numpy_scalars_on_either_side():
+    x = Variable(np.array([1.0, 2.0]))
+    for y in (np.array(2.0) + x, np.float64(2.0) * x, np.array([1.0, 1.0]) - x, 4.0 / x):
+        assert isinstance(y, Variable)
+    y = np.array([3.0, 5.0]) / x
+    y.backward()
+    np.testing.assert_allclose(x.grad, [-3.0, -5.0 / 4.0], rtol=1e-15)  # d(c/x)/dx = -c/x^2
+
+
+# ----- utils -----------------------------------------------------------------------------
+
+def test_numerical_diff_matches_the_analytic_derivative():
+    a = np.array([[-1.0, 0.0], [0.5, 2.0]])
+    numeric = numerical_diff(lambda v: tinypytorch.exp(v) * v, a)
+    # d(x e^x)/dx = (1 + x) e^x, zero at x = -1; central differences are off by O(eps^2) = 1e-8
+    np.testing.assert_allclose(numeric, (1.0 + a) * np.exp(a), rtol=1e-7, atol=1e-8)
+    assert numeric.shape == a.shape and numeric.dtype == np.float64
+
+
+def test_numerical_diff_of_a_non_scalar_output_is_the_gradient_of_its_sum():
+    a = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(numerical_diff(tinypytorch.square, a), 2 * a, rtol=1e-9)
+
+
+def test_gradient_check_accepts_a_right_backward_and_rejects_a_wrong_one():
+    class WrongSquare(Function):
+        def forward(self, x):
+            return x**2
+
+        def backward(self, gy):
+            return 3 * self.inputs[0].data * gy  # should be 2 x
+
+    x = Variable(np.array([0.5, 1.5]))
+    assert gradient_check(lambda v: tinypytorch.exp(v) / (v + 2.0), x)
+    assert not gradient_check(lambda v: WrongSquare()(v), x)
+    assert x.grad is None  # the check does not touch the caller's Variable
+
+
+def test_public_api():
+    for name in ["Variable", "Function", "Config", "using_config", "no_grad", "as_array", "as_variable", "add",
+                 "mul", "neg", "sub", "rsub", "div", "rdiv", "pow", "square", "exp", "functions", "utils", "cuda"]:
+        assert hasattr(tinypytorch, name) and name in tinypytorch.__all__
+    assert tinypytorch.__version__ == "0.1.0"
+    assert tinypytorch.as_array(2).shape == () and tinypytorch.as_array(np.float32(2)).dtype == np.float32
+    assert Variable.__array_priority__ == 200
