@@ -1,0 +1,196 @@
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
+
+from steploader import load_step
+
+pytestmark = [pytest.mark.step18, pytest.mark.torch]
+step = load_step(18)
+
+moderate = st.floats(-2, 2)
+pairs = array_shapes(min_dims=0, max_dims=2, max_side=4).flatmap(
+    lambda shape: st.tuples(arrays(np.float64, shape, elements=moderate), arrays(np.float64, shape, elements=moderate))
+)
+
+
+def build(x0, x1, add, square):
+    t = square(add(x0, x1))
+    return t, add(x0, t)
+
+
+@given(pairs)
+def test_by_default_only_leaves_and_the_seed_keep_grads_and_leaves_equal_torch(pair):
+    v0, v1 = pair
+    x0, x1 = step.Variable(v0), step.Variable(v1)
+    t, y = build(x0, x1, step.add, step.square)
+    y.backward()
+    x0t, x1t = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
+    tt, yt = build(x0t, x1t, torch.add, torch.square)
+    yt.backward(torch.ones_like(yt))
+    assert t.grad is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reading a non-leaf .grad warns in torch
+        assert tt.grad is None
+    np.testing.assert_array_equal(y.grad, np.ones_like(v0))  # the seed stays on the variable backward was called on
+    np.testing.assert_allclose(x0.grad, x0t.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(x1.grad, x1t.grad.numpy(), rtol=1e-12)
+
+
+@given(pairs)
+def test_retain_grad_true_keeps_intermediate_grads_equal_to_torchs_retain_grad(pair):
+    v0, v1 = pair
+    x0, x1 = step.Variable(v0), step.Variable(v1)
+    t, y = build(x0, x1, step.add, step.square)
+    y.backward(retain_grad=True)
+    x0t, x1t = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
+    tt, yt = build(x0t, x1t, torch.add, torch.square)
+    tt.retain_grad()
+    yt.backward(torch.ones_like(yt))
+    np.testing.assert_array_equal(t.grad, tt.grad.numpy())
+    np.testing.assert_allclose(x0.grad, x0t.grad.numpy(), rtol=1e-12)
+
+
+def test_the_source_materials_example():
+    x0, x1 = step.Variable(np.array(1.0)), step.Variable(np.array(1.0))
+    t = step.add(x0, x1)
+    y = step.add(x0, t)
+    y.backward()
+    assert t.grad is None and y.grad == 1.0
+    assert x0.grad == 2.0 and x1.grad == 1.0
+
+
+@given(st.floats(-3, 3))
+def test_repeated_backward_now_accumulates_like_torch(value):
+    x = step.Variable(np.array(value))
+    y = step.square(step.square(x))
+    y.backward()
+    y.backward()
+    xt = torch.tensor(value, dtype=torch.float64, requires_grad=True)
+    yt = (xt**2) ** 2
+    yt.backward(retain_graph=True)
+    yt.backward()
+    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-300)
+
+
+def test_no_grad_records_nothing_and_restores_the_setting():
+    x = step.Variable(np.array(2.0))
+    with step.no_grad():
+        assert step.Config.enable_backprop is False
+        f = step.Square()
+        y = f(x)
+    assert step.Config.enable_backprop is True
+    assert y.data == 4.0 and y.creator is None and y.generation == 0
+    assert not hasattr(f, "inputs") and not hasattr(f, "outputs")
+    y.backward()  # a creator-less variable: only its seed is set
+    assert y.grad == 1.0 and x.grad is None
+
+
+def test_no_grad_matches_torch_no_grad():
+    with step.no_grad():
+        y = step.exp(step.Variable(np.array([0.5, 1.5])))
+    with torch.no_grad():
+        yt = torch.exp(torch.tensor([0.5, 1.5], dtype=torch.float64, requires_grad=True))
+    assert y.creator is None and yt.grad_fn is None
+    np.testing.assert_array_equal(y.data, yt.numpy())
+
+
+def test_using_config_restores_after_an_exception_and_when_nested():
+    with pytest.raises(RuntimeError):
+        with step.no_grad():
+            raise RuntimeError("boom")
+    assert step.Config.enable_backprop is True
+    with step.using_config("enable_backprop", False):
+        with step.using_config("enable_backprop", True):
+            assert step.Config.enable_backprop is True
+        assert step.Config.enable_backprop is False
+    assert step.Config.enable_backprop is True
+
+
+def test_using_config_rejects_an_unknown_option():
+    with pytest.raises(ValueError, match="using_config: unknown option 'enable_backprob'; known options: enable_backprop"):
+        with step.using_config("enable_backprob", False):
+            pass
+    assert not hasattr(step.Config, "enable_backprob")
+
+
+def forward_memory(depth):
+    x = step.Variable(np.ones(1_000_000))  # 8 MB, allocated before tracing
+    tracemalloc.start()
+    try:
+        y = x
+        for _ in range(depth):
+            y = step.square(y)
+        return tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+
+def test_no_grad_keeps_the_peak_at_two_arrays_while_the_graph_keeps_all():
+    held, peak = forward_memory(8)
+    assert held >= 8 * 8e6 and peak >= 8 * 8e6
+    with step.no_grad():
+        held, peak = forward_memory(8)
+    assert 8e6 <= held < 9e6 and 16e6 <= peak < 17e6  # the last result; at most an input and an output at once
+
+
+def test_dropping_intermediate_grads_keeps_only_two_arrays():
+    for retain_grad, arrays_held in [(True, 9), (False, 2)]:
+        x = step.Variable(np.ones(1_000_000))
+        y = x
+        for _ in range(8):
+            y = step.square(y)
+        tracemalloc.start()
+        try:
+            y.backward(retain_grad=retain_grad)
+            held = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert round(held / 8e6) == arrays_held
+
+
+@st.composite
+def programs(draw):
+    """A random DAG over 1-3 inputs: each node applies add/square/exp to earlier nodes, which may be reused."""
+    n_inputs = draw(st.integers(1, 3))
+    shape = draw(st.sampled_from([(), (3,), (2, 2)]))
+    size = int(np.prod(shape))
+    inputs = [np.array(draw(st.lists(st.floats(-1, 1), min_size=size, max_size=size))).reshape(shape) for _ in range(n_inputs)]
+    ops, n_nodes = [], n_inputs
+    for _ in range(draw(st.integers(1, 10))):
+        kind = draw(st.sampled_from(["add", "square", "exp"]))
+        ops.append((kind, draw(st.integers(0, n_nodes - 1)), draw(st.integers(0, n_nodes - 1))))
+        n_nodes += 1
+    return inputs, ops
+
+
+def run(inputs, ops, add, square, exp):
+    nodes = list(inputs)
+    for kind, i, j in ops:
+        nodes.append(add(nodes[i], nodes[j]) if kind == "add" else (square if kind == "square" else exp)(nodes[i]))
+    return nodes[-1]
+
+
+@given(programs())
+def test_random_graphs_backpropagated_twice_match_torch(program):
+    values, ops = program
+    xs = [step.Variable(v) for v in values]
+    with np.errstate(over="ignore", invalid="ignore"):  # exp of exp may overflow: such cases are skipped
+        y = run(xs, ops, step.add, step.square, step.exp)
+        assume(np.all(np.abs(y.data) < 1e100))
+        y.backward()
+        y.backward()
+    ts = [torch.tensor(v, requires_grad=True) for v in values]
+    yt = run(ts, ops, torch.add, torch.square, torch.exp)
+    yt.backward(torch.ones_like(yt), retain_graph=True)
+    yt.backward(torch.ones_like(yt))
+    for x, t in zip(xs, ts):
+        if t.grad is None:
+            assert x.grad is None
+        else:
+            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
