@@ -4,11 +4,11 @@
 # Step 17 made sure that a graph is freed as soon as nobody holds its result.
 # This step reduces what a graph costs while it is alive, in two situations.
 #
-# - After `backward`, every intermediate variable still holds its gradient, an
-#   array as large as its data. Usually only the gradients of the leaves (the
-#   inputs and parameters) are wanted. From now on `backward` drops each
-#   intermediate gradient as soon as it has been used, unless it is called
-#   with `retain_grad=True`.
+# - After `backward`, every variable that some function produced still holds
+#   its gradient, an array as large as its data. Usually only the gradients of
+#   the leaves (the inputs and parameters) are wanted. From now on `backward`
+#   drops each of those gradients as soon as it has been used, unless it is
+#   called with `retain_grad=True`.
 # - When no gradient is needed at all, for instance when a trained model is
 #   only evaluated, recording the graph is pure overhead: it keeps every
 #   intermediate array alive. A global switch, `Config.enable_backprop`, turns
@@ -22,18 +22,26 @@
 # and after that no function reads it again. So once a function has run, the
 # gradients of its outputs can go: `backward` sets them to `None`.
 #
-# The exception is the variable `backward` was called on. Its gradient is the
-# seed, which the caller may have set on purpose (`y.grad = ...` before
-# `y.backward()`), so it is kept.
+# The variable `backward` was called on is no exception. Its gradient is the
+# seed, $\partial y / \partial y = 1$ (or whatever the caller stored in
+# `y.grad` before calling `backward`), and it is read once too, by `y`'s
+# creator, which runs first. After that it goes like the others; `y` keeps a
+# gradient only if it is a leaf, for then no function runs at all.
 #
 # PyTorch makes the same choice by default: after `backward`, only leaf tensors
-# have a `.grad`; a non-leaf keeps its gradient only if `t.retain_grad()` was
-# called on it before the backward pass. Our `backward(retain_grad=True)`
-# keeps all of them, which is handy for inspecting a graph.
+# have a `.grad`; a non-leaf, the one `backward` was called on included, keeps
+# its gradient only if `t.retain_grad()` was called on it before the backward
+# pass. Our `backward(retain_grad=True)` keeps all of them, which is handy for
+# inspecting a graph.
 #
-# Dropping the intermediate gradients also removes the trap of step 14: a
-# second `backward` no longer finds a stale intermediate gradient to add to, so
-# repeated calls accumulate into the leaves exactly as in PyTorch.
+# Releasing the gradients is not only about memory. `backward` adds into
+# `.grad` and passes `.grad` on, so it is correct only if every variable that
+# is not a leaf enters the pass with `.grad` equal to `None`. Dropping the
+# intermediate gradients removes the trap of step 14: a second `backward` no
+# longer finds a stale intermediate gradient to add to, so repeated calls
+# accumulate into the leaves exactly as in PyTorch. A kept seed would be such a
+# stale gradient as soon as its variable became an intermediate of a later
+# computation; the example below shows the wrong result it would give.
 #
 # ## Switching the graph off
 #
@@ -133,8 +141,7 @@ class Variable:
                     add_func(x.creator)  # continue towards the leaves
             if not retain_grad:
                 for output in f.outputs:
-                    if output() is not self:  # keep the seed on the variable backward was called on
-                        output().grad = None  # used up: f was the only function that needed it
+                    output().grad = None  # used up, the seed included: f was the only function that needed it
 
 
 def as_array(x):
@@ -217,7 +224,9 @@ def numerical_diff(f, x, eps=1e-4):
 # ## Only the leaves keep their gradients
 #
 # The example from the source material: $t = x_0 + x_1$ and $y = x_0 + t$, so
-# $\partial y / \partial x_0 = 2$ and $\partial y / \partial x_1 = 1$.
+# $\partial y / \partial x_0 = 2$ and $\partial y / \partial x_1 = 1$. By
+# default only the leaves $x_0$ and $x_1$ keep a gradient; $t$ and the output
+# $y$ lose theirs. With `retain_grad=True` every variable keeps one.
 
 # %%
 x0 = Variable(np.array(1.0))
@@ -246,14 +255,49 @@ y.backward()
 print("y = (x^2)^2, two backward calls: x.grad =", x.grad)
 
 # %% [markdown]
+# ### Why the seed goes too
+#
+# Take $y = 2x$ at $x = 1$ and call `y.backward()`: `x.grad` becomes
+# $\partial y / \partial x = 2$. Now use $y$ again, in $z = 3y$, and call
+# `z.backward()`. It adds $\partial z / \partial x = 6$, so `x.grad` must be
+# $2 + 6 = 8$, and that is what PyTorch gives. (Multiplication arrives in step
+# 20, so the code writes $2x$ as `add(x, x)` and $3y$ as `add(add(y, y), y)`.)
+#
+# Had `y` kept its seed, the second pass would start from the stale
+# `y.grad` $= 1$, add the 3 that flows back from $z$, pass 4 instead of 3 to
+# `y`'s creator, and leave `x.grad` $= 2 + 8 = 10$. With `keep_seed=True`,
+# the function below puts the seed back by hand to show that result.
+
+# %%
+import torch
+
+
+def y_then_3y(keep_seed):
+    x = Variable(np.array(1.0))
+    y = add(x, x)  # y = 2x
+    y.backward()
+    if keep_seed:
+        y.grad = np.ones_like(y.data)  # what backward would leave if it kept the seed
+    z = add(add(y, y), y)  # z = 3y
+    z.backward()
+    return x.grad
+
+
+xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+yt = xt + xt
+yt.backward(retain_graph=True)
+(yt + yt + yt).backward()
+print(f"seed released:  x.grad = {y_then_3y(keep_seed=False):.1f}   torch: {xt.grad.item():.1f}")
+print(f"seed kept:      x.grad = {y_then_3y(keep_seed=True):.1f}")
+
+# %% [markdown]
 # ### How much memory the dropped gradients take
 #
 # A chain of eight `square`s on $10^6$ numbers produces eight results: seven
 # intermediates and the output. With `retain_grad=True` every one of them
 # keeps an 8 MB gradient after the backward pass, and so does the leaf; by
-# default only the leaf and the output (whose gradient is the seed) do. The
-# figures are the bytes still allocated after `backward` returns (measured with
-# `tracemalloc`, rounded to whole megabytes).
+# default only the leaf does. The figures are the bytes still allocated after
+# `backward` returns (measured with `tracemalloc`, rounded to whole megabytes).
 
 # %%
 import tracemalloc
@@ -281,8 +325,8 @@ for retain_grad in (True, False):
     print(f"retain_grad={retain_grad!s:5}:  gradients held after backward: {bytes_held_after_backward(retain_grad) / 1e6:3.0f} MB")
 
 # %% [markdown]
-# $72$ MB is nine arrays (the leaf, seven intermediates and the seed); $16$ MB
-# is two (the leaf and the seed).
+# $72$ MB is nine arrays (the leaf, seven intermediates and the seed); $8$ MB
+# is one, the leaf's gradient.
 #
 # ## Forward passes without a graph
 #
@@ -360,18 +404,17 @@ except ValueError as error:
 # %% [markdown]
 # ## Check against PyTorch
 #
-# After a default backward pass, the intermediate variable must have no
-# gradient and the leaves must have PyTorch's gradients. PyTorch, too, keeps no
-# gradient on its non-leaf tensor (reading `.grad` of a non-leaf makes PyTorch
-# warn that it is not populated, so the check silences that warning while it
-# looks). Two backward calls on $(x^2)^2$ must accumulate to PyTorch's value,
-# and a function called under `no_grad` must, like one under `torch.no_grad()`,
-# record nothing: no creator here, no `grad_fn` there.
+# After a default backward pass, the intermediate variable and the output must
+# have no gradient and the leaves must have PyTorch's gradients. PyTorch, too,
+# keeps no gradient on its non-leaf tensors (reading `.grad` of a non-leaf
+# makes PyTorch warn that it is not populated, so the check silences that
+# warning while it looks). Two backward calls on $(x^2)^2$, and a backward pass
+# through $y = 2x$ followed by one through $z = 3y$, must accumulate to
+# PyTorch's values, and a function called under `no_grad` must, like one under
+# `torch.no_grad()`, record nothing: no creator here, no `grad_fn` there.
 
 # %%
 import warnings
-
-import torch
 
 rng = np.random.default_rng(0)
 for shape in [(), (3,), (2, 3)]:
@@ -386,13 +429,13 @@ for shape in [(), (3,), (2, 3)]:
     yt = x0t + tt
     yt.backward(torch.ones_like(yt))
 
-    assert t.grad is None
+    assert t.grad is None and y.grad is None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns when a non-leaf's .grad is read
-        assert tt.grad is None and not tt.is_leaf
+        assert tt.grad is None and yt.grad is None and not tt.is_leaf and not yt.is_leaf
     np.testing.assert_allclose(x0.grad, x0t.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(x1.grad, x1t.grad.numpy(), rtol=1e-12)
-    print(f"shape {shape!s:7} t = (x0 + x1)^2, y = x0 + t: t.grad is None as in torch; leaf grads == torch")
+    print(f"shape {shape!s:7} t = (x0 + x1)^2, y = x0 + t: t.grad, y.grad are None as in torch; leaf grads == torch")
 
 x = Variable(np.array(2.0))
 y = square(square(x))
@@ -405,6 +448,14 @@ yt.backward()
 np.testing.assert_array_equal(x.grad, xt.grad.numpy())
 print(f"two backward calls on (x^2)^2 at x = 2: x.grad = {x.grad:.1f} == torch {xt.grad.item():.1f}")
 
+xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+yt = xt + xt
+yt.backward(retain_graph=True)
+(yt + yt + yt).backward()
+x_grad = y_then_3y(keep_seed=False)
+np.testing.assert_array_equal(x_grad, xt.grad.numpy())
+print(f"backward through y = 2x, then z = 3y, at x = 1: x.grad = {x_grad:.1f} == torch {xt.grad.item():.1f}")
+
 with no_grad():
     y = square(Variable(np.array(2.0)))
 with torch.no_grad():
@@ -413,4 +464,4 @@ assert y.creator is None and yt.grad_fn is None and not yt.requires_grad
 np.testing.assert_array_equal(y.data, yt.numpy())
 print("under no_grad: same value, no creator (torch: no grad_fn)")
 
-print("PyTorch check passed: intermediate grads are None and leaf grads equal torch; no_grad records no graph")
+print("PyTorch check passed: only the leaves keep grads, equal to torch's; no_grad records no graph")

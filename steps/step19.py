@@ -169,8 +169,7 @@ class Variable:
                     add_func(x.creator)  # continue towards the leaves
             if not retain_grad:
                 for output in f.outputs:
-                    if output() is not self:  # keep the seed on the variable backward was called on
-                        output().grad = None  # used up: f was the only function that needed it
+                    output().grad = None  # used up, the seed included: f was the only function that needed it
 
 
 def as_array(x):
@@ -297,7 +296,9 @@ print(Variable(np.array([1e-8, 1.0, 1e8])))
 
 # %% [markdown]
 # The gradient is a plain `ndarray` and prints as one. Naming the inputs helps
-# when several are printed together:
+# when several are printed together. `z` has no gradient left: as every output
+# of a function, it gave up its seed once the backward pass had used it
+# (step 18).
 
 # %%
 x = Variable(np.array(3.0), name="x")

@@ -143,8 +143,7 @@ class Variable:
                     add_func(x.creator)  # continue towards the leaves
             if not retain_grad:
                 for output in f.outputs:
-                    if output() is not self:  # keep the seed on the variable backward was called on
-                        output().grad = None  # used up: f was the only function that needed it
+                    output().grad = None  # used up, the seed included: f was the only function that needed it
 
 
 def as_array(x):

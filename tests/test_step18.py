@@ -25,7 +25,7 @@ def build(x0, x1, add, square):
 
 
 @given(pairs)
-def test_by_default_only_leaves_and_the_seed_keep_grads_and_leaves_equal_torch(pair):
+def test_by_default_only_leaves_keep_grads_and_they_equal_torch(pair):
     v0, v1 = pair
     x0, x1 = step.Variable(v0), step.Variable(v1)
     t, y = build(x0, x1, step.add, step.square)
@@ -33,11 +33,10 @@ def test_by_default_only_leaves_and_the_seed_keep_grads_and_leaves_equal_torch(p
     x0t, x1t = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
     tt, yt = build(x0t, x1t, torch.add, torch.square)
     yt.backward(torch.ones_like(yt))
-    assert t.grad is None
+    assert t.grad is None and y.grad is None  # the seed on y is released too
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # reading a non-leaf .grad warns in torch
-        assert tt.grad is None
-    np.testing.assert_array_equal(y.grad, np.ones_like(v0))  # the seed stays on the variable backward was called on
+        assert tt.grad is None and yt.grad is None
     np.testing.assert_allclose(x0.grad, x0t.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(x1.grad, x1t.grad.numpy(), rtol=1e-12)
 
@@ -61,8 +60,38 @@ def test_the_source_materials_example():
     t = step.add(x0, x1)
     y = step.add(x0, t)
     y.backward()
-    assert t.grad is None and y.grad == 1.0
+    assert t.grad is None and y.grad is None  # the source prints "None None"
     assert x0.grad == 2.0 and x1.grad == 1.0
+
+
+def test_reusing_the_output_after_backward_gives_torchs_8_not_10():
+    # y = 2x at x = 1, backward; then z = 3y, backward: x.grad = 2 + 6 = 8.
+    # A seed left on y would be added to in the second pass: 2 + 2 * 4 = 10.
+    x = step.Variable(np.array(1.0))
+    y = step.add(x, x)
+    y.backward()
+    assert x.grad == 2.0 and y.grad is None
+    z = step.add(step.add(y, y), y)
+    z.backward()
+    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    yt = xt + xt
+    yt.backward(retain_graph=True)
+    (yt + yt + yt).backward()
+    assert x.grad == 8.0 == xt.grad.item()
+
+
+@given(pairs)
+def test_a_seed_set_by_the_caller_is_used_then_released(pair):
+    v, seed = pair
+    x = step.Variable(v)
+    y = step.square(step.exp(x))
+    y.grad = seed
+    y.backward()
+    xt = torch.tensor(v, requires_grad=True)
+    yt = torch.square(torch.exp(xt))
+    yt.backward(torch.tensor(seed))
+    assert y.grad is None
+    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
 
 
 @given(st.floats(-3, 3))
@@ -139,8 +168,8 @@ def test_no_grad_keeps_the_peak_at_two_arrays_while_the_graph_keeps_all():
     assert 8e6 <= held < 9e6 and 16e6 <= peak < 17e6  # the last result; at most an input and an output at once
 
 
-def test_dropping_intermediate_grads_keeps_only_two_arrays():
-    for retain_grad, arrays_held in [(True, 9), (False, 2)]:
+def test_dropping_the_grads_of_function_outputs_keeps_only_the_leafs():
+    for retain_grad, arrays_held in [(True, 9), (False, 1)]:
         x = step.Variable(np.ones(1_000_000))
         y = x
         for _ in range(8):
@@ -189,6 +218,48 @@ def test_random_graphs_backpropagated_twice_match_torch(program):
     yt = run(ts, ops, torch.add, torch.square, torch.exp)
     yt.backward(torch.ones_like(yt), retain_graph=True)
     yt.backward(torch.ones_like(yt))
+    for x, t in zip(xs, ts):
+        if t.grad is None:
+            assert x.grad is None
+        else:
+            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@st.composite
+def reused_outputs(draw):
+    """A random program, then a second one whose result z depends on the first one's result y."""
+    inputs, ops = draw(programs())
+    n_nodes = len(inputs) + len(ops)  # the nodes of the first program; y is the last one
+    more_ops = []
+    for _ in range(draw(st.integers(0, 5))):
+        kind = draw(st.sampled_from(["add", "square", "exp"]))
+        more_ops.append((kind, draw(st.integers(0, n_nodes - 1)), draw(st.integers(0, n_nodes - 1))))
+        n_nodes += 1
+    return inputs, ops, more_ops
+
+
+def run_twice(inputs, ops, more_ops, add, square, exp):
+    nodes = list(inputs)
+    for kind, i, j in ops + more_ops:
+        nodes.append(add(nodes[i], nodes[j]) if kind == "add" else (square if kind == "square" else exp)(nodes[i]))
+    y = nodes[len(inputs) + len(ops) - 1]
+    return y, add(y, nodes[-1])  # z uses y, so y is an intermediate of z's backward pass
+
+
+@given(reused_outputs())
+def test_backward_then_reusing_the_output_in_a_second_graph_matches_torch(program):
+    values, ops, more_ops = program
+    xs = [step.Variable(v) for v in values]
+    with np.errstate(over="ignore", invalid="ignore"):  # exp of exp may overflow: such cases are skipped
+        y, z = run_twice(xs, ops, more_ops, step.add, step.square, step.exp)
+        assume(np.all(np.abs(z.data) < 1e100))
+        y.backward()
+        z.backward()
+    ts = [torch.tensor(v, requires_grad=True) for v in values]
+    yt, zt = run_twice(ts, ops, more_ops, torch.add, torch.square, torch.exp)
+    yt.backward(torch.ones_like(yt), retain_graph=True)
+    zt.backward(torch.ones_like(zt))
+    assert y.grad is None and z.grad is None
     for x, t in zip(xs, ts):
         if t.grad is None:
             assert x.grad is None

@@ -92,3 +92,17 @@ def test_graph_code_is_unchanged_grads_equal_torch(array):
     yt = xt**2 + torch.exp(xt)
     yt.backward(torch.ones_like(yt))
     np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
+
+
+def test_the_output_gives_up_its_seed_and_can_be_reused_like_torch():
+    # y = 2x at x = 1, backward; then z = 3y, backward: x.grad = 2 + 6 = 8, as in torch
+    x = step.Variable(np.array(1.0))
+    y = step.add(x, x)
+    y.backward()
+    assert y.grad is None
+    step.add(step.add(y, y), y).backward()
+    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    yt = xt * 2
+    yt.backward(retain_graph=True)
+    (yt * 3).backward()
+    assert x.grad == 8.0 == xt.grad.item()

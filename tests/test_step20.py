@@ -107,3 +107,17 @@ def test_random_expressions_with_shared_nodes_match_torch(program):
             assert x.grad is None
         else:
             np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_the_output_gives_up_its_seed_and_can_be_reused_like_torch():
+    # y = 2x at x = 1, backward; then z = 3y, backward: x.grad = 2 + 6 = 8, as in torch
+    x = step.Variable(np.array(1.0))
+    y = x * step.Variable(np.array(2.0))  # numbers become operands in step 21
+    y.backward()
+    assert y.grad is None
+    (y * step.Variable(np.array(3.0))).backward()
+    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    yt = xt * 2
+    yt.backward(retain_graph=True)
+    (yt * 3).backward()
+    assert x.grad == 8.0 == xt.grad.item()

@@ -114,3 +114,17 @@ def test_as_variable_names_the_caller_or_itself():
         step.as_variable("x")
     with pytest.raises(TypeError, match="exp: unsupported operand type list"):
         step.exp([1.0])
+
+
+def test_the_output_gives_up_its_seed_and_can_be_reused_like_torch():
+    # y = 2x at x = 1, backward; then z = 3y, backward: x.grad = 2 + 6 = 8, as in torch
+    x = step.Variable(np.array(1.0))
+    y = x * 2
+    y.backward()
+    assert y.grad is None
+    (y * 3).backward()
+    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
+    yt = xt * 2
+    yt.backward(retain_graph=True)
+    (yt * 3).backward()
+    assert x.grad == 8.0 == xt.grad.item()
