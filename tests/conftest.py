@@ -1,8 +1,11 @@
 import os
 
-os.environ.setdefault("MPLBACKEND", "Agg")  # step scripts that plot must not open windows
+import matplotlib
+from hypothesis import settings
 
-from hypothesis import settings  # noqa: E402
+# Step scripts that plot must not open windows. Not MPLBACKEND: the environment
+# would reach the notebook kernels that nbval starts, and they must plot inline.
+matplotlib.use("Agg")
 
 # deadline=None: the first call of a case may import torch or warm caches.
 settings.register_profile("default", deadline=None, max_examples=60)
