@@ -105,7 +105,7 @@ def test_cleargrad_starts_the_accumulation_afresh():
     assert x.grad == 2.0
 
 
-@given(st.floats(-3, 3))
+@given(st.floats(-3, 3).filter(lambda v: v == 0 or abs(v) > 1e-90))  # x^3 must not underflow
 def test_known_limitation_a_kept_intermediate_gradient_is_counted_again(value):
     x = step.Variable(np.array(value))
     y = step.square(step.square(x))

@@ -59,7 +59,6 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("steps", nargs="*", help="step names or numbers (default: all)")
     args = parser.parse_args()
-    os.environ.setdefault("TQDM_DISABLE", "0")
     for script in step_paths(args.steps):
         start = time.perf_counter()
         target = build(script)
