@@ -48,7 +48,10 @@
 # runs: scripts, notebooks and tests alike.
 #
 # `import tinypytorch` runs `__init__.py`, which imports the modules and
-# re-exports the names a user needs:
+# re-exports the names a user needs. What this step prints is the package as
+# it stands now, not as this step left it: the package keeps growing, and each
+# later addition carries a comment naming its step (27, 30, 33, ...). Skip
+# those lines for now; each is explained in its step.
 
 # %%
 import inspect
@@ -85,6 +88,10 @@ print("x.grad =", f"{x.grad:.4f}")
 # read is what runs. Each piece carries a comment naming the step that
 # introduced it, for when you want the longer explanation.
 #
+# One of the later additions shows in the outputs: from step 27 on, a
+# gradient is itself a `Variable`. Read `x.grad` as the array it holds;
+# printing it and `f"{x.grad:.4f}"` work as they would for an array.
+#
 # ### The operators
 #
 # As in step 22, the operators are ordinary methods of `Variable` that call the
@@ -117,7 +124,7 @@ print(inspect.getsource(tinypytorch.Function.__call__))
 # explained below. And the check that two operands have the same shape has
 # moved out, into the four binary operations (see the end of this step).
 #
-# ### `Variable.backward`: a heap instead of a sort
+# ### The backward loop: a heap instead of a sort
 #
 # Step 16 showed why the backward pass must run functions in order of
 # decreasing generation: a variable must receive every contribution to its
@@ -128,28 +135,57 @@ print(inspect.getsource(tinypytorch.Function.__call__))
 #
 # A *binary heap* (Python's `heapq`) keeps a list arranged so that its
 # smallest item is always first; pushing and popping cost $O(\log n)$. The
-# package pushes the key `(-generation, -counter, function)`: the highest
-# generation comes out first, and among equal generations the function added
-# last, exactly the order in which step 16's `list.pop()` took them. The
-# counter also makes every key distinct, so `heapq` never has to compare two
-# `Function`s, which would raise a `TypeError`.
+# package's `Variable.backward` was made with a heap, keyed by
+# `(-generation, -counter, function)`: the highest generation comes out
+# first, and among equal generations the function added last, exactly the
+# order in which step 16's `list.pop()` took them. The counter also makes
+# every key distinct, so `heapq` never has to compare two `Function`s, which
+# would raise a `TypeError`.
+#
+# Step 33 replaces that loop with the one PyTorch's engine uses, which counts
+# how many gradients each function waits for instead of ordering by
+# generation. So the two loops are written out here, against the package's
+# classes, rather than printed from the package. They share the work done on
+# each function, `run`, and differ only in how they keep the pending ones.
+# (As the package does since step 27, they seed a `Variable` and do the
+# gradient arithmetic under `no_grad`.)
 
 # %%
-print(inspect.getsource(Variable.backward))
+import heapq
+import itertools
 
-# %% [markdown]
-# The difference shows on a *wide* graph, where many functions wait at once.
-# Below, $s = \sum_{k=1}^{n} (c_k x)^2$ is built as a chain of additions; the
-# backward pass walks down the chain, and each addition leaves one `Square`
-# waiting until the chain is done (its generation is lower than every
-# addition's), so the pending list grows to $n$ functions. `backward_with_sort`
-# is step 16's loop, written against the package's classes for comparison.
-# Both give the same gradient:
 
-# %%
+def run(f, add_func):
+    """One turn of either loop: f's backward, gradients added into its inputs, their creators queued."""
+    with tinypytorch.no_grad():  # step 27: computing the gradients records no graph
+        gxs = f.backward(*[output().grad for output in f.outputs])
+        gxs = gxs if isinstance(gxs, tuple) else (gxs,)
+        for x, gx in zip(f.inputs, gxs):
+            x.grad = gx if x.grad is None else x.grad + gx  # step 14
+            if x.creator is not None:
+                add_func(x.creator)
+    for output in f.outputs:
+        output().grad = None  # step 18: only the leaves keep their gradients
+
+
+def backward_with_heap(y):
+    """The package's backward pass as made in this step: pending functions in a heap."""
+    y.grad = Variable(np.ones_like(y.data))  # step 27: gradients are Variables
+    pending, seen, counter = [], set(), itertools.count()
+
+    def add_func(f):
+        if f not in seen:
+            seen.add(f)
+            heapq.heappush(pending, (-f.generation, -next(counter), f))
+
+    add_func(y.creator)
+    while pending:
+        run(heapq.heappop(pending)[-1], add_func)
+
+
 def backward_with_sort(y):
     """Step 16's backward pass: a list re-sorted by generation after every addition."""
-    y.grad = np.ones_like(y.data)
+    y.grad = Variable(np.ones_like(y.data))
     funcs, seen = [], set()
 
     def add_func(f):
@@ -160,17 +196,18 @@ def backward_with_sort(y):
 
     add_func(y.creator)
     while funcs:
-        f = funcs.pop()
-        gxs = f.backward(*[output().grad for output in f.outputs])
-        gxs = gxs if isinstance(gxs, tuple) else (gxs,)
-        for x, gx in zip(f.inputs, gxs):
-            x.grad = gx if x.grad is None else x.grad + gx
-            if x.creator is not None:
-                add_func(x.creator)
-        for output in f.outputs:
-            output().grad = None
+        run(funcs.pop(), add_func)
 
 
+# %% [markdown]
+# The difference shows on a *wide* graph, where many functions wait at once.
+# Below, $s = \sum_{k=1}^{n} (c_k x)^2$ is built as a chain of additions; the
+# backward pass walks down the chain, and each addition leaves one `Square`
+# waiting until the chain is done (its generation is lower than every
+# addition's), so the pending list grows to $n$ functions. Both loops give
+# the gradient that the package's `backward` gives:
+
+# %%
 def wide_graph(n):
     x = Variable(np.array(0.5))
     s = x * 0.0
@@ -179,12 +216,13 @@ def wide_graph(n):
     return x, s
 
 
-x_heap, s_heap = wide_graph(1000)
-s_heap.backward()
-x_sort, s_sort = wide_graph(1000)
-backward_with_sort(s_sort)
+grads = {}
+for name, backward in [("heap", backward_with_heap), ("sort", backward_with_sort), ("package", Variable.backward)]:
+    x, s = wide_graph(1000)
+    backward(s)
+    grads[name] = x.grad
 # ds/dx = sum 2 c_k^2 x = x * 2 * 200 * (0 + 1 + 4 + 9 + 16) = 6000 at x = 0.5
-print(f"n = 1000: heap x.grad = {x_heap.grad:.4f}, sort x.grad = {x_sort.grad:.4f}")
+print("n = 1000:", ", ".join(f"{name} x.grad = {grad:.4f}" for name, grad in grads.items()))
 
 # %% [markdown]
 # and the time each takes as $n$ doubles (the numbers depend on the machine;
@@ -203,12 +241,13 @@ def seconds(backward, n):
 
 print(f"{'n':>5}  {'heap (s)':>9}  {'sort (s)':>9}")
 for n in (1000, 2000, 4000):
-    print(f"{n:>5}  {seconds(Variable.backward, n):9.3f}  {seconds(backward_with_sort, n):9.3f}")
+    print(f"{n:>5}  {seconds(backward_with_heap, n):9.3f}  {seconds(backward_with_sort, n):9.3f}")
 
 # %% [markdown]
 # Doubling $n$ roughly doubles the heap's time and quadruples the sort's. On
-# the machine that built this notebook the sort was already about 25 times
-# slower at $n = 4000$, and the gap keeps growing with $n$.
+# the machine that built this notebook the sort was already 8 to 12 times
+# slower at $n = 4000$, and 16 to 24 times at $n = 8000$: the gap keeps
+# growing with $n$.
 #
 # ## Array backends: `xp`
 #
@@ -261,9 +300,11 @@ print("after no_grad:  ", "creator:", type((x * 2).creator).__name__)
 # about the wrong thing. The package keeps the checks of steps 09–22, which
 # fail at the door and name the operation: a `Variable` holds only arrays, an
 # operand must be a Variable, an array or a number, two arrays must have the
-# same shape, an exponent must be a constant number, and `using_config`
-# refuses an option that does not exist (a typo such as `enable_backprob`
-# would otherwise create a new attribute and silently leave backprop on).
+# same shape unless one is 0-d (step 30 widens this to NumPy's broadcasting,
+# which is why the message below says "broadcast"), an exponent must be a
+# constant number, and `using_config` refuses an option that does not exist
+# (a typo such as `enable_backprob` would otherwise create a new attribute
+# and silently leave backprop on).
 
 # %%
 def typo():
@@ -287,23 +328,19 @@ for code, attempt in attempts.items():
         print(f"{code:43} {type(error).__name__}: {error}")
 
 # %% [markdown]
-# ## One change in behaviour: the seed gradient is released too
+# ## The seed gradient is released too
 #
-# With `retain_grad=False`, step 18's `backward` sets the gradient of each
-# function's outputs to `None` once the function has run, *except* on the
-# variable `backward` was called on: that one keeps its seed. The package
-# drops the seed as well, as DeZero does, and as PyTorch does for any
-# non-leaf tensor (its `.grad` stays `None`).
-#
-# The reason is the engine's bookkeeping. `backward` accumulates into `.grad`
-# and passes `.grad` on, so an intermediate variable must enter every backward
-# pass with `.grad` equal to `None`. A kept seed breaks that as soon as the
-# variable becomes an intermediate of a later computation. Take $y = 2x$ at
-# $x = 1$ and call `y.backward()`: $\partial y / \partial x = 2$. Then build
-# $z = 3y$ and call `z.backward()`: $\partial z / \partial x = 6$ is added, so
-# `x.grad` should be $2 + 6 = 8$. With the seed still on `y`, the second pass
-# starts from `y.grad` $= 1$, adds 3 and passes 4 on: `x.grad` would be
-# $2 + 8 = 10$.
+# With `retain_grad=False`, only the leaves keep a gradient after `backward`,
+# and the variable `backward` was called on is no exception: its seed is
+# released too, as in DeZero, and as in PyTorch for any non-leaf tensor.
+# Step 18 gave the reason: `backward` adds into `.grad`, so a variable that is
+# not a leaf must enter every backward pass with `.grad` equal to `None`.
+# Its example, written with operators: take
+# $y = 2x$ at $x = 1$ and call `y.backward()`, which gives
+# $\partial y/\partial x = 2$; then use $y$ again in $z = 3y$ and call
+# `z.backward()`, which adds $\partial z/\partial x = 6$. `x.grad` must be
+# $2 + 6 = 8$, as in PyTorch; a seed left on `y` would have been added to in
+# the second pass, giving 10.
 
 # %%
 import torch
@@ -324,12 +361,12 @@ print(f"torch:   x.grad = {xt.grad.item():.1f}")
 # %% [markdown]
 # ## What differs from step 22
 #
-# - The backward pass uses a heap keyed by generation instead of re-sorting a
-#   list: the same order, at $O(\log n)$ per function instead of $O(n)$.
+# - The backward pass keeps the pending functions in a heap keyed by
+#   generation instead of re-sorting a list: the same order, at $O(\log n)$
+#   per function instead of $O(n)$.
 # - Array code goes through `xp = get_array_module(x)`, and numbers join the
 #   device of the other inputs, so the same package runs on NumPy and CuPy.
-# - The seed gradient is released like every other intermediate gradient.
-# - The shape check sits in the four binary operations, where stage 3 will put
+# - The shape check sits in the four binary operations, where step 30 puts
 #   broadcasting, instead of in `Function.__call__`, where it would also bind
 #   functions such as `matmul` whose inputs legitimately differ in shape.
 # - `utils.numerical_diff` perturbs one element at a time, so it gives the
@@ -338,7 +375,15 @@ print(f"torch:   x.grad = {xt.grad.item():.1f}")
 #
 # Everything else is step 22's code: the same classes, names and error
 # messages (one widened: a `Variable` may also hold a CuPy array), and the same
-# arithmetic in the same order, so the gradients are the same to the last bit.
+# arithmetic in the same order, so the backward pass as made here
+# (`backward_with_heap`) gives step 22's gradients to the last bit; the tests
+# check it on random graphs.
+#
+# Later steps extend the package in place, each addition marked with its step
+# number. Step 27 makes gradients Variables, step 30 replaces the equal-shape
+# rule with broadcasting, and step 33 replaces the backward loop with
+# PyTorch's, which may add a variable's gradient contributions in another
+# order, so from then on a gradient can differ from step 22's in its last bits.
 #
 # ## Check against PyTorch
 #

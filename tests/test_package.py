@@ -1,4 +1,7 @@
-"""Tests of the tinypytorch package as it stands after step 23 (core, functions, cuda, utils).
+"""Tests of the tinypytorch package as packaged in step 23 (core, functions, cuda, utils), with the
+stage-3 plumbing it has since gained: gradients as Variables and `create_graph` (step 27),
+broadcasting in `+ - * /` (step 30), and PyTorch's `requires_grad` rules (step 33) where they
+change what a step-23 test may expect.
 
 Expected values come from PyTorch (float64), from numerical gradients, or from maths
 worked out here; never from the package itself.
@@ -17,7 +20,7 @@ import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
+from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
 
 import tinypytorch
 from tinypytorch import Config, Function, Variable, cuda, no_grad, using_config
@@ -131,13 +134,18 @@ def test_operators_reject_unsupported_operands_naming_op_and_type(operation, op,
 @pytest.mark.parametrize("operation, op", [
     (lambda a, b: a + b, "add"), (lambda a, b: a - b, "sub"), (lambda a, b: a * b, "mul"), (lambda a, b: a / b, "div"),
 ])
-@pytest.mark.parametrize("shape0, shape1", [((2,), (3,)), ((2, 3), (3, 2)), ((3,), (1, 3))])
-def test_binary_ops_reject_mismatched_shapes_naming_op_and_both_shapes(operation, op, shape0, shape1):
+@pytest.mark.parametrize("shape0, shape1", [((2,), (3,)), ((2, 3), (3, 2)), ((2, 3), (2,)), ((4, 1, 3), (2, 2))])
+def test_binary_ops_reject_shapes_that_do_not_broadcast_naming_op_and_both_shapes(operation, op, shape0, shape1):
+    with pytest.raises(ValueError):
+        np.broadcast_shapes(shape0, shape1)  # the pair really is incompatible
     a, b = Variable(np.ones(shape0)), Variable(np.ones(shape1))
-    with pytest.raises(ValueError, match="^" + re.escape(f"{op}: shapes {shape0} and {shape1} do not match")):
+    message = "^" + re.escape(f"{op}: shapes {shape0} and {shape1} do not broadcast") + "$"
+    with pytest.raises(ValueError, match=message):
         operation(a, b)
-    with pytest.raises(ValueError, match=f"^{op}: shapes"):
+    with pytest.raises(ValueError, match=message):
         operation(a, np.ones(shape1))  # an ndarray operand is checked the same way
+    with pytest.raises(ValueError, match=message):
+        operation(np.ones(shape0), b)  # and on the left, through the reflected method, in written order
 
 
 def test_function_without_forward_or_backward_raises_not_implemented():
@@ -150,7 +158,7 @@ def test_function_without_forward_or_backward_raises_not_implemented():
 
     with pytest.raises(NotImplementedError, match="^Forgetful.forward is not implemented$"):
         Forgetful()(np.array(1.0))
-    y = NoBackward()(np.array(1.0))
+    y = NoBackward()(Variable(np.array(1.0)))  # a Variable: a bare array would be a constant (step 33)
     with pytest.raises(NotImplementedError, match="^NoBackward.backward is not implemented$"):
         y.backward()
 
@@ -220,6 +228,54 @@ def test_function_records_generation_creator_strong_inputs_and_weak_outputs():
     assert g.inputs == (x, h) and all(isinstance(ref, weakref.ref) for ref in g.outputs) and g.outputs[0]() is y
 
 
+def test_array_protocol_gives_the_data_so_numpy_accepts_a_variable():
+    data = np.array([[1.5, -2.0], [0.25, 3.0]])
+    x = Variable(data)
+    converted = np.asarray(x)
+    assert type(converted) is np.ndarray and converted.dtype == np.float64
+    np.testing.assert_array_equal(converted, data)
+    as_float32 = np.asarray(x, dtype=np.float32)
+    assert as_float32.dtype == np.float32
+    np.testing.assert_array_equal(as_float32, data.astype(np.float32))
+    # a list of 0-d Variables (gradients, say) becomes a float array, not an array of objects
+    pair = np.array([Variable(np.array(1.5)), Variable(np.array(-2.0))])
+    assert pair.dtype == np.float64 and pair.tolist() == [1.5, -2.0]
+
+
+def test_array_protocol_refuses_a_copy_free_conversion():
+    with pytest.raises(ValueError, match=r"^Variable.__array__: a copy-free conversion is not supported$"):
+        np.asarray(Variable(np.ones(2)), copy=False)
+
+
+@pytest.mark.parametrize("spec", [".4f", ".3e", ">10.2f", "+.1f", "g"])
+def test_a_format_spec_formats_a_0d_variable_as_torch_formats_a_0d_tensor(spec):
+    value = -2.0 / 3.0
+    expected = format(torch.tensor(value, dtype=torch.float64), spec)
+    assert format(Variable(np.array(value)), spec) == expected == format(value, spec)
+
+
+def test_format_without_a_spec_is_the_repr_and_a_spec_on_an_array_is_a_type_error_as_in_torch():
+    x = Variable(np.array(2.0 / 3.0))
+    assert f"{x}" == "variable(0.6667)"
+    with pytest.raises(TypeError, match="unsupported format string passed to Tensor.__format__"):
+        format(torch.ones(2), ".2f")
+    with pytest.raises(TypeError, match="unsupported format string passed to Variable.__format__"):
+        format(Variable(np.ones(2)), ".2f")
+
+
+@pytest.mark.parametrize("data", [np.array(2.5), np.array([2.5]), np.array([[-0.75]]), np.array(3), np.array([7])])
+def test_item_and_float_of_a_one_element_variable_equal_torchs(data):
+    x, t = Variable(data), torch.tensor(data)
+    assert x.item() == t.item() and type(x.item()) is type(t.item())  # float for floats, int for ints
+    assert float(x) == float(t) and type(float(x)) is float
+
+
+@pytest.mark.parametrize("conversion", [Variable.item, float], ids=["item", "float"])
+def test_item_and_float_of_several_elements_raise(conversion):
+    with pytest.raises(ValueError, match="size 1"):  # torch raises RuntimeError with its own wording
+        conversion(Variable(np.array([1.0, 2.0])))
+
+
 # ----- memory: no cycles, deep graphs, no_grad -----------------------------------------
 
 def test_no_reference_cycle_keeps_a_graph_alive():
@@ -243,7 +299,7 @@ def test_a_100000_deep_chain_backpropagates_and_is_freed_without_recursion():
     for _ in range(100_000):
         y = y + 1.0
     y.backward()  # a recursive backward would raise RecursionError at about 1,000 levels
-    assert x.grad == 1.0 and y.generation == 100_000
+    assert x.grad.item() == 1.0 and y.generation == 100_000
     first = weakref.ref(_first_function_of(y))
     gc.disable()
     try:
@@ -294,13 +350,24 @@ def test_no_grad_saves_the_memory_of_intermediates():
     assert held_bytes(False) < 2 * one_array  # only y survives
 
 
-def test_backward_of_a_variable_without_creator_just_sets_its_grad():
+def test_backward_of_a_variable_without_creator_behaves_as_in_torch():
+    # DeZero PR #41: backward on a variable without a creator died with an AttributeError
     x = Variable(np.array([1.0, 2.0]))
+    x.backward()  # a leaf: dx/dx is ones, as torch's leaf.backward(ones) gives
+    t = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    t.backward(torch.ones_like(t))
+    assert isinstance(x.grad, Variable)
+    np.testing.assert_array_equal(x.grad.data, t.grad.numpy())
+    # a result of no_grad has no graph behind it and no leaf to fill: a clear RuntimeError (step 33)
     with no_grad():
         y = x * 3.0
-    y.backward()  # DeZero PR #41: this used to fail
-    np.testing.assert_array_equal(y.grad, [1.0, 1.0])
-    assert x.grad is None
+    with torch.no_grad():
+        yt = t * 3.0
+    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
+        yt.backward(torch.ones_like(yt))
+    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
+        y.backward()
+    np.testing.assert_array_equal(x.grad.data, [1.0, 1.0])  # untouched
 
 
 # ----- random graphs with shared sub-expressions, against torch -------------------------
@@ -415,14 +482,15 @@ def test_backward_on_a_variable_that_later_becomes_an_intermediate_matches_torch
     yt = xt * 2
     yt.backward(retain_graph=True)
     (yt * 3).backward()
-    assert y.grad is None and x.grad == xt.grad.item() == 8.0  # 2 + 3 * 2
+    assert y.grad is None and x.grad.item() == xt.grad.item() == 8.0  # 2 + 3 * 2
 
 
-def test_gradients_of_0d_variables_are_arrays_not_numpy_scalars():
+def test_gradients_of_0d_variables_are_variables_holding_0d_arrays_not_numpy_scalars():
     x = Variable(np.array(3.0))
-    y = tinypytorch.square(x) * x + x  # 0-d arithmetic returns NumPy scalars; grads must stay ndarrays
+    y = tinypytorch.square(x) * x + x  # 0-d arithmetic returns NumPy scalars; grads must hold ndarrays
     y.backward()
-    assert type(x.grad) is np.ndarray and x.grad.shape == () and x.grad == 3 * 9.0 + 1
+    assert isinstance(x.grad, Variable) and type(x.grad.data) is np.ndarray
+    assert x.grad.shape == () and x.grad.item() == 3 * 9.0 + 1
 
 
 def test_a_reused_non_leaf_gets_the_sum_of_its_paths():
@@ -431,7 +499,7 @@ def test_a_reused_non_leaf_gets_the_sum_of_its_paths():
     b = a + a
     c = b + b
     c.backward()
-    assert a.grad == 4.0
+    assert a.grad.item() == 4.0
 
 
 def test_adding_a_variable_to_itself_does_not_share_one_grad_array():
@@ -461,7 +529,7 @@ def test_0d_operand_with_an_array_gets_the_summed_gradient_like_torch(s, a, op, 
     out.backward()
     out_t.backward(torch.ones_like(out_t))
     assert out.shape == a.shape and sv.grad.shape == () and av.grad.shape == a.shape
-    assert isinstance(sv.grad, np.ndarray)
+    assert isinstance(sv.grad, Variable) and type(sv.grad.data) is np.ndarray
     np.testing.assert_allclose(sv.grad, st_.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(av.grad, at.grad.numpy(), rtol=1e-12)
 
@@ -485,6 +553,145 @@ def test_mixing_with_ndarrays_and_numpy_scalars_on_either_side():
     y = np.array([3.0, 5.0]) / x
     y.backward()
     np.testing.assert_allclose(x.grad, [-3.0, -5.0 / 4.0], rtol=1e-15)  # d(c/x)/dx = -c/x^2
+
+
+# ----- broadcasting in + - * / (step 30) --------------------------------------------------
+
+BROADCAST_EXPRESSIONS = dict(BINARY, **{
+    "a * b - a / (b + 1)": lambda m, a, b: a * b - a / (b + 1.0),  # each input reaches the output twice
+    "square(a + b) * exp(b * 0.25)": lambda m, a, b: m.square(a + b) * m.exp(b * 0.25),
+})
+
+
+def compare_broadcast_with_torch(expression, v0, v1):
+    x0, x1 = Variable(v0.copy()), Variable(v1.copy())
+    out = expression(tinypytorch, x0, x1)
+    out.backward()
+    t0, t1 = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
+    out_t = expression(torch, t0, t1)
+    out_t.backward(torch.ones_like(out_t))
+    assert out.shape == tuple(out_t.shape) == np.broadcast_shapes(v0.shape, v1.shape)
+    np.testing.assert_allclose(out.data, out_t.detach().numpy(), rtol=1e-12)
+    for x, t in [(x0, t0), (x1, t1)]:
+        assert isinstance(x.grad, Variable) and x.grad.shape == x.shape  # summed back to the input's shape
+        np.testing.assert_allclose(x.grad.data, t.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape0, shape1", [
+    ((2, 3), (3,)), ((3,), (2, 3)), ((2, 1), (1, 3)), ((3, 1), (2, 1, 4)), ((1,), (2, 3)), ((2, 3, 4), (3, 1)),
+    ((1, 1), ()), ((2, 3), (2, 3)),
+])
+@pytest.mark.parametrize("name", sorted(BROADCAST_EXPRESSIONS))
+def test_broadcasting_values_and_grads_equal_torch_for_fixed_shape_pairs(name, shape0, shape1):
+    rng = np.random.default_rng(0)
+    v0, v1 = rng.uniform(0.5, 2.0, shape0), rng.uniform(0.5, 2.0, shape1)
+    compare_broadcast_with_torch(BROADCAST_EXPRESSIONS[name], v0, v1)
+
+
+@given(
+    shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=3),
+    name=st.sampled_from(sorted(BROADCAST_EXPRESSIONS)),
+    data=st.data(),
+)
+def test_broadcasting_values_and_grads_equal_torch_for_random_shape_pairs(shapes, name, data):
+    v0, v1 = (data.draw(arrays(np.float64, shape, elements=st.floats(0.5, 2.0))) for shape in shapes.input_shapes)
+    compare_broadcast_with_torch(BROADCAST_EXPRESSIONS[name], v0, v1)
+
+
+# ----- higher-order derivatives: create_graph (step 27) ----------------------------------
+
+UNARY_SMOOTH = {
+    "x ** 4": lambda m, x: x**4,
+    "sin(x)": lambda m, x: m.sin(x),
+    "cos(x)": lambda m, x: m.cos(x),
+    "tanh(x)": lambda m, x: m.tanh(x),
+    "x ** 3 * exp(x) - 2 / x": lambda m, x: x**3 * m.exp(x) - 2.0 / x,
+    "sin(x ** 2) / (1 + tanh(x))": lambda m, x: m.sin(x**2) / (1.0 + m.tanh(x)),
+}
+
+
+def torch_derivatives(expression, value, order):
+    """d^k f/dx^k for k = 1..order, each from torch.autograd.grad(create_graph=True) of the one before."""
+    x = torch.tensor(value, dtype=torch.float64, requires_grad=True)
+    g, derivatives = expression(torch, x), []
+    for _ in range(order):
+        (g,) = torch.autograd.grad(g, x, create_graph=True)
+        derivatives.append(g.item())
+    return derivatives
+
+
+@given(name=st.sampled_from(sorted(UNARY_SMOOTH)), value=st.floats(0.3, 2.0))
+def test_create_graph_gives_second_and_third_derivatives_equal_to_torch(name, value):
+    expression = UNARY_SMOOTH[name]
+    x = Variable(np.array(value))
+    expression(tinypytorch, x).backward(create_graph=True)
+    derivatives = [x.grad.item()]
+    for _ in range(2):
+        g = x.grad
+        assert g.creator is not None  # the gradient carries a graph of its own
+        x.cleargrad()  # else the next pass adds to the lower derivative
+        g.backward(create_graph=True)
+        derivatives.append(x.grad.item())
+    expected = torch_derivatives(expression, value, 3)
+    # a derivative may cross zero in [0.3, 2] (tanh''' at 0.66, -sin''' = cos at pi/2):
+    # there the different order of operations leaves rounding at the scale of the terms
+    scale = max(1.0, *map(abs, expected))
+    np.testing.assert_allclose(derivatives, expected, rtol=1e-10, atol=1e-13 * scale)
+
+
+def test_without_create_graph_the_gradient_records_no_graph_as_in_torch():
+    x = Variable(np.array(0.5))
+    tinypytorch.sin(x * x).backward()
+    xt = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    torch.sin(xt * xt).backward()
+    assert x.grad.creator is None and x.grad.generation == 0  # nothing of the backward pass is kept
+    assert not xt.grad.requires_grad
+    assert x.grad.item() == pytest.approx(xt.grad.item(), rel=1e-15)
+
+
+def test_double_backprop_through_a_gradient_equals_torch():
+    # y = x^2, z = (dy/dx)^3 + y = 8 x^3 + x^2, dz/dx = 24 x^2 + 2 x = 100 at x = 2 (DeZero's step 36)
+    x = Variable(np.array(2.0))
+    y = x**2
+    y.backward(create_graph=True)
+    gx = x.grad
+    x.cleargrad()
+    z = gx**3 + y
+    z.backward()
+    xt = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    yt = xt**2
+    (gxt,) = torch.autograd.grad(yt, xt, create_graph=True)
+    (gxt**3 + yt).backward()
+    assert x.grad.item() == xt.grad.item() == 24 * 4 + 2 * 2
+
+
+@given(
+    shapes=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=3),
+    data=st.data(),
+)
+def test_second_derivatives_through_broadcasting_equal_torch(shapes, data):
+    # the gradients of a broadcast are sums (SumTo); differentiating them again runs
+    # SumTo.backward (broadcast_to) and BroadcastTo.backward (sum_to) on a second graph
+    v0, v1 = (data.draw(arrays(np.float64, shape, elements=st.floats(0.5, 2.0))) for shape in shapes.input_shapes)
+
+    def f(a, b):
+        return a * a * b + a / b
+
+    a, b = Variable(v0.copy()), Variable(v1.copy())
+    f(a, b).backward(create_graph=True)
+    ga, gb = a.grad, b.grad
+    a.cleargrad()
+    b.cleargrad()
+    (ga * gb).backward()
+    at, bt = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
+    out_t = f(at, bt)
+    gat, gbt = torch.autograd.grad(out_t, [at, bt], torch.ones_like(out_t), create_graph=True)
+    expected = torch.autograd.grad((gat * gbt).sum(), [at, bt])
+    np.testing.assert_allclose(ga.data, gat.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gb.data, gbt.detach().numpy(), rtol=1e-12)
+    for x, e in [(a, expected[0]), (b, expected[1])]:
+        assert x.grad.shape == x.shape
+        np.testing.assert_allclose(x.grad.data, e.numpy(), rtol=1e-10, atol=1e-12 * max(1.0, float(e.abs().max())))
 
 
 # ----- utils -----------------------------------------------------------------------------
@@ -518,7 +725,8 @@ def test_gradient_check_accepts_a_right_backward_and_rejects_a_wrong_one():
 
 def test_public_api():
     for name in ["Variable", "Function", "Config", "using_config", "no_grad", "as_array", "as_variable", "add",
-                 "mul", "neg", "sub", "rsub", "div", "rdiv", "pow", "square", "exp", "functions", "utils", "cuda"]:
+                 "mul", "neg", "sub", "rsub", "div", "rdiv", "pow", "square", "exp", "functions", "utils", "cuda",
+                 "sin", "cos", "tanh", "reshape", "sum", "broadcast_to", "sum_to"]:  # steps 26-30
         assert hasattr(tinypytorch, name) and name in tinypytorch.__all__
     assert tinypytorch.__version__ == "0.1.0"
     assert tinypytorch.as_array(2).shape == () and tinypytorch.as_array(np.float32(2)).dtype == np.float32

@@ -22,7 +22,7 @@ def value_and_grad(f, a, b):
     x, y = Variable(np.array(a)), Variable(np.array(b))
     z = f(x, y)
     z.backward()
-    return np.array([z.data, x.grad, y.grad])
+    return np.array([z.data, x.grad.data, y.grad.data])  # gradients are Variables (step 27)
 
 
 def torch_value_and_grad(f, a, b):
@@ -83,7 +83,7 @@ def test_matyas_written_with_function_calls_is_bit_for_bit_the_same():
     for a, b in [(1.0, 1.0), (0.3, -1.7), (-2.0, 0.25)]:
         x, y = Variable(np.array(a)), Variable(np.array(b))
         step.matyas_by_calls(x, y).backward()
-        np.testing.assert_array_equal([x.grad, y.grad], value_and_grad(step.matyas, a, b)[1:])
+        np.testing.assert_array_equal([x.grad.data, y.grad.data], value_and_grad(step.matyas, a, b)[1:])
 
 
 def test_goldstein_price_graph_has_one_function_per_operator_of_the_formula():

@@ -1,37 +1,33 @@
 """tinypytorch: a small deep-learning framework, grown step by step and checked against PyTorch.
 
-The package is the code of step 22 (steps 01-22 are self-contained snapshots of it
-as it grew), organised into modules from step 23 on:
+Steps 01-22 are self-contained snapshots of the framework as it grew; from step 23
+on it lives here, in modules:
 
-    core       Config, using_config, no_grad, Variable, Function and the arithmetic operators
-    functions  differentiable functions that are not operators (square, exp, ...)
-    cuda       the array backend: NumPy, or CuPy on a GPU
-    utils      numerical gradients for checking backward
+    core        Config, using_config, no_grad, Variable, Function and the arithmetic operators
+    functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
+    cuda        the array backend: NumPy, or CuPy on a GPU
+    utils       numerical gradients, drawing the graph
+    layers      Parameter, Layer, Linear, MLP (step 32)
+    optimizers  SGD, Adam (step 32)
+    autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34)
 """
-from tinypytorch import cuda, functions, utils
+from tinypytorch import autograd, cuda, functions, layers, optimizers, utils
 from tinypytorch.core import (
-    Config,
-    Function,
-    Variable,
-    add,
-    as_array,
-    as_variable,
-    div,
-    mul,
-    neg,
-    no_grad,
-    pow,
-    rdiv,
-    rsub,
-    sub,
+    Config, Function, Variable, add, as_array, as_variable, div, mul, neg, no_grad, pow, rdiv, rsub, sub,
     using_config,
 )
-from tinypytorch.functions import exp, square
+from tinypytorch.functions import (
+    broadcast_to, cos, exp, get_item, linear, matmul, mean_squared_error, permute, relu, reshape, sigmoid, sin,
+    square, sum, sum_to, tanh, transpose,
+)
+from tinypytorch.layers import Parameter
 
 __version__ = "0.1.0"  # keep equal to the version in pyproject.toml
 
 __all__ = [
-    "Config", "Function", "Variable", "as_array", "as_variable", "using_config", "no_grad",
-    "add", "mul", "neg", "sub", "rsub", "div", "rdiv", "pow", "square", "exp",
-    "functions", "utils", "cuda",
+    "Config", "Function", "Variable", "Parameter", "as_array", "as_variable", "using_config", "no_grad",
+    "add", "mul", "neg", "sub", "rsub", "div", "rdiv", "pow",
+    "square", "exp", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
+    "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item",
+    "autograd", "cuda", "functions", "layers", "optimizers", "utils",
 ]

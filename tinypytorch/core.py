@@ -4,7 +4,6 @@ This is the framework of steps 01-22 gathered in one module. Each piece names
 the step that introduced it, so a reader can go back to where it is explained.
 """
 import contextlib
-import heapq
 import itertools
 import numbers
 import weakref
@@ -45,15 +44,20 @@ class Variable:
     # step 21: ndarray <op> Variable must call our reflected operator, not ndarray's
     __array_priority__ = 200
 
-    def __init__(self, data, name=None):
+    def __init__(self, data, name=None, requires_grad=True):
         # step 09: refuse anything that is not an array, early and by name
         if data is not None and not isinstance(data, cuda.array_types):
             raise TypeError(f"Variable data must be an ndarray (numpy or cupy) or None, got {type(data).__name__}")
         self.data = data
         self.name = name  # step 19
-        self.grad = None  # step 06: an array once backward has reached this variable
+        self.grad = None  # step 06; a Variable since step 27, so gradients can be differentiated
         self.creator = None  # step 07: the Function that produced this variable
         self.generation = 0  # step 16: 1 + the creator's generation
+        # step 33: a variable the user makes requires grad unless told otherwise (torch.tensor's
+        # default is False); constants made inside operations and results of no_grad do not
+        self.requires_grad = requires_grad
+        self._hooks = None  # step 34: {handle id: hook}, made by the first register_hook
+        self._retains_grad = False  # step 34: retain_grad() was called on this non-leaf
 
     # step 19: a Variable answers the questions one asks of an array
     @property
@@ -76,6 +80,26 @@ class Variable:
         if self.data.ndim == 0:
             raise TypeError("len() of a 0-d Variable")
         return len(self.data)
+
+    def __array__(self, dtype=None, copy=None):
+        # step 27: grads are Variables; np.asarray(x.grad) and assert_allclose(x.grad, ...) still work.
+        # NumPy data only: a GPU array must be copied to the host explicitly (cuda.as_numpy).
+        if copy is False:
+            raise ValueError("Variable.__array__: a copy-free conversion is not supported")
+        return np.array(self.data, dtype=dtype, copy=copy)
+
+    def __format__(self, spec):
+        # step 27: f"{x.grad:.4f}" formats a 0-d Variable like a number, as torch does for 0-d tensors
+        if spec and self.data is not None and self.data.ndim == 0:
+            return format(self.data.item(), spec)
+        return super().__format__(spec)
+
+    def item(self):
+        """The value of a one-element Variable as a Python number (PyTorch's `Tensor.item`)."""
+        return self.data.item()
+
+    def __float__(self):
+        return float(self.item())
 
     def __repr__(self):
         # step 19: fixed precision and no address, so printed output is the same on every run
@@ -118,6 +142,47 @@ class Variable:
     def __pow__(self, c):
         return pow(self, c)
 
+    # ----- tensor methods (steps 29-31) ------------------------------------------------
+    # Methods that read like NumPy's and PyTorch's, each a call of a function in
+    # tinypytorch.functions (F, imported at the end of this module: functions.py imports this one).
+
+    def reshape(self, *shape):
+        """`x.reshape(2, 3)` or `x.reshape((2, 3))`, as in NumPy and PyTorch (step 29)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return F.reshape(self, shape)
+
+    def transpose(self, dim0, dim1):
+        """Swap dimensions dim0 and dim1, as PyTorch's `x.transpose(dim0, dim1)` does (step 29)."""
+        return F.transpose(self, dim0, dim1)
+
+    def permute(self, *dims):
+        """`x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`: dim i of the result is dim dims[i] of x (step 29)."""
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = dims[0]
+        return F.permute(self, dims)
+
+    @property
+    def T(self):
+        """All dims reversed, as NumPy's `.T` (step 29); for a matrix, its transpose."""
+        return F.permute(self, tuple(reversed(range(self.ndim))))
+
+    def sum(self, axis=None, keepdims=False):
+        return F.sum(self, axis, keepdims)  # step 30
+
+    def __getitem__(self, key):
+        return F.get_item(self, key)  # step 31
+
+    def __matmul__(self, other):
+        return F.matmul(self, other)  # step 31
+
+    def __rmatmul__(self, other):
+        return F.matmul(other, self)  # step 31: ndarray @ Variable
+
+    matmul = __matmul__
+
+    # ----- end of tensor methods -----------------------------------------------------
+
     def set_creator(self, func):
         self.creator = func
         self.generation = func.generation + 1  # step 16
@@ -125,43 +190,93 @@ class Variable:
     def cleargrad(self):
         self.grad = None  # step 13: start a new computation from zero
 
-    def backward(self, retain_grad=False):
-        """Fill `.grad` of every variable this one depends on, by the chain rule in reverse."""
-        if self.grad is None:
-            # step 09: dy/dy = 1, shaped like y and on y's device
-            self.grad = cuda.get_array_module(self.data).ones_like(self.data)
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, *, retain_grad=False):
+        """Add the derivative of this variable with respect to each leaf into the leaf's `.grad`.
 
-        # step 08: a loop over pending functions, not recursion, so graph depth is unlimited.
-        # step 16: the pending function of highest generation runs first, so a variable has
-        # every contribution to its grad before its own creator passes it on. Step 16 kept
-        # a list and re-sorted it after each addition; a heap gives the same order at
-        # O(log n) per push and pop. Ties go to the function added last, as list.pop()
-        # after a stable sort did; the counter also keeps heapq from comparing Functions.
-        pending, seen, order = [], set(), itertools.count()
+        gradient: d(loss)/d(self), shaped like self. Without it the seed is ones (step 09),
+            for a non-scalar variable too, where PyTorch would insist on a gradient.
+        retain_graph: accepted for PyTorch compatibility. Until step 35 no backward pass
+            frees the graph, so a second pass always works, whatever this says.
+        create_graph: record the backward pass as a graph of its own, so that the
+            gradients can be differentiated again (step 27).
+        retain_grad: keep the gradient of every variable, not only of the leaves (step 18).
+        """
+        if not self.requires_grad:  # step 33: nothing behind it to differentiate, and no leaf to fill
+            raise RuntimeError("backward: element 0 of variables does not require grad and does not have a grad_fn")
+        seed = autograd.engine.seed(self, gradient, "backward")
+        # step 27: backward methods compute with Variables, so the backward pass is recorded
+        # like any other computation when enable_backprop is on; it is on only if asked for
+        with using_config("enable_backprop", create_graph):
+            autograd.engine.execute([self], [seed], retain_grad=retain_grad)  # step 33
 
-        def add_func(f):
-            if f not in seen:  # step 16: each function runs once, however many outputs it feeds
-                seen.add(f)
-                heapq.heappush(pending, (-f.generation, -next(order), f))
+    # step 33: PyTorch's vocabulary for the graph
+    @property
+    def requires_grad(self):
+        """Whether gradients flow to this variable: operations on it record the graph."""
+        return self._requires_grad
 
-        if self.creator is not None:
-            add_func(self.creator)
-        while pending:
-            f = heapq.heappop(pending)[-1]
-            gys = [output().grad for output in f.outputs]  # step 17: outputs are weak references
-            gxs = f.backward(*gys)
-            if not isinstance(gxs, tuple):
-                gxs = (gxs,)
-            for x, gx in zip(f.inputs, gxs, strict=True):  # step 12: one gradient per input
-                # step 14: a variable used twice sums its gradients. A new array, never `+=`:
-                # Add.backward hands the same array to both inputs, and `+=` would change both.
-                # as_array: arithmetic on 0-d arrays returns NumPy scalars; grads stay arrays.
-                x.grad = as_array(gx if x.grad is None else x.grad + gx)
-                if x.creator is not None:
-                    add_func(x.creator)
-            if not retain_grad:
-                for y in f.outputs:
-                    y().grad = None  # step 18: only the leaves keep their gradients
+    @requires_grad.setter
+    def requires_grad(self, value):
+        if not isinstance(value, bool):
+            raise TypeError(f"requires_grad must be a bool, got {type(value).__name__}")
+        if not value and self.creator is not None:
+            raise RuntimeError("requires_grad: you can only change requires_grad flags of leaf variables; "
+                               "use var.detach() for a variable that does not require grad")
+        self._requires_grad = value
+
+    def requires_grad_(self, requires_grad=True):
+        """Set `requires_grad` in place and return the variable, as PyTorch's method does."""
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self):
+        """True for a variable no recorded operation created: the user's, a constant, a no_grad result."""
+        return self.creator is None
+
+    @property
+    def grad_fn(self):
+        """PyTorch's name for `creator`: the Function that made this variable, or None."""
+        return self.creator
+
+    def detach(self):
+        """A new leaf that shares this variable's data and does not require grad."""
+        return Variable(self.data, requires_grad=False)
+
+    # step 34: hooks on the gradient
+    def register_hook(self, hook):
+        """Call `hook(grad)` each time a backward pass has this variable's complete gradient.
+
+        The hook may return None (it only looks) or a gradient of the same shape, which
+        replaces the gradient from then on. For a leaf the hooks run before the gradient
+        is added into `.grad`. Hooks run in the order they were registered. Returns a
+        handle whose `remove()` unregisters the hook.
+        """
+        if not self.requires_grad:
+            raise RuntimeError("register_hook: cannot register a hook on a variable that doesn't require gradient")
+        if not callable(hook):
+            raise TypeError(f"register_hook: a hook must be callable, got {type(hook).__name__}")
+        if self._hooks is None:
+            self._hooks = {}
+        handle = autograd.hooks.RemovableHandle(self._hooks)
+        self._hooks[handle.id] = hook
+        return handle
+
+    def retain_grad(self):
+        """Keep this variable's gradient in `.grad` after each backward pass, as leaves do.
+
+        PyTorch implements it as a hook that runs after all the others; here the
+        engine checks `retains_grad` after running the hooks, to the same effect.
+        """
+        if not self.requires_grad:
+            raise RuntimeError("retain_grad: can't retain_grad on a variable that has requires_grad=False")
+        if self.creator is not None:  # a leaf keeps its gradient anyway
+            self._retains_grad = True
+
+    @property
+    def retains_grad(self):
+        """True for a non-leaf whose retain_grad() was called."""
+        return self._retains_grad
 
 
 # step 21: the numbers an operation accepts as operands (bool is an int)
@@ -179,29 +294,39 @@ def as_variable(obj, op="as_variable", xp=np):
     """Return `obj` as a Variable; `op` names the operation in the error message (step 21)."""
     if isinstance(obj, Variable):
         return obj
+    # step 33: a number or an array inside an expression is a constant: no gradient flows to it
     if isinstance(obj, scalar_types):
-        return Variable(as_array(obj, xp))
+        return Variable(as_array(obj, xp), requires_grad=False)
     if isinstance(obj, cuda.array_types):
-        return Variable(obj)
+        return Variable(obj, requires_grad=False)
     raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
 
 
+# step 33: every recorded Function gets the next number (PyTorch's sequence_nr)
+_sequence_numbers = itertools.count()
+
+
 class Function:
-    """Base class of every operation: subclasses define `forward` and `backward` on arrays."""
+    """Base class of every operation: subclasses define `forward` on arrays and `backward` on Variables."""
 
     def __call__(self, *inputs):
-        op = type(self).__name__.lower()
         # step 21: numbers and arrays are welcome; step 23: a number goes to the device
         # (numpy or cupy) of the other inputs, since cupy will not mix with numpy arrays
         xp = cuda.get_array_module(*inputs)
-        inputs = tuple(as_variable(x, op, xp) for x in inputs)
+        op = type(self).__name__.lower()  # names the operation in an error message
+        inputs = tuple(x if isinstance(x, Variable) else as_variable(x, op, xp) for x in inputs)
         xs = [x.data for x in inputs]
         ys = self.forward(*xs)  # step 11: any number of inputs and outputs
         if not isinstance(ys, tuple):
             ys = (ys,)
-        outputs = [Variable(as_array(y)) for y in ys]  # step 09: a 0-d result may come back a scalar
-        if Config.enable_backprop:  # step 18: record the graph only when it will be used
+        # step 18: record the graph only when it will be used; step 33: that is, when backprop
+        # is on and a gradient can flow to some input. Only then do the outputs require grad.
+        requires_grad = Config.enable_backprop and any(x.requires_grad for x in inputs)
+        # step 09: a 0-d result may come back a scalar
+        outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
+        if requires_grad:
             self.generation = max(x.generation for x in inputs)  # step 16
+            self.sequence_nr = next(_sequence_numbers)  # step 33: creation order, for the ready queue
             for output in outputs:
                 output.set_creator(self)  # step 07
             self.inputs = inputs
@@ -215,45 +340,46 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# ----- arithmetic (steps 11-22) -------------------------------------------------------
-# Until broadcasting arrives in stage 3, a binary operation takes two arrays of one shape,
-# or a 0-d array with an array of any shape (every element meets the same number).
+# ----- arithmetic (steps 11-22; broadcasting: step 30) ------------------------------
+# Binary operations broadcast like NumPy. An input that was broadcast was used by several
+# output elements, so its gradient is the sum of theirs: sum_to folds it back to its shape.
+# Backward methods use Variable operations (step 27), so gradients can be differentiated.
 
-def _check_shapes(op, x0, x1):
-    # step 22: fail here, naming the operation, rather than deep inside NumPy
-    if x0.shape != x1.shape and x0.ndim and x1.ndim:
-        raise ValueError(f"{op}: shapes {x0.shape} and {x1.shape} do not match (broadcasting comes in stage 3)")
+def _check_broadcast(op, x0, x1):
+    # step 30 (step 22 required equal shapes): fail here, naming the operation, not inside NumPy
+    if x0.shape == x1.shape:  # the common case, and cheaper to test than to broadcast
+        return
+    try:
+        np.broadcast_shapes(x0.shape, x1.shape)
+    except ValueError:
+        raise ValueError(f"{op}: shapes {x0.shape} and {x1.shape} do not broadcast") from None
 
 
-def sum_to(gx, shape):
-    """Sum the gradient gx down to `shape` (step 22; stage 3 generalises it to every broadcast).
-
-    Until then only one case arises: a 0-d input used by every element of an array. Its
-    gradient is the sum of the element-wise gradients and keeps the input's shape ().
-    """
-    if gx.shape == shape:
-        return gx
-    return as_array(gx.sum())  # NumPy's sum returns a scalar, not a 0-d array
+def _sum_to_inputs(gx0, gx1, x0, x1):
+    """Sum each gradient back to the shape of its input (step 30)."""
+    if x0.shape != x1.shape:
+        gx0, gx1 = F.sum_to(gx0, x0.shape), F.sum_to(gx1, x1.shape)
+    return gx0, gx1
 
 
 class Add(Function):  # step 11
     def forward(self, x0, x1):
-        _check_shapes("add", x0, x1)
+        _check_broadcast("add", x0, x1)
         return x0 + x1
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return sum_to(gy, x0.shape), sum_to(gy, x1.shape)  # step 12: dy/dx0 = dy/dx1 = 1
+        return _sum_to_inputs(gy, gy, x0, x1)  # step 12: dy/dx0 = dy/dx1 = 1
 
 
 class Mul(Function):  # step 20
     def forward(self, x0, x1):
-        _check_shapes("mul", x0, x1)
+        _check_broadcast("mul", x0, x1)
         return x0 * x1
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return sum_to(gy * x1.data, x0.shape), sum_to(gy * x0.data, x1.shape)
+        return _sum_to_inputs(gy * x1, gy * x0, x0, x1)
 
 
 class Neg(Function):  # step 22
@@ -266,24 +392,24 @@ class Neg(Function):  # step 22
 
 class Sub(Function):  # step 22
     def forward(self, x0, x1):
-        _check_shapes("sub", x0, x1)
+        _check_broadcast("sub", x0, x1)
         return x0 - x1
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return sum_to(gy, x0.shape), sum_to(-gy, x1.shape)
+        return _sum_to_inputs(gy, -gy, x0, x1)
 
 
 class Div(Function):  # step 22
     def forward(self, x0, x1):
-        _check_shapes("div", x0, x1)
+        _check_broadcast("div", x0, x1)
         return x0 / x1
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = gy / x1.data
-        gx1 = -gy * x0.data / x1.data ** 2  # d(x0/x1)/dx1 = -x0 / x1^2
-        return sum_to(gx0, x0.shape), sum_to(gx1, x1.shape)
+        gx0 = gy / x1
+        gx1 = -gy * x0 / x1**2  # d(x0/x1)/dx1 = -x0 / x1^2
+        return _sum_to_inputs(gx0, gx1, x0, x1)
 
 
 class Pow(Function):  # step 22
@@ -298,9 +424,9 @@ class Pow(Function):  # step 22
         return x ** self.c
 
     def backward(self, gy):
-        x, c = self.inputs[0].data, self.c
+        x, c = self.inputs[0], self.c
         if c == 0:  # x**0 is constant; the formula would give 0 * 0**-1 = nan at x = 0
-            return cuda.get_array_module(gy).zeros_like(gy)
+            return gy * 0.0
         return c * x ** (c - 1) * gy
 
 
@@ -334,3 +460,8 @@ def rdiv(x0, x1):
 
 def pow(x, c):  # noqa: A001 (the name PyTorch and DeZero use)
     return Pow(c)(x)
+
+
+# functions.py imports Function from this module, so it comes last (step 30: sum_to)
+from tinypytorch import functions as F  # noqa: E402
+from tinypytorch import autograd  # noqa: E402  (step 33: the engine; it imports this module)

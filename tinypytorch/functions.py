@@ -1,19 +1,26 @@
 """Differentiable functions that are not Python operators.
 
-Each is a `Function` subclass (forward and backward on arrays) plus a lower-case
-function that users call. `xp` is the array module of the data (NumPy or CuPy),
-so the same code runs on the CPU and the GPU.
+Each is a `Function` subclass plus a lower-case function that users call.
+`forward` works on arrays: `xp` is the array module of the data (NumPy or
+CuPy), so the same code runs on the CPU and the GPU. `backward` works on
+Variables (step 27), so that a gradient can itself be differentiated.
 """
-from tinypytorch.core import Function
+import numbers
+
+import numpy as np
+
+from tinypytorch.core import Function, as_variable
 from tinypytorch.cuda import get_array_module
 
+
+# ----- element-wise functions ------------------------------------------------------------
 
 class Square(Function):  # step 02 (backward: step 06)
     def forward(self, x):
         return x ** 2
 
     def backward(self, gy):
-        x = self.inputs[0].data
+        (x,) = self.inputs
         return 2 * x * gy
 
 
@@ -23,9 +30,38 @@ class Exp(Function):  # step 03 (backward: step 06)
         return xp.exp(x)
 
     def backward(self, gy):
-        x = self.inputs[0].data
+        y = self.outputs[0]()  # step 27: d exp(x)/dx = exp(x), the output itself
+        return gy * y
+
+
+class Sin(Function):  # step 26
+    def forward(self, x):
         xp = get_array_module(x)
-        return xp.exp(x) * gy
+        return xp.sin(x)
+
+    def backward(self, gy):
+        (x,) = self.inputs
+        return gy * cos(x)
+
+
+class Cos(Function):  # step 26
+    def forward(self, x):
+        xp = get_array_module(x)
+        return xp.cos(x)
+
+    def backward(self, gy):
+        (x,) = self.inputs
+        return gy * -sin(x)
+
+
+class Tanh(Function):  # step 27
+    def forward(self, x):
+        xp = get_array_module(x)
+        return xp.tanh(x)
+
+    def backward(self, gy):
+        y = self.outputs[0]()  # d tanh(x)/dx = 1 - tanh(x)^2
+        return gy * (1 - y * y)
 
 
 def square(x):
@@ -34,3 +70,353 @@ def square(x):
 
 def exp(x):
     return Exp()(x)
+
+
+def sin(x):
+    return Sin()(x)
+
+
+def cos(x):
+    return Cos()(x)
+
+
+def tanh(x):
+    return Tanh()(x)
+
+
+# ----- shapes: reshape, permute, sum, broadcasting (steps 29-30) -------------------------
+
+def _as_shape(op, shape):
+    """`shape` (an int or a sequence of ints) as a tuple of Python ints."""
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)  # step 29: reshape(x, 6) means (6,), as in NumPy
+    shape = tuple(shape)
+    if not all(isinstance(n, numbers.Integral) for n in shape):
+        raise TypeError(f"{op}: a shape is a tuple of ints, got {shape!r}")
+    return tuple(int(n) for n in shape)
+
+
+class Reshape(Function):  # step 29
+    def __init__(self, shape):
+        self.shape = _as_shape("reshape", shape)
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        try:
+            return x.reshape(self.shape)
+        except ValueError:
+            raise ValueError(f"reshape: cannot reshape {x.shape} of size {x.size} into {self.shape}") from None
+
+    def backward(self, gy):
+        return reshape(gy, self.x_shape)
+
+
+def reshape(x, shape):
+    """`x` with its elements rearranged into `shape` (one entry may be -1: inferred), in row-major order."""
+    x = as_variable(x, "reshape")
+    if _as_shape("reshape", shape) == x.shape:
+        return x  # nothing to do, and nothing to record
+    return Reshape(shape)(x)
+
+
+def _dim(op, dim, ndim):
+    """`dim` (negative: counted from the end) as an index in range(ndim), checked as PyTorch checks it."""
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+        raise TypeError(f"{op}: a dim must be an int, got {dim!r}")
+    n = max(ndim, 1)  # PyTorch lets a 0-d tensor answer to dim 0 and -1
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dim {dim} is out of range for a variable with {ndim} dimension(s) "
+                         f"(expected to be in range of [{-n}, {n - 1}])")
+    return int(dim) % n
+
+
+def _permutation(op, dims, shape):
+    """`dims` as a tuple of non-negative ints that permutes range(len(shape)), or an error naming what is wrong."""
+    dims, ndim = ((dims,) if isinstance(dims, numbers.Integral) else tuple(dims)), len(shape)
+    problem = f"{op}: dims {dims} are not a permutation of the dimensions of shape {shape}"
+    if len(dims) != ndim:
+        raise ValueError(f"{problem}: need {ndim} dims, got {len(dims)}")
+    perm = tuple(_dim(op, d, ndim) for d in dims)
+    for i, d in enumerate(perm):
+        if d in perm[:i]:
+            raise ValueError(f"{problem}: dim {dims[i]} is repeated")
+    return perm
+
+
+class Transpose(Function):  # step 29: the one node of permute, transpose and .T
+    def __init__(self, perm):
+        self.perm = perm  # dimension i of y is dimension perm[i] of x
+
+    def forward(self, x):
+        return x.transpose(self.perm)  # NumPy's ndarray.transpose(axes) is a permutation: PyTorch's permute
+
+    def backward(self, gy):
+        # Dimension i of x became dimension perm.index(i) of y; putting each back undoes the permutation.
+        inverse = tuple(self.perm.index(i) for i in range(len(self.perm)))
+        return permute(gy, inverse)
+
+
+def _apply_permutation(x, perm):
+    if perm == tuple(range(x.ndim)):
+        return x  # nothing moves, and nothing is recorded (as reshape to the same shape)
+    return Transpose(perm)(x)
+
+
+def permute(x, dims):
+    """PyTorch's `permute`: dimension i of the result is dimension dims[i] of `x` (negative dims count from the end)."""
+    x = as_variable(x, "permute")
+    return _apply_permutation(x, _permutation("permute", dims, x.shape))
+
+
+def transpose(x, dim0, dim1):
+    """PyTorch's `transpose`: `x` with dimensions dim0 and dim1 swapped (negative dims count from the end)."""
+    x = as_variable(x, "transpose")
+    dim0, dim1 = _dim("transpose", dim0, x.ndim), _dim("transpose", dim1, x.ndim)
+    perm = list(range(x.ndim))
+    if x.ndim:  # a 0-d variable has no dimension to swap: dim0 = dim1 = 0, and nothing moves
+        perm[dim0], perm[dim1] = dim1, dim0
+    return _apply_permutation(x, tuple(perm))
+
+
+def _normalize_axis(op, axis, ndim):
+    """`axis` (None, an int or a tuple of ints, possibly negative) as a sorted tuple of non-negative ints."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, numbers.Integral) else axis
+    if not isinstance(axes, (tuple, list)) or not all(isinstance(a, numbers.Integral) for a in axes):
+        raise TypeError(f"{op}: axis must be an int or a tuple of ints, got {axis!r}")
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{op}: axis {a} is out of range for a variable with {ndim} dimension(s)")
+    axes = tuple(sorted(int(a) % ndim for a in axes))
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{op}: repeated axis in {axis!r}")
+    return axes
+
+
+class Sum(Function):  # step 30
+    def __init__(self, axis=None, keepdims=False):
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        self.axes = _normalize_axis("sum", self.axis, x.ndim)
+        return x.sum(axis=self.axes, keepdims=self.keepdims)
+
+    def backward(self, gy):
+        # Put back the summed axes as length-1 axes, then copy the gradient along them:
+        # every element of x contributed to its sum with derivative 1.
+        if not self.keepdims:
+            kept = tuple(1 if i in self.axes else n for i, n in enumerate(self.x_shape))
+            gy = reshape(gy, kept)
+        return broadcast_to(gy, self.x_shape)
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name)
+    return Sum(axis, keepdims)(x)
+
+
+class BroadcastTo(Function):  # step 30
+    def __init__(self, shape):
+        self.shape = _as_shape("broadcast_to", shape)
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        xp = get_array_module(x)
+        try:
+            return xp.broadcast_to(x, self.shape)
+        except ValueError:
+            raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {self.shape}") from None
+
+    def backward(self, gy):
+        return sum_to(gy, self.x_shape)
+
+
+def broadcast_to(x, shape):
+    x = as_variable(x, "broadcast_to")
+    if _as_shape("broadcast_to", shape) == x.shape:
+        return x
+    return BroadcastTo(shape)(x)
+
+
+def sum_to_array(x, shape):
+    """Sum array `x` down to `shape`, undoing a NumPy broadcast from `shape` to `x.shape` (step 30).
+
+    Broadcasting prepends axes and stretches axes of length 1, so summing undoes it:
+    first over the prepended leading axes, then over the stretched ones, keeping them.
+    """
+    lead = x.ndim - len(shape)
+    stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+    return x.sum(axis=tuple(range(lead)) + stretched, keepdims=True).reshape(shape)
+
+
+class SumTo(Function):  # step 30
+    def __init__(self, shape):
+        self.shape = _as_shape("sum_to", shape)
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        try:  # shape arithmetic only, so NumPy serves for CuPy arrays too
+            if np.broadcast_shapes(self.shape, x.shape) != x.shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"sum_to: shape {x.shape} is not a broadcast of {self.shape}") from None
+        return sum_to_array(x, self.shape)
+
+    def backward(self, gy):
+        return broadcast_to(gy, self.x_shape)
+
+
+def sum_to(x, shape):
+    x = as_variable(x, "sum_to")
+    if _as_shape("sum_to", shape) == x.shape:
+        return x
+    return SumTo(shape)(x)
+
+
+# ----- matrices and indexing (step 31) ---------------------------------------------------
+
+def _check_matmul(x_shape, w_shape):
+    # step 31: fail here, naming the operation and both shapes, not inside NumPy
+    if len(x_shape) < 2 or len(w_shape) < 2:
+        raise ValueError(f"matmul: both operands need at least 2 dimensions, got shapes {x_shape} and {w_shape}")
+    if x_shape[-1] != w_shape[-2]:
+        raise ValueError(f"matmul: shapes {x_shape} and {w_shape} are not aligned: "
+                         f"{x_shape[-1]} (dim {len(x_shape) - 1}) != {w_shape[-2]} (dim {len(w_shape) - 2})")
+    try:  # a stack of matrices: the leading (batch) dimensions broadcast
+        np.broadcast_shapes(x_shape[:-2], w_shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: batch dimensions {x_shape[:-2]} and {w_shape[:-2]} do not broadcast") from None
+
+
+class MatMul(Function):  # step 31
+    def forward(self, x, W):
+        _check_matmul(x.shape, W.shape)
+        return x @ W
+
+    def backward(self, gy):
+        x, W = self.inputs
+        # transpose(., -2, -1) swaps the last two dims: the transpose of every matrix in a stack
+        gx = matmul(gy, transpose(W, -2, -1))  # dL/dx = dL/dy W^T
+        gW = matmul(transpose(x, -2, -1), gy)  # dL/dW = x^T dL/dy
+        # with stacks of matrices, an operand broadcast over the batch sums its gradients (step 30)
+        return sum_to(gx, x.shape), sum_to(gW, W.shape)
+
+
+def matmul(x, W):
+    """The matrix product `x @ W` of two matrices, or of two stacks of matrices (batch dimensions broadcast)."""
+    return MatMul()(x, W)
+
+
+class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the graph
+    def forward(self, x, W, b=None):
+        if x.ndim != 2 or W.ndim != 2:
+            raise ValueError(f"linear: input and weight must be 2-D, got shapes {x.shape} and {W.shape}")
+        if x.shape[1] != W.shape[1]:
+            raise ValueError(f"linear: input of shape {x.shape} does not fit weight of shape {W.shape}: "
+                             f"in_features {x.shape[1]} != {W.shape[1]}")
+        if b is not None and b.shape != (W.shape[0],):
+            raise ValueError(f"linear: bias of shape {b.shape} does not match out_features {W.shape[0]}")
+        y = x @ W.T
+        return y if b is None else y + b
+
+    def backward(self, gy):
+        x, W = self.inputs[:2]
+        gx = matmul(gy, W)  # y = x W^T, so dL/dx = dL/dy W
+        gW = matmul(gy.T, x)  # and dL/dW = (dL/dy)^T x
+        if len(self.inputs) == 2:
+            return gx, gW
+        return gx, gW, sum_to(gy, self.inputs[2].shape)  # b was broadcast over the rows
+
+
+def linear(x, W, b=None):
+    """PyTorch's `nn.functional.linear`: x W^T + b, with W of shape (out_features, in_features)."""
+    return LinearFunction()(x, W) if b is None else LinearFunction()(x, W, b)
+
+
+class GetItem(Function):  # step 31
+    def __init__(self, key):
+        self.key = key
+
+    def forward(self, x):
+        try:
+            return x[self.key]
+        except IndexError as error:
+            raise IndexError(f"getitem: {error} (key {self.key!r}, shape {x.shape})") from None
+
+    def backward(self, gy):
+        (x,) = self.inputs
+        return GetItemGrad(self.key, x.shape)(gy)
+
+
+class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differentiable
+    def __init__(self, key, shape):
+        self.key, self.shape = key, shape
+
+    def forward(self, gy):
+        xp = get_array_module(gy)
+        gx = xp.zeros(self.shape, dtype=gy.dtype)
+        # gx[key] += gy would add once per distinct position; add.at adds once per
+        # occurrence, so x[[0, 0, 1]] sends two gradients to x[0]
+        xp.add.at(gx, self.key, gy)
+        return gx
+
+    def backward(self, ggx):
+        return get_item(ggx, self.key)
+
+
+def get_item(x, key):
+    """`x[key]` for any NumPy index (ints, slices, lists, arrays, None, ...); `Variable.__getitem__` calls it."""
+    return GetItem(key)(x)
+
+
+# ----- activations and a loss (step 32) ----------------------------------------------------
+
+class Sigmoid(Function):  # step 32
+    def forward(self, x):
+        xp = get_array_module(x)
+        # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
+        # nothing overflows, and sigmoid(x) = z / (1 + z) keeps every digit for x < 0.
+        z = xp.exp(-xp.abs(x))
+        return xp.where(x >= 0, 1 / (1 + z), z / (1 + z))
+
+    def backward(self, gy):
+        y = self.outputs[0]()  # d sigmoid(x)/dx = sigmoid(x) (1 - sigmoid(x))
+        return gy * y * (1 - y)
+
+
+class ReLU(Function):  # step 32
+    def forward(self, x):
+        xp = get_array_module(x)
+        return xp.maximum(x, 0)
+
+    def backward(self, gy):
+        (x,) = self.inputs
+        # slope 1 where x > 0, else 0 (at x = 0 too, as in PyTorch); an array: a constant
+        return gy * (x.data > 0).astype(gy.dtype)
+
+
+class MeanSquaredError(Function):  # step 32
+    def forward(self, x0, x1):
+        if x0.shape != x1.shape:
+            raise ValueError(f"mean_squared_error: shapes {x0.shape} and {x1.shape} differ")
+        diff = x0 - x1
+        return (diff * diff).sum() / diff.size
+
+    def backward(self, gy):
+        x0, x1 = self.inputs
+        gx0 = gy * (x0 - x1) * (2.0 / x0.size)  # d/dx0 of mean((x0 - x1)^2)
+        return gx0, -gx0
+
+
+def sigmoid(x):
+    return Sigmoid()(x)
+
+
+def relu(x):
+    return ReLU()(x)
+
+
+def mean_squared_error(x0, x1):
+    """mean((x0 - x1)^2) over all elements (PyTorch's `nn.functional.mse_loss`)."""
+    return MeanSquaredError()(x0, x1)

@@ -1,8 +1,19 @@
-"""Numerical gradients, to check what backward computes (step 10, made general)."""
+"""Tools around the graph: numerical gradients (step 10) and drawings of the graph (step 25)."""
+import collections
+import pathlib
+import re
+import shutil
+import warnings
+
 import numpy as np
 
 from tinypytorch.core import Variable, as_variable, no_grad
 from tinypytorch.cuda import get_array_module
+
+try:  # step 25: optional, like the `dot` program it drives; get_dot_graph needs neither
+    import graphviz
+except ImportError:
+    graphviz = None
 
 
 def numerical_diff(f, x, eps=1e-4):
@@ -42,3 +53,133 @@ def gradient_check(f, x, rtol=1e-6, atol=1e-8):
     f(x).backward()
     xp = get_array_module(x)
     return bool(xp.allclose(x.grad, numerical_diff(f, x), rtol=rtol, atol=atol))
+
+
+# ----- drawing the graph (step 25) -------------------------------------------------------
+# DeZero's shapes (a Variable is an ellipse, a Function a box) with torchviz's colours.
+
+GRAPH_STYLE = {
+    "leaf": "shape=ellipse, fillcolor=lightblue",  # made by the user, not by a Function; gets a .grad
+    "constant": 'shape=ellipse, fillcolor=white, style="filled,dashed"',  # a leaf with requires_grad=False
+    "intermediate": "shape=ellipse, fillcolor=white",
+    "output": "shape=ellipse, fillcolor=darkolivegreen1",  # the Variable(s) the graph was drawn from
+    "function": "shape=box, fillcolor=lightgrey",
+}
+
+
+def _dot_string(lines):
+    """A DOT string literal: quotes and backslashes escaped, lines joined by DOT's `\\n`."""
+    return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
+
+
+def _variable_label(v, verbose):
+    lines = []
+    if v.name is not None:
+        lines.append(str(v.name))
+    elif v.creator is None and v.data is not None and v.data.ndim == 0:
+        lines.append(f"{v.data.item():g}")  # a number from the formula, such as the 14 in 14 * x
+    if verbose and v.data is not None:
+        lines.append(f"{v.shape} {v.dtype}")
+    return _dot_string(lines)
+
+
+def get_dot_graph(y, verbose=False):
+    """The graph that computed `y` (a Variable or a list of them), as Graphviz DOT text.
+
+    The walk starts at the outputs and takes Functions first in, first out: for each, its
+    outputs (weak references; one that no longer exists is skipped) and its inputs, queueing
+    the inputs' creators. Nodes are numbered n0, n1, ... as the walk first meets them, so the
+    same graph gives the same text on every run. `verbose` adds each Variable's shape and dtype.
+    """
+    outputs = list(y) if isinstance(y, (list, tuple)) else [y]
+    if not outputs:
+        raise ValueError("get_dot_graph: no output Variable to draw from")
+    for v in outputs:
+        if not isinstance(v, Variable):
+            raise TypeError(f"get_dot_graph: expected a Variable or a list of Variables, got {type(v).__name__}")
+
+    ids, met, lines = {}, [], []  # met keeps every node alive, so no id() is reused during the walk
+    output_ids = {id(v) for v in outputs}
+
+    def node(obj, kind, label):
+        """The DOT id of `obj`; on first meeting, also the line that declares it."""
+        if id(obj) not in ids:
+            ids[id(obj)] = f"n{len(ids)}"  # never id(obj): that changes from run to run
+            met.append(obj)
+            lines.append(f"  {ids[id(obj)]} [label={label}, {GRAPH_STYLE[kind]}]")
+        return ids[id(obj)]
+
+    def variable(v):
+        if id(v) in output_ids:
+            kind = "output"
+        elif v.creator is not None:
+            kind = "intermediate"
+        else:
+            kind = "leaf" if v.requires_grad else "constant"  # step 33: no gradient flows to a constant
+        return node(v, kind, _variable_label(v, verbose))
+
+    queue, queued = collections.deque(), set()
+
+    def enqueue(f):
+        if f is not None and f not in queued:  # a Function with several consumers is drawn once
+            queued.add(f)
+            queue.append(f)
+
+    for v in outputs:
+        variable(v)
+        enqueue(v.creator)
+    while queue:
+        f = queue.popleft()
+        f_id = node(f, "function", _dot_string([type(f).__name__]))
+        for ref in f.outputs:
+            out = ref()
+            if out is not None:
+                out_id = variable(out)
+                lines.append(f"  {f_id} -> {out_id}")
+        for x in f.inputs:
+            x_id = variable(x)
+            lines.append(f"  {x_id} -> {f_id}")  # once per use: add(x, x) draws two arrows
+            enqueue(x.creator)
+    header = '  node [style=filled, fontname="Helvetica", fontsize=10, height=0.3]'
+    return "\n".join(["digraph g {", header, *lines, "}"]) + "\n"
+
+
+class DotGraph(graphviz.Source if graphviz is not None else object):
+    """What plot_dot_graph returns: a graphviz.Source (shown as SVG in Jupyter) whose repr has
+    no memory address, so a notebook stores the same text/plain output on every run."""
+
+    def __repr__(self):
+        text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', self.source)  # labels may hold anything: blank them
+        nodes = re.findall(r"^\s*(?!(?:node|edge|graph)\b)\w+\s*\[", text, flags=re.MULTILINE)
+        return f"DotGraph({len(nodes)} nodes, {text.count('->')} edges)"
+
+
+_FILE_FORMATS = (".png", ".svg", ".pdf")  # to_file's suffix names the format Graphviz writes
+
+
+def plot_dot_graph(y, verbose=False, to_file=None):
+    """Draw the graph of `y` with Graphviz; returns a graphviz.Source that Jupyter shows inline.
+
+    With `to_file` the drawing is also written there, in the format its suffix names (.png,
+    .svg or .pdf). The layout is done by the Graphviz program `dot`, run without a shell; when
+    it (or the graphviz Python package) is missing, a UserWarning says what to install and
+    the DOT text of get_dot_graph is returned instead.
+    """
+    if to_file is not None:
+        to_file = pathlib.Path(to_file)
+        if to_file.suffix.lower() not in _FILE_FORMATS:
+            raise ValueError(f"plot_dot_graph: to_file must end in .png, .svg or .pdf, got {to_file.name!r}")
+    dot_text = get_dot_graph(y, verbose)
+    if shutil.which("dot") is None:
+        missing = "the Graphviz program 'dot' is not on PATH (apt install graphviz, or brew install graphviz)"
+    elif graphviz is None:
+        missing = "the graphviz Python package is not installed (pip install graphviz)"
+    else:
+        graph = DotGraph(dot_text)
+        if to_file is not None:
+            to_file.write_bytes(graph.pipe(format=to_file.suffix[1:].lower()))
+        return graph
+    written = "" if to_file is None else f"; {to_file} was not written"
+    warnings.warn(f"plot_dot_graph: cannot draw: {missing}; returning the DOT text{written}", UserWarning,
+                  stacklevel=2)
+    return dot_text

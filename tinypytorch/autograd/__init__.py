@@ -1,0 +1,56 @@
+"""Automatic differentiation as PyTorch's `torch.autograd` offers it (steps 33-34).
+
+    engine   the backward pass: dependency counting and a ready queue (step 33)
+    hooks    hooks on a variable's gradient: register_hook, RemovableHandle (step 34)
+    grad     gradients of outputs with respect to chosen inputs, returned instead of stored
+"""
+from tinypytorch.autograd import engine, hooks
+from tinypytorch.core import Variable, using_config
+
+
+def _variables(value, what):
+    """A Variable or a sequence of Variables, as a tuple."""
+    values = (value,) if isinstance(value, Variable) else tuple(value) if isinstance(value, (list, tuple)) else None
+    if values is None or not all(isinstance(v, Variable) for v in values):
+        raise TypeError(f"grad: {what} must be a Variable or a sequence of Variables, got {type(value).__name__}")
+    return values
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
+    """The gradients of `outputs` with respect to `inputs`, as a tuple; no leaf's `.grad` changes (step 33).
+
+    outputs, inputs: a Variable or a sequence of Variables. With several outputs the
+        gradients of all of them are added up, as if their sum were differentiated.
+    grad_outputs: d(loss)/d(output) for each output; None means ones (step 09).
+    retain_graph: accepted for PyTorch compatibility. Until step 35 no backward pass frees
+        the graph, so the graph is always kept, whatever this says.
+    create_graph: record the computation of the gradients, so that they can be
+        differentiated again (step 27).
+    allow_unused: an input the outputs do not depend on gets None instead of an error.
+    """
+    outputs, inputs = _variables(outputs, "outputs"), _variables(inputs, "inputs")
+    if not inputs:
+        raise ValueError("grad: inputs is empty; there is nothing to differentiate with respect to")
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    else:
+        grad_outputs = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs]
+        if len(grad_outputs) != len(outputs):
+            raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    for i, y in enumerate(outputs):
+        if not y.requires_grad:
+            raise RuntimeError(f"grad: element {i} of outputs does not require grad and does not have a grad_fn")
+    for i, x in enumerate(inputs):
+        if not x.requires_grad:
+            raise RuntimeError(f"grad: the differentiated Variable at index {i} does not require grad")
+    seeds = [engine.seed(y, g, "grad") for y, g in zip(outputs, grad_outputs)]
+    with using_config("enable_backprop", create_graph):  # step 27, as in Variable.backward
+        captured = engine.execute(outputs, seeds, inputs=inputs)
+    for i, x in enumerate(inputs):
+        if x not in captured and not allow_unused:
+            raise RuntimeError(f"grad: the differentiated Variable at index {i} appears to not have been used "
+                               "in the graph. Set allow_unused=True if this is the desired behavior.")
+    return tuple(captured.get(x) for x in inputs)
+
+
+__all__ = ["grad", "engine", "hooks"]

@@ -1,0 +1,119 @@
+"""Layers: objects that own parameters and compute with them (step 32).
+
+PyTorch calls these modules (`torch.nn.Module`, `torch.nn.Linear`); DeZero calls them
+layers. A layer registers every `Parameter` and every sub-layer assigned to one of
+its attributes, so `params()` finds all the parameters of a model, however deeply
+its layers are nested, for an optimizer to update.
+"""
+import numbers
+
+import numpy as np
+
+from tinypytorch import functions as F
+from tinypytorch.core import Variable
+
+
+class Parameter(Variable):  # step 32
+    """A Variable that a Layer registers as trainable (PyTorch's `nn.Parameter`).
+
+    It is a Variable in every other respect; the class only marks it.
+    """
+
+
+class Layer:  # step 32
+    """Base class of layers: subclasses create parameters in `__init__` and compute in `forward`."""
+
+    def __init__(self):
+        self._registered = []  # attribute names, in the order assigned (PyTorch keeps that order too)
+
+    def __setattr__(self, name, value):
+        registered = self.__dict__.get("_registered")
+        if isinstance(value, (Parameter, Layer)):
+            if registered is None:
+                raise AttributeError(f"{type(self).__name__}: call super().__init__() before assigning {name!r}")
+            if name not in registered:
+                registered.append(name)
+        elif registered is not None and name in registered:
+            registered.remove(name)  # replaced by something that is not a parameter (e.g. bias = None)
+        super().__setattr__(name, value)
+
+    def __call__(self, *inputs):
+        return self.forward(*inputs)
+
+    def forward(self, *inputs):
+        raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
+
+    def modules(self):
+        """This layer, then its sub-layers depth first, in the order they were assigned (PyTorch's name)."""
+        yield self
+        for name in self._registered:
+            value = getattr(self, name)
+            if isinstance(value, Layer):
+                yield from value.modules()
+
+    def params(self):
+        """Every Parameter of this layer and its sub-layers (PyTorch's order), each once."""
+        seen = set()
+        for layer in self.modules():
+            for name in layer._registered:
+                value = getattr(layer, name)
+                if isinstance(value, Parameter) and id(value) not in seen:  # a shared parameter counts once
+                    seen.add(id(value))
+                    yield value
+
+    def cleargrads(self):
+        for param in self.params():
+            param.cleargrad()
+
+    parameters = params  # PyTorch's names
+    zero_grad = cleargrads
+
+
+def _check_size(layer, name, value):
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{layer}: {name} must be a positive int, got {value!r}")
+
+
+class Linear(Layer):  # step 32
+    """y = x W^T + b, PyTorch's `nn.Linear(in_size, out_size)`: weight (out_size, in_size), bias (out_size,).
+
+    Both start uniform in [-k, k], k = 1/sqrt(in_size), as in PyTorch. `rng` is a NumPy
+    Generator, for reproducible weights.
+    """
+
+    def __init__(self, in_size, out_size, bias=True, *, rng=None):
+        super().__init__()
+        _check_size("Linear", "in_size", in_size)
+        _check_size("Linear", "out_size", out_size)
+        rng = np.random.default_rng() if rng is None else rng
+        k = 1.0 / np.sqrt(in_size)
+        self.weight = Parameter(rng.uniform(-k, k, (out_size, in_size)), name="weight")
+        self.bias = Parameter(rng.uniform(-k, k, out_size), name="bias") if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class MLP(Layer):  # step 32
+    """A multi-layer perceptron: Linear layers of the given sizes, `activation` between them.
+
+    `MLP((1, 10, 1))` maps 1 input to 1 output through 10 hidden units.
+    """
+
+    def __init__(self, sizes, activation=F.sigmoid, *, rng=None):
+        super().__init__()
+        sizes = tuple(sizes)
+        if len(sizes) < 2:
+            raise ValueError(f"MLP: sizes needs an input and an output size, got {sizes}")
+        rng = np.random.default_rng() if rng is None else rng
+        self.activation = activation
+        self.layers = []  # a plain list is not registered: each layer is also an attribute
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+            layer = Linear(n_in, n_out, rng=rng)
+            setattr(self, f"l{i}", layer)
+            self.layers.append(layer)
+
+    def forward(self, x):
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.layers[-1](x)
