@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-.PHONY: run test notebooks book lab clean
+.PHONY: run test notebooks book bench lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -30,6 +30,10 @@ notebooks: $(STAMP)
 book: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -q -b html book book/_build/html
 	@echo "book: book/_build/html/index.html"
+
+## bench: speed of tinypytorch vs PyTorch vs hand-written NumPy, into bench/results/
+bench: $(STAMP)
+	$(PY) bench/bench_autograd.py
 
 ## lab: Jupyter Lab on the notebooks
 lab: $(STAMP)

@@ -1,0 +1,140 @@
+"""bench/bench_autograd.py: every measured function computes the gradient PyTorch (or maths) gives.
+
+Small sizes only; nothing here looks at a timing. The benchmark itself runs with
+`python bench/bench_autograd.py` (or `--quick`).
+"""
+import importlib.util
+import math
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+pytestmark = [pytest.mark.torch]
+
+_path = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bench_autograd.py"
+_spec = importlib.util.spec_from_file_location("bench_autograd", _path)
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench
+_spec.loader.exec_module(bench)
+
+
+def goldstein_price_grad_torch(a, b):
+    """Written out here, not taken from the benchmark, so a typo there would show."""
+    x, y = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (a, b))
+    f = (1 + (x + y + 1) ** 2 * (19 - 14 * x + 3 * x ** 2 - 14 * y + 6 * x * y + 3 * y ** 2)) * (
+        30 + (2 * x - 3 * y) ** 2 * (18 - 32 * x + 12 * x ** 2 + 48 * y - 36 * x * y + 27 * y ** 2))
+    f.backward()
+    return np.array([x.grad.item(), y.grad.item()])
+
+
+GP = [bench.gp_tinypytorch, bench.gp_torch, bench.gp_numpy]
+
+
+@pytest.mark.parametrize("gp", GP, ids=lambda f: f.__name__)
+def test_goldstein_price_gradient_at_1_1_is_minus_5376_8064(gp):
+    np.testing.assert_array_equal(np.array(gp(1.0, 1.0), dtype=float), [-5376.0, 8064.0])
+
+
+@pytest.mark.parametrize("gp", GP, ids=lambda f: f.__name__)
+@given(a=st.floats(-2.0, 2.0), b=st.floats(-2.0, 2.0))
+def test_goldstein_price_gradient_equals_torch(gp, a, b):
+    expected = goldstein_price_grad_torch(a, b)
+    # the hand-written gradient groups the terms differently: rounding at the scale of the largest term
+    np.testing.assert_allclose(np.array(gp(a, b), dtype=float), expected, rtol=1e-10,
+                               atol=1e-12 * np.abs(expected).max())
+
+
+def wide_gradient(coefficients, x=0.5):
+    """Forward-mode chain rule along each branch: d sin(c h)/dx = cos(c h) c dh/dx."""
+    total = 0.0
+    for row in coefficients:
+        h, dh = x, 1.0
+        for c in row:
+            h, dh = math.sin(c * h), math.cos(c * h) * c * dh
+        total += dh
+    return total
+
+
+@pytest.mark.parametrize("build", [bench.wide_tinypytorch, bench.wide_torch, bench.wide_numpy],
+                         ids=lambda f: f.__name__)
+@given(seed=st.integers(0, 2**32 - 1), branches=st.integers(1, 40))
+def test_wide_graph_gradient_equals_the_chain_rule(build, seed, branches):
+    coefficients = bench.wide_coefficients(branches, seed=seed)
+    assert coefficients.shape == (branches, 5)
+    np.testing.assert_allclose(build(coefficients)(), wide_gradient(coefficients), rtol=1e-12)
+
+
+def test_wide_graph_of_the_benchmark_has_2000_branches_of_10_operations():
+    coefficients = bench.wide_coefficients(bench.SETTINGS["full"]["wide_branches"])
+    assert coefficients.shape == (2000, 5)  # five times sin(c * h): ten operations per branch
+    expected = wide_gradient(coefficients)
+    for build in (bench.wide_tinypytorch, bench.wide_torch, bench.wide_numpy):
+        np.testing.assert_allclose(build(coefficients)(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("f", [bench.arrays_tinypytorch, bench.arrays_torch, bench.arrays_numpy],
+                         ids=lambda f: f.__name__)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 2000))
+def test_large_array_gradient_equals_the_derivative(f, seed, size):
+    a = bench.arrays_input(size, seed=seed)
+    # d/dx (e^x x + x^2) = (1 + x) e^x + 2x
+    np.testing.assert_allclose(f(a), (1 + a) * np.exp(a) + 2 * a, rtol=1e-12, atol=1e-15)
+    assert a.shape == (size,)  # the input is left alone
+
+
+@pytest.mark.parametrize("n", [1, 2, 37, 500])
+def test_chain_gradient_is_the_product_of_cosines(n):
+    y, expected = 0.5, 1.0
+    for _ in range(n):
+        y, expected = math.sin(y), expected * math.cos(y)
+    for build in (bench.chain_tinypytorch, bench.chain_torch):
+        np.testing.assert_allclose(build(n)(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 1001])
+def test_fan_gradient_is_the_number_of_sines_times_cos_x(n):
+    for build in (bench.fan_tinypytorch, bench.fan_torch):
+        np.testing.assert_allclose(build(n)(), (n // 2) * math.cos(0.5), rtol=1e-12)
+
+
+def test_measure_prepares_before_each_repeat_calls_number_times_and_takes_turns():
+    calls = []
+
+    def contender(name):
+        def prepare():
+            calls.append(f"prepare {name}")
+            return lambda: calls.append(name)
+        return prepare
+
+    timed = bench.measure({"a": contender("a"), "b": contender("b")}, number=2, repeats=3)
+    assert calls == ["prepare a", "a", "a", "prepare b", "b", "b"] * 3
+    assert set(timed) == {"a", "b"} and all(0 < best <= median for median, best in timed.values())
+
+
+@pytest.mark.parametrize("power", [1.0, 2.0, 0.5])
+def test_fitted_slope_recovers_the_power_of_a_power_law(power):
+    sizes = [1000, 3000, 10_000, 30_000, 100_000]
+    assert bench.fitted_slope(sizes, [2e-6 * n**power for n in sizes]) == pytest.approx(power, rel=1e-9)
+
+
+def test_report_computes_ratios_and_verdicts_and_the_plot_is_written(tmp_path):
+    settings = bench.SETTINGS["quick"]
+    results = {"scalar graph": {"tinypytorch": (3.0, 2.0), "torch": (2.0, 1.0), "numpy": (1.0, 1.0)},
+               "wide graph": {"tinypytorch": (7.0, 7.0), "torch": (2.0, 2.0), "numpy": (0.5, 0.5)},
+               "large arrays": {"tinypytorch": (1.2, 1.2), "torch": (1.1, 1.1), "numpy": (1.0, 1.0)}}
+    sizes = settings["sizes"]
+    scaling = {("chain", "tinypytorch"): [1e-5 * n for n in sizes], ("chain", "torch"): [1e-6 * n for n in sizes],
+               ("wide", "tinypytorch"): [1e-9 * n**2 for n in sizes], ("wide", "torch"): [1e-6 * n for n in sizes]}
+    text, slopes, verdicts = bench.report(results, scaling, settings, "quick")
+    assert verdicts == {"scalar graph": True, "wide graph": False, "large arrays": True,
+                        "linear backward (chain)": True, "linear backward (wide)": False}
+    assert "| 1.50 | 3.00 |" in text and "| 3.50 | 14.00 |" in text and "| 1.09 | 1.20 |" in text
+    assert slopes["wide", "tinypytorch"] == pytest.approx(2.0)
+    assert "CPU: " in text and f"NumPy: {np.__version__}" in text
+    bench.plot(results, scaling, slopes, sizes, tmp_path / "autograd.png")
+    assert (tmp_path / "autograd.png").read_bytes().startswith(b"\x89PNG")
