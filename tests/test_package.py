@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
 
 import tinypytorch
+from reference import evaluate, operation_lists, torch_derivatives, torch_grad_after_reusing_the_output
 from tinypytorch import Config, Function, Variable, cuda, no_grad, using_config
 from tinypytorch.utils import gradient_check, numerical_diff
 
@@ -400,24 +401,17 @@ def expression_graphs(draw):
     if draw(st.booleans()):
         shapes[-1] = ()  # a 0-d input mixed with arrays
     inputs = [draw(arrays(np.float64, s, elements=st.floats(0.5, 2.0))) for s in shapes]
-    unary = st.tuples(st.sampled_from(sorted(UNARY)), st.integers(0, 99))
-    binary = st.tuples(st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99))
-    operations = draw(st.lists(st.one_of(unary, binary), min_size=1, max_size=12))
-    return inputs, operations
+    return inputs, draw(operation_lists(UNARY, BINARY, max_size=12))
 
 
-def evaluate(m, leaves, operations):
-    """Apply the operations; each picks operands among all nodes so far, so nodes are shared."""
-    nodes = list(leaves)
-    for name, *picks in operations:
-        function = UNARY.get(name) or BINARY[name]
-        nodes.append(function(m, *(nodes[pick % len(nodes)] for pick in picks)))
-    return nodes
-
-
-def all_moderate(tensors):
-    """No node overflows or comes close to it (x - x then 1 / that gives inf in both frameworks)."""
-    return all(bool(torch.isfinite(t).all()) and float(t.detach().abs().max()) < 1e8 for t in tensors)
+def moderate_torch_nodes(graph):
+    """The graph's leaf tensors and all its nodes in torch. A graph with a node that overflows or comes
+    close to it (x - x then 1 / that gives inf in both frameworks) is skipped (assume)."""
+    inputs, operations = graph
+    tensors = [torch.tensor(a, requires_grad=True) for a in inputs]
+    nodes_t = evaluate(torch, tensors, operations, UNARY, BINARY)
+    assume(all(bool(torch.isfinite(t).all()) and float(t.detach().abs().max()) < 1e8 for t in nodes_t))
+    return tensors, nodes_t
 
 
 def assert_grads_equal(variables, tensors):
@@ -435,12 +429,10 @@ def assert_grads_equal(variables, tensors):
 @given(expression_graphs())
 def test_random_graphs_with_shared_nodes_match_torch_and_repeated_backward_accumulates(graph):
     inputs, operations = graph
-    tensors = [torch.tensor(a, requires_grad=True) for a in inputs]
-    nodes_t = evaluate(torch, tensors, operations)
-    assume(all_moderate(nodes_t))
+    tensors, nodes_t = moderate_torch_nodes(graph)
     out_t = nodes_t[-1]
     variables = [Variable(a.copy()) for a in inputs]
-    out = evaluate(tinypytorch, variables, operations)[-1]
+    out = evaluate(tinypytorch, variables, operations, UNARY, BINARY)[-1]
     np.testing.assert_allclose(out.data, out_t.detach().numpy(), rtol=1e-10)
     assert out.shape == tuple(out_t.shape)
     for _ in range(2):  # the second call adds the same gradients again, as in torch
@@ -453,20 +445,18 @@ def test_random_graphs_with_shared_nodes_match_torch_and_repeated_backward_accum
 @given(expression_graphs())
 def test_retain_grad_keeps_intermediate_grads_equal_to_torch(graph):
     inputs, operations = graph
-    tensors = [torch.tensor(a, requires_grad=True) for a in inputs]
-    nodes_t = evaluate(torch, tensors, operations)
-    assume(all_moderate(nodes_t))
+    _, nodes_t = moderate_torch_nodes(graph)
     intermediates_t = nodes_t[len(inputs):-1]
     for t in intermediates_t:
         t.retain_grad()
     nodes_t[-1].backward(torch.ones_like(nodes_t[-1]))
     assume(all(t.grad is None or torch.isfinite(t.grad).all() for t in nodes_t[:-1]))
 
-    nodes = evaluate(tinypytorch, [Variable(a.copy()) for a in inputs], operations)
+    nodes = evaluate(tinypytorch, [Variable(a.copy()) for a in inputs], operations, UNARY, BINARY)
     nodes[-1].backward()
     assert all(node.grad is None for node in nodes[len(inputs):])  # by default only leaves keep grads
 
-    nodes = evaluate(tinypytorch, [Variable(a.copy()) for a in inputs], operations)
+    nodes = evaluate(tinypytorch, [Variable(a.copy()) for a in inputs], operations, UNARY, BINARY)
     nodes[-1].backward(retain_grad=True)
     assert_grads_equal(nodes[len(inputs):-1], intermediates_t)  # unused ones stay None, as in torch
     assert_grads_equal(nodes[: len(inputs)], nodes_t[: len(inputs)])
@@ -478,11 +468,7 @@ def test_backward_on_a_variable_that_later_becomes_an_intermediate_matches_torch
     y = x * 2
     y.backward()
     (y * 3).backward()
-    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-    yt = xt * 2
-    yt.backward(retain_graph=True)
-    (yt * 3).backward()
-    assert y.grad is None and x.grad.item() == xt.grad.item() == 8.0  # 2 + 3 * 2
+    assert y.grad is None and x.grad.item() == torch_grad_after_reusing_the_output() == 8.0  # 2 + 3 * 2
 
 
 def test_gradients_of_0d_variables_are_variables_holding_0d_arrays_not_numpy_scalars():
@@ -610,16 +596,6 @@ UNARY_SMOOTH = {
 }
 
 
-def torch_derivatives(expression, value, order):
-    """d^k f/dx^k for k = 1..order, each from torch.autograd.grad(create_graph=True) of the one before."""
-    x = torch.tensor(value, dtype=torch.float64, requires_grad=True)
-    g, derivatives = expression(torch, x), []
-    for _ in range(order):
-        (g,) = torch.autograd.grad(g, x, create_graph=True)
-        derivatives.append(g.item())
-    return derivatives
-
-
 @given(name=st.sampled_from(sorted(UNARY_SMOOTH)), value=st.floats(0.3, 2.0))
 def test_create_graph_gives_second_and_third_derivatives_equal_to_torch(name, value):
     expression = UNARY_SMOOTH[name]
@@ -632,7 +608,7 @@ def test_create_graph_gives_second_and_third_derivatives_equal_to_torch(name, va
         x.cleargrad()  # else the next pass adds to the lower derivative
         g.backward(create_graph=True)
         derivatives.append(x.grad.item())
-    expected = torch_derivatives(expression, value, 3)
+    expected = torch_derivatives(lambda t: expression(torch, t), value, 3)[1:]  # f', f'', f'''
     # a derivative may cross zero in [0.3, 2] (tanh''' at 0.66, -sin''' = cos at pi/2):
     # there the different order of operations leaves rounding at the scale of the terms
     scale = max(1.0, *map(abs, expected))

@@ -3,8 +3,8 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import float_arrays
 from steploader import load_step
 
 pytestmark = [pytest.mark.step03, pytest.mark.torch]
@@ -15,17 +15,13 @@ step = load_step(3)
 RTOL = 1e-14
 
 
-def arrays_in(low, high):
-    return arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=st.floats(low, high))
-
-
-@given(arrays_in(-700.0, 700.0))  # exp(709.8) is the largest finite float64
+@given(float_arrays(-700.0, 700.0))  # exp(709.8) is the largest finite float64
 def test_exp_equals_torch_exp(array):
     y = step.Exp()(step.Variable(array))
     np.testing.assert_allclose(y.data, torch.exp(torch.tensor(array)).numpy(), rtol=RTOL, atol=0)
 
 
-@given(arrays_in(-10.0, 10.0))  # e^(2x^2) stays finite for |x| < 18.8
+@given(float_arrays(-10.0, 10.0))  # e^(2x^2) stays finite for |x| < 18.8
 def test_square_exp_square_equals_torch_with_intermediates(array):
     x = step.Variable(array)
     a = step.Square()(x)
@@ -42,7 +38,7 @@ def test_square_exp_square_equals_torch_with_intermediates(array):
 OPS = {"square": (step.Square, torch.square), "exp": (step.Exp, torch.exp)}
 
 
-@given(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3), arrays_in(-1.0, 1.0))
+@given(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3), float_arrays(-1.0, 1.0))
 def test_any_chain_of_up_to_three_functions_equals_torch(names, array):
     # From |x| <= 1, three functions reach at most exp(exp(exp(1))) ~ 3.8e6: no overflow.
     # exp(v) turns an ulp-level difference in v into a relative one of |v| ulp (|v| <= 16 here).

@@ -3,25 +3,14 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import float_arrays, torch_value_and_grads
 from steploader import load_step
 
 pytestmark = [pytest.mark.step04, pytest.mark.torch]
 step = load_step(4)
 
 U = 2.0 ** -53  # unit roundoff of float64
-
-
-def arrays_in(low, high):
-    return arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=st.floats(low, high))
-
-
-def torch_value_and_grad(fn, array):
-    t = torch.tensor(array, requires_grad=True)
-    y = fn(t)
-    y.backward(torch.ones_like(y))
-    return y.detach().numpy(), t.grad.numpy()
 
 
 def composite(x):
@@ -37,23 +26,23 @@ def third_derivative_of_composite(x):
     return (48 * x + 64 * x ** 3) * np.exp(2 * x ** 2)
 
 
-@given(arrays_in(-2.0, 2.0))
+@given(float_arrays(-2.0, 2.0))
 def test_central_difference_of_exp_is_exp_times_sinh_h_over_h(array):
     # In exact arithmetic (e^(x+h) - e^(x-h)) / 2h = e^x sinh(h)/h, so only rounding is
     # left: about u (|f| + |x f'|) / h relative to f' = f, at most ~3 * 1.1e-12 here.
     # A forward difference would be off by h/2 = 5e-5 relative and fail.
     h = 1e-4
-    _, grad = torch_value_and_grad(torch.exp, array)
+    _, (grad,) = torch_value_and_grads(torch.exp, array)
     numerical = step.numerical_diff(step.Exp(), step.Variable(array))
     np.testing.assert_allclose(numerical, grad * np.sinh(h) / h, rtol=1e-10, atol=0)
 
 
-@given(arrays_in(-100.0, 100.0))
+@given(float_arrays(-100.0, 100.0))
 def test_central_difference_of_square_is_exact_up_to_rounding(array):
     # ((x+h)^2 - (x-h)^2) / 2h = 2x exactly. Rounding x +- h, the squares, the subtraction
     # and the division adds at most about 3u (x^2 + h^2)/h + 4u|x|; we allow twice that.
     h = 1e-4
-    _, grad = torch_value_and_grad(torch.square, array)
+    _, (grad,) = torch_value_and_grads(torch.square, array)
     numerical = step.numerical_diff(step.Square(), step.Variable(array), eps=h)
     bound = 6 * U * (array ** 2 + h ** 2) / h + 8 * U * np.abs(array)
     assert np.all(np.abs(numerical - grad) <= bound)
@@ -64,7 +53,7 @@ def test_composite_error_is_within_the_taylor_bound(value):
     # error <= max|f'''| h^2/6 over [x-h, x+h] + rounding; |f'''| grows with |x|, so its
     # maximum is at |x| + h. Evaluating f rounds about 7 times; 20 u (|f| + |x f'|)/h covers it.
     h = 1e-4
-    f, grad = torch_value_and_grad(composite_torch, np.array(value))
+    f, (grad,) = torch_value_and_grads(composite_torch, np.array(value))
     truncation = abs(third_derivative_of_composite(abs(value) + h)) * h ** 2 / 6
     rounding = 20 * U * (abs(f) + abs(value * grad)) / h
     numerical = step.numerical_diff(composite, step.Variable(np.array(value)), eps=h)
@@ -76,7 +65,7 @@ def test_composite_error_is_h_squared_over_6_times_f_third(value):
     # With h = 1e-3 the truncation error dominates rounding by a factor of about 1e5, and the
     # next Taylor term is ~h^2/20 * f^(5)/f''' ~ 1e-5 relative: the leading term must match to 0.1%.
     h = 1e-3
-    _, grad = torch_value_and_grad(composite_torch, np.array(value))
+    _, (grad,) = torch_value_and_grads(composite_torch, np.array(value))
     error = step.numerical_diff(composite, step.Variable(np.array(value)), eps=h) - grad
     np.testing.assert_allclose(error, third_derivative_of_composite(value) * h ** 2 / 6, rtol=1e-3)
 
@@ -108,13 +97,13 @@ def test_the_table_shows_rounding_taking_over_for_tiny_h():
 
 def test_the_checks_choice_of_h():
     # the step claims: eps = 1e-4 misses the 1e-8 target (error ~8.8e-8), eps = 1e-5 meets it
-    _, grad = torch_value_and_grad(composite_torch, np.array(0.5))
+    _, (grad,) = torch_value_and_grads(composite_torch, np.array(0.5))
     x = step.Variable(np.array(0.5))
     assert abs(step.numerical_diff(composite, x) - grad) > 1e-8
     assert abs(step.numerical_diff(composite, x, eps=1e-5) - grad) < 1e-9
 
 
-@given(arrays_in(-10.0, 10.0))
+@given(float_arrays(-10.0, 10.0))
 def test_square_and_exp_are_unchanged_from_step_03(array):
     np.testing.assert_array_equal(step.Square()(step.Variable(array)).data, torch.square(torch.tensor(array)).numpy())
     np.testing.assert_allclose(step.Exp()(step.Variable(array)).data, torch.exp(torch.tensor(array)).numpy(),

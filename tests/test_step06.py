@@ -2,9 +2,8 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
-from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import torch_grad, torch_square_exp_square_grads, values_and_seeds
 from steploader import load_step
 
 pytestmark = [pytest.mark.step06, pytest.mark.torch]
@@ -12,32 +11,15 @@ step = load_step(6)
 
 # the same multiplications as torch's backward formulas; only e^x may differ in the last bit
 RTOL = 1e-14
-shapes = array_shapes(min_dims=0, max_dims=3)
-
-
-@st.composite
-def values_and_seeds(draw, low=-3.0, high=3.0):
-    """An input array and a gradient of the same shape. A seed other than one catches a backward
-    that forgets to multiply by gy."""
-    shape = draw(shapes)
-    x = draw(arrays(np.float64, shape, elements=st.floats(low, high)))
-    gy = draw(arrays(np.float64, shape, elements=st.floats(-10.0, 10.0)))
-    return x, gy
-
-
-def torch_input_grad(fn, array, gy):
-    t = torch.tensor(array, requires_grad=True)
-    fn(t).backward(torch.tensor(gy))
-    return t.grad.numpy()
 
 
 @pytest.mark.parametrize("cls, fn", [("Square", torch.square), ("Exp", torch.exp)])
-@given(pair=values_and_seeds())
+@given(pair=values_and_seeds(-3.0, 3.0))
 def test_backward_of_one_function_equals_torch_for_any_incoming_gradient(cls, fn, pair):
     array, gy = pair
     f = getattr(step, cls)()
     f(step.Variable(array))
-    np.testing.assert_allclose(f.backward(gy), torch_input_grad(fn, array, gy), rtol=RTOL, atol=0)
+    np.testing.assert_allclose(f.backward(gy), torch_grad(fn, array, gradient=gy), rtol=RTOL, atol=0)
 
 
 @given(pair=values_and_seeds(-2.0, 2.0))
@@ -52,15 +34,8 @@ def test_backward_by_hand_through_the_chain_equals_torch(pair):
     b.grad = C.backward(y.grad)
     a.grad = B.backward(b.grad)
     x.grad = A.backward(a.grad)
-
-    t = torch.tensor(array, requires_grad=True)
-    ta = torch.square(t)
-    tb = torch.exp(ta)
-    ta.retain_grad()
-    tb.retain_grad()
-    torch.square(tb).backward(torch.tensor(seed))
-    for ours, theirs in ((b, tb), (a, ta), (x, t)):
-        np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=RTOL, atol=0)
+    for ours, theirs in zip((b, a, x), torch_square_exp_square_grads(array, seed)):
+        np.testing.assert_allclose(ours.grad, theirs, rtol=RTOL, atol=0)
 
 
 def test_the_steps_example_at_one_half():

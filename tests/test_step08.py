@@ -3,8 +3,8 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import seeded_chain_grads, square_exp_square, torch_square_exp_square_grads, values_and_seeds
 from steploader import load_step
 
 pytestmark = [pytest.mark.step08, pytest.mark.torch]
@@ -13,51 +13,24 @@ step = load_step(8)
 RTOL = 1e-14  # same multiplications as torch; only exp may differ in the last bit
 OPS = {"square": (step.Square, torch.square), "exp": (step.Exp, torch.exp)}
 DEPTH = 10_000
-shapes = array_shapes(min_dims=0, max_dims=3)
-
-
-@st.composite
-def values_and_seeds(draw, low, high):
-    shape = draw(shapes)
-    x = draw(arrays(np.float64, shape, elements=st.floats(low, high)))
-    seed = draw(arrays(np.float64, shape, elements=st.floats(-10.0, 10.0)))
-    return x, seed
 
 
 @given(pair=values_and_seeds(-2.0, 2.0))
 def test_loop_backward_gives_torchs_gradients_for_every_variable(pair):
     array, seed = pair
-    x = step.Variable(array)
-    a = step.Square()(x)
-    b = step.Exp()(a)
-    y = step.Square()(b)
+    x, a, b, y = square_exp_square(step, array)
     y.grad = seed
     y.backward()
-
-    t = torch.tensor(array, requires_grad=True)
-    ta = torch.square(t)
-    tb = torch.exp(ta)
-    ta.retain_grad()
-    tb.retain_grad()
-    torch.square(tb).backward(torch.tensor(seed))
-    for ours, theirs in ((b, tb), (a, ta), (x, t)):
-        np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=RTOL, atol=0)
+    for ours, theirs in zip((b, a, x), torch_square_exp_square_grads(array, seed)):
+        np.testing.assert_allclose(ours.grad, theirs, rtol=RTOL, atol=0)
 
 
 @given(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3), values_and_seeds(-1.0, 1.0))
 def test_loop_backward_through_any_short_chain_equals_torch(names, pair):
     # largest exp argument exp(exp(1)) ~ 15 amplifies an ulp-level difference ~15 times: rtol 1e-13
     array, seed = pair
-    x = step.Variable(array)
-    t = torch.tensor(array, requires_grad=True)
-    y, ty = x, t
-    for name in names:
-        ours, theirs = OPS[name]
-        y, ty = ours()(y), theirs(ty)
-    y.grad = seed
-    y.backward()
-    ty.backward(torch.tensor(seed))
-    np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-13, atol=0)
+    ours, theirs = seeded_chain_grads(step.Variable, [OPS[name] for name in names], array, seed)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=0)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import torch_grad
 from steploader import load_step
 
 pytestmark = [pytest.mark.step10, pytest.mark.torch]
@@ -22,13 +23,6 @@ STEP_CASES = ("SquareTest", "ExpTest", "GradientCheckTest", "TorchTest")
 def run_cases(*names):
     suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromTestCase(getattr(step, n)) for n in names)
     return unittest.TextTestRunner(stream=io.StringIO(), verbosity=0).run(suite)
-
-
-def torch_grad(fn, array):
-    t = torch.tensor(array, requires_grad=True)
-    y = fn(t)
-    y.backward(torch.ones_like(y))
-    return t.grad.numpy()
 
 
 @pytest.mark.parametrize("ours, theirs", [

@@ -3,22 +3,14 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import float_arrays, torch_grad
 from steploader import load_step
 
 pytestmark = [pytest.mark.step14, pytest.mark.torch]
 step = load_step(14)
 
-values = arrays(np.float64, array_shapes(min_dims=0, max_dims=3, max_side=4), elements=st.floats(-3, 3))
-
-
-def torch_grad(build, value, calls=1):
-    xt = torch.tensor(value, requires_grad=True)
-    yt = build(xt)
-    for _ in range(calls):
-        yt.backward(torch.ones_like(yt), retain_graph=True)
-    return xt.grad.numpy()
+values = float_arrays(-3, 3, max_side=4)
 
 
 GRAPHS = {

@@ -6,17 +6,15 @@ import pytest
 import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import (ADD_SQUARE_EXP, add_square_exp_grads, assert_grads_equal_torch, draw_operations, programs,
+                       run_add_square_exp, same_shape_arrays)
 from steploader import load_step
 
 pytestmark = [pytest.mark.step18, pytest.mark.torch]
 step = load_step(18)
 
-moderate = st.floats(-2, 2)
-pairs = array_shapes(min_dims=0, max_dims=2, max_side=4).flatmap(
-    lambda shape: st.tuples(arrays(np.float64, shape, elements=moderate), arrays(np.float64, shape, elements=moderate))
-)
+pairs = same_shape_arrays(2, st.floats(-2, 2), max_dims=2)
 
 
 def build(x0, x1, add, square):
@@ -183,65 +181,23 @@ def test_dropping_the_grads_of_function_outputs_keeps_only_the_leafs():
         assert round(held / 8e6) == arrays_held
 
 
-@st.composite
-def programs(draw):
-    """A random DAG over 1-3 inputs: each node applies add/square/exp to earlier nodes, which may be reused."""
-    n_inputs = draw(st.integers(1, 3))
-    shape = draw(st.sampled_from([(), (3,), (2, 2)]))
-    size = int(np.prod(shape))
-    inputs = [np.array(draw(st.lists(st.floats(-1, 1), min_size=size, max_size=size))).reshape(shape) for _ in range(n_inputs)]
-    ops, n_nodes = [], n_inputs
-    for _ in range(draw(st.integers(1, 10))):
-        kind = draw(st.sampled_from(["add", "square", "exp"]))
-        ops.append((kind, draw(st.integers(0, n_nodes - 1)), draw(st.integers(0, n_nodes - 1))))
-        n_nodes += 1
-    return inputs, ops
-
-
-def run(inputs, ops, add, square, exp):
-    nodes = list(inputs)
-    for kind, i, j in ops:
-        nodes.append(add(nodes[i], nodes[j]) if kind == "add" else (square if kind == "square" else exp)(nodes[i]))
-    return nodes[-1]
-
-
-@given(programs())
+@given(programs(ADD_SQUARE_EXP, -1, 1))
 def test_random_graphs_backpropagated_twice_match_torch(program):
-    values, ops = program
-    xs = [step.Variable(v) for v in values]
-    with np.errstate(over="ignore", invalid="ignore"):  # exp of exp may overflow: such cases are skipped
-        y = run(xs, ops, step.add, step.square, step.exp)
-        assume(np.all(np.abs(y.data) < 1e100))
-        y.backward()
-        y.backward()
-    ts = [torch.tensor(v, requires_grad=True) for v in values]
-    yt = run(ts, ops, torch.add, torch.square, torch.exp)
-    yt.backward(torch.ones_like(yt), retain_graph=True)
-    yt.backward(torch.ones_like(yt))
-    for x, t in zip(xs, ts):
-        if t.grad is None:
-            assert x.grad is None
-        else:
-            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+    xs, ts = add_square_exp_grads(step, program, passes=2)
+    assert_grads_equal_torch(xs, ts, rtol=1e-10, atol=1e-12)
 
 
 @st.composite
 def reused_outputs(draw):
     """A random program, then a second one whose result z depends on the first one's result y."""
-    inputs, ops = draw(programs())
-    n_nodes = len(inputs) + len(ops)  # the nodes of the first program; y is the last one
-    more_ops = []
-    for _ in range(draw(st.integers(0, 5))):
-        kind = draw(st.sampled_from(["add", "square", "exp"]))
-        more_ops.append((kind, draw(st.integers(0, n_nodes - 1)), draw(st.integers(0, n_nodes - 1))))
-        n_nodes += 1
+    inputs, ops = draw(programs(ADD_SQUARE_EXP, -1, 1))
+    # the first program's nodes, y the last of them, may be operands of the second
+    more_ops = draw_operations(draw, ADD_SQUARE_EXP, len(inputs) + len(ops), draw(st.integers(0, 5)))
     return inputs, ops, more_ops
 
 
 def run_twice(inputs, ops, more_ops, add, square, exp):
-    nodes = list(inputs)
-    for kind, i, j in ops + more_ops:
-        nodes.append(add(nodes[i], nodes[j]) if kind == "add" else (square if kind == "square" else exp)(nodes[i]))
+    nodes = run_add_square_exp(inputs, ops + more_ops, add, square, exp)
     y = nodes[len(inputs) + len(ops) - 1]
     return y, add(y, nodes[-1])  # z uses y, so y is an intermediate of z's backward pass
 
@@ -260,8 +216,4 @@ def test_backward_then_reusing_the_output_in_a_second_graph_matches_torch(progra
     yt.backward(torch.ones_like(yt), retain_graph=True)
     zt.backward(torch.ones_like(zt))
     assert y.grad is None and z.grad is None
-    for x, t in zip(xs, ts):
-        if t.grad is None:
-            assert x.grad is None
-        else:
-            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+    assert_grads_equal_torch(xs, ts, rtol=1e-10, atol=1e-12)

@@ -5,15 +5,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import assert_grads_equal_torch, programs, same_shape_arrays, torch_grad_after_reusing_the_output
 from steploader import load_step
 
 pytestmark = [pytest.mark.step20, pytest.mark.torch]
 step = load_step(20)
 
 moderate = st.floats(-10, 10)
-triples = array_shapes(min_dims=0, max_dims=3, max_side=4).flatmap(
-    lambda shape: st.tuples(*[arrays(np.float64, shape, elements=moderate)] * 3)
-)
+triples = same_shape_arrays(3, moderate)
 
 
 @given(triples)
@@ -68,21 +67,6 @@ def test_numbers_are_not_operands_yet():
         2.0 * x
 
 
-@st.composite
-def programs(draw):
-    """A random DAG over 1-3 inputs built with + and * (and square, exp); nodes may be reused."""
-    n_inputs = draw(st.integers(1, 3))
-    shape = draw(st.sampled_from([(), (3,), (2, 2)]))
-    size = int(np.prod(shape))
-    inputs = [np.array(draw(st.lists(st.floats(-1.5, 1.5), min_size=size, max_size=size))).reshape(shape) for _ in range(n_inputs)]
-    ops, n_nodes = [], n_inputs
-    for _ in range(draw(st.integers(1, 10))):
-        kind = draw(st.sampled_from(["+", "*", "square", "exp"]))
-        ops.append((kind, draw(st.integers(0, n_nodes - 1)), draw(st.integers(0, n_nodes - 1))))
-        n_nodes += 1
-    return inputs, ops
-
-
 def run(inputs, ops, square, exp):
     nodes = list(inputs)
     for kind, i, j in ops:
@@ -91,7 +75,7 @@ def run(inputs, ops, square, exp):
     return nodes[-1]
 
 
-@given(programs())
+@given(programs(["+", "*", "square", "exp"], -1.5, 1.5))  # a random DAG over 1-3 inputs built with + and *
 def test_random_expressions_with_shared_nodes_match_torch(program):
     values, ops = program
     xs = [step.Variable(v) for v in values]
@@ -102,11 +86,7 @@ def test_random_expressions_with_shared_nodes_match_torch(program):
     ts = [torch.tensor(v, requires_grad=True) for v in values]
     yt = run(ts, ops, torch.square, torch.exp)
     yt.backward(torch.ones_like(yt))
-    for x, t in zip(xs, ts):
-        if t.grad is None:
-            assert x.grad is None
-        else:
-            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+    assert_grads_equal_torch(xs, ts, rtol=1e-10, atol=1e-12)
 
 
 def test_the_output_gives_up_its_seed_and_can_be_reused_like_torch():
@@ -116,8 +96,4 @@ def test_the_output_gives_up_its_seed_and_can_be_reused_like_torch():
     y.backward()
     assert y.grad is None
     (y * step.Variable(np.array(3.0))).backward()
-    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-    yt = xt * 2
-    yt.backward(retain_graph=True)
-    (yt * 3).backward()
-    assert x.grad == 8.0 == xt.grad.item()
+    assert x.grad == 8.0 == torch_grad_after_reusing_the_output()

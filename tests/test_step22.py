@@ -9,6 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
+from reference import assert_grads_equal_torch, draw_operations, programs, torch_grad_after_reusing_the_output, torch_leaf
 from steploader import load_step
 
 pytestmark = [pytest.mark.step22, pytest.mark.torch]
@@ -20,10 +21,6 @@ signed = st.floats(-4.0, 4.0)
 
 BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
-
-
-def torch_leaf(value):
-    return torch.tensor(value, dtype=torch.float64, requires_grad=True)
 
 
 def assert_grads_match(ours, theirs):
@@ -170,23 +167,11 @@ def test_the_exponent_must_be_a_constant_number(exponent):
         step.Variable(np.array(2.0)) ** exponent
 
 
-@st.composite
-def programs(draw):
-    """A random DAG of + - * / ** over 2-3 inputs; every node may be reused by later ones.
-
-    Values stay positive and moderate: inputs in [0.5, 1.5]; subtraction is written a - b + 2, division
-    by (b + 1) and powers as (a + 1) ** c, so that no intermediate result comes near 0 or changes sign.
-    """
-    n_inputs = draw(st.integers(2, 3))
-    shape = draw(st.sampled_from([(), (3,), (2, 2)]))
-    size = int(np.prod(shape))
-    inputs = [np.array(draw(st.lists(st.floats(0.5, 1.5), min_size=size, max_size=size))).reshape(shape) for _ in range(n_inputs)]
-    ops, n_nodes = [], n_inputs
-    for _ in range(draw(st.integers(1, 12))):
-        kind = draw(st.sampled_from(["+", "-", "*", "/", "**", "neg"]))
-        ops.append((kind, draw(st.integers(0, n_nodes - 1)), draw(st.integers(0, n_nodes - 1)), draw(st.sampled_from([2, 3, 0.5, -1]))))
-        n_nodes += 1
-    return inputs, ops
+# A random DAG of + - * / ** over 2-3 inputs; every node may be reused by later ones. Values stay
+# positive and moderate: inputs in [0.5, 1.5]; subtraction is written a - b + 2, division by
+# (b * b + 1) and powers as (a * a + 1) ** c, so that no intermediate result comes near 0 or changes sign.
+KINDS, EXPONENTS = ["+", "-", "*", "/", "**", "neg"], [2, 3, 0.5, -1]
+expression_programs = programs(KINDS, 0.5, 1.5, n_inputs=(2, 3), n_operations=(1, 12), constants=EXPONENTS)
 
 
 def run(inputs, ops):
@@ -204,7 +189,7 @@ def run(inputs, ops):
     return nodes[-1]
 
 
-@given(programs())
+@given(expression_programs)
 def test_random_expression_graphs_with_shared_subexpressions_match_torch(program):
     values, ops = program
     xs = [step.Variable(v) for v in values]
@@ -216,14 +201,10 @@ def test_random_expression_graphs_with_shared_subexpressions_match_torch(program
     yt = run(ts, ops)
     yt.backward(torch.ones_like(yt))
     np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-10)
-    for x, t in zip(xs, ts):
-        if t.grad is None:  # an input the output does not depend on
-            assert x.grad is None
-        else:
-            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-9, atol=1e-12)
+    assert_grads_equal_torch(xs, ts, rtol=1e-9, atol=1e-12)
 
 
-@given(programs(), st.integers(2, 3))
+@given(expression_programs, st.integers(2, 3))
 def test_repeated_backward_calls_accumulate_like_torch(program, calls):
     values, ops = program
     xs = [step.Variable(v) for v in values]
@@ -257,22 +238,14 @@ def test_the_output_gives_up_its_seed_and_can_be_reused_like_torch():
     y.backward()
     assert x.grad == 2.0 and y.grad is None
     (y * 3).backward()
-    xt = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-    yt = xt * 2
-    yt.backward(retain_graph=True)
-    (yt * 3).backward()
-    assert x.grad == 8.0 == xt.grad.item()
+    assert x.grad == 8.0 == torch_grad_after_reusing_the_output()
 
 
 @st.composite
 def reused_outputs(draw):
     """A random program, and a second one over its inputs and its result y."""
-    inputs, ops = draw(programs())
-    more_ops, n_nodes = [], len(inputs) + 1
-    for _ in range(draw(st.integers(0, 6))):
-        kind = draw(st.sampled_from(["+", "-", "*", "/", "**", "neg"]))
-        more_ops.append((kind, draw(st.integers(0, n_nodes - 1)), draw(st.integers(0, n_nodes - 1)), draw(st.sampled_from([2, 3, 0.5, -1]))))
-        n_nodes += 1
+    inputs, ops = draw(expression_programs)
+    more_ops = draw_operations(draw, KINDS, len(inputs) + 1, draw(st.integers(0, 6)), EXPONENTS)
     return inputs, ops, more_ops
 
 
@@ -292,11 +265,7 @@ def test_backward_then_reusing_the_output_in_a_second_graph_matches_torch(progra
     yt.backward(torch.ones_like(yt), retain_graph=True)
     zt.backward(torch.ones_like(zt))
     assert y.grad is None and z.grad is None
-    for x, t in zip(xs, ts):
-        if t.grad is None:  # an input neither output depends on
-            assert x.grad is None
-        else:
-            np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-9, atol=1e-12)
+    assert_grads_equal_torch(xs, ts, rtol=1e-9, atol=1e-12)
 
 
 class Split(step.Function):

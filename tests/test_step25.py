@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
+from reference import evaluate, operation_lists
 from steploader import load_step
 from tinypytorch import Function, Variable, utils
 from tinypytorch.utils import get_dot_graph, plot_dot_graph
@@ -163,7 +164,8 @@ UNARY = {
     "1.5 - a": lambda m, a: 1.5 - a,
     "2 * a": lambda m, a: 2.0 * a,
 }
-BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: a / b}
+BINARY = {"add": lambda m, a, b: a + b, "sub": lambda m, a, b: a - b, "mul": lambda m, a, b: a * b,
+          "div": lambda m, a, b: a / b}
 
 
 @st.composite
@@ -171,17 +173,7 @@ def expression_graphs(draw):
     """2-3 named leaves and operations that pick their operands among all earlier nodes (shared, reused)."""
     count = draw(st.integers(2, 3))
     inputs = [draw(arrays(np.float64, (2,), elements=st.floats(0.5, 2.0))) for _ in range(count)]
-    unary = st.tuples(st.sampled_from(sorted(UNARY)), st.integers(0, 99))
-    binary = st.tuples(st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99))
-    return inputs, draw(st.lists(st.one_of(unary, binary), min_size=1, max_size=12))
-
-
-def evaluate(m, leaves, operations):
-    nodes = list(leaves)
-    for name, *picks in operations:
-        operands = [nodes[pick % len(nodes)] for pick in picks]
-        nodes.append(UNARY[name](m, *operands) if name in UNARY else BINARY[name](*operands))
-    return nodes[-1]
+    return inputs, draw(operation_lists(UNARY, BINARY, max_size=12))
 
 
 @given(expression_graphs())
@@ -191,8 +183,8 @@ def test_random_graphs_dot_has_torchs_operations_wiring_and_grads(graph):
     leaves = [Variable(a.copy(), name=n) for a, n in zip(inputs, names)]
     tensors = [torch.tensor(a, requires_grad=True) for a in inputs]
     with np.errstate(all="ignore"):  # x / (x - x) is inf in both frameworks: the structure is still compared
-        out = evaluate(tinypytorch, leaves, operations)
-        out_t = evaluate(torch, tensors, operations)
+        out = evaluate(tinypytorch, leaves, operations, UNARY, BINARY)[-1]
+        out_t = evaluate(torch, tensors, operations, UNARY, BINARY)[-1]
         expected = operations_in_torch(out_t, {id(t): n for t, n in zip(tensors, names)})
         assert operations_in_dot(get_dot_graph(out), set(names)) == expected
         # drawing changes nothing: backward still gives torch's gradients

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
+from reference import torch_derivatives
 from steploader import load_step
 from tinypytorch import Config, Variable, no_grad
 
@@ -24,16 +25,6 @@ CASES = {
     "x**4": (lambda x: x**4, lambda x: x**4),
     "x**3 - 2x/(x+3)": (lambda x: x**3 - 2 * x / (x + 3), lambda x: x**3 - 2 * x / (x + 3)),
 }
-
-
-def torch_derivatives(f, x0, n):
-    x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
-    g = f(x)
-    values = [g.item()]
-    for _ in range(n):
-        (g,) = torch.autograd.grad(g, x, create_graph=True)
-        values.append(g.item())
-    return values
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -31,6 +31,15 @@ def weighted_grads(f, data, weights_seed=0):
     return y, yt, x, t
 
 
+def assert_moved_exactly_as_in_torch(f, data):
+    """f moves elements and multiplies them by a constant: its shape, values and the gradients of the
+    weighted sum must equal torch's exactly."""
+    y, yt, x, t = weighted_grads(f, data)
+    assert y.shape == tuple(yt.shape)
+    np.testing.assert_array_equal(y.data, yt.detach().numpy())
+    np.testing.assert_array_equal(x.grad, t.grad.numpy())
+
+
 @st.composite
 def reshapes(draw):
     """An array and a new shape with as many elements: its dims shuffled, 1s inserted, maybe one -1."""
@@ -77,10 +86,7 @@ def test_backward_of_an_array_is_the_gradient_of_its_sum(data):
 @given(reshapes())
 def test_reshape_values_and_grads_equal_torch(case):
     data, shape = case
-    y, yt, x, t = weighted_grads(lambda m, v: v.reshape(shape) * 1.5, data)
-    assert y.shape == tuple(yt.shape)
-    np.testing.assert_array_equal(y.data, yt.detach().numpy())
-    np.testing.assert_array_equal(x.grad, t.grad.numpy())
+    assert_moved_exactly_as_in_torch(lambda m, v: v.reshape(shape) * 1.5, data)
 
 
 @given(reshapes())
@@ -141,10 +147,7 @@ def swaps(draw):
 @given(swaps())
 def test_transpose_values_and_grads_equal_torch(case):
     data, dim0, dim1 = case
-    y, yt, x, t = weighted_grads(lambda m, v: v.transpose(dim0, dim1) * 2.0, data)
-    assert y.shape == tuple(yt.shape)
-    np.testing.assert_array_equal(y.data, yt.detach().numpy())
-    np.testing.assert_array_equal(x.grad, t.grad.numpy())
+    assert_moved_exactly_as_in_torch(lambda m, v: v.transpose(dim0, dim1) * 2.0, data)
 
 
 @given(swaps())
@@ -160,10 +163,7 @@ def test_transpose_function_and_method_forms_agree_with_numpys_swapaxes(case):
 @given(permutations())
 def test_permute_values_and_grads_equal_torch(case):
     data, perm = case
-    y, yt, x, t = weighted_grads(lambda m, v: v.permute(perm) * 2.0, data)
-    assert y.shape == tuple(yt.shape)
-    np.testing.assert_array_equal(y.data, yt.detach().numpy())
-    np.testing.assert_array_equal(x.grad, t.grad.numpy())
+    assert_moved_exactly_as_in_torch(lambda m, v: v.permute(perm) * 2.0, data)
 
 
 @given(permutations())

@@ -11,6 +11,7 @@ from hypothesis.extra.numpy import arrays, basic_indices, mutually_broadcastable
 
 import tinypytorch
 import tinypytorch.functions as F
+from reference import compare_weighted_sum
 from steploader import load_step
 from tinypytorch import Variable
 from tinypytorch.utils import numerical_diff
@@ -21,21 +22,6 @@ step = load_step(31)
 sides = st.integers(1, 5)
 
 
-def compare(f, g, *arrays, seed=0, rtol=1e-12):
-    """Values and grads of sum(f(...) * w) (tinypytorch) and sum(g(...) * w) (torch), w random."""
-    xs = [Variable(a.copy()) for a in arrays]
-    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, yt = f(*xs), g(*ts)
-    assert y.shape == tuple(yt.shape)
-    w = np.random.default_rng(seed).uniform(-1.0, 1.0, y.shape)
-    (y * w).backward()
-    (yt * torch.tensor(w)).sum().backward()
-    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=rtol, atol=1e-14)
-    for x, t in zip(xs, ts):
-        assert x.grad.shape == x.shape
-        np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=rtol, atol=1e-14)
-
-
 def uniform(seed, shape):
     return np.random.default_rng(seed).uniform(-1.0, 1.0, shape)
 
@@ -44,14 +30,15 @@ def uniform(seed, shape):
 
 @given(n=sides, d=sides, h=sides, seed=st.integers(0, 2**32 - 1))
 def test_matmul_of_matrices_equals_torch(n, d, h, seed):
-    compare(lambda x, W: x @ W, lambda x, W: x @ W, uniform(seed, (n, d)), uniform(seed + 1, (d, h)), seed=seed)
+    compare_weighted_sum(lambda x, W: x @ W, lambda x, W: x @ W, uniform(seed, (n, d)), uniform(seed + 1, (d, h)),
+                         seed=seed)
 
 
 @given(batch=mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=3),
        n=sides, d=sides, h=sides, seed=st.integers(0, 2**32 - 1))
 def test_matmul_of_stacks_with_broadcast_batch_dimensions_equals_torch(batch, n, d, h, seed):
     a, b = batch.input_shapes
-    compare(F.matmul, torch.matmul, uniform(seed, a + (n, d)), uniform(seed + 1, b + (d, h)), seed=seed)
+    compare_weighted_sum(F.matmul, torch.matmul, uniform(seed, a + (n, d)), uniform(seed + 1, b + (d, h)), seed=seed)
 
 
 def test_matmul_function_method_and_operator_forms_agree():
@@ -96,7 +83,7 @@ def test_matmul_with_bad_shapes_raises_value_error_naming_both_shapes(shape0, sh
 @given(n=sides, n_in=sides, n_out=sides, bias=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_linear_equals_torch_functional_linear(n, n_in, n_out, bias, seed):
     arrays_ = [uniform(seed, (n, n_in)), uniform(seed + 1, (n_out, n_in))] + ([uniform(seed + 2, n_out)] if bias else [])
-    compare(F.linear, torch.nn.functional.linear, *arrays_, seed=seed)
+    compare_weighted_sum(F.linear, torch.nn.functional.linear, *arrays_, seed=seed)
 
 
 @given(n=sides, n_in=sides, n_out=sides, seed=st.integers(0, 2**32 - 1))
@@ -149,20 +136,20 @@ def test_basic_indexing_equals_torch(data, shape, seed):
     key = data.draw(basic_indices(shape, allow_newaxis=True, allow_ellipsis=True))
     parts = key if isinstance(key, tuple) else (key,)
     assume(all(p.step is None or p.step > 0 for p in parts if isinstance(p, slice)))  # torch has no negative steps
-    compare(lambda x: x[key] * 1.0, lambda t: t[key] * 1.0, uniform(seed, shape), seed=seed)
+    compare_weighted_sum(lambda x: x[key] * 1.0, lambda t: t[key] * 1.0, uniform(seed, shape), seed=seed)
 
 
 @given(n=sides, m=sides, picks=st.lists(st.integers(-5, 4), min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
 def test_fancy_indexing_with_repeats_accumulates_like_torch(n, m, picks, seed):
     picks = [p for p in picks if -n <= p < n] or [0]
-    compare(lambda x: x[picks], lambda t: t[picks], uniform(seed, (n, m)), seed=seed)
-    compare(lambda x: x[:, [0, 0, m - 1]], lambda t: t[:, [0, 0, m - 1]], uniform(seed, (n, m)), seed=seed)
+    compare_weighted_sum(lambda x: x[picks], lambda t: t[picks], uniform(seed, (n, m)), seed=seed)
+    compare_weighted_sum(lambda x: x[:, [0, 0, m - 1]], lambda t: t[:, [0, 0, m - 1]], uniform(seed, (n, m)), seed=seed)
 
 
 @given(arrays(np.float64, (3, 4), elements=st.floats(-1.0, 1.0)))
 def test_boolean_mask_indexing_equals_torch(data):
     mask = data > 0
-    compare(lambda x: x[mask], lambda t: t[torch.as_tensor(mask)], data)
+    compare_weighted_sum(lambda x: x[mask], lambda t: t[torch.as_tensor(mask)], data)
 
 
 def test_repeated_index_gradient_counts_every_occurrence():
@@ -248,4 +235,5 @@ def test_the_steps_index_keys_equal_torch_on_random_inputs(name, seed):
     data = uniform(seed, (4, 3))
     if isinstance(key, np.ndarray):
         key = data > 0
-    compare(lambda v: v[key], lambda t: t[torch.as_tensor(key) if isinstance(key, np.ndarray) else key], data, seed=seed)
+    compare_weighted_sum(lambda v: v[key], lambda t: t[torch.as_tensor(key) if isinstance(key, np.ndarray) else key],
+                         data, seed=seed)

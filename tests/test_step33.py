@@ -13,6 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import tinypytorch
+from reference import evaluate, operation_lists
 from steploader import load_step
 from tinypytorch import Function, Variable, autograd, no_grad
 from tinypytorch.autograd import engine
@@ -46,25 +47,15 @@ def graphs(draw):
     values = draw(st.lists(st.floats(-1.5, 1.5), min_size=count, max_size=count))
     requires = draw(st.lists(st.booleans(), min_size=count, max_size=count))
     requires[draw(st.integers(0, count - 1))] = True  # at least one leaf requires grad
-    unary = st.tuples(st.sampled_from(sorted(UNARY)), st.integers(0, 99))
-    binary = st.tuples(st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99))
-    operations = draw(st.lists(st.one_of(unary, binary), min_size=1, max_size=14))
-    return values, requires, operations
-
-
-def build(m, leaves, operations):
-    nodes = list(leaves)
-    for name, *picks in operations:
-        function = UNARY.get(name) or BINARY[name]
-        nodes.append(function(m, *(nodes[pick % len(nodes)] for pick in picks)))
-    return nodes
+    return values, requires, draw(operation_lists(UNARY, BINARY, max_size=14))
 
 
 def both(graph):
     values, requires, operations = graph
-    ours = build(tinypytorch, [Variable(np.array(v), requires_grad=r) for v, r in zip(values, requires)], operations)
-    theirs = build(torch, [torch.tensor(v, dtype=torch.float64, requires_grad=r) for v, r in zip(values, requires)],
-                   operations)
+    ours = evaluate(tinypytorch, [Variable(np.array(v), requires_grad=r) for v, r in zip(values, requires)],
+                    operations, UNARY, BINARY)
+    theirs = evaluate(torch, [torch.tensor(v, dtype=torch.float64, requires_grad=r) for v, r in zip(values, requires)],
+                      operations, UNARY, BINARY)
     return ours, theirs
 
 

@@ -9,6 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import tinypytorch
+from reference import evaluate, operation_lists
 from steploader import load_step
 from tinypytorch import Variable, autograd
 
@@ -34,9 +35,7 @@ SCALES = [None, None, 2.0, -0.5]  # what a hook does: None only looks, a number 
 def hooked_graphs(draw):
     count = draw(st.integers(1, 3))
     values = draw(st.lists(st.floats(-1.5, 1.5), min_size=count, max_size=count))
-    unary = st.tuples(st.sampled_from(sorted(UNARY)), st.integers(0, 99))
-    binary = st.tuples(st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99))
-    operations = draw(st.lists(st.one_of(unary, binary), min_size=1, max_size=12))
+    operations = draw(operation_lists(UNARY, BINARY, max_size=12))
     total = count + len(operations)
     # per node: a list of hooks (each a scale or None), and whether retain_grad() is called
     node_hooks = draw(st.lists(st.lists(st.sampled_from(SCALES), max_size=2), min_size=total, max_size=total))
@@ -46,10 +45,7 @@ def hooked_graphs(draw):
 
 def build(m, make, graph, calls):
     values, operations, node_hooks, retain = graph
-    nodes = [make(v) for v in values]
-    for name, *picks in operations:
-        function = UNARY.get(name) or BINARY[name]
-        nodes.append(function(m, *(nodes[pick % len(nodes)] for pick in picks)))
+    nodes = evaluate(m, [make(v) for v in values], operations, UNARY, BINARY)
     for k, node in enumerate(nodes):
         for j, scale in enumerate(node_hooks[k]):
             def hook(grad, k=k, j=j, scale=scale):
