@@ -119,7 +119,10 @@ for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
 print(inspect.getsource(tinypytorch.Function.__call__))
 
 # %% [markdown]
-# Two things differ from step 22's version. The line
+# Three things differ from step 22's version. The conversion of numbers and
+# arrays into Variables now runs only when an input needs it: most calls get
+# Variables only, and every operation, forward and backward, pays for this
+# method, so it avoids work it does not need. Inside that branch the line
 # `xp = cuda.get_array_module(*inputs)` is new; it matters on the GPU and is
 # explained below. And the check that two operands have the same shape has
 # moved out, into the four binary operations (see the end of this step).

@@ -50,7 +50,8 @@ print(inspect.getsource(Tanh.backward))
 # %% [markdown]
 # `Mul.backward` returns $\partial y/\partial x_0 = g_y x_1$ and
 # $\partial y/\partial x_1 = g_y x_0$, each a product of Variables
-# (`_sum_to_inputs` undoes broadcasting, step 30). `Tanh.backward` uses
+# (`_sum_to_inputs` undoes broadcasting, step 30), and `None` for an input
+# that is a constant, whose gradient would be thrown away. `Tanh.backward` uses
 # $\tanh'(x) = 1 - \tanh^2 x$ and reads $\tanh x$ from the function's own
 # output, `self.outputs[0]()`, rather than computing it again. Since the
 # output's creator is this `Tanh`, a graph of the derivative passes through

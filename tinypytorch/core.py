@@ -54,8 +54,12 @@ class Variable:
         self.creator = None  # step 07: the Function that produced this variable
         self.generation = 0  # step 16: 1 + the creator's generation
         # step 33: a variable the user makes requires grad unless told otherwise (torch.tensor's
-        # default is False); constants made inside operations and results of no_grad do not
-        self.requires_grad = requires_grad
+        # default is False); constants made inside operations and results of no_grad do not.
+        # Checked here rather than through the property's setter, which is slower: every
+        # operation makes a Variable, and a new one has no creator for the setter to check.
+        if not isinstance(requires_grad, bool):
+            raise TypeError(f"requires_grad must be a bool, got {type(requires_grad).__name__}")
+        self._requires_grad = requires_grad
         self._hooks = None  # step 34: {handle id: hook}, made by the first register_hook
         self._retains_grad = False  # step 34: retain_grad() was called on this non-leaf
 
@@ -311,21 +315,23 @@ class Function:
 
     def __call__(self, *inputs):
         # step 21: numbers and arrays are welcome; step 23: a number goes to the device
-        # (numpy or cupy) of the other inputs, since cupy will not mix with numpy arrays
-        xp = cuda.get_array_module(*inputs)
-        op = type(self).__name__.lower()  # names the operation in an error message
-        inputs = tuple(x if isinstance(x, Variable) else as_variable(x, op, xp) for x in inputs)
-        xs = [x.data for x in inputs]
-        ys = self.forward(*xs)  # step 11: any number of inputs and outputs
+        # (numpy or cupy) of the other inputs, since cupy will not mix with numpy arrays.
+        # Most calls get Variables only and skip the conversion. (Lists rather than generators
+        # in this method: for one or two inputs a list is quicker to build, and every call pays.)
+        if not all([isinstance(x, Variable) for x in inputs]):
+            xp = cuda.get_array_module(*inputs)
+            op = type(self).__name__.lower()  # names the operation in an error message
+            inputs = tuple([as_variable(x, op, xp) for x in inputs])
+        ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
         if not isinstance(ys, tuple):
             ys = (ys,)
         # step 18: record the graph only when it will be used; step 33: that is, when backprop
         # is on and a gradient can flow to some input. Only then do the outputs require grad.
-        requires_grad = Config.enable_backprop and any(x.requires_grad for x in inputs)
+        requires_grad = Config.enable_backprop and any([x.requires_grad for x in inputs])
         # step 09: a 0-d result may come back a scalar
         outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
         if requires_grad:
-            self.generation = max(x.generation for x in inputs)  # step 16
+            self.generation = max([x.generation for x in inputs])  # step 16
             self.sequence_nr = next(_sequence_numbers)  # step 33: creation order, for the ready queue
             for output in outputs:
                 output.set_creator(self)  # step 07
@@ -356,9 +362,10 @@ def _check_broadcast(op, x0, x1):
 
 
 def _sum_to_inputs(gx0, gx1, x0, x1):
-    """Sum each gradient back to the shape of its input (step 30)."""
+    """Sum each gradient back to the shape of its input (step 30); None (no gradient wanted) stays None."""
     if x0.shape != x1.shape:
-        gx0, gx1 = F.sum_to(gx0, x0.shape), F.sum_to(gx1, x1.shape)
+        gx0 = None if gx0 is None else F.sum_to(gx0, x0.shape)
+        gx1 = None if gx1 is None else F.sum_to(gx1, x1.shape)
     return gx0, gx1
 
 
@@ -379,7 +386,11 @@ class Mul(Function):  # step 20
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return _sum_to_inputs(gy * x1, gy * x0, x0, x1)
+        # A constant (requires_grad False, such as the 14 in 14 * x) gets no gradient: the engine
+        # would throw it away (step 33), so skip the product, as PyTorch does (needs_input_grad).
+        gx0 = gy * x1 if x0.requires_grad else None
+        gx1 = gy * x0 if x1.requires_grad else None
+        return _sum_to_inputs(gx0, gx1, x0, x1)
 
 
 class Neg(Function):  # step 22
@@ -397,7 +408,7 @@ class Sub(Function):  # step 22
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        return _sum_to_inputs(gy, -gy, x0, x1)
+        return _sum_to_inputs(gy, -gy if x1.requires_grad else None, x0, x1)  # as in Mul: none for a constant
 
 
 class Div(Function):  # step 22
@@ -407,8 +418,8 @@ class Div(Function):  # step 22
 
     def backward(self, gy):
         x0, x1 = self.inputs
-        gx0 = gy / x1
-        gx1 = -gy * x0 / x1**2  # d(x0/x1)/dx1 = -x0 / x1^2
+        gx0 = gy / x1 if x0.requires_grad else None  # as in Mul: none for a constant
+        gx1 = -gy * x0 / x1**2 if x1.requires_grad else None  # d(x0/x1)/dx1 = -x0 / x1^2
         return _sum_to_inputs(gx0, gx1, x0, x1)
 
 
