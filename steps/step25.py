@@ -156,8 +156,10 @@ print(get_dot_graph(y, verbose=True))
 
 # %% [markdown]
 # The labels are two lines (DOT's `\n`). They show a detail that is easy to
-# miss: the Python `2` became a 0-d `int64` array when `Mul` wrapped it in a
-# constant `Variable`, and NumPy's type promotion made the product `float64`.
+# miss: `Mul` wrapped the Python `2` in a constant `Variable` holding a 0-d
+# array, and gave it the dtype of `x`, `float64`, as NumPy's and PyTorch's
+# promotion rules do for a Python number (with `float32` data it would be
+# `float32`).
 #
 # ## Drawing: `plot_dot_graph`
 

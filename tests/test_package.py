@@ -707,3 +707,28 @@ def test_public_api():
     assert tinypytorch.__version__ == "0.1.0"
     assert tinypytorch.as_array(2).shape == () and tinypytorch.as_array(np.float32(2)).dtype == np.float32
     assert Variable.__array_priority__ == 200
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: x * 2.0, lambda x: 2.0 * x, lambda x: x + 1, lambda x: 3 - x, lambda x: x / 4.0, lambda x: 1.5 / x,
+     lambda x: (x * 0.5 + 2) ** 2],
+    ids=["x*2.0", "2.0*x", "x+1", "3-x", "x/4.0", "1.5/x", "(x*0.5+2)**2"],
+)
+def test_python_numbers_keep_float32_data_float32_like_torch(fn):
+    data = np.array([0.5, 1.25, -2.0], dtype=np.float32)
+    x, t = Variable(data), torch.tensor(data, requires_grad=True)
+    y, yt = fn(x), fn(t)
+    y.backward()
+    yt.backward(torch.ones_like(yt))
+    assert str(y.dtype) == str(yt.dtype).removeprefix("torch.") == "float32"
+    assert x.grad.dtype == np.float32
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(x.grad.data, t.grad.numpy(), rtol=1e-6)
+
+
+def test_python_numbers_follow_numpy_promotion_for_integer_data():
+    x = Variable(np.array([1, 2]))
+    assert (x * 2).dtype == np.int64  # an int stays int
+    assert (x * 2.5).dtype == np.float64  # a float makes it float, as in NumPy and torch
+    np.testing.assert_array_equal((x * 2.5).data, [2.5, 5.0])

@@ -294,11 +294,18 @@ def as_array(x, xp=np):
     return x
 
 
-def as_variable(obj, op="as_variable", xp=np):
-    """Return `obj` as a Variable; `op` names the operation in the error message (step 21)."""
+def as_variable(obj, op="as_variable", xp=np, like=None):
+    """Return `obj` as a Variable; `op` names the operation in the error message (step 21).
+
+    A Python number meeting an array (`like`) takes the dtype NumPy would give it, so
+    float32 data times 2.0 stays float32, as in NumPy and PyTorch: a 0-d float64 array
+    would otherwise promote the result to float64.
+    """
     if isinstance(obj, Variable):
         return obj
     # step 33: a number or an array inside an expression is a constant: no gradient flows to it
+    if isinstance(obj, (int, float, complex)) and like is not None:
+        return Variable(xp.asarray(obj, dtype=np.result_type(like.dtype, obj)), requires_grad=False)
     if isinstance(obj, scalar_types):
         return Variable(as_array(obj, xp), requires_grad=False)
     if isinstance(obj, cuda.array_types):
@@ -321,7 +328,8 @@ class Function:
         if not all([isinstance(x, Variable) for x in inputs]):
             xp = cuda.get_array_module(*inputs)
             op = type(self).__name__.lower()  # names the operation in an error message
-            inputs = tuple([as_variable(x, op, xp) for x in inputs])
+            like = next((x for x in inputs if isinstance(x, (Variable, *cuda.array_types))), None)
+            inputs = tuple([as_variable(x, op, xp, like) for x in inputs])
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
         if not isinstance(ys, tuple):
             ys = (ys,)
