@@ -37,6 +37,26 @@ def step_paths(names):
     return paths
 
 
+def tidy_streams(cell):
+    """Merge consecutive outputs of one stream and apply carriage returns, as Jupyter shows them.
+
+    A progress bar redraws itself with "\r"; stored raw, the book would print every redraw.
+    """
+    merged = []
+    for output in cell.outputs:
+        previous = merged[-1] if merged else None
+        if output.output_type == "stream" and previous and previous.output_type == "stream" \
+                and previous.name == output.name:
+            previous.text += output.text
+        else:
+            merged.append(output)
+    for output in merged:
+        if output.output_type == "stream":
+            lines = output.text.split("\n")
+            output.text = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
+    cell.outputs = merged
+
+
 def build(script):
     notebook = jupytext.read(script)
     notebook.metadata = {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
@@ -50,6 +70,8 @@ def build(script):
     for index, cell in enumerate(notebook.cells):  # stable ids, tags only: rebuilds diff cleanly
         cell.id = f"cell-{index:03d}"
         cell.metadata = {"tags": cell.metadata["tags"]} if cell.metadata.get("tags") else {}
+        if cell.cell_type == "code":
+            tidy_streams(cell)
     target = NOTEBOOKS / f"{script.stem}.ipynb"
     nbformat.write(notebook, target)
     return target
