@@ -35,6 +35,7 @@ import torch
 import tinypytorch
 from tinypytorch import Variable
 from tinypytorch import functions as F
+from tinypytorch.testfunctions import goldstein_price  # the same formula serves torch tensors too
 
 torch.set_num_threads(1)
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -46,11 +47,6 @@ def _grad(v):
 
 
 # ----- scalar graph: Goldstein-Price ---------------------------------------------------------
-
-def goldstein_price(x, y):
-    return (1 + (x + y + 1)**2 * (19 - 14*x + 3*x**2 - 14*y + 6*x*y + 3*y**2)) * \
-           (30 + (2*x - 3*y)**2 * (18 - 32*x + 12*x**2 + 48*y - 36*x*y + 27*y**2))
-
 
 def gp_tinypytorch(a, b):
     x, y = Variable(np.array(a)), Variable(np.array(b))

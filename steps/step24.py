@@ -16,12 +16,20 @@
 
 # %%
 import collections
+import inspect
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable
+from tinypytorch.testfunctions import goldstein_price, matyas, sphere
+from tinypytorch.utils import functions_in_graph
+
+# %% [markdown]
+# The three functions live in the package, in `tinypytorch.testfunctions`,
+# because later steps and the benchmarks use them too. Each is shown below
+# from the package itself.
 
 # %% [markdown]
 # ## Sphere
@@ -32,10 +40,7 @@ from tinypytorch import Variable
 # $(1, 1)$ the gradient is $(2, 2)$.
 
 # %%
-def sphere(x, y):
-    return x**2 + y**2
-
-
+print(inspect.getsource(sphere))
 x, y = Variable(np.array(1.0)), Variable(np.array(1.0))
 z = sphere(x, y)
 z.backward()
@@ -53,10 +58,7 @@ print(f"sphere(1, 1) = {z.data:.6f}   grad = ({x.grad:.6f}, {y.grad:.6f})")
 # already in the valley, the gradient is only $(0.04, 0.04)$.
 
 # %%
-def matyas(x, y):
-    return 0.26 * (x**2 + y**2) - 0.48 * x * y
-
-
+print(inspect.getsource(matyas))
 x, y = Variable(np.array(1.0)), Variable(np.array(1.0))
 z = matyas(x, y)
 z.backward()
@@ -103,11 +105,7 @@ print("same gradient, bit for bit:", same)
 # global minimum $f(0, -1) = 3$. The code is the formula, line for line:
 
 # %%
-def goldstein_price(x, y):
-    return (1 + (x + y + 1)**2 * (19 - 14*x + 3*x**2 - 14*y + 6*x*y + 3*y**2)) * \
-           (30 + (2*x - 3*y)**2 * (18 - 32*x + 12*x**2 + 48*y - 36*x*y + 27*y**2))
-
-
+print(inspect.getsource(goldstein_price))
 x, y = Variable(np.array(1.0)), Variable(np.array(1.0))
 z = goldstein_price(x, y)
 z.backward()
@@ -154,17 +152,7 @@ print(f"relative error = ({abs(numeric_x / -5376 - 1):.1e}, {abs(numeric_y / 806
 # graph from `z` through the creators, as `backward` does:
 
 # %%
-def functions_in_graph(y):
-    """Every Function that y depends on: a walk from y.creator through the inputs' creators."""
-    found, todo = set(), [y.creator]
-    while todo:
-        f = todo.pop()
-        if f is not None and f not in found:
-            found.add(f)
-            todo.extend(x.creator for x in f.inputs)
-    return found
-
-
+print(inspect.getsource(functions_in_graph))  # kept in tinypytorch.utils: later steps walk graphs too
 counts = collections.Counter(type(f).__name__ for f in functions_in_graph(z))
 print(f"{sum(counts.values())} functions:", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
 print("generation of z:", z.generation)

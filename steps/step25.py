@@ -23,6 +23,7 @@ import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable, utils
+from tinypytorch.testfunctions import goldstein_price
 from tinypytorch.utils import DotGraph, get_dot_graph, plot_dot_graph
 
 # %% [markdown]
@@ -210,11 +211,6 @@ print("returned:", type(result).__name__, "equal to get_dot_graph(y):", result =
 # Now the function of step 24, at $(1, 1)$:
 
 # %%
-def goldstein_price(x, y):
-    return (1 + (x + y + 1)**2 * (19 - 14*x + 3*x**2 - 14*y + 6*x*y + 3*y**2)) * \
-           (30 + (2*x - 3*y)**2 * (18 - 32*x + 12*x**2 + 48*y - 36*x*y + 27*y**2))
-
-
 x, y = Variable(np.array(1.0), name="x"), Variable(np.array(1.0), name="y")
 z = goldstein_price(x, y)
 z.name = "z"

@@ -18,6 +18,7 @@ import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable
+from tinypytorch.testfunctions import rosenbrock
 from tinypytorch.utils import get_dot_graph, plot_dot_graph
 
 # %% [markdown]
@@ -174,10 +175,10 @@ print("functions in the graph:", get_dot_graph(y).count("shape=box"))
 # accumulate, step 14), runs `backward`, and updates `.data` directly: the
 # update itself is not part of any function we want to differentiate. We start
 # at $(0, 2)$ with $\eta = 0.001$ and stop when $|\nabla f| < 10^{-3}$.
+# The function itself is in the package, next to step 24's:
 
 # %%
-def rosenbrock(x0, x1):
-    return 100 * (x1 - x0**2) ** 2 + (1 - x0) ** 2
+print(inspect.getsource(rosenbrock))
 
 
 def gradient_descent(start, lr=0.001, tolerance=1e-3, max_iterations=50_000):

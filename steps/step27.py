@@ -31,7 +31,7 @@ import numpy as np
 import tinypytorch
 from tinypytorch import Variable
 from tinypytorch.functions import Sin, Tanh
-from tinypytorch.utils import plot_dot_graph
+from tinypytorch.utils import functions_in_graph, plot_dot_graph
 
 # %% [markdown]
 # ## Backward methods compute with Variables
@@ -247,17 +247,6 @@ plt.show()
 # the functions in the graph of each derivative of $\tanh$:
 
 # %%
-def functions_in_graph(y):
-    """Every Function that y depends on (step 24's walk)."""
-    found, todo = set(), [y.creator]
-    while todo:
-        f = todo.pop()
-        if f is not None and f not in found:
-            found.add(f)
-            todo.extend(x.creator for x in f.inputs)
-    return found
-
-
 x = Variable(np.array(1.0), name="x")
 g = tinypytorch.tanh(x)
 for order in range(1, 7):

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from tinypytorch import Variable
+from tinypytorch.testfunctions import rosenbrock
 from tinypytorch.utils import plot_dot_graph
 
 # %% [markdown]
@@ -140,10 +141,6 @@ print("from x = 0.4:", ", ".join(f"{x:.3e}" for x in newton(f, 0.4, 5)))
 # $\begin{pmatrix} 802 & -400 \\ -400 & 200 \end{pmatrix}$ at $(1, 1)$:
 
 # %%
-def rosenbrock(x0, x1):
-    return 100 * (x1 - x0**2) ** 2 + (1 - x0) ** 2
-
-
 def gradient_and_hessian(f, point):
     """The gradient and Hessian of f at `point` (a sequence of numbers), by backward passes."""
     xs = [Variable(np.array(v)) for v in point]

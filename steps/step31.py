@@ -15,6 +15,7 @@ import numpy as np
 import tinypytorch
 import tinypytorch.functions as F
 from tinypytorch import Variable
+from tinypytorch.utils import functions_in_graph
 
 # %% [markdown]
 # ## The matrix product and its gradients
@@ -143,16 +144,6 @@ print(inspect.getsource(F.linear))
 # returns a *view*, the same memory with the axes swapped.)
 
 # %%
-def functions_in_graph(y):
-    found, todo = [], [y.creator]
-    while todo:
-        f = todo.pop()
-        if f is not None and f not in found:
-            found.append(f)
-            todo.extend(v.creator for v in f.inputs)
-    return [type(f).__name__ for f in found]
-
-
 rng = np.random.default_rng(0)
 x = Variable(rng.uniform(-1.0, 1.0, (1000, 100)))
 W = Variable(rng.uniform(-0.1, 0.1, (100, 100)))
@@ -162,7 +153,7 @@ for name, build in [("x @ W.T + b", lambda: x @ W.T + b), ("linear(x, W, b)", la
     y = build()
     held = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
-    print(f"{name:16} {held / 1e6:.1f} MB held  functions: {', '.join(functions_in_graph(y))}")
+    print(f"{name:16} {held / 1e6:.1f} MB held  functions: {', '.join(type(f).__name__ for f in functions_in_graph(y))}")
     del y
 
 # %% [markdown]

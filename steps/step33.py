@@ -28,6 +28,7 @@ import numpy as np
 import tinypytorch
 from tinypytorch import Function, Variable, autograd
 from tinypytorch.autograd import engine
+from tinypytorch.utils import functions_in_graph
 
 # %% [markdown]
 # ## Which variables gradients flow to: `requires_grad`
@@ -248,17 +249,6 @@ except ValueError as error:
 # graph with one that notes the function's name first.
 
 # %%
-def functions_in_graph(y):
-    """Every Function that y depends on (step 24's walk)."""
-    found, todo = set(), [y.creator]
-    while todo:
-        f = todo.pop()
-        if f is not None and f not in found:
-            found.add(f)
-            todo.extend(x.creator for x in f.inputs)
-    return found
-
-
 def record_backward_calls(y):
     """From now on, every Function behind y appends its name to the returned list when its backward runs."""
     calls = []

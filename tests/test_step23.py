@@ -13,6 +13,7 @@ import tinypytorch
 from reference import torch_branching_grad
 from steploader import load_step
 from tinypytorch import Variable
+from tinypytorch.utils import functions_in_graph
 
 pytestmark = [pytest.mark.step23, pytest.mark.torch]
 step = load_step(23)
@@ -80,16 +81,6 @@ def test_the_loops_compute_gradients_without_recording_a_graph(loop):
     x, s = step.wide_graph(10)
     getattr(step, loop)(s)
     assert x.grad.creator is None and tinypytorch.Config.enable_backprop is True
-
-
-def functions_in_graph(y):
-    found, todo = set(), [y.creator]
-    while todo:
-        f = todo.pop()
-        if f is not None and f not in found:
-            found.add(f)
-            todo.extend(x.creator for x in f.inputs)
-    return found
 
 
 def order_of_backward(y, leaves, run):

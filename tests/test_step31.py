@@ -107,7 +107,7 @@ def test_linear_records_one_node_and_keeps_no_intermediate_product():
         y = build()
         held = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
-        return held, step.functions_in_graph(y)
+        return held, [type(f).__name__ for f in step.functions_in_graph(y)]
 
     composed, composed_nodes = held(lambda: x @ W.T + b)
     fused, fused_nodes = held(lambda: F.linear(x, W, b))

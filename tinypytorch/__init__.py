@@ -6,12 +6,13 @@ on it lives here, in modules:
     core        Config, using_config, no_grad, Variable, Function and the arithmetic operators
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU
-    utils       numerical gradients, drawing the graph
+    utils       numerical gradients, walking and drawing the graph
+    testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
     autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34)
 """
-from tinypytorch import autograd, cuda, functions, layers, optimizers, utils
+from tinypytorch import autograd, cuda, functions, layers, optimizers, testfunctions, utils
 from tinypytorch.core import (
     Config, Function, Variable, add, as_array, as_variable, div, mul, neg, no_grad, pow, rdiv, rsub, sub,
     using_config,
@@ -29,5 +30,5 @@ __all__ = [
     "add", "mul", "neg", "sub", "rsub", "div", "rdiv", "pow",
     "square", "exp", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
     "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item",
-    "autograd", "cuda", "functions", "layers", "optimizers", "utils",
+    "autograd", "cuda", "functions", "layers", "optimizers", "testfunctions", "utils",
 ]

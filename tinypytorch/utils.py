@@ -67,6 +67,18 @@ GRAPH_STYLE = {
 }
 
 
+def functions_in_graph(y):
+    """Every Function that `y` depends on, in the order a walk from `y.creator` first meets them (step 24)."""
+    found, seen, todo = [], set(), [y.creator]
+    while todo:  # step 08: a loop, so any depth will do
+        f = todo.pop()
+        if f is not None and f not in seen:
+            seen.add(f)
+            found.append(f)
+            todo.extend(x.creator for x in f.inputs)
+    return found
+
+
 def _dot_string(lines):
     """A DOT string literal: quotes and backslashes escaped, lines joined by DOT's `\\n`."""
     return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
