@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-.PHONY: run test notebooks book bench lab clean
+.PHONY: run test check-without-dot notebooks book bench lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -21,6 +21,13 @@ run: $(STAMP)
 ## test: unit and PyTorch reference tests, then every notebook re-executed and compared (nbval)
 test: $(STAMP)
 	$(PY) -m pytest tests notebooks $(NBVAL)
+
+## check-without-dot: the steps that draw graphs, as a machine without Graphviz runs them (dot hidden
+## from PATH): their scripts, their tests, and their notebooks compared by nbval
+GRAPH_STEPS := $(sort $(basename $(notdir $(shell grep -l -E 'plot_dot_graph|DotGraph' steps/step[0-9][0-9].py))))
+check-without-dot: $(STAMP)
+	$(PY) tools/without_dot.py $(PY) tools/run_steps.py $(GRAPH_STEPS)
+	$(PY) tools/without_dot.py $(PY) -m pytest -q $(GRAPH_STEPS:%=tests/test_%.py) $(GRAPH_STEPS:%=notebooks/%.ipynb) $(NBVAL)
 
 ## notebooks: regenerate notebooks/stepNN.ipynb from steps/stepNN.py and execute them
 notebooks: $(STAMP)

@@ -67,7 +67,8 @@ DotGraph(legend)
 
 # %% [markdown]
 # (A plain `python steps/step25.py` shows no pictures; open the notebook to
-# see them.)
+# see them. Without Graphviz's `dot` program the notebook shows each graph's
+# DOT text where the picture would be.)
 #
 # | node | drawn as | what it is |
 # |---|---|---|
@@ -166,44 +167,58 @@ print(get_dot_graph(y, verbose=True))
 
 # %%
 print(inspect.getsource(plot_dot_graph))
+print(inspect.getsource(utils.missing_drawing_tools))
 print(inspect.getsource(DotGraph))
 
 # %% [markdown]
 # `plot_dot_graph` returns a `DotGraph`, a `graphviz.Source` holding the DOT
-# text. Nothing is drawn until someone asks: Jupyter asks for an SVG when the
+# text. Nothing is drawn until someone asks: Jupyter asks for a picture when the
 # object is the last expression of a cell, and `graphviz` pipes the text
 # through `dot -Tsvg`. It runs `dot` as a subprocess with an argument list,
 # never through a shell, and writes no temporary files. (DeZero writes the
 # DOT text to `~/.dezero/` and runs `dot` through the shell, so a file name
-# with a space breaks it.) The subclass exists for one reason: the `repr` of a
-# `graphviz.Source` contains its memory address, and a notebook stores the
-# `repr` next to the picture, so the stored output would change on every run.
+# with a space breaks it.)
+#
+# The subclass changes two things. The `repr` of a `graphviz.Source` contains
+# its memory address, which changes on every run; `DotGraph`'s counts the
+# nodes and edges instead. And what it hands Jupyter (`_repr_mimebundle_`, a
+# dictionary from a kind of output to the output) always holds the DOT text as
+# plain text, with the SVG picture added only when `dot` is installed. Jupyter
+# shows the richest kind it has, so a machine with Graphviz shows the picture
+# and one without shows the text, in the same place. The notebook tests
+# compare the plain text and skip pictures, so they pass on both.
 #
 # With `to_file` the drawing is also written to a file, in the format its
 # suffix names. Here it goes to a temporary directory, and the first bytes
-# show what was written:
+# show what was written. This is the one cell whose output depends on the
+# machine: without `dot`, no file can be written, and the cell says so.
 
-# %%
-with tempfile.TemporaryDirectory() as folder:
-    for suffix, magic in [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")]:
-        path = f"{folder}/graph{suffix}"
-        plot_dot_graph(y, to_file=path)
-        with open(path, "rb") as file:
-            start = file.read(len(magic))
-        print(f"graph{suffix}: starts with {start}, the signature of a {suffix[1:].upper()} file: {start == magic}")
+# %% tags=["nbval-ignore-output"]
+if utils.missing_drawing_tools() is not None:
+    print("Graphviz cannot draw on this machine:", utils.missing_drawing_tools())
+else:
+    with tempfile.TemporaryDirectory() as folder:
+        for suffix, magic in [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")]:
+            path = f"{folder}/graph{suffix}"
+            plot_dot_graph(y, to_file=path)
+            with open(path, "rb") as file:
+                start = file.read(len(magic))
+            print(f"graph{suffix}: starts with {start}, the signature of a {suffix[1:].upper()} file: {start == magic}")
 
 # %% [markdown]
-# Without `dot` there is nothing to lay the graph out with. `plot_dot_graph`
-# then warns, saying what to install, and returns the DOT text, which can be
-# pasted into an online Graphviz viewer. Below, `shutil.which` (which looks a
-# program up on the `PATH`) is made to report that `dot` is missing:
+# Here is what a machine without `dot` sees. `shutil.which`, which looks a
+# program up on the `PATH`, is made to report that `dot` is missing. Asked
+# for a file, `plot_dot_graph` warns, saying what to install; the graph it
+# returns offers Jupyter only its text:
 
 # %%
 with unittest.mock.patch("shutil.which", return_value=None), warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    result = plot_dot_graph(y)
+    graph = plot_dot_graph(y, to_file="graph.png")
+    shown = graph._repr_mimebundle_()
 print(f"{caught[0].category.__name__}: {caught[0].message}")
-print("returned:", type(result).__name__, "equal to get_dot_graph(y):", result == get_dot_graph(y))
+print("returned:", repr(graph), "holding get_dot_graph(y):", graph.source == get_dot_graph(y))
+print("what Jupyter is offered:", list(shown), "equal to the DOT text:", shown["text/plain"] == graph.source)
 
 # %% [markdown]
 # ## The graph of Goldstein–Price

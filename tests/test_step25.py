@@ -23,7 +23,7 @@ import tinypytorch
 from reference import evaluate, operation_lists
 from steploader import load_step
 from tinypytorch import Function, Variable, utils
-from tinypytorch.utils import get_dot_graph, plot_dot_graph
+from tinypytorch.utils import DotGraph, get_dot_graph, plot_dot_graph
 
 pytestmark = [pytest.mark.step25, pytest.mark.torch]
 step = load_step(25)
@@ -359,26 +359,39 @@ def test_plot_dot_graph_renders_and_writes_the_format_of_the_suffix(tmp_path, mo
 
 
 @needs_dot
-def test_the_returned_graph_shows_as_svg_and_its_repr_has_no_address():
-    graph = plot_dot_graph(goldstein_price_graph()[2])
+def test_the_returned_graph_shows_as_svg_and_text_and_its_repr_has_no_address():
+    z = goldstein_price_graph()[2]
+    graph = plot_dot_graph(z)
     bundle = graph._repr_mimebundle_()
-    assert list(bundle) == ["image/svg+xml"] and "<svg" in bundle["image/svg+xml"]
+    assert sorted(bundle) == ["image/svg+xml", "text/plain"] and "<svg" in bundle["image/svg+xml"]
+    assert bundle["text/plain"] == get_dot_graph(z)
     assert repr(graph) == "DotGraph(95 nodes, 108 edges)"
 
 
-def test_missing_dot_warns_naming_the_program_and_packages_and_returns_the_text(tmp_path, monkeypatch):
+def test_without_dot_the_graph_shows_the_same_text_and_no_picture(monkeypatch):
+    z = goldstein_price_graph()[2]
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    graph = plot_dot_graph(z)  # no file asked for: nothing to warn about
+    assert isinstance(graph, DotGraph) and graph._repr_mimebundle_() == {"text/plain": get_dot_graph(z)}
+    assert repr(graph) == "DotGraph(95 nodes, 108 edges)"
+
+
+def test_missing_dot_warns_naming_the_program_and_packages_and_writes_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     x, y, z = goldstein_price_graph()
     target = tmp_path / "graph.png"
-    with pytest.warns(UserWarning, match=r"'dot' is not on PATH \(apt install graphviz, or brew install graphviz\)"):
+    with pytest.warns(UserWarning, match=r"'dot' is not on PATH \(apt install graphviz, or brew install graphviz\)"
+                                         r"; .*graph.png was not written$"):
         result = plot_dot_graph(z, verbose=True, to_file=target)
-    assert result == get_dot_graph(z, verbose=True) and isinstance(result, str)
+    assert isinstance(result, DotGraph) and result.source == get_dot_graph(z, verbose=True)
     assert not target.exists()
 
 
-def test_missing_graphviz_package_warns_and_returns_the_text(monkeypatch):
+def test_missing_graphviz_package_warns_and_shows_the_text(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/dot")
     monkeypatch.setattr(utils, "graphviz", None)
     z = goldstein_price_graph()[2]
     with pytest.warns(UserWarning, match=r"graphviz Python package is not installed \(pip install graphviz\)"):
-        assert plot_dot_graph(z) == get_dot_graph(z)
+        graph = plot_dot_graph(z, to_file=tmp_path / "graph.svg")
+    assert graph._repr_mimebundle_() == {"text/plain": get_dot_graph(z)}
+    assert not any(tmp_path.iterdir())

@@ -156,42 +156,66 @@ def get_dot_graph(y, verbose=False):
     return "\n".join(["digraph g {", header, *lines, "}"]) + "\n"
 
 
-class DotGraph(graphviz.Source if graphviz is not None else object):
-    """What plot_dot_graph returns: a graphviz.Source (shown as SVG in Jupyter) whose repr has
-    no memory address, so a notebook stores the same text/plain output on every run."""
+def missing_drawing_tools():
+    """Why Graphviz cannot draw here (the `dot` program or the graphviz package is missing), or None."""
+    if shutil.which("dot") is None:
+        return "the Graphviz program 'dot' is not on PATH (apt install graphviz, or brew install graphviz)"
+    if graphviz is None:
+        return "the graphviz Python package is not installed (pip install graphviz)"
+    return None
+
+
+_Source = graphviz.Source if graphviz is not None else object
+
+
+class DotGraph(_Source):
+    """What plot_dot_graph returns: DOT text that Jupyter shows as a picture when Graphviz can draw it.
+
+    A graphviz.Source, with two changes. Its repr has no memory address. And its display always
+    holds the DOT text as text/plain, with the SVG picture added only when `dot` is installed:
+    without Graphviz a notebook shows the text, and the output a notebook test compares
+    (text/plain; pictures are not compared) is the same on every machine.
+    """
+
+    def __init__(self, source):
+        if _Source is object:  # no graphviz package: a holder of the text
+            self.source = source
+        else:
+            super().__init__(source)
 
     def __repr__(self):
         text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', self.source)  # labels may hold anything: blank them
         nodes = re.findall(r"^\s*(?!(?:node|edge|graph)\b)\w+\s*\[", text, flags=re.MULTILINE)
         return f"DotGraph({len(nodes)} nodes, {text.count('->')} edges)"
 
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        bundle = {"text/plain": self.source}
+        if missing_drawing_tools() is None:
+            bundle.update(super()._repr_mimebundle_(include, exclude, **kwargs))
+        return bundle
+
 
 _FILE_FORMATS = (".png", ".svg", ".pdf")  # to_file's suffix names the format Graphviz writes
 
 
 def plot_dot_graph(y, verbose=False, to_file=None):
-    """Draw the graph of `y` with Graphviz; returns a graphviz.Source that Jupyter shows inline.
+    """Draw the graph of `y` with Graphviz: returns a DotGraph, which Jupyter shows inline.
 
-    With `to_file` the drawing is also written there, in the format its suffix names (.png,
-    .svg or .pdf). The layout is done by the Graphviz program `dot`, run without a shell; when
-    it (or the graphviz Python package) is missing, a UserWarning says what to install and
-    the DOT text of get_dot_graph is returned instead.
+    Jupyter shows the picture when the Graphviz program `dot` is installed, and the DOT text of
+    get_dot_graph when it is not. With `to_file` the drawing is also written there, in the format
+    its suffix names (.png, .svg or .pdf), by `dot` run without a shell; without `dot` a
+    UserWarning says what to install and that the file was not written.
     """
     if to_file is not None:
         to_file = pathlib.Path(to_file)
         if to_file.suffix.lower() not in _FILE_FORMATS:
             raise ValueError(f"plot_dot_graph: to_file must end in .png, .svg or .pdf, got {to_file.name!r}")
-    dot_text = get_dot_graph(y, verbose)
-    if shutil.which("dot") is None:
-        missing = "the Graphviz program 'dot' is not on PATH (apt install graphviz, or brew install graphviz)"
-    elif graphviz is None:
-        missing = "the graphviz Python package is not installed (pip install graphviz)"
-    else:
-        graph = DotGraph(dot_text)
-        if to_file is not None:
+    graph = DotGraph(get_dot_graph(y, verbose))
+    if to_file is not None:
+        missing = missing_drawing_tools()
+        if missing is None:
             to_file.write_bytes(graph.pipe(format=to_file.suffix[1:].lower()))
-        return graph
-    written = "" if to_file is None else f"; {to_file} was not written"
-    warnings.warn(f"plot_dot_graph: cannot draw: {missing}; returning the DOT text{written}", UserWarning,
-                  stacklevel=2)
-    return dot_text
+        else:
+            warnings.warn(f"plot_dot_graph: cannot draw: {missing}; {to_file} was not written", UserWarning,
+                          stacklevel=2)
+    return graph
