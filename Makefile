@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-.PHONY: run test check-without-dot notebooks book bench lab clean
+.PHONY: run test check-without-dot check-other-cpu notebooks book check-book bench lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -29,6 +29,13 @@ check-without-dot: $(STAMP)
 	$(PY) tools/without_dot.py $(PY) tools/run_steps.py $(GRAPH_STEPS)
 	$(PY) tools/without_dot.py $(PY) -m pytest -q $(GRAPH_STEPS:%=tests/test_%.py) $(GRAPH_STEPS:%=notebooks/%.ipynb) $(NBVAL)
 
+## check-other-cpu: every notebook re-executed and compared (nbval) with the arithmetic kernels of an
+## older CPU: OpenBLAS's Sandy Bridge kernels on one thread, NumPy without its AVX2 and AVX-512 code.
+## Outputs that depend on summation order or on the last bit of exp, pow or a matrix product show here.
+OTHER_CPU := OPENBLAS_CORETYPE=Sandybridge OPENBLAS_NUM_THREADS=1 NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL"
+check-other-cpu: $(STAMP)
+	$(OTHER_CPU) $(PY) -m pytest -q -p no:cacheprovider notebooks $(NBVAL)
+
 ## notebooks: regenerate notebooks/stepNN.ipynb from steps/stepNN.py and execute them
 notebooks: $(STAMP)
 	$(PY) tools/notebooks.py
@@ -37,6 +44,10 @@ notebooks: $(STAMP)
 book: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -q -b html book book/_build/html
 	@echo "book: book/_build/html/index.html"
+
+## check-book: the built book opened in headless Chromium with the network off: every page's maths typeset
+check-book: book
+	$(PY) tools/check_book.py book/_build/html
 
 ## bench: speed of tinypytorch vs PyTorch vs hand-written NumPy, into bench/results/
 bench: $(STAMP)

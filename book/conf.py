@@ -5,6 +5,7 @@ executes them (nbval in `make test` already did). Sphinx reads only its own
 source folder, so the notebooks are copied into book/notebooks/ (git-ignored)
 at each build.
 """
+import importlib.util
 import pathlib
 import shutil
 
@@ -28,6 +29,13 @@ nb_merge_streams = True
 
 exclude_patterns = ["_build", "**/.ipynb_checkpoints"]
 suppress_warnings = ["mystnb.unknown_mime_type"]
+
+# The maths is typeset by MathJax 3.2.2 from a pinned package (sphinx-mathjax-offline, in
+# requirements.txt), copied into the book's _static/, so pages read offline.
+MATHJAX = pathlib.Path(importlib.util.find_spec("sphinx-mathjax-offline").origin).parent / "static"
+mathjax_path = "mathjax/tex-chtml.js"
+html_static_path = [str(MATHJAX), "_static"]
+html_css_files = ["tinypytorch.css"]
 
 html_theme = "sphinx_book_theme"
 html_title = "tinypytorch"

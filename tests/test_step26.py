@@ -81,6 +81,19 @@ def test_my_sin_error_at_pi_over_4_is_about_the_first_omitted_term():
         assert 0.9 * next_cos < abs(v.grad.data - math.cos(x)) < next_cos
 
 
+@pytest.mark.parametrize("x", [10.0, 20.0, 30.0, 40.0])
+def test_my_sin_rounding_error_for_large_x_is_of_the_size_of_the_largest_term(x):
+    """The step's table: with n terms whose largest is L, the error is below n L eps and, for these x,
+    above L eps / 100 (rounding, not truncation: the threshold is 1e-20). Its exact value differs
+    between CPUs, which round NumPy's power function differently in the last bit."""
+    n = taylor_terms(x, 1e-20)
+    largest = max(x ** (2 * i + 1) / math.factorial(2 * i + 1) for i in range(n))
+    y = step.my_sin(Variable(np.array(x)), threshold=1e-20)
+    assert (get_dot_graph(y).count("shape=box") + 1) // 3 == n  # the step counts terms from the graph
+    eps = np.finfo(np.float64).eps
+    assert 0.01 * largest * eps < abs(y.data - math.sin(x)) <= n * largest * eps
+
+
 @given(a=arrays(np.float64, st.integers(0, 2).map(lambda d: (3,) * d), elements=st.floats(-10.0, 10.0)))
 def test_exact_sin_and_cos_values_and_grads_equal_torch(a):
     for ours, theirs in [(tinypytorch.sin, torch.sin), (tinypytorch.cos, torch.cos)]:
