@@ -54,7 +54,7 @@ def problems(source, dom):
 
 
 def main():
-    html = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "book" / "_build" / "html"
+    html = (pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "book" / "_build" / "html").resolve()
     pages = sorted(p for p in html.rglob("*.html") if "_static" not in p.parts and FORMULA.search(p.read_text()))
     if not pages:
         sys.exit(f"check_book: no page with maths under {html}; build the book first (make book)")
