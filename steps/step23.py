@@ -112,17 +112,20 @@ for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
 #
 # Every operation goes through this method: turn the inputs into Variables,
 # run `forward` on their arrays, wrap the results, and record the graph
-# (generation, creator, inputs, weak references to the outputs) only when
-# `Config.enable_backprop` is on.
+# (generation, creator, weak references to the outputs, and what the backward
+# pass will need) only when `Config.enable_backprop` is on. The lines marked
+# with later steps (33, 35, 38) refine what is recorded and when; until step
+# 35, read `edges` as "the inputs".
 
 # %%
 print(inspect.getsource(tinypytorch.Function.__call__))
 
 # %% [markdown]
-# Three things differ from step 22's version. The conversion of numbers and
-# arrays into Variables now runs only when an input needs it: most calls get
-# Variables only, and every operation, forward and backward, pays for this
-# method, so it avoids work it does not need. Inside that branch the line
+# Apart from the lines of later steps, three things differ from step 22's
+# version. The conversion of numbers and arrays into Variables now runs only
+# when an input needs it: most calls get Variables only, and every
+# operation, forward and backward, pays for this method, so it avoids work it
+# does not need. Inside that branch the line
 # `xp = cuda.get_array_module(*inputs)` is new; it matters on the GPU and is
 # explained below. And the check that two operands have the same shape has
 # moved out, into the four binary operations (see the end of this step).
@@ -152,28 +155,42 @@ print(inspect.getsource(tinypytorch.Function.__call__))
 # each function, `run`, and differ only in how they keep the pending ones.
 # (As the package does since step 27, they seed a `Variable` and do the
 # gradient arithmetic under `no_grad`.)
+#
+# One detail comes from a later step. A function of the package does not keep
+# its input Variables: for each input it keeps an *edge*, the place the
+# input's gradient goes, `(function that made the input, which of its
+# outputs)`, or `(the leaf itself, 0)` for a leaf. Step 35 explains why. So
+# the loops keep each gradient under its edge, in a dictionary, rather than
+# in the variables' `.grad`, and give the leaves their gradients at the end.
 
 # %%
 import heapq
 import itertools
 
+from tinypytorch import Function
 
-def run(f, add_func):
-    """One turn of either loop: f's backward, gradients added into its inputs, their creators queued."""
+
+def run(f, grads, add_func):
+    """One turn of either loop: f's backward, gradients sent along its edges, the functions they reach queued."""
     with tinypytorch.no_grad():  # step 27: computing the gradients records no graph
-        gxs = f.backward(*[output().grad for output in f.outputs])
+        gxs = f.backward(*[grads.pop((f, i), None) for i in range(len(f.outputs))])
         gxs = gxs if isinstance(gxs, tuple) else (gxs,)
-        for x, gx in zip(f.inputs, gxs):
-            x.grad = gx if x.grad is None else x.grad + gx  # step 14
-            if x.creator is not None:
-                add_func(x.creator)
-    for output in f.outputs:
-        output().grad = None  # step 18: only the leaves keep their gradients
+        for edge, gx in zip(f.edges, gxs):
+            if edge[0] is None:  # a constant such as the 2 in 2 * x: no gradient goes there
+                continue
+            grads[edge] = gx if edge not in grads else grads[edge] + gx  # step 14
+            if isinstance(edge[0], Function):
+                add_func(edge[0])
+
+
+def give_the_leaves_their_grads(grads):
+    for (leaf, _), grad in grads.items():  # all that is left: every function took its own
+        leaf.grad = grad
 
 
 def backward_with_heap(y):
     """The package's backward pass as made in this step: pending functions in a heap."""
-    y.grad = Variable(np.ones_like(y.data))  # step 27: gradients are Variables
+    grads = {(y.creator, 0): Variable(np.ones_like(y.data))}  # step 27: gradients are Variables
     pending, seen, counter = [], set(), itertools.count()
 
     def add_func(f):
@@ -183,12 +200,13 @@ def backward_with_heap(y):
 
     add_func(y.creator)
     while pending:
-        run(heapq.heappop(pending)[-1], add_func)
+        run(heapq.heappop(pending)[-1], grads, add_func)
+    give_the_leaves_their_grads(grads)
 
 
 def backward_with_sort(y):
     """Step 16's backward pass: a list re-sorted by generation after every addition."""
-    y.grad = Variable(np.ones_like(y.data))
+    grads = {(y.creator, 0): Variable(np.ones_like(y.data))}
     funcs, seen = [], set()
 
     def add_func(f):
@@ -199,7 +217,8 @@ def backward_with_sort(y):
 
     add_func(y.creator)
     while funcs:
-        run(funcs.pop(), add_func)
+        run(funcs.pop(), grads, add_func)
+    give_the_leaves_their_grads(grads)
 
 
 # %% [markdown]

@@ -93,10 +93,13 @@ DotGraph(legend)
 # ## From a graph to DOT: `get_dot_graph`
 #
 # The graph lives in the objects themselves: a `Variable` knows its `creator`,
-# a `Function` its `inputs` (strong references) and its `outputs` (weak
-# references, step 17). `get_dot_graph` walks these links from the output,
-# much as `backward` does, and writes one line per node and one per arrow. A
-# few decisions make the text easy to read and the same on every run:
+# a `Function` its `outputs` (weak references, step 17) and, for each input,
+# where the input came from: the function that made it, or the input itself
+# if it is a leaf (the function's `edges`; step 35 explains why a function
+# keeps these rather than the input Variables). `get_dot_graph` walks these
+# links from the output, much as `backward` does, and writes one line per
+# node and one per arrow. A few decisions make the text easy to read and the
+# same on every run:
 #
 # - **Node ids.** DeZero names each node by `id(obj)`, its memory address,
 #   which changes from run to run. We number nodes `n0, n1, ...` in the order
@@ -109,8 +112,11 @@ DotGraph(legend)
 # - **Each node once.** A function with several consumers, or a variable used
 #   by many functions (like $x$ in Goldstein–Price), is declared once; each
 #   use gets its own arrow, so `add(x, x)` shows two arrows from `x`.
-# - **Outputs are weak references.** A function may have several outputs,
-#   and one that nothing holds any more has been freed: it is skipped.
+# - **Outputs are weak references.** An intermediate variable that nothing
+#   holds any more, such as each partial result of a long formula, has been
+#   freed. It is still drawn, unnamed, from what its creator recorded of it
+#   (its shape and dtype), when another function used it; an unused output
+#   that was freed is skipped.
 # - **Labels.** A variable is labelled with its `name`. A nameless 0-d leaf is
 #   almost always a number from the formula (the 14 in `14 * x`) and is
 #   labelled with its value; other nameless variables get an empty label. With

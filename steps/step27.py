@@ -38,9 +38,11 @@ from tinypytorch.utils import functions_in_graph, plot_dot_graph
 #
 # Through step 22 a gradient was a NumPy array: `Square.backward` computed
 # `2 * x * gy` with `x = self.inputs[0].data`, arithmetic on arrays, which
-# leaves no trace to differentiate. In the package every backward method works on Variables:
-# `self.inputs` are the input Variables, `gy` is a Variable, and `cos` below
-# is the package's differentiable `cos`, not NumPy's:
+# leaves no trace to differentiate. In the package every backward method works
+# on Variables: the input Variables it needs (`self.saved_tensors`, which
+# forward kept for it; step 35 explains the mechanism, read it as "the
+# inputs" for now), `gy`, a Variable, and `cos` below, the package's
+# differentiable `cos`, not NumPy's:
 
 # %%
 print(inspect.getsource(Sin.backward))
@@ -50,10 +52,10 @@ print(inspect.getsource(Tanh.backward))
 # %% [markdown]
 # `Mul.backward` returns $\partial y/\partial x_0 = g_y x_1$ and
 # $\partial y/\partial x_1 = g_y x_0$, each a product of Variables
-# (`_sum_to_inputs` undoes broadcasting, step 30), and `None` for an input
+# (`sum_to_inputs` undoes broadcasting, step 30), and `None` for an input
 # that is a constant, whose gradient would be thrown away. `Tanh.backward` uses
 # $\tanh'(x) = 1 - \tanh^2 x$ and reads $\tanh x$ from the function's own
-# output, `self.outputs[0]()`, rather than computing it again. Since the
+# output, which forward saved, rather than computing it again. Since the
 # output's creator is this `Tanh`, a graph of the derivative passes through
 # the forward `Tanh` once more: exactly what the chain rule needs when the
 # derivative is differentiated.
@@ -144,7 +146,7 @@ print(f"with cleargrad:    x.grad = {x.grad:.6f}   -sin(1) = {-np.sin(1.0):.6f}"
 # %% [markdown]
 # Clearing has a second use. After `backward(create_graph=True)`, `x.grad`
 # is the output of a graph whose inputs include `x` itself, so `x` refers to
-# its gradient, which refers (through creators and inputs) back to `x`: a
+# its gradient, which refers (through creators and edges) back to `x`: a
 # reference cycle, the kind step 17 removed from the forward graph. Reference
 # counting cannot free it, only Python's slower cycle collector can.
 # `x.cleargrad()` breaks the cycle. PyTorch has the same cycle, and warns

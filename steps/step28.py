@@ -130,7 +130,10 @@ print("from x = 0.4:", ", ".join(f"{x:.3e}" for x in newton(f, 0.4, 5)))
 # *Hessian* $H_{ij} = \partial^2 f / \partial x_i \partial x_j$, and Newton's
 # step solves $H\,\Delta = -\nabla f$. Row $i$ of $H$ is the gradient of
 # $g_i = \partial f/\partial x_i$: one more backward pass per row, from each
-# component of a gradient computed with `create_graph=True`.
+# component of a gradient computed with `create_graph=True`. The components
+# share one graph, so each pass asks to keep it for the next with
+# `retain_graph=True`, as PyTorch requires (step 35 shows what a backward
+# pass frees otherwise).
 #
 # Step 26 ran gradient descent on the Rosenbrock function
 # $f = 100\,(x_1 - x_0^2)^2 + (1 - x_0)^2$ from $(0, 2)$: 13,974 iterations to
@@ -150,7 +153,7 @@ def gradient_and_hessian(f, point):
     for g in grads:  # row i of the Hessian is the gradient of g_i
         for x in xs:
             x.cleargrad()
-        g.backward()
+        g.backward(retain_graph=True)
         hessian.append([x.grad.item() for x in xs])
     return np.array([g.item() for g in grads]), np.array(hessian)
 

@@ -157,12 +157,15 @@ print(inspect.getsource(F.sum_to))
 # The fix is the rule of this step. `x + b` is `x + broadcast_to(b, (4, 3))`
 # in disguise, so `b`'s gradient must pass through the backward of
 # `broadcast_to`, which is `sum_to`. Each binary operation therefore checks in
-# its forward pass that the shapes broadcast, and its backward pass sums each
-# input's gradient to that input's shape:
+# its forward pass that the shapes broadcast, keeping the two shapes when they
+# differ, and its backward pass sums each input's gradient to that input's
+# shape. The four operations share this in a base class, `_Binary`. (The
+# lines of `Mul` marked step 35 choose what forward keeps for backward; until
+# then, read `self.saved_tensors` as "the inputs".)
 
 # %%
 print(inspect.getsource(tinypytorch.core._check_broadcast))
-print(inspect.getsource(tinypytorch.core._sum_to_inputs))
+print(inspect.getsource(tinypytorch.core._Binary))
 print(inspect.getsource(tinypytorch.core.Mul))
 
 # %% [markdown]

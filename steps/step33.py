@@ -142,7 +142,12 @@ except RuntimeError as error:
 #
 # A node is a `Function`, or, for a leaf, the leaf itself: PyTorch gives each
 # leaf that requires grad a node of its own, `AccumulateGrad`, whose only job
-# is to add the complete gradient into `.grad`. The count:
+# is to add the complete gradient into `.grad`. The walk follows each
+# function's `edges`: for each input, the node its gradient goes to, with the
+# number of that node's output the input is (a function may have several
+# outputs), or nothing for a constant. (Until step 35 you may read the edges
+# as the inputs' creators; step 35 explains why the package keeps edges and
+# not the inputs.) The count:
 
 # %%
 print(inspect.getsource(engine.node_of))
@@ -164,20 +169,23 @@ def label(node):
     """A node as text: a leaf's name, or a function with its output's name."""
     if isinstance(node, Variable):
         return f"leaf {node.name}"
-    output = node.outputs[0]()
-    return f"{type(node).__name__} -> {output.name or '(unnamed)'}"
+    output = node.outputs[0]()  # a weak reference: a temporary result may be gone (step 35)
+    name = None if output is None else output.name
+    return f"{type(node).__name__} -> {name or '(unnamed)'}"
 
 
 for node, count in engine.count_dependencies([y]).items():
     print(f"{label(node):22} will receive {count} gradient(s)")
 
 # %% [markdown]
-# The run is `execute`. `receive` adds an arriving gradient to the buffer and
-# decreases the count; at zero, a leaf is finished at once and a function goes
-# to the ready queue; `finish` runs the hooks of step 34 and then stores the
-# gradient in `.grad` where it belongs (leaves, and every variable with
+# The run is `execute`. `receive` adds an arriving gradient to the node's
+# buffer, one slot per output of a function, and decreases the count; at
+# zero, a leaf is finished at once and a function goes to the ready queue.
+# `finish_leaf` and `finish_output` run the hooks of step 34 and then store
+# the gradient in `.grad` where it belongs (leaves, and every variable with
 # `retain_grad=True`). The parts for `autograd.grad` (`capture`, `targets`,
-# `leading`) come later in this step.
+# `leading`) come later in this step, `anomaly` in step 38, and
+# `release_saved` in step 35.
 
 # %%
 print(inspect.getsource(engine.execute))
@@ -195,7 +203,7 @@ print(inspect.getsource(engine.execute))
 #   end of this step); step 23's held every function discovered and not yet
 #   run. Following PyTorch's choice makes the order deterministic and the same
 #   as PyTorch's, which step 34 relies on when it compares hook calls.
-# - **Buffers.** An intermediate gradient waits in `grads`, which belongs to
+# - **Buffers.** An intermediate gradient waits in `buffers`, which belongs to
 #   this pass and drops each entry as soon as it is used. `.grad` is only
 #   written, never read back, so a gradient kept from an earlier pass can no
 #   longer be counted twice: the trap of step 14, where $y = (x^2)^2$
@@ -206,13 +214,14 @@ print(inspect.getsource(engine.execute))
 x = Variable(np.array(2.0), name="x")
 a = tinypytorch.square(x)
 y = tinypytorch.square(a)
-y.backward(retain_grad=True)
+y.backward(retain_graph=True, retain_grad=True)
 y.backward(retain_grad=True)
 print(f"two passes, intermediate grads kept: x.grad = {x.grad:.1f}, a.grad = {a.grad:.1f}")
 
 # %% [markdown]
 # That is PyTorch's $64$; `a.grad` $= 2 \cdot 8$ adds up over the two passes,
-# as a retained gradient does in PyTorch.
+# as a retained gradient does in PyTorch. (`retain_graph=True` asks the first
+# pass to keep what the second needs; step 35 explains.)
 #
 # ### Checking what a backward method returns
 #
@@ -339,20 +348,19 @@ for _ in range(300):
     big = tinypytorch.sin(big) + w
 loss = tinypytorch.exp(x) * 3.0 + big
 calls = record_backward_calls(loss)
-(gx,) = autograd.grad(loss, x)
+(gx,) = autograd.grad(loss, x, retain_graph=True)  # keep the graph: the next cell uses it again (step 35)
 print(f"dL/dx = {gx:.6f} (3 e^0.5 = {3 * np.exp(0.5):.6f}); backward ran: {', '.join(calls)}")
 print(f"functions in the graph: {len(functions_in_graph(loss))}")
 
 # %% [markdown]
 # An input that the outputs do not depend on is usually a mistake, so
 # `autograd.grad` raises, as PyTorch does; `allow_unused=True` returns `None`
-# for it instead. `retain_graph` is accepted for PyTorch's sake: until step
-# 35, no backward pass frees anything of the graph, so it is always retained.
+# for it instead. `retain_graph` works as for `backward` (step 35).
 
 # %%
 unrelated = Variable(np.array(1.0), name="u")
 try:
-    autograd.grad(loss, [x, unrelated])
+    autograd.grad(loss, [x, unrelated], retain_graph=True)
 except RuntimeError as error:
     print("RuntimeError:", error)
 print("allow_unused=True:", autograd.grad(loss, [x, unrelated], allow_unused=True))
@@ -410,15 +418,15 @@ for n in (1000, 2000, 4000, 8000, 16000):
 # |---|---|
 # | `Tensor` with its `AutogradMeta` | `Variable` (`requires_grad`, `grad`, `creator`) |
 # | `Node`, `tensor.grad_fn` | `Function`, `variable.creator` (alias `grad_fn`) |
-# | `node.next_functions` (edges) | `function.inputs` that require grad |
+# | `node.next_functions` (edges) | `function.edges` |
 # | `AccumulateGrad` node of a leaf | the leaf itself, as a node of the count |
 # | `sequence_nr`, ready queue | `Function.sequence_nr`, the `ready` heap in `execute` |
-# | `InputBuffer` | the `grads` dict of one pass |
+# | `InputBuffer` | the `buffers` dict of one pass |
 # | `torch.autograd.grad` | `tinypytorch.autograd.grad` |
 #
-# PyTorch runs the engine in C++, with worker threads for the devices, and frees each
-# function's saved tensors as soon as it has run unless `retain_graph=True`.
-# Step 35 adds that last part.
+# PyTorch runs the engine in C++, with worker threads for the devices, and
+# frees each function's saved tensors as soon as it has run unless
+# `retain_graph=True`; so does the package, from step 35 on.
 #
 # ## Check against PyTorch
 #

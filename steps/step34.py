@@ -92,7 +92,7 @@ x, w = Variable(np.array(0.5), name="x"), Variable(np.array(2.0), name="w")
 h = tinypytorch.sin(x)
 handle = h.register_hook(lambda grad: grad * 2.0)
 y = h + w * w
-y.backward()
+y.backward(retain_graph=True)  # the graph is used again below (step 35)
 print(f"with the hook:    x.grad = {x.grad:.6f} (2 cos 0.5 = {2 * np.cos(0.5):.6f}),  w.grad = {w.grad:.1f}")
 
 handle.remove()
@@ -270,7 +270,7 @@ def run(m, make, backward):
 
 
 def ours_backward(y, x, w):
-    y.backward()
+    y.backward(retain_graph=True)
     return [x.grad, w.grad]
 
 
@@ -287,7 +287,8 @@ np.testing.assert_allclose(values, values_t, rtol=1e-14)
 print(f"backward: {len(calls)} hook calls in torch's order with torch's gradients;",
       "x.grad, w.grad and retained a.grad equal torch's")
 
-calls, values = run(tinypytorch, lambda v: Variable(np.array(v)), lambda y, x, w: list(autograd.grad(y, [x, w])))
+calls, values = run(tinypytorch, lambda v: Variable(np.array(v)),
+                    lambda y, x, w: list(autograd.grad(y, [x, w], retain_graph=True)))
 calls_t, values_t = run(torch, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True),
                         lambda y, x, w: list(torch.autograd.grad(y, [x, w], retain_graph=True)))
 assert [name for name, _ in calls] == [name for name, _ in calls_t], (calls, calls_t)

@@ -65,7 +65,7 @@ def test_backward_restores_enable_backprop_whatever_create_graph_was(outer):
     y = tinypytorch.tanh(x)
     with tinypytorch.using_config("enable_backprop", outer):
         for create_graph in (False, True):
-            y.backward(create_graph=create_graph)
+            y.backward(create_graph=create_graph, retain_graph=True)
             assert Config.enable_backprop is outer
     assert Config.enable_backprop is True
 

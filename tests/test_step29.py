@@ -187,7 +187,7 @@ def test_T_reverses_the_dims_like_numpys_T_and_sends_back_the_transposed_gradien
 def test_transpose_permute_and_T_record_one_transpose_node():
     x = Variable(np.zeros((2, 3, 4)))
     for y in (x.transpose(0, 2), x.permute(1, 2, 0), x.T):
-        assert type(y.creator) is F.Transpose and y.creator.inputs == (x,)
+        assert type(y.creator) is F.Transpose and y.creator.edges == ((x, 0),)
 
 
 def test_a_permutation_that_moves_nothing_returns_the_variable_and_records_nothing():

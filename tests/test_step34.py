@@ -80,7 +80,7 @@ def test_random_graphs_hook_calls_modified_grads_and_retained_grads_equal_torch(
     ours, theirs, calls, calls_t = ours_and_torch(graph)
     assume(all(bool(torch.isfinite(t)) for t in theirs))
     for _ in range(2):  # a second pass: leaf and retained grads add up, hooks run again
-        ours[-1].backward()
+        ours[-1].backward(retain_graph=True)
         theirs[-1].backward(retain_graph=True)
     assert_same_calls(calls, calls_t)
     np.testing.assert_allclose(grads(ours), grads(theirs), rtol=1e-12, atol=1e-13)  # nan where both are None

@@ -38,6 +38,19 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
+class VersionCounter:
+    """How many times the data of a variable was changed in place (step 36).
+
+    Views of the same data (reshape, transpose, basic indexing, detach) share one counter,
+    so a change through any of them shows in all.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
 class Variable:
     """A box around an array that remembers the function that created it."""
 
@@ -62,6 +75,13 @@ class Variable:
         self._requires_grad = requires_grad
         self._hooks = None  # step 34: {handle id: hook}, made by the first register_hook
         self._retains_grad = False  # step 34: retain_grad() was called on this non-leaf
+        self._version_counter = VersionCounter()  # step 36: shared with views of the same data
+
+    # Rarely set, so class-level defaults rather than one more attribute on every Variable:
+    _output_nr = 0  # step 35: which output of its creator this variable is
+    _wrapped_number = False  # step 35: a Python number that Function.__call__ wrapped (PyTorch's wrapped number)
+    _grad_leaf = None  # step 37: the leaf whose gradient this (unpacked, saved) variable's gradient is
+    _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
 
     # step 19: a Variable answers the questions one asks of an array
     @property
@@ -187,9 +207,10 @@ class Variable:
 
     # ----- end of tensor methods -----------------------------------------------------
 
-    def set_creator(self, func):
+    def set_creator(self, func, output_nr=0):
         self.creator = func
         self.generation = func.generation + 1  # step 16
+        self._output_nr = output_nr  # step 35: the gradient of output i goes to slot i of func
 
     def cleargrad(self):
         self.grad = None  # step 13: start a new computation from zero
@@ -199,8 +220,8 @@ class Variable:
 
         gradient: d(loss)/d(self), shaped like self. Without it the seed is ones (step 09),
             for a non-scalar variable too, where PyTorch would insist on a gradient.
-        retain_graph: accepted for PyTorch compatibility. Until step 35 no backward pass
-            frees the graph, so a second pass always works, whatever this says.
+        retain_graph: keep the tensors the functions saved for backward, so that the graph
+            can be backpropagated again (step 35). Defaults to create_graph, as in PyTorch.
         create_graph: record the backward pass as a graph of its own, so that the
             gradients can be differentiated again (step 27).
         retain_grad: keep the gradient of every variable, not only of the leaves (step 18).
@@ -208,10 +229,11 @@ class Variable:
         if not self.requires_grad:  # step 33: nothing behind it to differentiate, and no leaf to fill
             raise RuntimeError("backward: element 0 of variables does not require grad and does not have a grad_fn")
         seed = autograd.engine.seed(self, gradient, "backward")
+        retain_graph = create_graph if retain_graph is None else retain_graph  # step 35
         # step 27: backward methods compute with Variables, so the backward pass is recorded
         # like any other computation when enable_backprop is on; it is on only if asked for
         with using_config("enable_backprop", create_graph):
-            autograd.engine.execute([self], [seed], retain_grad=retain_grad)  # step 33
+            autograd.engine.execute([self], [seed], retain_graph, retain_grad=retain_grad)  # step 33
 
     # step 33: PyTorch's vocabulary for the graph
     @property
@@ -244,8 +266,10 @@ class Variable:
         return self.creator
 
     def detach(self):
-        """A new leaf that shares this variable's data and does not require grad."""
-        return Variable(self.data, requires_grad=False)
+        """A new leaf that shares this variable's data (and its version counter, step 36) and does not require grad."""
+        detached = Variable(self.data, requires_grad=False)
+        detached._version_counter = self._version_counter
+        return detached
 
     # step 34: hooks on the gradient
     def register_hook(self, hook):
@@ -262,6 +286,8 @@ class Variable:
             raise TypeError(f"register_hook: a hook must be callable, got {type(hook).__name__}")
         if self._hooks is None:
             self._hooks = {}
+            if self.creator is not None:  # step 35: the hooks outlive the variable, as PyTorch's do
+                self.creator.keep_output_hooks(self._output_nr, self._hooks)
         handle = autograd.hooks.RemovableHandle(self._hooks)
         self._hooks[handle.id] = hook
         return handle
@@ -304,21 +330,65 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
     if isinstance(obj, Variable):
         return obj
     # step 33: a number or an array inside an expression is a constant: no gradient flows to it
-    if isinstance(obj, (int, float, complex)) and like is not None:
-        return Variable(xp.asarray(obj, dtype=np.result_type(like.dtype, obj)), requires_grad=False)
-    if isinstance(obj, scalar_types):
-        return Variable(as_array(obj, xp), requires_grad=False)
     if isinstance(obj, cuda.array_types):
         return Variable(obj, requires_grad=False)
-    raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
+    if isinstance(obj, (int, float, complex)) and like is not None:
+        number = Variable(xp.asarray(obj, dtype=np.result_type(like.dtype, obj)), requires_grad=False)
+    elif isinstance(obj, scalar_types):
+        number = Variable(as_array(obj, xp), requires_grad=False)
+    else:
+        raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
+    number._wrapped_number = True  # step 35: saved as a number, not a tensor, as PyTorch does
+    return number
 
 
 # step 33: every recorded Function gets the next number (PyTorch's sequence_nr)
 _sequence_numbers = itertools.count()
 
 
+def gradient_edge(x):
+    """Where the gradient of `x` goes (step 35): (its creator, which output x is), or (x, 0) for a leaf.
+
+    PyTorch gives each leaf that requires grad a node of its own (AccumulateGrad), whose only
+    work is to add the gradient into `.grad`; here the leaf Variable plays that part. A
+    variable that needs no gradient (a constant) has no edge: (None, 0).
+    """
+    if x.creator is not None:
+        return x.creator, x._output_nr
+    if not x.requires_grad:
+        return None, 0
+    return (x if x._grad_leaf is None else x._grad_leaf), 0
+
+
+class ConstantInput:
+    """What a function keeps of an input that needs no gradient, for drawings (step 25): not its array (step 35)."""
+
+    __slots__ = ("name", "shape", "dtype", "value")
+
+    def __init__(self, x):
+        self.name, self.shape, self.dtype = x.name, x.shape, x.dtype
+        self.value = x.data.item() if x.data.ndim == 0 else None  # a number of the formula, such as the 14 in 14 * x
+
+
+def constant_input(x):
+    """The ConstantInput of constant `x`, made once, so that a constant used twice is drawn once."""
+    if x._constant is None:
+        x._constant = ConstantInput(x)
+    return x._constant
+
+
 class Function:
-    """Base class of every operation: subclasses define `forward` on arrays and `backward` on Variables."""
+    """Base class of every operation: subclasses define `forward` on arrays and `backward` on Variables.
+
+    From step 35 on, a recorded function keeps three things for the backward pass: `edges`,
+    where each input's gradient goes; the tensors `forward` saved with `save_for_backward`;
+    and weak references to its outputs. It keeps no reference to its inputs.
+    """
+
+    _to_save = ()  # step 35: what forward passed to save_for_backward, until __call__ keeps it
+    _saved = ()  # step 35: the SavedTensors themselves
+    output_hooks = None  # step 35: {output index: the hooks of that output variable}
+    constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
 
     def __call__(self, *inputs):
         # step 21: numbers and arrays are welcome; step 23: a number goes to the device
@@ -330,21 +400,31 @@ class Function:
             op = type(self).__name__.lower()  # names the operation in an error message
             like = next((x for x in inputs if isinstance(x, (Variable, *cuda.array_types))), None)
             inputs = tuple([as_variable(x, op, xp, like) for x in inputs])
-        ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
-        if not isinstance(ys, tuple):
-            ys = (ys,)
         # step 18: record the graph only when it will be used; step 33: that is, when backprop
         # is on and a gradient can flow to some input. Only then do the outputs require grad.
         requires_grad = Config.enable_backprop and any([x.requires_grad for x in inputs])
+        # step 35: forward saves only what the gradients of these inputs need
+        self.needs_input_grad = tuple([x.requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
+        ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
+        if not isinstance(ys, tuple):
+            ys = (ys,)
         # step 09: a 0-d result may come back a scalar
         outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
         if requires_grad:
             self.generation = max([x.generation for x in inputs])  # step 16
             self.sequence_nr = next(_sequence_numbers)  # step 33: creation order, for the ready queue
-            for output in outputs:
-                output.set_creator(self)  # step 07
-            self.inputs = inputs
+            self.edges = tuple([gradient_edge(x) for x in inputs])  # step 35: not the inputs themselves
+            if not all(self.needs_input_grad):  # step 35: for drawings, what the constants were
+                self.constants = {i: constant_input(x) for i, x in enumerate(inputs) if not x.requires_grad}
+            self.output_meta = tuple([(y.shape, y.dtype) for y in outputs])  # step 35: what gradients must be
+            for i, output in enumerate(outputs):
+                output.set_creator(self, i)  # step 07
             self.outputs = [weakref.ref(output) for output in outputs]  # step 17: no reference cycle
+            if self._to_save:
+                self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)  # step 35
+            if autograd.anomaly.enabled():
+                autograd.anomaly.record_creation(self)  # step 38
+        self._to_save = ()
         return outputs if len(outputs) > 1 else outputs[0]
 
     def forward(self, *xs):
@@ -353,11 +433,40 @@ class Function:
     def backward(self, *gys):
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
+    # ----- step 35: saved tensors ---------------------------------------------------------
 
-# ----- arithmetic (steps 11-22; broadcasting: step 30) ------------------------------
+    def save_for_backward(self, *xs):
+        """Called in `forward`: keep these arrays (inputs, outputs or others) for `backward`.
+
+        None may stand for a tensor that is not needed. Nothing is kept when the graph is
+        not recorded; see tinypytorch.autograd.graph for what keeping means.
+        """
+        self._to_save = xs
+
+    @property
+    def saved_tensors(self):
+        """The tensors forward saved, as Variables, in the order saved (None where None was saved)."""
+        return tuple([s.unpack(self) if isinstance(s, autograd.graph.SavedTensor) else s for s in self._saved])
+
+    def release_saved(self):
+        """Free the saved tensors (step 35); a later unpack raises "backward through the graph a second time"."""
+        for s in self._saved:
+            if isinstance(s, autograd.graph.SavedTensor):
+                s.release()
+
+    def keep_output_hooks(self, output_nr, hooks):
+        """Keep the hook dict of output `output_nr`, so the hooks run even if the variable is gone (step 35)."""
+        if self.output_hooks is None:
+            self.output_hooks = {}
+        self.output_hooks[output_nr] = hooks
+
+
+# ----- arithmetic (steps 11-22; broadcasting: step 30; saved tensors: step 35) -----------
 # Binary operations broadcast like NumPy. An input that was broadcast was used by several
 # output elements, so its gradient is the sum of theirs: sum_to folds it back to its shape.
 # Backward methods use Variable operations (step 27), so gradients can be differentiated.
+# Each forward saves what its backward needs and nothing else (step 35): the shapes of the
+# inputs as plain tuples, and the arrays themselves only where a gradient formula uses them.
 
 def _check_broadcast(op, x0, x1):
     # step 30 (step 22 required equal shapes): fail here, naming the operation, not inside NumPy
@@ -369,36 +478,48 @@ def _check_broadcast(op, x0, x1):
         raise ValueError(f"{op}: shapes {x0.shape} and {x1.shape} do not broadcast") from None
 
 
-def _sum_to_inputs(gx0, gx1, x0, x1):
-    """Sum each gradient back to the shape of its input (step 30); None (no gradient wanted) stays None."""
-    if x0.shape != x1.shape:
-        gx0 = None if gx0 is None else F.sum_to(gx0, x0.shape)
-        gx1 = None if gx1 is None else F.sum_to(gx1, x1.shape)
-    return gx0, gx1
+class _Binary(Function):
+    """A binary operation that broadcasts: forward keeps the input shapes when they differ (step 30)."""
+
+    shapes = None  # (shape of x0, shape of x1), only when broadcasting made them differ
+
+    def keep_shapes(self, op, x0, x1):
+        _check_broadcast(op, x0, x1)
+        if x0.shape != x1.shape:
+            self.shapes = (x0.shape, x1.shape)
+
+    def sum_to_inputs(self, gx0, gx1):
+        """Sum each gradient back to the shape of its input (step 30); None (no gradient wanted) stays None."""
+        if self.shapes is not None:
+            gx0 = None if gx0 is None else F.sum_to(gx0, self.shapes[0])
+            gx1 = None if gx1 is None else F.sum_to(gx1, self.shapes[1])
+        return gx0, gx1
 
 
-class Add(Function):  # step 11
+class Add(_Binary):  # step 11
     def forward(self, x0, x1):
-        _check_broadcast("add", x0, x1)
+        self.keep_shapes("add", x0, x1)
         return x0 + x1
 
     def backward(self, gy):
-        x0, x1 = self.inputs
-        return _sum_to_inputs(gy, gy, x0, x1)  # step 12: dy/dx0 = dy/dx1 = 1
+        return self.sum_to_inputs(gy, gy)  # step 12: dy/dx0 = dy/dx1 = 1
 
 
-class Mul(Function):  # step 20
+class Mul(_Binary):  # step 20
     def forward(self, x0, x1):
-        _check_broadcast("mul", x0, x1)
+        self.keep_shapes("mul", x0, x1)
+        # d(x0 x1)/dx0 = x1 and d(x0 x1)/dx1 = x0: keep each only if the other input needs a gradient
+        needs = self.needs_input_grad
+        self.save_for_backward(x0 if needs[1] else None, x1 if needs[0] else None)
         return x0 * x1
 
     def backward(self, gy):
-        x0, x1 = self.inputs
-        # A constant (requires_grad False, such as the 14 in 14 * x) gets no gradient: the engine
-        # would throw it away (step 33), so skip the product, as PyTorch does (needs_input_grad).
-        gx0 = gy * x1 if x0.requires_grad else None
-        gx1 = gy * x0 if x1.requires_grad else None
-        return _sum_to_inputs(gx0, gx1, x0, x1)
+        x0, x1 = self.saved_tensors
+        # A constant (such as the 14 in 14 * x) gets no gradient: the engine would throw it
+        # away (step 33), so skip the product, as PyTorch does (needs_input_grad).
+        gx0 = gy * x1 if self.needs_input_grad[0] else None
+        gx1 = gy * x0 if self.needs_input_grad[1] else None
+        return self.sum_to_inputs(gx0, gx1)
 
 
 class Neg(Function):  # step 22
@@ -409,26 +530,28 @@ class Neg(Function):  # step 22
         return -gy
 
 
-class Sub(Function):  # step 22
+class Sub(_Binary):  # step 22
     def forward(self, x0, x1):
-        _check_broadcast("sub", x0, x1)
+        self.keep_shapes("sub", x0, x1)
         return x0 - x1
 
     def backward(self, gy):
-        x0, x1 = self.inputs
-        return _sum_to_inputs(gy, -gy if x1.requires_grad else None, x0, x1)  # as in Mul: none for a constant
+        return self.sum_to_inputs(gy, -gy if self.needs_input_grad[1] else None)  # as in Mul: none for a constant
 
 
-class Div(Function):  # step 22
+class Div(_Binary):  # step 22
     def forward(self, x0, x1):
-        _check_broadcast("div", x0, x1)
+        self.keep_shapes("div", x0, x1)
+        # d(x0/x1)/dx0 = 1/x1 needs x1; d(x0/x1)/dx1 = -x0/x1^2 needs both (PyTorch keeps the same)
+        needs = self.needs_input_grad
+        self.save_for_backward(x0 if needs[1] else None, x1)
         return x0 / x1
 
     def backward(self, gy):
-        x0, x1 = self.inputs
-        gx0 = gy / x1 if x0.requires_grad else None  # as in Mul: none for a constant
-        gx1 = -gy * x0 / x1**2 if x1.requires_grad else None  # d(x0/x1)/dx1 = -x0 / x1^2
-        return _sum_to_inputs(gx0, gx1, x0, x1)
+        x0, x1 = self.saved_tensors
+        gx0 = gy / x1 if self.needs_input_grad[0] else None  # as in Mul: none for a constant
+        gx1 = -gy * x0 / x1**2 if self.needs_input_grad[1] else None
+        return self.sum_to_inputs(gx0, gx1)
 
 
 class Pow(Function):  # step 22
@@ -440,10 +563,12 @@ class Pow(Function):  # step 22
         self.c = c
 
     def forward(self, x):
+        self.save_for_backward(x)  # d(x^c)/dx = c x^(c-1) needs x
         return x ** self.c
 
     def backward(self, gy):
-        x, c = self.inputs[0], self.c
+        (x,) = self.saved_tensors
+        c = self.c
         if c == 0:  # x**0 is constant; the formula would give 0 * 0**-1 = nan at x = 0
             return gy * 0.0
         return c * x ** (c - 1) * gy

@@ -17,50 +17,57 @@ from tinypytorch.cuda import get_array_module
 
 class Square(Function):  # step 02 (backward: step 06)
     def forward(self, x):
+        self.save_for_backward(x)  # step 35: d(x^2)/dx = 2x needs x
         return x ** 2
 
     def backward(self, gy):
-        (x,) = self.inputs
+        (x,) = self.saved_tensors
         return 2 * x * gy
 
 
 class Exp(Function):  # step 03 (backward: step 06)
     def forward(self, x):
         xp = get_array_module(x)
-        return xp.exp(x)
+        y = xp.exp(x)
+        self.save_for_backward(y)  # step 35: d exp(x)/dx = exp(x), the output itself (step 27)
+        return y
 
     def backward(self, gy):
-        y = self.outputs[0]()  # step 27: d exp(x)/dx = exp(x), the output itself
+        (y,) = self.saved_tensors
         return gy * y
 
 
 class Sin(Function):  # step 26
     def forward(self, x):
         xp = get_array_module(x)
+        self.save_for_backward(x)  # step 35: d sin(x)/dx = cos(x) needs x
         return xp.sin(x)
 
     def backward(self, gy):
-        (x,) = self.inputs
+        (x,) = self.saved_tensors
         return gy * cos(x)
 
 
 class Cos(Function):  # step 26
     def forward(self, x):
         xp = get_array_module(x)
+        self.save_for_backward(x)  # step 35: d cos(x)/dx = -sin(x) needs x
         return xp.cos(x)
 
     def backward(self, gy):
-        (x,) = self.inputs
+        (x,) = self.saved_tensors
         return gy * -sin(x)
 
 
 class Tanh(Function):  # step 27
     def forward(self, x):
         xp = get_array_module(x)
-        return xp.tanh(x)
+        y = xp.tanh(x)
+        self.save_for_backward(y)  # step 35: d tanh(x)/dx = 1 - tanh(x)^2 needs only the output
+        return y
 
     def backward(self, gy):
-        y = self.outputs[0]()  # d tanh(x)/dx = 1 - tanh(x)^2
+        (y,) = self.saved_tensors
         return gy * (1 - y * y)
 
 
@@ -292,15 +299,18 @@ def _check_matmul(x_shape, w_shape):
 class MatMul(Function):  # step 31
     def forward(self, x, W):
         _check_matmul(x.shape, W.shape)
+        self.shapes = (x.shape, W.shape)
+        # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
+        self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
         return x @ W
 
     def backward(self, gy):
-        x, W = self.inputs
-        # transpose(., -2, -1) swaps the last two dims: the transpose of every matrix in a stack
-        gx = matmul(gy, transpose(W, -2, -1))  # dL/dx = dL/dy W^T
-        gW = matmul(transpose(x, -2, -1), gy)  # dL/dW = x^T dL/dy
-        # with stacks of matrices, an operand broadcast over the batch sums its gradients (step 30)
-        return sum_to(gx, x.shape), sum_to(gW, W.shape)
+        x, W = self.saved_tensors
+        # dL/dx = dL/dy W^T and dL/dW = x^T dL/dy. transpose(., -2, -1) swaps the last two dims: the
+        # transpose of every matrix in a stack; an operand broadcast over the batch sums its gradients (step 30)
+        gx = sum_to(matmul(gy, transpose(W, -2, -1)), self.shapes[0]) if self.needs_input_grad[0] else None
+        gW = sum_to(matmul(transpose(x, -2, -1), gy), self.shapes[1]) if self.needs_input_grad[1] else None
+        return gx, gW
 
 
 def matmul(x, W):
@@ -317,16 +327,19 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
                              f"in_features {x.shape[1]} != {W.shape[1]}")
         if b is not None and b.shape != (W.shape[0],):
             raise ValueError(f"linear: bias of shape {b.shape} does not match out_features {W.shape[0]}")
+        self.bias_shape = None if b is None else b.shape
+        # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
+        self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
         y = x @ W.T
         return y if b is None else y + b
 
     def backward(self, gy):
-        x, W = self.inputs[:2]
-        gx = matmul(gy, W)  # y = x W^T, so dL/dx = dL/dy W
-        gW = matmul(gy.T, x)  # and dL/dW = (dL/dy)^T x
-        if len(self.inputs) == 2:
+        x, W = self.saved_tensors
+        gx = matmul(gy, W) if self.needs_input_grad[0] else None  # y = x W^T, so dL/dx = dL/dy W
+        gW = matmul(gy.T, x) if self.needs_input_grad[1] else None  # and dL/dW = (dL/dy)^T x
+        if self.bias_shape is None:
             return gx, gW
-        return gx, gW, sum_to(gy, self.inputs[2].shape)  # b was broadcast over the rows
+        return gx, gW, sum_to(gy, self.bias_shape)  # b was broadcast over the rows
 
 
 def linear(x, W, b=None):
@@ -339,14 +352,14 @@ class GetItem(Function):  # step 31
         self.key = key
 
     def forward(self, x):
+        self.x_shape = x.shape
         try:
             return x[self.key]
         except IndexError as error:
             raise IndexError(f"getitem: {error} (key {self.key!r}, shape {x.shape})") from None
 
     def backward(self, gy):
-        (x,) = self.inputs
-        return GetItemGrad(self.key, x.shape)(gy)
+        return GetItemGrad(self.key, self.x_shape)(gy)
 
 
 class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differentiable
@@ -378,33 +391,38 @@ class Sigmoid(Function):  # step 32
         # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
         # nothing overflows, and sigmoid(x) = z / (1 + z) keeps every digit for x < 0.
         z = xp.exp(-xp.abs(x))
-        return xp.where(x >= 0, 1 / (1 + z), z / (1 + z))
+        y = xp.where(x >= 0, 1 / (1 + z), z / (1 + z))
+        self.save_for_backward(y)  # step 35: d sigmoid(x)/dx = sigmoid(x) (1 - sigmoid(x)) needs the output
+        return y
 
     def backward(self, gy):
-        y = self.outputs[0]()  # d sigmoid(x)/dx = sigmoid(x) (1 - sigmoid(x))
+        (y,) = self.saved_tensors
         return gy * y * (1 - y)
 
 
 class ReLU(Function):  # step 32
     def forward(self, x):
         xp = get_array_module(x)
-        return xp.maximum(x, 0)
+        y = xp.maximum(x, 0)
+        self.save_for_backward(y)  # step 35: y > 0 exactly where x > 0, so the output will do (as PyTorch)
+        return y
 
     def backward(self, gy):
-        (x,) = self.inputs
+        (y,) = self.saved_tensors
         # slope 1 where x > 0, else 0 (at x = 0 too, as in PyTorch); an array: a constant
-        return gy * (x.data > 0).astype(gy.dtype)
+        return gy * (y.data > 0).astype(gy.dtype)
 
 
 class MeanSquaredError(Function):  # step 32
     def forward(self, x0, x1):
         if x0.shape != x1.shape:
             raise ValueError(f"mean_squared_error: shapes {x0.shape} and {x1.shape} differ")
+        self.save_for_backward(x0, x1)  # step 35: both gradients need x0 - x1 (PyTorch keeps both too)
         diff = x0 - x1
         return (diff * diff).sum() / diff.size
 
     def backward(self, gy):
-        x0, x1 = self.inputs
+        x0, x1 = self.saved_tensors
         gx0 = gy * (x0 - x1) * (2.0 / x0.size)  # d/dx0 of mean((x0 - x1)^2)
         return gx0, -gx0
 

@@ -7,7 +7,8 @@ import warnings
 
 import numpy as np
 
-from tinypytorch.core import Variable, as_variable, no_grad
+from tinypytorch import autograd
+from tinypytorch.core import Function, Variable, as_variable, no_grad
 from tinypytorch.cuda import get_array_module
 
 try:  # step 25: optional, like the `dot` program it drives; get_dot_graph needs neither
@@ -64,6 +65,7 @@ GRAPH_STYLE = {
     "intermediate": "shape=ellipse, fillcolor=white",
     "output": "shape=ellipse, fillcolor=darkolivegreen1",  # the Variable(s) the graph was drawn from
     "function": "shape=box, fillcolor=lightgrey",
+    "saved": "shape=note, fillcolor=orange",  # step 35: a tensor a function keeps for backward
 }
 
 
@@ -72,10 +74,10 @@ def functions_in_graph(y):
     found, seen, todo = [], set(), [y.creator]
     while todo:  # step 08: a loop, so any depth will do
         f = todo.pop()
-        if f is not None and f not in seen:
+        if isinstance(f, Function) and f not in seen:
             seen.add(f)
             found.append(f)
-            todo.extend(x.creator for x in f.inputs)
+            todo.extend(node for node, _ in f.edges)  # step 35: a leaf or None ends the walk there
     return found
 
 
@@ -84,24 +86,39 @@ def _dot_string(lines):
     return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
 
 
-def _variable_label(v, verbose):
-    lines = []
-    if v.name is not None:
-        lines.append(str(v.name))
-    elif v.creator is None and v.data is not None and v.data.ndim == 0:
-        lines.append(f"{v.data.item():g}")  # a number from the formula, such as the 14 in 14 * x
-    if verbose and v.data is not None:
-        lines.append(f"{v.shape} {v.dtype}")
+def _label(name, shape, dtype, number, verbose):
+    """A variable's label: its name, else the number it holds (a 0-d leaf: the 14 in 14 * x); verbose adds shape and dtype."""
+    lines = [str(name)] if name is not None else [] if number is None else [f"{number:g}"]
+    if verbose and shape is not None:
+        lines.append(f"{shape} {dtype}")
     return _dot_string(lines)
 
 
-def get_dot_graph(y, verbose=False):
+def _variable_label(v, verbose):
+    number = v.data.item() if v.creator is None and v.data is not None and v.data.ndim == 0 else None
+    return _label(v.name, None if v.data is None else v.shape, None if v.data is None else v.dtype, number, verbose)
+
+
+def _saved_label(saved):
+    """A saved tensor in a drawing (step 35): its shape, dtype and bytes, or that it was freed."""
+    if saved.freed:
+        return _dot_string(["saved", "freed"])
+    if saved.unpack_hook is not None:
+        return _dot_string(["saved", "packed by a hook"])
+    data = saved.data if saved.variable is None else saved.variable.data
+    return _dot_string(["saved", f"{data.shape} {data.dtype}", f"{data.nbytes:,} bytes"])
+
+
+def get_dot_graph(y, verbose=False, show_saved=False):
     """The graph that computed `y` (a Variable or a list of them), as Graphviz DOT text.
 
     The walk starts at the outputs and takes Functions first in, first out: for each, its
-    outputs (weak references; one that no longer exists is skipped) and its inputs, queueing
-    the inputs' creators. Nodes are numbered n0, n1, ... as the walk first meets them, so the
-    same graph gives the same text on every run. `verbose` adds each Variable's shape and dtype.
+    outputs and its inputs, following its edges (step 35) and queueing the functions they go
+    to. Nodes are numbered n0, n1, ... as the walk first meets them, so the same graph gives
+    the same text on every run. An intermediate variable that no longer exists is drawn
+    without a name, from what its creator recorded of it. `verbose` adds each Variable's
+    shape and dtype; `show_saved` draws the tensors each function saved for backward, with
+    their bytes, and the total the graph holds (step 35).
     """
     outputs = list(y) if isinstance(y, (list, tuple)) else [y]
     if not outputs:
@@ -110,49 +127,78 @@ def get_dot_graph(y, verbose=False):
         if not isinstance(v, Variable):
             raise TypeError(f"get_dot_graph: expected a Variable or a list of Variables, got {type(v).__name__}")
 
-    ids, met, lines = {}, [], []  # met keeps every node alive, so no id() is reused during the walk
-    output_ids = {id(v) for v in outputs}
+    ids, lines = {}, []  # node key -> DOT id; a key is a Function, a leaf, a (function, output) or a constant
 
-    def node(obj, kind, label):
-        """The DOT id of `obj`; on first meeting, also the line that declares it."""
-        if id(obj) not in ids:
-            ids[id(obj)] = f"n{len(ids)}"  # never id(obj): that changes from run to run
-            met.append(obj)
-            lines.append(f"  {ids[id(obj)]} [label={label}, {GRAPH_STYLE[kind]}]")
-        return ids[id(obj)]
+    def node(key, kind, label):
+        """The DOT id of `key`; on first meeting, also the line that declares it."""
+        if key not in ids:
+            ids[key] = f"n{len(ids)}"  # never id(obj): that changes from run to run
+            lines.append(f"  {ids[key]} [label={label}, {GRAPH_STYLE[kind]}]")
+        return ids[key]
 
-    def variable(v):
-        if id(v) in output_ids:
+    def key_of(v):
+        return (v.creator, v._output_nr) if v.creator is not None else v
+
+    output_keys = {key_of(v) for v in outputs}
+
+    def variable(v):  # a Variable that exists
+        key = key_of(v)
+        if key in output_keys:
             kind = "output"
         elif v.creator is not None:
             kind = "intermediate"
         else:
             kind = "leaf" if v.requires_grad else "constant"  # step 33: no gradient flows to a constant
-        return node(v, kind, _variable_label(v, verbose))
+        return node(key, kind, _variable_label(v, verbose))
+
+    def output_of(f, nr):  # output nr of f, which may no longer exist (step 35)
+        v = f.outputs[nr]()
+        if v is not None:
+            return variable(v)
+        shape, dtype = f.output_meta[nr]
+        return node((f, nr), "output" if (f, nr) in output_keys else "intermediate",
+                    _label(None, shape, dtype, None, verbose))
+
+    def input_of(f, i):
+        node_, nr = f.edges[i]
+        if node_ is None:  # a constant: the function kept only what it looked like
+            c = f.constants[i]
+            return node(c, "constant", _label(c.name, c.shape, c.dtype, c.value, verbose))
+        return output_of(node_, nr) if isinstance(node_, Function) else variable(node_)
 
     queue, queued = collections.deque(), set()
 
     def enqueue(f):
-        if f is not None and f not in queued:  # a Function with several consumers is drawn once
+        if isinstance(f, Function) and f not in queued:  # a Function with several consumers is drawn once
             queued.add(f)
             queue.append(f)
 
+    saved_count, saved_arrays = 0, {}
     for v in outputs:
         variable(v)
         enqueue(v.creator)
     while queue:
         f = queue.popleft()
         f_id = node(f, "function", _dot_string([type(f).__name__]))
-        for ref in f.outputs:
-            out = ref()
-            if out is not None:
-                out_id = variable(out)
-                lines.append(f"  {f_id} -> {out_id}")
-        for x in f.inputs:
-            x_id = variable(x)
-            lines.append(f"  {x_id} -> {f_id}")  # once per use: add(x, x) draws two arrows
-            enqueue(x.creator)
+        for nr, ref in enumerate(f.outputs):
+            if ref() is not None or (f, nr) in ids:  # an output that exists, or that a drawn function used
+                lines.append(f"  {f_id} -> {output_of(f, nr)}")
+        for i, (node_, _) in enumerate(f.edges):
+            lines.append(f"  {input_of(f, i)} -> {f_id}")  # once per use: add(x, x) draws two arrows
+            enqueue(node_)
+        if show_saved:
+            for saved in f._saved:
+                if isinstance(saved, autograd.graph.SavedTensor):
+                    saved_count += 1
+                    s_id = node(saved, "saved", _saved_label(saved))
+                    lines.append(f"  {s_id} -> {f_id} [style=dashed]")
+                    data = None if saved.freed else saved.data if saved.variable is None else saved.variable.data
+                    if data is not None:
+                        saved_arrays[id(data)] = data  # an array saved twice (x * x) is held once
     header = '  node [style=filled, fontname="Helvetica", fontsize=10, height=0.3]'
+    if show_saved:
+        held = sum(a.nbytes for a in saved_arrays.values())
+        header += f'\n  label="saved for backward: {saved_count} tensors holding {held:,} bytes", fontname="Helvetica"'
     return "\n".join(["digraph g {", header, *lines, "}"]) + "\n"
 
 

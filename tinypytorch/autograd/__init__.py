@@ -1,11 +1,16 @@
-"""Automatic differentiation as PyTorch's `torch.autograd` offers it (steps 33-34).
+"""Automatic differentiation as PyTorch's `torch.autograd` offers it (steps 33-38).
 
-    engine   the backward pass: dependency counting and a ready queue (step 33)
-    hooks    hooks on a variable's gradient: register_hook, RemovableHandle (step 34)
-    grad     gradients of outputs with respect to chosen inputs, returned instead of stored
+    engine     the backward pass: dependency counting and a ready queue (step 33)
+    hooks      hooks on a variable's gradient: register_hook, RemovableHandle (step 34)
+    grad       gradients of outputs with respect to chosen inputs, returned instead of stored
+    graph      saved tensors (step 35), saved_tensors_hooks and save_on_cpu (step 37)
+    anomaly    detect_anomaly, set_detect_anomaly (step 38)
+    gradcheck  gradcheck, gradgradcheck (step 38)
 """
-from tinypytorch.autograd import engine, hooks
 from tinypytorch.core import Variable, using_config
+from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
+from tinypytorch.autograd.anomaly import detect_anomaly, set_detect_anomaly
+from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 
 def _variables(value, what):
@@ -22,8 +27,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     outputs, inputs: a Variable or a sequence of Variables. With several outputs the
         gradients of all of them are added up, as if their sum were differentiated.
     grad_outputs: d(loss)/d(output) for each output; None means ones (step 09).
-    retain_graph: accepted for PyTorch compatibility. Until step 35 no backward pass frees
-        the graph, so the graph is always kept, whatever this says.
+    retain_graph: keep the saved tensors for another pass (step 35); defaults to create_graph.
     create_graph: record the computation of the gradients, so that they can be
         differentiated again (step 27).
     allow_unused: an input the outputs do not depend on gets None instead of an error.
@@ -44,8 +48,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
         if not x.requires_grad:
             raise RuntimeError(f"grad: the differentiated Variable at index {i} does not require grad")
     seeds = [engine.seed(y, g, "grad") for y, g in zip(outputs, grad_outputs)]
+    retain_graph = create_graph if retain_graph is None else retain_graph  # step 35
     with using_config("enable_backprop", create_graph):  # step 27, as in Variable.backward
-        captured = engine.execute(outputs, seeds, inputs=inputs)
+        captured = engine.execute(outputs, seeds, retain_graph, inputs=inputs)
     for i, x in enumerate(inputs):
         if x not in captured and not allow_unused:
             raise RuntimeError(f"grad: the differentiated Variable at index {i} appears to not have been used "
@@ -53,4 +58,5 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     return tuple(captured.get(x) for x in inputs)
 
 
-__all__ = ["grad", "engine", "hooks"]
+__all__ = ["grad", "engine", "hooks", "graph", "anomaly", "detect_anomaly", "set_detect_anomaly",
+           "gradcheck", "gradgradcheck", "GradcheckError"]

@@ -5,56 +5,58 @@ had received all its gradient before its creator passed the gradient on. PyTorch
 engine does not order the graph at all. A first walk counts, for every node, how many
 gradients will flow into it; the backward pass then runs a node the moment the last one
 has arrived. Gradients wait in buffers that belong to the pass, not in `.grad`.
+
+From step 35 on the graph is made of edges, not of the variables: each function knows,
+for each input, the node the input's gradient goes to (`Function.edges`). A node is a
+Function, which receives one gradient per output, or a leaf Variable, which receives
+one. So the buffers are kept per node, and the intermediate variables need not exist
+any more: only the functions and what they saved.
 """
 import heapq
 
+from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
-from tinypytorch.core import Variable, as_variable
+from tinypytorch.core import Function, Variable, as_variable, gradient_edge
 from tinypytorch.cuda import get_array_module
 
 
 def node_of(x):
-    """Where the gradient of `x` goes: to the Function that created `x`, or, for a leaf, to `x` itself.
-
-    PyTorch gives each leaf that requires grad a node of its own (AccumulateGrad), whose
-    only work is to add the gradient into `.grad`. Here the leaf plays that part.
-    """
-    return x if x.creator is None else x.creator
+    """The node that receives the gradient of `x` (step 33): its creator, or, for a leaf, `x` itself."""
+    return gradient_edge(x)[0]
 
 
 def count_dependencies(roots):
-    """For every node that `roots` depend on: how many gradients it will receive (step 33).
+    """For every node that the variables `roots` depend on: how many gradients it will receive (step 33).
 
-    A root receives one (its seed). A function's input that requires grad receives one
-    from that function, and two from x * x, where it is both inputs. An input that does
-    not require grad (a constant) receives none: nothing flows to it.
+    A root's node receives one (its seed). A function sends one gradient along each edge to a
+    node, so x * x sends two to x. An input that needs no gradient (a constant) has no edge:
+    nothing flows to it.
     """
     dependencies = {}
     todo = []
 
-    def one_more(x):
-        node = node_of(x)
-        if node not in dependencies:  # met for the first time: walk on through its inputs
+    def one_more(node):
+        if node not in dependencies:  # met for the first time: walk on through its edges
             dependencies[node] = 0
-            if x.creator is not None:
-                todo.append(x.creator)
+            if isinstance(node, Function):
+                todo.append(node)
         dependencies[node] += 1
 
     for root in roots:
-        one_more(root)
+        one_more(node_of(root))
     while todo:  # step 08: a loop, not recursion, so the graph may be of any depth
-        for x in todo.pop().inputs:
-            if x.requires_grad:
-                one_more(x)
+        for node, _ in todo.pop().edges:
+            if node is not None:
+                one_more(node)
     return dependencies
 
 
-def functions_leading_to(targets, roots):
-    """The functions behind `roots` through which a gradient can reach a variable in `targets`.
+def functions_leading_to(target_edges, roots):
+    """The functions behind the variables `roots` through which a gradient can reach one of `target_edges`.
 
-    `autograd.grad` runs only these. A function leads to a target if one of its inputs is
-    a target or is made by a function that leads to one, so each function is decided after
-    the creators of its inputs: a depth-first walk with an explicit stack.
+    `autograd.grad` runs only these. A function leads to a target if one of its edges is a
+    target or goes to a function that leads to one, so each function is decided after the
+    functions its edges go to: a depth-first walk with an explicit stack.
     """
     leads = {}
     stack = [root.creator for root in roots if root.creator is not None]
@@ -63,13 +65,12 @@ def functions_leading_to(targets, roots):
         if f in leads:  # decided already, through another path
             stack.pop()
             continue
-        inputs = [x for x in f.inputs if x.requires_grad]
-        undecided = [x.creator for x in inputs if x.creator is not None and x.creator not in leads]
+        undecided = [node for node, _ in f.edges if isinstance(node, Function) and node not in leads]
         if undecided:
             stack.extend(undecided)  # come back to f once they are decided
             continue
         stack.pop()
-        leads[f] = any(x in targets or leads.get(x.creator, False) for x in inputs)
+        leads[f] = any(edge in target_edges or leads.get(edge[0], False) for edge in f.edges)
     return {f for f, lead in leads.items() if lead}
 
 
@@ -83,76 +84,98 @@ def seed(y, gradient, op):
     return gradient
 
 
+def expected_shape(node, output_nr):
+    """The shape the gradient sent along an edge to (node, output_nr) must have."""
+    return node.output_meta[output_nr][0] if isinstance(node, Function) else node.shape
+
+
 def call_backward(f, gys):
     """`f.backward` on the gradients of f's outputs, checked: one gradient per input, shaped like it."""
     gxs = f.backward(*gys)
     if not isinstance(gxs, tuple):
         gxs = (gxs,)
     name = type(f).__name__
-    if len(gxs) != len(f.inputs):
-        raise RuntimeError(f"{name}.backward returned {len(gxs)} gradient(s) for {len(f.inputs)} input(s)")
+    if len(gxs) != len(f.edges):
+        raise RuntimeError(f"{name}.backward returned {len(gxs)} gradient(s) for {len(f.edges)} input(s)")
     checked = []
-    for i, (x, gx) in enumerate(zip(f.inputs, gxs)):
-        if x.requires_grad:  # a constant's gradient is thrown away; it may be anything, even None
+    for i, ((node, nr), gx) in enumerate(zip(f.edges, gxs)):
+        if node is not None:  # a constant's gradient is thrown away; it may be anything, even None
             gx = as_variable(gx, f"{name}.backward")
-            if gx.shape != x.shape:
+            shape = expected_shape(node, nr)
+            if gx.shape != shape:
                 raise ValueError(f"{name}.backward returned a gradient of shape {gx.shape} "
-                                 f"for input {i} of shape {x.shape}")
+                                 f"for input {i} of shape {shape}")
         checked.append(gx)
     return checked
 
 
-def execute(roots, seeds, retain_grad=False, inputs=None):
+def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
     """Backpropagate `seeds`, one gradient per root, through the graph behind `roots` (step 33).
 
     With `inputs=None` (`Variable.backward`) every leaf that requires grad adds its gradient
-    into `.grad`; with `retain_grad=True` every other variable keeps its gradient too
-    (step 18). With `inputs` (`autograd.grad`) only the functions leading to them run, no
-    leaf's `.grad` changes, and the result is {input: gradient} for the inputs reached.
-    Either way a variable's hooks run once its gradient is complete (step 34).
-    Whether the pass records a graph of its own is the caller's choice (step 27).
+    into `.grad`; with `retain_grad=True` every other variable that still exists keeps its
+    gradient too (step 18). With `inputs` (`autograd.grad`) only the functions leading to
+    them run, no leaf's `.grad` changes, and the result is {input: gradient} for the inputs
+    reached. Either way a variable's hooks run once its gradient is complete (step 34).
+    Unless `retain_graph`, each function frees its saved tensors once its backward has run
+    (step 35). Whether the pass records a graph of its own is the caller's choice (step 27).
     """
     dependencies = count_dependencies(roots)
     capture = inputs is not None
-    targets = set(inputs) if capture else set()
+    targets = {gradient_edge(x): x for x in inputs} if capture else {}  # where each input's gradient arrives
     leading = functions_leading_to(targets, roots) if capture else None
-    grads = {}  # the gradient each variable has received so far in this pass
+    buffers = {}  # node -> the gradients it has received so far in this pass, one per output
     ready = []  # functions whose every gradient has arrived, as a heap: the newest runs first
     captured = {}
 
-    def wanted(x):  # does this pass send a gradient to x?
-        if not x.requires_grad:
-            return False
-        return not capture or x in targets or (x.creator is not None and x.creator in leading)
+    def wanted(edge):  # does this pass send a gradient along this edge?
+        return edge[0] is not None and (not capture or edge in targets or edge[0] in leading)
 
-    def receive(x, gx):
-        grads[x] = gx if x not in grads else grads[x] + gx  # step 14: contributions add up
-        node = node_of(x)
+    def receive(node, nr, g):
+        buffer = buffers.get(node)
+        if buffer is None:
+            buffer = buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
+        buffer[nr] = g if buffer[nr] is None else buffer[nr] + g  # step 14: contributions add up
         dependencies[node] -= 1
         if dependencies[node] == 0:  # that was the last one
-            if x.creator is None:
-                finish(x)  # a leaf: nothing more to run
-            else:
+            if isinstance(node, Function):
                 heapq.heappush(ready, (-node.sequence_nr, node))
+            else:
+                finish_leaf(node, buffers.pop(node)[0])  # a leaf: nothing more to run
 
-    def finish(x):  # x's gradient is complete: hooks, then keep it or hand it back
-        gx = call_hooks(x, grads.pop(x))  # step 34
-        if x in targets:
+    def finish_leaf(x, gx):  # x's gradient is complete: hooks, then keep it or hand it back
+        if not x.requires_grad:  # switched off after x was used (step 33): as PyTorch's AccumulateGrad, ignore
+            return
+        gx = call_hooks(x._hooks, gx, x.shape)  # step 34
+        if (x, 0) in targets:
             captured[x] = gx
-        if x.retains_grad or (not capture and (x.creator is None or retain_grad)):
+        if not capture:
             x.grad = gx if x.grad is None else x.grad + gx  # step 14: .grad adds up over passes
-        return gx
+
+    def finish_output(f, nr, gy):  # the gradient of f's output nr is complete
+        if gy is None:  # an output that received nothing (unused) gets None
+            return None
+        hooks = f.output_hooks and f.output_hooks.get(nr)
+        gy = call_hooks(hooks, gy, f.output_meta[nr][0])  # step 34; kept by f (step 35)
+        target = targets.get((f, nr))
+        if target is not None:
+            captured[target] = gy
+        y = f.outputs[nr]()  # step 17: a weak reference; the variable may be gone (step 35)
+        if y is not None and (y.retains_grad or (retain_grad and not capture)):
+            y.grad = gy if y.grad is None else y.grad + gy
+        return gy
 
     for root, gy in zip(roots, seeds, strict=True):
-        receive(root, gy)
+        receive(*gradient_edge(root), gy)
     while ready:
         f = heapq.heappop(ready)[1]
-        outputs = [ref() for ref in f.outputs]  # step 17: weak references
-        # an output that received nothing (unused, or no longer alive) gets None
-        gys = [finish(y) if y in grads else None for y in outputs]
+        gys = [finish_output(f, nr, gy) for nr, gy in enumerate(buffers.pop(f))]
         if capture and f not in leading:
             continue  # reached only to hand back the gradient of a target it created
-        for x, gx in zip(f.inputs, call_backward(f, gys)):
-            if wanted(x):
-                receive(x, gx)
+        gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
+        if not retain_graph:
+            f.release_saved()  # step 35: this pass was the last to need them
+        for edge, gx in zip(f.edges, gxs):
+            if wanted(edge):
+                receive(*edge, gx)
     return captured

@@ -23,21 +23,22 @@ class RemovableHandle:
         self.hooks.pop(self.id, None)  # removing twice does nothing, as in PyTorch
 
 
-def call_hooks(x, grad):
-    """Run the hooks of `x` on its complete gradient, in the order they were registered (step 34).
+def call_hooks(hooks, grad, shape):
+    """Run `hooks` (a variable's {id: hook}, or None) on its complete gradient, in the order registered (step 34).
 
     A hook that returns something other than None replaces the gradient: later hooks see
-    the new one, and so does everything after them. The replacement must have x's shape.
+    the new one, and so does everything after them. The replacement must have the
+    variable's shape.
     """
-    if not x._hooks:
+    if not hooks:
         return grad
-    for hook in list(x._hooks.values()):  # a copy: a hook may remove itself (or another)
+    for hook in list(hooks.values()):  # a copy: a hook may remove itself (or another)
         result = hook(grad)
         if result is not None:
             name = getattr(hook, "__name__", type(hook).__name__)
             result = as_variable(result, f"hook {name!r}")
-            if result.shape != x.shape:
+            if result.shape != shape:
                 raise ValueError(f"hook {name!r} returned a gradient of shape {result.shape} "
-                                 f"for a variable of shape {x.shape}")
+                                 f"for a variable of shape {shape}")
             grad = result
     return grad

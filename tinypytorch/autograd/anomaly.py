@@ -1,0 +1,79 @@
+"""Anomaly detection (step 38): find the forward operation behind a failing or NaN-producing backward.
+
+    with tinypytorch.autograd.detect_anomaly():   # as torch.autograd.detect_anomaly
+        loss.backward()
+    tinypytorch.autograd.set_detect_anomaly(True)  # on from now on (also a context manager)
+
+In anomaly mode every recorded function keeps the stack of the forward call that made it.
+An error raised by its backward carries that stack as a note, and (with `check_nan`) a
+backward that returns NaN raises "Function 'Log' returned nan values in its 0th output."
+"""
+import traceback
+import warnings
+
+from tinypytorch.cuda import get_array_module
+
+_mode = {"enabled": False, "check_nan": True}
+
+
+def enabled():
+    """Whether anomaly mode is on (Function.__call__ and the engine ask at every operation)."""
+    return _mode["enabled"]
+
+
+def is_anomaly_check_nan_enabled():
+    return _mode["check_nan"]
+
+
+class set_detect_anomaly:  # noqa: N801 (PyTorch's name)
+    """Turn anomaly mode on or off now; used in a `with` block, the old mode returns at its end."""
+
+    def __init__(self, mode, check_nan=True):
+        if not isinstance(mode, bool) or not isinstance(check_nan, bool):
+            raise TypeError("set_detect_anomaly: mode and check_nan must be bools")
+        self.previous = dict(_mode)
+        _mode.update(enabled=mode, check_nan=check_nan)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _mode.update(self.previous)
+        return False
+
+
+class detect_anomaly(set_detect_anomaly):  # noqa: N801 (PyTorch's name)
+    """A context in which anomaly mode is on: slow, for debugging."""
+
+    def __init__(self, check_nan=True):
+        warnings.warn("Anomaly Detection has been enabled. This mode will increase the runtime and should "
+                      "only be enabled for debugging.", UserWarning, stacklevel=2)
+        super().__init__(True, check_nan)
+
+
+def record_creation(function):
+    """Keep where `function` was made: the stack of the forward call, without the package's own frames."""
+    stack = traceback.extract_stack()[:-2]  # drop this function and Function.__call__
+    function.creation_stack = "".join(traceback.format_list(stack))
+
+
+def forward_traceback(function):
+    name = type(function).__name__
+    return (f"Error detected in {name}. Traceback of forward call that caused the error:\n"
+            f"{getattr(function, 'creation_stack', '  (made before anomaly mode was enabled)')}")
+
+
+def checked_backward(function, gys, call_backward):
+    """`call_backward(function, gys)` in anomaly mode: errors name the forward call; NaN raises."""
+    try:
+        gxs = call_backward(function, gys)
+    except Exception as error:
+        error.add_note(forward_traceback(function))
+        raise
+    if _mode["check_nan"]:
+        for i, gx in enumerate(gxs):
+            if gx is not None and get_array_module(gx.data).isnan(gx.data).any():
+                error = RuntimeError(f"Function '{type(function).__name__}' returned nan values in its {i}th output.")
+                error.add_note(forward_traceback(function))
+                raise error
+    return gxs

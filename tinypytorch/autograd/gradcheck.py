@@ -1,0 +1,141 @@
+"""gradcheck and gradgradcheck (step 38): backward's Jacobian against a numerical one, element by element.
+
+As PyTorch's `torch.autograd.gradcheck`: for each input that requires grad and each output,
+the Jacobian J[i, j] = d output[j] / d input[i] is computed twice. Numerically, by central
+differences (f(x + eps) - f(x - eps)) / 2 eps, one input element at a time; analytically, by
+one backward pass per output element (autograd.grad with a one-hot gradient). They must
+agree within |analytical - numerical| <= atol + rtol |numerical| for every element.
+"""
+import warnings
+
+import numpy as np
+
+from tinypytorch.core import Variable, as_variable, no_grad
+from tinypytorch.cuda import as_numpy, get_array_module
+
+
+class GradcheckError(RuntimeError):
+    """Raised by gradcheck when the Jacobians differ (PyTorch's torch.autograd.gradcheck.GradcheckError)."""
+
+
+def _as_tuple(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _checked_inputs(inputs, op):
+    inputs = _as_tuple(inputs)
+    for i, x in enumerate(inputs):
+        if not isinstance(x, Variable):
+            raise TypeError(f"{op}: input {i} must be a Variable, got {type(x).__name__}")
+    if not any(x.requires_grad for x in inputs):
+        raise ValueError(f"{op} expects at least one input to require gradient, but none of them have "
+                         "requires_grad=True.")
+    for i, x in enumerate(inputs):
+        if x.requires_grad and x.dtype != np.float64:
+            warnings.warn(f"Input #{i} requires gradient and is not a double precision floating point "
+                          f"({x.dtype}). This check will likely fail if all the inputs are not of double "
+                          "precision floating point.", UserWarning, stacklevel=3)
+    return inputs
+
+
+def _outputs(fn, inputs):
+    return tuple(as_variable(y, "gradcheck") for y in _as_tuple(fn(*inputs)))
+
+
+def numerical_jacobian(fn, inputs, eps):
+    """{(i, j): the numerical Jacobian of output j with respect to input i}, shape (input size, output size)."""
+    jacobians = {}
+    with no_grad():
+        sizes = [y.size for y in _outputs(fn, inputs)]
+        for i, x in enumerate(inputs):
+            if not x.requires_grad:
+                continue
+            columns = [np.zeros((x.size, n)) for n in sizes]
+            flat = x.data.reshape(-1)  # a view: perturbing it perturbs x (restored exactly after)
+            for k in range(x.size):
+                original = flat[k].item()
+                flat[k] = original + eps
+                plus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
+                flat[k] = original - eps
+                minus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
+                flat[k] = original
+                for j, (a, b) in enumerate(zip(plus, minus)):
+                    columns[j][k] = (a - b) / (2 * eps)
+            for j, column in enumerate(columns):
+                jacobians[(i, j)] = column
+    return jacobians
+
+
+def analytical_jacobian(fn, inputs):
+    """{(i, j): the Jacobian from backward}: row k of output j's one-hot gradient, one pass per element."""
+    from tinypytorch import autograd  # imported here: autograd imports this module
+
+    wrt = [x for x in inputs if x.requires_grad]
+    outputs = _outputs(fn, inputs)
+    jacobians = {(i, j): np.zeros((x.size, y.size)) for i, x in enumerate(inputs) if x.requires_grad
+                 for j, y in enumerate(outputs)}
+    for j, y in enumerate(outputs):
+        if not y.requires_grad:  # the output does not depend on any input: its Jacobians are zero
+            continue
+        xp = get_array_module(y.data)
+        for k in range(y.size):
+            seed = xp.zeros(y.size, dtype=y.dtype)
+            seed[k] = 1
+            grads = autograd.grad(y, wrt, grad_outputs=seed.reshape(y.shape), retain_graph=True, allow_unused=True)
+            for x, g in zip(wrt, grads):
+                if g is not None:
+                    jacobians[(inputs.index(x), j)][:, k] = as_numpy(g.data).reshape(-1)
+    return jacobians
+
+
+def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
+    """True when backward's Jacobians of `fn(*inputs)` equal the numerical ones within atol + rtol |numerical|.
+
+    fn: takes the inputs (Variables) and returns a Variable or a tuple of Variables.
+    inputs: a Variable or a tuple of them; those that require grad are checked (float64
+        expected: with float32 the rounding of the central difference exceeds the tolerance).
+    raise_exception: on a mismatch raise GradcheckError showing both Jacobians (else return False).
+    """
+    inputs = _checked_inputs(inputs, "gradcheck")
+    numerical = numerical_jacobian(fn, inputs, eps)
+    analytical = analytical_jacobian(fn, inputs)
+    for (i, j), expected in numerical.items():
+        got = analytical[(i, j)]
+        if not np.allclose(got, expected, rtol=rtol, atol=atol):
+            if not raise_exception:
+                return False
+            with np.printoptions(precision=4, suppress=True):
+                raise GradcheckError(f"Jacobian mismatch for output {j} with respect to input {i},\n"
+                                     f"numerical:\n{expected}\nanalytical:\n{got}\n")
+    return True
+
+
+def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True,
+                  seed=0):
+    """gradcheck of the gradients: second derivatives from backward of backward against numerical ones.
+
+    The function checked maps (inputs, grad_outputs) to the gradients of fn's outputs, seeded
+    with grad_outputs, with respect to the inputs that require grad: its Jacobian holds every
+    second derivative. grad_outputs default to random values (seeded), as in PyTorch.
+    """
+    from tinypytorch import autograd
+
+    inputs = _checked_inputs(inputs, "gradgradcheck")
+    outputs = _outputs(fn, inputs)
+    if grad_outputs is None:
+        rng = np.random.default_rng(seed)
+        grad_outputs = tuple(Variable(get_array_module(y.data).asarray(rng.standard_normal(y.shape)).astype(y.dtype))
+                             for y in outputs)
+    grad_outputs = _as_tuple(grad_outputs)
+    count = len(inputs)
+
+    def first_derivatives(*values):
+        xs, gs = values[:count], values[count:]
+        wrt = [x for x in xs if x.requires_grad]
+        ys = _outputs(fn, xs)
+        grads = autograd.grad(ys, wrt, grad_outputs=list(gs), create_graph=True, allow_unused=True)
+        return tuple(g if g is not None else Variable(get_array_module(x.data).zeros_like(x.data),
+                                                      requires_grad=False) for x, g in zip(wrt, grads))
+
+    return gradcheck(first_derivatives, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception)

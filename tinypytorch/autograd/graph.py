@@ -1,0 +1,229 @@
+"""What a function keeps for its backward pass (steps 35-37), as PyTorch's `torch.autograd.graph`.
+
+    SavedTensor          one tensor kept by `Function.save_for_backward` (PyTorch's SavedVariable)
+    saved_tensors_hooks  a context: pack every tensor saved inside it, unpack it in backward (step 37)
+    save_on_cpu          hooks that keep saved GPU arrays in host memory (step 37)
+
+A saved tensor is freed after the backward pass that used it, unless the pass was
+asked to `retain_graph`; unpacking it afterwards raises PyTorch's "backward through
+the graph a second time" error. Before it hands a tensor to backward, it checks that
+nothing changed the tensor in place since it was saved (step 36).
+"""
+import contextlib
+import weakref
+
+from tinypytorch import cuda
+from tinypytorch.core import Variable, no_grad
+
+BACKWARD_TWICE = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after they have "
+    "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
+    "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
+    "if you need to access saved tensors after calling backward."
+)
+
+
+def _describe(data):
+    """'float64 array of shape (3,)': what a message says of an array (PyTorch: [torch.DoubleTensor [3]])."""
+    return f"{data.dtype} array of shape {tuple(data.shape)}"
+
+
+# ----- step 37: saved-tensor hooks ---------------------------------------------------------------
+
+_hooks_stack = []  # the (pack_hook, unpack_hook) pairs of the saved_tensors_hooks contexts entered
+
+
+@contextlib.contextmanager
+def saved_tensors_hooks(pack_hook, unpack_hook):
+    """Inside this context every tensor a function saves for backward goes through `pack_hook`.
+
+    `pack_hook(variable)` runs once, when the tensor is saved, under no_grad; whatever it returns
+    is kept instead of the tensor. `unpack_hook(packed)` runs each time backward needs the
+    tensor and must return an array or a Variable with the saved tensor's values. Hooks act
+    when tensors are saved, not when backward runs; with nested contexts the innermost wins.
+    """
+    if not callable(pack_hook) or not callable(unpack_hook):
+        raise TypeError("saved_tensors_hooks: pack_hook and unpack_hook must be callable")
+    _hooks_stack.append((pack_hook, unpack_hook))
+    try:
+        yield
+    finally:
+        _hooks_stack.pop()
+
+
+def current_hooks():
+    """The innermost (pack_hook, unpack_hook) pair, or None outside every saved_tensors_hooks context."""
+    return _hooks_stack[-1] if _hooks_stack else None
+
+
+def save_on_cpu():
+    """Hooks that move each saved GPU (CuPy) array to host memory and back when backward needs it.
+
+    The device memory of a saved tensor is released while the tensor waits for backward
+    (PyTorch's `torch.autograd.graph.save_on_cpu`). NumPy arrays pass through unchanged.
+    """
+    def pack(x):
+        if cuda.cupy is not None and isinstance(x.data, cuda.cupy.ndarray):
+            return x.data.device, cuda.as_numpy(x.data)  # a copy in host memory
+        return None, x
+
+    def unpack(packed):
+        device, value = packed
+        if device is None:
+            return value
+        with device:
+            return cuda.cupy.asarray(value)
+
+    return saved_tensors_hooks(pack, unpack)
+
+
+# ----- step 35: a saved tensor ---------------------------------------------------------------------
+
+class SavedTensor:
+    """One tensor saved for backward; `unpack` gives it back as a Variable.
+
+    A saved input is kept as the Variable itself. A saved output is kept as its array
+    only: the output's Variable refers to this function as its creator, so keeping the
+    Variable would make a reference cycle (function -> saved output -> function) that only
+    the garbage collector could free (step 17). On unpack a Variable is made around the
+    array with this function as its creator again. With saved-tensor hooks (step 37) only
+    what the pack hook returned is kept, with what is needed to rebuild the Variable.
+    """
+
+    __slots__ = ("variable", "data", "packed", "unpack_hook", "version", "counter", "leaf", "creator",
+                 "output_nr", "requires_grad", "data_ref", "freed")
+
+    def __init__(self, variable, function, is_output):
+        self.variable = self.data = self.packed = self.unpack_hook = self.leaf = self.creator = None
+        self.data_ref = None
+        self.freed = False
+        self.counter = variable._version_counter  # step 36: shared with every view of the same data
+        self.version = self.counter.value
+        self.output_nr = variable._output_nr
+        self.requires_grad = variable.requires_grad
+        hooks = current_hooks()
+        if hooks is not None:
+            self._pack(variable, function, is_output, *hooks)
+        elif is_output:
+            self.data = variable.data  # the array, not the Variable: no cycle through the creator
+        else:
+            self.variable = variable  # an input (or a leaf): its creator is another function
+
+    def _pack(self, variable, function, is_output, pack_hook, unpack_hook):
+        """Step 37: keep what pack_hook returns, and what rebuilds the Variable around it on unpack."""
+        if variable.creator is None:
+            self.leaf = variable  # kept alive by the graph anyway: its gradient goes there
+        elif not is_output:
+            self.creator = variable.creator  # an output refers back to `function`, rebuilt on unpack
+        self.data_ref = _weak(variable.data)
+        with no_grad():  # as in PyTorch: packing is not part of the computation
+            self.packed = pack_hook(variable)
+        if self.counter.value != self.version:
+            raise RuntimeError(
+                "A saved tensor pack hook is modifying its input in place. Tensors provided as input to pack "
+                "hook cannot be modified by in-place operations as this can lead to unexpected side-effects. "
+                "Please open an issue if you need to perform in-place operations on the input to a pack hook.")
+        self.unpack_hook = unpack_hook
+
+    def unpack(self, function):
+        """The saved tensor as a Variable for `function.backward`, checked (steps 35-37)."""
+        if self.freed:
+            raise RuntimeError(BACKWARD_TWICE)
+        if self.unpack_hook is not None:
+            return self._unpack_hooked(function)
+        if self.counter.value != self.version:
+            raise RuntimeError(self._modified_message(function, self.data if self.variable is None
+                                                      else self.variable.data))
+        if self.variable is not None:
+            return self.variable
+        return self._rebuild(self.data, function)
+
+    def _unpack_hooked(self, function):
+        data = self.unpack_hook(self.packed)
+        if isinstance(data, Variable):
+            data = data.data
+        if not isinstance(data, cuda.array_types):
+            raise TypeError("Output of saved tensor unpack_hook expected to be a Variable or an array "
+                            f"but got result of type {type(data).__name__}")
+        # Step 37: PyTorch skips the version check when hooks are set, and an identity hook then gives
+        # a silently wrong gradient. Here the check runs whenever the unpacked array still shares
+        # memory with the array that was saved, and that array's version moved.
+        original = None if self.data_ref is None else self.data_ref()
+        if (self.counter.value != self.version and original is not None
+                and cuda.get_array_module(data).may_share_memory(data, original)):
+            raise RuntimeError(self._modified_message(function, data) + " (the saved tensor was packed by a "
+                               "saved_tensors_hooks pack hook that kept the array itself)")
+        return self._rebuild(data, function)
+
+    def _rebuild(self, data, function):
+        """A Variable around `data` that sends its gradient where the saved Variable's went."""
+        v = Variable(data, requires_grad=self.requires_grad)
+        v._version_counter = self.counter
+        if self.leaf is not None:
+            v._grad_leaf = self.leaf  # step 37: a leaf's saved tensor, unpacked: its gradient goes to the leaf
+        elif self.creator is not None:
+            v.set_creator(self.creator, self.output_nr)
+        elif self.requires_grad:  # an output of `function` itself (step 35)
+            v.set_creator(function, self.output_nr)
+        return v
+
+    def _modified_message(self, function, data):
+        made_by = f"output {self.output_nr} of {type(function).__name__}"
+        if self.variable is not None:
+            creator = self.variable.creator
+            made_by = "a leaf" if creator is None else f"output {self.variable._output_nr} of {type(creator).__name__}"
+        return (f"one of the variables needed for gradient computation has been modified by an inplace operation: "
+                f"[{_describe(data)}], which is {made_by}, is at version {self.counter.value}; expected version "
+                f"{self.version} instead. Hint: enable anomaly detection to find the operation that failed to "
+                "compute its gradient, with tinypytorch.autograd.set_detect_anomaly(True).")
+
+    def release(self):
+        """Free the tensor (step 35): the backward pass that needed it is over."""
+        self.variable = self.data = self.packed = None
+        self.freed = True
+
+    def nbytes(self):
+        """Bytes of the saved array (0 once freed or when packed by hooks): the measure of steps 35-37."""
+        data = self.data if self.variable is None else self.variable.data
+        return 0 if data is None else data.nbytes
+
+
+def _weak(array):
+    try:
+        return weakref.ref(array)
+    except TypeError:  # a type without weak references: no check, as in PyTorch
+        return None
+
+
+def save(function, values, inputs, raw_outputs, outputs):
+    """SavedTensors for the values `function.forward` passed to save_for_backward (step 35).
+
+    Forward works on arrays, so it saves arrays; each is matched, by identity, to the input
+    or output Variable it belongs to. A Python number wrapped by `Function.__call__` is kept
+    as it is, without hooks (PyTorch keeps such a number as a number); another array
+    (a mask, say) becomes a constant Variable. None stays None.
+    """
+    saved = []
+    for value in values:
+        if value is None:
+            saved.append(None)
+            continue
+        variable = next((x for x in inputs if x.data is value), None)
+        is_output = False
+        if variable is None:
+            index = next((i for i, y in enumerate(raw_outputs) if y is value), None)
+            if index is not None:
+                variable, is_output = outputs[index], True
+        if variable is None:
+            if isinstance(value, Variable):
+                variable = value
+            elif isinstance(value, cuda.array_types):
+                variable = Variable(value, requires_grad=False)
+            else:
+                raise TypeError(f"{type(function).__name__}.save_for_backward: expected arrays or Variables, "
+                                f"got {type(value).__name__}")
+        saved.append(variable if variable._wrapped_number else SavedTensor(variable, function, is_output))
+    return tuple(saved)
+
+
+__all__ = ["SavedTensor", "saved_tensors_hooks", "save_on_cpu", "current_hooks", "BACKWARD_TWICE"]
