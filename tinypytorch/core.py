@@ -38,6 +38,11 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
+def enable_grad():
+    """Context manager: operations inside it record the graph, even inside no_grad (PyTorch's enable_grad)."""
+    return using_config("enable_backprop", True)
+
+
 class VersionCounter:
     """How many times the data of a variable was changed in place (step 36).
 
@@ -82,6 +87,30 @@ class Variable:
     _wrapped_number = False  # step 35: a Python number that Function.__call__ wrapped (PyTorch's wrapped number)
     _grad_leaf = None  # step 37: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
+    _base = None  # step 36: for a view (reshape, transpose, basic indexing), the variable whose memory it shares
+    _view_fn = None  # step 36: how the view is made from its base, as a function of a Variable
+    _view_version = 0  # step 36: the version of the base when the view's graph was made
+
+    @property
+    def _version(self):
+        """How many in-place changes this variable's data has seen (step 36; PyTorch's `_version`)."""
+        return self._version_counter.value
+
+    # step 36: in-place operations, PyTorch's names (tinypytorch.inplace says how they work)
+    def add_(self, other):
+        return inplace.apply("add_", self, other)
+
+    def sub_(self, other):
+        return inplace.apply("sub_", self, other)
+
+    def mul_(self, other):
+        return inplace.apply("mul_", self, other)
+
+    def div_(self, other):
+        return inplace.apply("div_", self, other)
+
+    def zero_(self):
+        return inplace.zero_(self)
 
     # step 19: a Variable answers the questions one asks of an array
     @property
@@ -389,6 +418,7 @@ class Function:
     _saved = ()  # step 35: the SavedTensors themselves
     output_hooks = None  # step 35: {output index: the hooks of that output variable}
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
+    is_view = False  # step 36: True for functions whose output may share its input's memory
 
     def __call__(self, *inputs):
         # step 21: numbers and arrays are welcome; step 23: a number goes to the device
@@ -400,6 +430,9 @@ class Function:
             op = type(self).__name__.lower()  # names the operation in an error message
             like = next((x for x in inputs if isinstance(x, (Variable, *cuda.array_types))), None)
             inputs = tuple([as_variable(x, op, xp, like) for x in inputs])
+        for x in inputs:
+            if x._base is not None and x._view_version != x._version_counter.value:
+                inplace.refresh_view(x)  # step 36: a view whose base was changed in place since
         # step 18: record the graph only when it will be used; step 33: that is, when backprop
         # is on and a gradient can flow to some input. Only then do the outputs require grad.
         requires_grad = Config.enable_backprop and any([x.requires_grad for x in inputs])
@@ -410,6 +443,8 @@ class Function:
             ys = (ys,)
         # step 09: a 0-d result may come back a scalar
         outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
+        if self.is_view:
+            inplace.track_view(self, inputs[0], outputs[0])  # step 36
         if requires_grad:
             self.generation = max([x.generation for x in inputs])  # step 16
             self.sequence_nr = next(_sequence_numbers)  # step 33: creation order, for the ready queue
@@ -609,3 +644,4 @@ def pow(x, c):  # noqa: A001 (the name PyTorch and DeZero use)
 # functions.py imports Function from this module, so it comes last (step 30: sum_to)
 from tinypytorch import functions as F  # noqa: E402
 from tinypytorch import autograd  # noqa: E402  (step 33: the engine; it imports this module)
+from tinypytorch import inplace  # noqa: E402  (step 36)

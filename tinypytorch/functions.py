@@ -10,7 +10,7 @@ import numbers
 import numpy as np
 
 from tinypytorch.core import Function, as_variable
-from tinypytorch.cuda import get_array_module
+from tinypytorch.cuda import array_types, get_array_module
 
 
 # ----- element-wise functions ------------------------------------------------------------
@@ -104,8 +104,14 @@ def _as_shape(op, shape):
 
 
 class Reshape(Function):  # step 29
+    is_view = True  # step 36: NumPy returns a view when it can
+
     def __init__(self, shape):
         self.shape = _as_shape("reshape", shape)
+
+    def view_fn(self):
+        shape = self.shape
+        return lambda t: reshape(t, shape)
 
     def forward(self, x):
         self.x_shape = x.shape
@@ -151,8 +157,14 @@ def _permutation(op, dims, shape):
 
 
 class Transpose(Function):  # step 29: the one node of permute, transpose and .T
+    is_view = True  # step 36
+
     def __init__(self, perm):
         self.perm = perm  # dimension i of y is dimension perm[i] of x
+
+    def view_fn(self):
+        perm = self.perm
+        return lambda t: _apply_permutation(t, perm)
 
     def forward(self, x):
         return x.transpose(self.perm)  # NumPy's ndarray.transpose(axes) is a permutation: PyTorch's permute
@@ -347,19 +359,44 @@ def linear(x, W, b=None):
     return LinearFunction()(x, W) if b is None else LinearFunction()(x, W, b)
 
 
+def _index_arrays(key, xp):
+    """The arrays (and lists, as arrays) in an index: advanced indexing. PyTorch saves them for backward."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple(xp.asarray(k) for k in parts if isinstance(k, (list, *array_types)))
+
+
+def _with_index_arrays(key, arrays):
+    """`key` with its arrays and lists replaced, in order, by `arrays` (the inverse of _index_arrays)."""
+    arrays = iter(arrays)
+    parts = tuple(next(arrays) if isinstance(k, (list, *array_types)) else k
+                  for k in (key if isinstance(key, tuple) else (key,)))
+    return parts if isinstance(key, tuple) else parts[0]
+
+
 class GetItem(Function):  # step 31
+    is_view = True  # step 36: basic indexing (ints, slices, None) gives a view; advanced indexing a copy
+
     def __init__(self, key):
         self.key = key
+
+    def view_fn(self):
+        key = self.key
+        return lambda t: get_item(t, key)
 
     def forward(self, x):
         self.x_shape = x.shape
         try:
-            return x[self.key]
+            y = x[self.key]
         except IndexError as error:
             raise IndexError(f"getitem: {error} (key {self.key!r}, shape {x.shape})") from None
+        if not isinstance(y, type(x)):  # x[1, 2] is a number: x[1, 2, ...] is the same element, as a 0-d view
+            y = x[(self.key if isinstance(self.key, tuple) else (self.key,)) + (Ellipsis,)]
+        self.save_for_backward(*_index_arrays(self.key, get_array_module(x)))  # step 35: as PyTorch does
+        return y
 
     def backward(self, gy):
-        return GetItemGrad(self.key, self.x_shape)(gy)
+        arrays = [index.data for index in self.saved_tensors]
+        return GetItemGrad(_with_index_arrays(self.key, arrays), self.x_shape)(gy)
 
 
 class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differentiable

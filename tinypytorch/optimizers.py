@@ -5,11 +5,14 @@
     optimizer.step()       # every parameter that has a gradient takes one step
     optimizer.zero_grad()  # and the gradients start again from None
 
-The updates work on the arrays (`param.data`), in place: a step is not part of any
-graph, and changing the array keeps every reference to the parameter valid.
+The updates change each parameter in place under no_grad, as PyTorch's optimizers do: a
+step is not part of any graph, every reference to the parameter stays valid, and the
+parameter's version moves on (step 36), so a graph that saved the old value cannot
+silently use the new one.
 """
 import numbers
 
+from tinypytorch.core import no_grad
 from tinypytorch.cuda import get_array_module
 
 
@@ -24,9 +27,10 @@ class Optimizer:  # step 32
         self.lr = lr
 
     def step(self):
-        for param in self.params:
-            if param.grad is not None:  # a parameter the loss did not reach keeps its value
-                self.update(param, param.grad.data)
+        with no_grad():  # step 36: in-place changes of leaves that require grad are allowed here
+            for param in self.params:
+                if param.grad is not None:  # a parameter the loss did not reach keeps its value
+                    self.update(param, param.grad.data)
 
     def update(self, param, grad):
         raise NotImplementedError(f"{type(self).__name__}.update is not implemented")
@@ -43,7 +47,7 @@ class SGD(Optimizer):  # step 32
         super().__init__(params, lr)
 
     def update(self, param, grad):
-        param.data -= self.lr * grad
+        param.sub_(self.lr * grad)
 
 
 class Adam(Optimizer):  # step 32
@@ -79,4 +83,4 @@ class Adam(Optimizer):  # step 32
         v += (1 - beta2) * grad * grad  # running mean of its square
         m_hat = m / (1 - beta1**t)  # both start at 0: divide out that bias
         v_hat = v / (1 - beta2**t)
-        param.data -= self.lr * m_hat / (xp.sqrt(v_hat) + self.eps)
+        param.sub_(self.lr * m_hat / (xp.sqrt(v_hat) + self.eps))

@@ -1,0 +1,172 @@
+"""In-place operations and views (step 36): add_, sub_, mul_, div_ and zero_, as PyTorch's.
+
+An in-place operation writes into the variable's own array and adds one to its version
+counter, which every view of the same data shares. Where a gradient can flow, the
+operation is recorded like its out-of-place twin, and the variable takes the result's
+place in the graph: later operations see the new value, and the gradient goes back
+through the operation to the old one.
+
+Three cases need more than that, each as in PyTorch:
+- a leaf that requires grad may not be changed in place (outside no_grad): its `.grad`
+  would be the gradient of a value it no longer holds;
+- a view (reshape, transpose, basic indexing) changed in place changes its base too, so
+  the base's place in the graph moves as well (`ViewScatter`, PyTorch's CopySlices);
+- another view of the same base then no longer matches the graph that made it, so its
+  graph is made again from the base the next time it is used (`refresh_view`).
+"""
+from tinypytorch import cuda
+from tinypytorch.core import Config, Function, Variable, add, as_variable, div, enable_grad, mul, no_grad, sub
+
+OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
+
+
+def check_writable(op, x):
+    """Refuse what would write into a leaf that requires grad, or into a broadcast view."""
+    if Config.enable_backprop and x.requires_grad:
+        if x.creator is None and x._base is None:
+            raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")
+        if x._base is not None and x._base.creator is None and x._base.requires_grad:
+            raise RuntimeError(f"{op}: a view of a leaf Variable that requires grad is being used in an in-place "
+                               "operation.")
+    if not x.data.flags.writeable:
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to variable refers "
+                           "to a single memory location (a broadcast view); copy it before changing it in place")
+
+
+def write(op, x, new):
+    """Copy array `new` into x's array, as an in-place operation of PyTorch's would; one version more."""
+    if new.shape != x.shape:
+        raise RuntimeError(f"{op}: output with shape {x.shape} doesn't match the broadcast shape {new.shape}")
+    xp = cuda.get_array_module(x.data)
+    try:
+        xp.copyto(x.data, new, casting="same_kind")
+    except TypeError:
+        raise TypeError(f"{op}: result type {new.dtype} can't be cast to the variable's dtype {x.dtype}") from None
+    x._version_counter.value += 1
+
+
+def alias(x, data=None):
+    """A Variable standing for x's current value in the graph (same edge), on `data` (x's array by default)."""
+    a = Variable(x.data if data is None else data, requires_grad=x.requires_grad)
+    if data is None:
+        a._version_counter = x._version_counter
+    if x.creator is not None:
+        a.set_creator(x.creator, x._output_nr)
+    return a
+
+
+def take_place(x, y):
+    """x takes y's place in the graph: y's creator now made x (x keeps its own array)."""
+    f = y.creator
+    x.set_creator(f, y._output_nr)
+    x._requires_grad = True
+    f.outputs[y._output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
+    if x._base is not None:
+        x._view_version = x._version_counter.value
+
+
+def apply(op, x, other):
+    """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
+    check_writable(op, x)
+    other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
+    recording = Config.enable_backprop and (x.requires_grad or other.requires_grad)
+    if not recording:
+        write(op, x, OPERATIONS[op](Variable(x.data, requires_grad=False), other).data)
+        return x
+    if x._base is not None:
+        refresh_view(x)
+    # The old value, if the gradient of `other` needs it (mul_, div_), is copied first, as PyTorch
+    # does: writing into x's array would otherwise change the tensor the function saved.
+    needs_old = op in ("mul_", "div_") and other.requires_grad
+    y = OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other)
+    write(op, x, y.data)
+    if x._base is None:
+        take_place(x, y)
+    else:
+        rebase_view(x, y)
+    return x
+
+
+def zero_(x):
+    """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
+    check_writable("zero_", x)
+    if not (Config.enable_backprop and x.requires_grad):
+        write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
+        return x
+    if x._base is not None:
+        refresh_view(x)
+    y = Zero()(alias(x))
+    write("zero_", x, y.data)
+    if x._base is None:
+        take_place(x, y)
+    else:
+        rebase_view(x, y)
+    return x
+
+
+class Zero(Function):
+    """zeros shaped like x; the gradient with respect to x is zero."""
+
+    def forward(self, x):
+        return cuda.get_array_module(x).zeros_like(x)
+
+    def backward(self, gy):
+        return gy * 0.0
+
+
+# ----- views ----------------------------------------------------------------------------------
+
+class ViewScatter(Function):
+    """The base after its view was changed in place: base elsewhere, the view's new values inside it.
+
+    PyTorch's CopySlices. Backward: the base's gradient with the view's part zeroed (those
+    old values were overwritten), and the view's part of the gradient to the new values.
+    """
+
+    def __init__(self, view_fn):
+        self.view_fn = view_fn
+
+    def forward(self, base, value):
+        xp = cuda.get_array_module(base)
+        self.mask = xp.ones_like(base)
+        out = base.copy()
+        with no_grad():  # the view function, used on arrays: which elements of the base are the view's
+            self.view_fn(Variable(self.mask, requires_grad=False)).data[...] = 0
+            self.view_fn(Variable(out, requires_grad=False)).data[...] = value
+        return out
+
+    def backward(self, gy):
+        return gy * self.mask, self.view_fn(gy)
+
+
+def rebase_view(v, y):
+    """View v was changed in place to y's value: move its base, then v, to their new places in the graph."""
+    base = v._base
+    new_base = ViewScatter(v._view_fn)(alias(base), y)
+    take_place(base, new_base)
+    take_place(v, v._view_fn(base))
+
+
+def refresh_view(v):
+    """If v's base changed in place since v's graph was made, make v's graph again from the base."""
+    if v._view_version != v._version_counter.value and (v._base.requires_grad or v.requires_grad):
+        with enable_grad():
+            fresh = v._view_fn(v._base)
+        take_place(v, fresh)
+
+
+def track_view(f, x, y):
+    """Output y of view function f shares x's memory: share x's version counter and remember how y was made.
+
+    y's base is x's base if x is itself a view, and y's view function then applies x's first.
+    """
+    if not cuda.get_array_module(y.data).may_share_memory(y.data, x.data):
+        return  # a copy after all (NumPy's reshape of a non-contiguous array, advanced indexing)
+    y._version_counter = x._version_counter
+    own = f.view_fn()
+    if x._base is None:
+        y._base, y._view_fn = x, own
+    else:
+        parent = x._view_fn
+        y._base, y._view_fn = x._base, (lambda t: own(parent(t)))
+    y._view_version = x._version_counter.value
