@@ -39,6 +39,33 @@ def values_and_seeds(draw, low, high):
     return x, seed
 
 
+# ----- how a tolerance is chosen --------------------------------------------------------------
+#
+# Two float64 computations of the same formula that round differently (another order of
+# operations, another library's exp) agree to a few ulp *relative to the terms they add up*,
+# not relative to the result. Where terms of size S nearly cancel, the result may be 1e-5 S
+# while its error is still about 1e-16 S: a relative tolerance alone (rtol=1e-12, atol=0) then
+# fails on correct code (a^2 - a/b^2 at a = 0.604, b = 1.287 is off by a relative 2.5e-12).
+# So a comparison with torch uses
+#
+#   rtol = 1e-10                         room for the roundings of a few thousand operations
+#   atol = 1e-12 * max(1, max |expected|)  an absolute error at the scale of the terms, estimated
+#                                        by the largest element of the result (or 1)
+#
+# Where the arithmetic is the same operation by operation (no cancellation, same order), a test
+# may be tighter (rtol=1e-14, or bitwise) and says why. Never atol=0 on a value that can cancel.
+
+TOLERANCE = {"rtol": 1e-10, "atol": 1e-12}
+
+
+def assert_close_to_torch(actual, expected, what=""):
+    """assert_allclose with the tolerance above: rtol 1e-10, atol 1e-12 times the scale of `expected`."""
+    expected = np.asarray(expected)
+    scale = max(1.0, float(np.abs(expected).max())) if expected.size else 1.0
+    np.testing.assert_allclose(actual, expected, rtol=TOLERANCE["rtol"], atol=TOLERANCE["atol"] * scale,
+                               err_msg=what)
+
+
 # ----- gradients from torch -----------------------------------------------------------------
 
 

@@ -10,15 +10,17 @@ on it lives here, in modules:
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
-    autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34)
+    autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34); saved tensors and
+                their hooks, anomaly detection, gradcheck (steps 35-38)
+    inplace     in-place operations, version counters and views (step 36)
 """
-from tinypytorch import autograd, cuda, functions, layers, optimizers, testfunctions, utils
+from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, testfunctions, utils
 from tinypytorch.core import (
-    Config, Function, Variable, add, as_array, as_variable, div, mul, neg, no_grad, pow, rdiv, rsub, sub,
+    Config, Function, Variable, add, as_array, as_variable, div, enable_grad, mul, neg, no_grad, pow, rdiv, rsub, sub,
     using_config,
 )
 from tinypytorch.functions import (
-    broadcast_to, cos, exp, get_item, linear, matmul, mean_squared_error, permute, relu, reshape, sigmoid, sin,
+    broadcast_to, cos, exp, get_item, linear, log, matmul, mean_squared_error, permute, relu, reshape, sigmoid, sin,
     square, sum, sum_to, tanh, transpose,
 )
 from tinypytorch.layers import Parameter
@@ -26,9 +28,9 @@ from tinypytorch.layers import Parameter
 __version__ = "0.1.0"  # keep equal to the version in pyproject.toml
 
 __all__ = [
-    "Config", "Function", "Variable", "Parameter", "as_array", "as_variable", "using_config", "no_grad",
+    "Config", "Function", "Variable", "Parameter", "as_array", "as_variable", "using_config", "no_grad", "enable_grad",
     "add", "mul", "neg", "sub", "rsub", "div", "rdiv", "pow",
-    "square", "exp", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
+    "square", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
     "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item",
-    "autograd", "cuda", "functions", "layers", "optimizers", "testfunctions", "utils",
+    "autograd", "cuda", "functions", "inplace", "layers", "optimizers", "testfunctions", "utils",
 ]

@@ -71,6 +71,17 @@ class Tanh(Function):  # step 27
         return gy * (1 - y * y)
 
 
+class Log(Function):  # step 38
+    def forward(self, x):
+        xp = get_array_module(x)
+        self.save_for_backward(x)  # step 35: d log(x)/dx = 1/x needs x
+        return xp.log(x)
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        return gy / x
+
+
 def square(x):
     return Square()(x)
 
@@ -89,6 +100,11 @@ def cos(x):
 
 def tanh(x):
     return Tanh()(x)
+
+
+def log(x):
+    """The natural logarithm, element-wise (nan below 0, -inf at 0, as in NumPy and PyTorch)."""
+    return Log()(x)
 
 
 # ----- shapes: reshape, permute, sum, broadcasting (steps 29-30) -------------------------

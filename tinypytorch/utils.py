@@ -81,6 +81,11 @@ def functions_in_graph(y):
     return found
 
 
+def saved_tensors(y):
+    """What the graph behind `y` keeps for backward (step 35): (function, SavedTensor) pairs, in walk order."""
+    return [(f, s) for f in functions_in_graph(y) for s in f._saved if isinstance(s, autograd.graph.SavedTensor)]
+
+
 def _dot_string(lines):
     """A DOT string literal: quotes and backslashes escaped, lines joined by DOT's `\\n`."""
     return '"' + "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in lines) + '"'
@@ -105,8 +110,11 @@ def _saved_label(saved):
         return _dot_string(["saved", "freed"])
     if saved.unpack_hook is not None:
         return _dot_string(["saved", "packed by a hook"])
-    data = saved.data if saved.variable is None else saved.variable.data
-    return _dot_string(["saved", f"{data.shape} {data.dtype}", f"{data.nbytes:,} bytes"])
+    if saved.variable is None:  # an output of the function, kept as its array
+        title, data = "saved output", saved.data
+    else:
+        title, data = "saved" if saved.variable.name is None else f"saved {saved.variable.name}", saved.variable.data
+    return _dot_string([title, f"{data.shape} {data.dtype}", f"{data.nbytes:,} bytes"])
 
 
 def get_dot_graph(y, verbose=False, show_saved=False):
@@ -198,7 +206,7 @@ def get_dot_graph(y, verbose=False, show_saved=False):
     header = '  node [style=filled, fontname="Helvetica", fontsize=10, height=0.3]'
     if show_saved:
         held = sum(a.nbytes for a in saved_arrays.values())
-        header += f'\n  label="saved for backward: {saved_count} tensors holding {held:,} bytes", fontname="Helvetica"'
+        header += f'\n  graph [label="saved for backward: {saved_count} tensors holding {held:,} bytes", fontname="Helvetica"]'
     return "\n".join(["digraph g {", header, *lines, "}"]) + "\n"
 
 
@@ -244,19 +252,20 @@ class DotGraph(_Source):
 _FILE_FORMATS = (".png", ".svg", ".pdf")  # to_file's suffix names the format Graphviz writes
 
 
-def plot_dot_graph(y, verbose=False, to_file=None):
+def plot_dot_graph(y, verbose=False, to_file=None, show_saved=False):
     """Draw the graph of `y` with Graphviz: returns a DotGraph, which Jupyter shows inline.
 
     Jupyter shows the picture when the Graphviz program `dot` is installed, and the DOT text of
-    get_dot_graph when it is not. With `to_file` the drawing is also written there, in the format
-    its suffix names (.png, .svg or .pdf), by `dot` run without a shell; without `dot` a
-    UserWarning says what to install and that the file was not written.
+    get_dot_graph when it is not (`verbose`, `show_saved`: as there). With `to_file` the drawing
+    is also written there, in the format its suffix names (.png, .svg or .pdf), by `dot` run
+    without a shell; without `dot` a UserWarning says what to install and that the file was
+    not written.
     """
     if to_file is not None:
         to_file = pathlib.Path(to_file)
         if to_file.suffix.lower() not in _FILE_FORMATS:
             raise ValueError(f"plot_dot_graph: to_file must end in .png, .svg or .pdf, got {to_file.name!r}")
-    graph = DotGraph(get_dot_graph(y, verbose))
+    graph = DotGraph(get_dot_graph(y, verbose, show_saved))
     if to_file is not None:
         missing = missing_drawing_tools()
         if missing is None:

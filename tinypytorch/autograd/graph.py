@@ -168,10 +168,11 @@ class SavedTensor:
         return v
 
     def _modified_message(self, function, data):
-        made_by = f"output {self.output_nr} of {type(function).__name__}"
-        if self.variable is not None:
-            creator = self.variable.creator
-            made_by = "a leaf" if creator is None else f"output {self.variable._output_nr} of {type(creator).__name__}"
+        if self.variable is not None:  # a saved input: named by what made it now, as PyTorch does
+            creator, output_nr = self.variable.creator, self.variable._output_nr
+        else:  # a saved output of `function`, or a tensor packed by a hook
+            creator, output_nr = (None if self.leaf is not None else self.creator or function), self.output_nr
+        made_by = "a leaf" if creator is None else f"output {output_nr} of {type(creator).__name__}"
         return (f"one of the variables needed for gradient computation has been modified by an inplace operation: "
                 f"[{_describe(data)}], which is {made_by}, is at version {self.counter.value}; expected version "
                 f"{self.version} instead. Hint: enable anomaly detection to find the operation that failed to "

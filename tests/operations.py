@@ -1,0 +1,122 @@
+"""One table of every differentiable operation of the package, each with its PyTorch twin.
+
+Tests that must hold for every operation (what it saves for backward, step 35; its
+derivatives and dtypes) iterate over OPERATIONS. `test_every_function_of_the_package_is_in_the_table`
+fails when a Function subclass is added to the package without a row here.
+
+A row: the tinypytorch expression and the torch one (each takes one argument per operand),
+the operands' shapes, the interval each operand is drawn from (the operation's domain),
+and the Function classes the expression records. Gradient functions that only a backward
+pass creates (GetItemGrad, ViewScatter) are listed with the row that exercises them.
+"""
+import dataclasses
+
+import numpy as np
+import torch
+
+import tinypytorch
+from tinypytorch import Function
+from tinypytorch import functions as F
+from tinypytorch import inplace
+from tinypytorch.core import Add, Div, Mul, Neg, Pow, Sub
+
+
+@dataclasses.dataclass(frozen=True)
+class Operation:
+    name: str
+    ours: object
+    theirs: object
+    shapes: tuple
+    functions: tuple
+    domain: tuple = (-2.0, 2.0)  # every operand drawn from [low, high]
+    # For linear: PyTorch saves the weight's transpose (a view of the same memory), so the
+    # saved shapes are compared with that one swapped.
+    torch_saves_transposed: tuple = ()
+
+
+def _inplace_view_mul(x, w):
+    """(x * 1) viewed as its first row, multiplied by w in place: the base's gradient goes through ViewScatter."""
+    base = x * 1.0
+    row = base[0]
+    row.mul_(w)
+    return base
+
+
+def _torch_inplace_view_mul(x, w):
+    base = x * 1.0
+    row = base[0]
+    row.mul_(w)
+    return base
+
+
+def _inplace_zero(x):
+    y = x * 2.0
+    y.zero_()
+    return y + x
+
+
+def _torch_inplace_zero(x):
+    y = x * 2.0
+    y.zero_()
+    return y + x
+
+
+OPERATIONS = [
+    Operation("add", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (2, 3)), (Add,)),
+    Operation("add, broadcast", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (3,)), (Add, F.SumTo)),
+    Operation("sub", lambda a, b: a - b, lambda a, b: a - b, ((2, 3), (2, 3)), (Sub,)),
+    Operation("mul", lambda a, b: a * b, lambda a, b: a * b, ((2, 3), (2, 3)), (Mul,)),
+    Operation("mul, broadcast", lambda a, b: a * b, lambda a, b: a * b, ((2, 1), (1, 3)), (Mul, F.SumTo)),
+    Operation("div", lambda a, b: a / b, lambda a, b: a / b, ((2, 3), (2, 3)), (Div,), domain=(0.5, 2.0)),
+    Operation("neg", lambda a: -a, lambda a: -a, ((2, 3),), (Neg,)),
+    Operation("pow 3", lambda a: a**3, lambda a: a**3, ((2, 3),), (Pow,)),
+    Operation("pow -1.5", lambda a: a**-1.5, lambda a: a**-1.5, ((2, 3),), (Pow,), domain=(0.5, 2.0)),
+    Operation("square", tinypytorch.square, torch.square, ((2, 3),), (F.Square,)),
+    Operation("exp", tinypytorch.exp, torch.exp, ((2, 3),), (F.Exp,)),
+    Operation("log", tinypytorch.log, torch.log, ((2, 3),), (F.Log,), domain=(0.5, 2.0)),
+    Operation("sin", tinypytorch.sin, torch.sin, ((2, 3),), (F.Sin,)),
+    Operation("cos", tinypytorch.cos, torch.cos, ((2, 3),), (F.Cos,)),
+    Operation("tanh", tinypytorch.tanh, torch.tanh, ((2, 3),), (F.Tanh,)),
+    Operation("sigmoid", tinypytorch.sigmoid, torch.sigmoid, ((2, 3),), (F.Sigmoid,)),
+    Operation("relu", tinypytorch.relu, torch.relu, ((2, 3),), (F.ReLU,)),
+    Operation("sum", lambda a: a.sum(), lambda a: a.sum(), ((2, 3),), (F.Sum,)),
+    Operation("sum axis 0", lambda a: a.sum(axis=0), lambda a: a.sum(dim=0), ((2, 3),), (F.Sum,)),
+    Operation("reshape", lambda a: a.reshape(3, 2), lambda a: a.reshape(3, 2), ((2, 3),), (F.Reshape,)),
+    Operation("transpose", lambda a: a.transpose(0, 1), lambda a: a.transpose(0, 1), ((2, 3),), (F.Transpose,)),
+    Operation("broadcast_to", lambda a: tinypytorch.broadcast_to(a, (4, 2, 3)), lambda a: a.expand(4, 2, 3),
+              ((2, 3),), (F.BroadcastTo,)),
+    Operation("sum_to", lambda a: tinypytorch.sum_to(a, (1, 3)), lambda a: a.sum(0, keepdim=True), ((2, 3),),
+              (F.SumTo,)),
+    Operation("matmul", lambda a, b: a @ b, lambda a, b: a @ b, ((2, 3), (3, 4)), (F.MatMul,)),
+    Operation("linear", tinypytorch.linear, torch.nn.functional.linear, ((2, 3), (4, 3), (4,)),
+              (F.LinearFunction,), torch_saves_transposed=((3, 4),)),
+    Operation("linear, no bias", tinypytorch.linear, torch.nn.functional.linear, ((2, 3), (4, 3)),
+              (F.LinearFunction,), torch_saves_transposed=((3, 4),)),
+    Operation("x[0:1, 1:]", lambda a: a[0:1, 1:], lambda a: a[0:1, 1:], ((2, 3),), (F.GetItem, F.GetItemGrad)),
+    Operation("x[[0, 0, 1]]", lambda a: a[[0, 0, 1]], lambda a: a[[0, 0, 1]], ((2, 3),),
+              (F.GetItem, F.GetItemGrad)),
+    Operation("mean_squared_error", tinypytorch.mean_squared_error, torch.nn.functional.mse_loss,
+              ((2, 3), (2, 3)), (F.MeanSquaredError,)),
+    Operation("zero_ of a non-leaf", _inplace_zero, _torch_inplace_zero, ((2, 3),), (inplace.Zero,)),
+    Operation("mul_ of a view", _inplace_view_mul, _torch_inplace_view_mul, ((2, 3), (3,)),
+              (inplace.ViewScatter, Mul)),
+]
+
+
+def package_functions():
+    """Every concrete Function subclass defined in the package (a name starting with _ is a base class)."""
+    found, todo = set(), [Function]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            todo.append(sub)
+            if sub.__module__.startswith("tinypytorch.") and not sub.__name__.startswith("_"):
+                found.add(sub)
+    return found
+
+
+def operands(operation, seed=0, dtype=np.float64):
+    """Operands for `operation`, drawn uniformly from its domain with a seeded generator."""
+    rng = np.random.default_rng(seed)
+    low, high = operation.domain
+    return [rng.uniform(low, high, shape).astype(dtype) for shape in operation.shapes]

@@ -1,0 +1,95 @@
+"""Every differentiable operation of the package (tests/operations.py) against PyTorch: values,
+first derivatives with respect to every operand, second derivatives of a scalar of the gradients
+with respect to every operand (all pairs), third derivatives, and dtypes (float32 stays float32).
+
+Operands are drawn over each operation's whole domain (negative bases for integer powers, values
+near zero where legal). Tolerances: see tests/reference.py, "How a tolerance is chosen".
+"""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from operations import OPERATIONS
+from reference import assert_close_to_torch
+from tinypytorch import Variable, autograd
+
+pytestmark = [pytest.mark.torch]
+
+
+def drawn_operands(operation, data, dtype=np.float64):
+    low, high = operation.domain
+    return [data.draw(arrays(dtype, shape, elements=st.floats(low, high, width=64 if dtype == np.float64 else 32)))
+            for shape in operation.shapes]
+
+
+def leaves(values, dtype=np.float64):
+    ours = [Variable(v.copy().astype(dtype)) for v in values]
+    theirs = [torch.tensor(v.astype(dtype), requires_grad=True) for v in values]
+    return ours, theirs
+
+
+def weights(shape, seed, dtype=np.float64):
+    """Fixed random weights: a scalar sum(w * y) weighs every element of y differently."""
+    return np.random.default_rng(seed).uniform(-1.0, 1.0, shape).astype(dtype)
+
+
+def derivatives(m, grad, output, inputs, order, seed):
+    """[y, first derivatives, second, ..., up to `order`]: each level is the gradient, with respect to every
+    input, of sum(w * previous level), w fixed random weights (so no level is a plain sum)."""
+    levels = [[output]]
+    for k in range(order):
+        current = [g for g in levels[-1] if g is not None and g.requires_grad]
+        if not current:
+            levels.append([None] * len(inputs))
+            continue
+        scalar = sum((g * m(weights(tuple(g.shape), seed + k * 10 + i, np.dtype(str(g.dtype).split(".")[-1]))))
+                      .sum() for i, g in enumerate(current))
+        levels.append(list(grad(scalar, inputs)))
+    return levels
+
+
+def ours_grad(y, xs):
+    return autograd.grad(y, xs, create_graph=True, allow_unused=True)
+
+
+def torch_grad(y, xs):
+    return torch.autograd.grad(y, xs, create_graph=True, allow_unused=True)
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.name)
+@given(data=st.data())
+def test_values_and_first_second_third_derivatives_equal_torch(operation, data):
+    values = drawn_operands(operation, data)
+    xs, ts = leaves(values)
+    ours = derivatives(lambda w: Variable(w, requires_grad=False), ours_grad, operation.ours(*xs), xs, 3, seed=1)
+    theirs = derivatives(torch.tensor, torch_grad, operation.theirs(*ts), ts, 3, seed=1)
+    for order, (level, level_t) in enumerate(zip(ours, theirs)):
+        for i, (g, gt) in enumerate(zip(level, level_t)):
+            where = f"{operation.name}: derivative of order {order}, operand {i}"
+            if gt is None or float(gt.detach().abs().max()) == 0.0:
+                # torch gives None or zeros where nothing depends on the operand (relu's second derivative)
+                assert g is None or np.all(g.data == 0), where
+                continue
+            assert g is not None, where
+            assert_close_to_torch(g.data, gt.detach().numpy(), where)
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.name)
+def test_float32_operands_give_float32_values_and_gradients_as_in_torch(operation):
+    values = [v.astype(np.float32) for v in
+              [np.random.default_rng(0).uniform(*operation.domain, shape) for shape in operation.shapes]]
+    xs, ts = leaves(values, np.float32)
+    y, yt = operation.ours(*xs), operation.theirs(*ts)
+    assert y.dtype == np.float32 and yt.dtype == torch.float32
+    gs = autograd.grad((y * Variable(weights(y.shape, 0, np.float32), requires_grad=False)).sum(), xs,
+                       create_graph=True, allow_unused=True)
+    gts = torch.autograd.grad((yt * torch.tensor(weights(tuple(yt.shape), 0, np.float32))).sum(), ts,
+                              create_graph=True, allow_unused=True)
+    for g, gt in zip(gs, gts):
+        if gt is None:
+            continue
+        assert g.dtype == np.float32, operation.name
+        np.testing.assert_allclose(g.data, gt.detach().numpy(), rtol=2e-5, atol=2e-5, err_msg=operation.name)
