@@ -49,9 +49,10 @@ book: $(STAMP)
 check-book: book
 	$(PY) tools/check_book.py book/_build/html
 
-## bench: speed of tinypytorch vs PyTorch vs hand-written NumPy, into bench/results/
+## bench: speed of tinypytorch vs PyTorch vs hand-written NumPy, and memory vs PyTorch, into bench/results/
 bench: $(STAMP)
 	$(PY) bench/bench_autograd.py
+	$(PY) bench/bench_memory.py
 
 ## lab: Jupyter Lab on the notebooks
 lab: $(STAMP)
