@@ -56,16 +56,27 @@ def current_hooks():
     return _hooks_stack[-1] if _hooks_stack else None
 
 
-def save_on_cpu():
+def save_on_cpu(pin_memory=False, device_type="cuda"):
     """Hooks that move each saved GPU (CuPy) array to host memory and back when backward needs it.
 
     The device memory of a saved tensor is released while the tensor waits for backward
-    (PyTorch's `torch.autograd.graph.save_on_cpu`). NumPy arrays pass through unchanged.
+    (PyTorch's `torch.autograd.graph.save_on_cpu`). With `pin_memory` the host copy is in
+    page-locked memory, which copies back to the device faster. NumPy arrays pass through
+    unchanged (the array, not its Variable: a saved output must not keep its creator alive).
     """
+    if device_type != "cuda":
+        raise ValueError(f"save_on_cpu: device_type must be 'cuda', got {device_type!r}")
+
     def pack(x):
         if cuda.cupy is not None and isinstance(x.data, cuda.cupy.ndarray):
+            if pin_memory:
+                import cupyx  # CuPy's extras: page-locked host arrays
+
+                host = cupyx.empty_pinned(x.data.shape, x.data.dtype)
+                x.data.get(out=host)
+                return x.data.device, host
             return x.data.device, cuda.as_numpy(x.data)  # a copy in host memory
-        return None, x
+        return None, x.data
 
     def unpack(packed):
         device, value = packed
@@ -91,11 +102,11 @@ class SavedTensor:
     """
 
     __slots__ = ("variable", "data", "packed", "unpack_hook", "version", "counter", "leaf", "creator",
-                 "output_nr", "requires_grad", "data_ref", "freed")
+                 "output_nr", "requires_grad", "data_ref", "variable_ref", "freed")
 
     def __init__(self, variable, function, is_output):
         self.variable = self.data = self.packed = self.unpack_hook = self.leaf = self.creator = None
-        self.data_ref = None
+        self.data_ref = self.variable_ref = None
         self.freed = False
         self.counter = variable._version_counter  # step 36: shared with every view of the same data
         self.version = self.counter.value
@@ -115,6 +126,7 @@ class SavedTensor:
             self.leaf = variable  # kept alive by the graph anyway: its gradient goes there
         elif not is_output:
             self.creator = variable.creator  # an output refers back to `function`, rebuilt on unpack
+            self.variable_ref = weakref.ref(variable)  # for the error message: what made it *now*
         self.data_ref = _weak(variable.data)
         with no_grad():  # as in PyTorch: packing is not part of the computation
             self.packed = pack_hook(variable)
@@ -168,8 +180,9 @@ class SavedTensor:
         return v
 
     def _modified_message(self, function, data):
-        if self.variable is not None:  # a saved input: named by what made it now, as PyTorch does
-            creator, output_nr = self.variable.creator, self.variable._output_nr
+        variable = self.variable if self.variable is not None else self.variable_ref and self.variable_ref()
+        if variable is not None:  # a saved input: named by what made it now, as PyTorch does
+            creator, output_nr = variable.creator, variable._output_nr
         else:  # a saved output of `function`, or a tensor packed by a hook
             creator, output_nr = (None if self.leaf is not None else self.creator or function), self.output_nr
         made_by = "a leaf" if creator is None else f"output {output_nr} of {type(creator).__name__}"
