@@ -97,6 +97,23 @@ OPERATIONS = [
               (F.GetItem, F.GetItemGrad)),
     Operation("mean_squared_error", tinypytorch.mean_squared_error, torch.nn.functional.mse_loss,
               ((2, 3), (2, 3)), (F.MeanSquaredError,)),
+    # Shape operations are linear: their second derivative is zero, and the backward of their backward
+    # (GetItemGrad's, SumTo's, ...) runs only when the gradient arriving at them depends on the inputs.
+    # Cubing the result makes it so, and the third derivatives then go through those backward methods.
+    Operation("x[0:1, 1:] cubed", lambda a: a[0:1, 1:] ** 3, lambda a: a[0:1, 1:] ** 3, ((2, 3),),
+              (F.GetItem, F.GetItemGrad, Pow)),
+    Operation("x[[0, 0, 1]] cubed", lambda a: a[[0, 0, 1]] ** 3, lambda a: a[[0, 0, 1]] ** 3, ((2, 3),),
+              (F.GetItem, F.GetItemGrad, Pow)),
+    Operation("reshape cubed", lambda a: a.reshape(3, 2) ** 3, lambda a: a.reshape(3, 2) ** 3, ((2, 3),),
+              (F.Reshape, Pow)),
+    Operation("transpose cubed", lambda a: a.transpose(0, 1) ** 3, lambda a: a.transpose(0, 1) ** 3, ((2, 3),),
+              (F.Transpose, Pow)),
+    Operation("sum axis 0 cubed", lambda a: a.sum(axis=0) ** 3, lambda a: a.sum(dim=0) ** 3, ((2, 3),),
+              (F.Sum, Pow)),
+    Operation("broadcast_to cubed", lambda a: tinypytorch.broadcast_to(a, (4, 2, 3)) ** 3,
+              lambda a: a.expand(4, 2, 3) ** 3, ((2, 3),), (F.BroadcastTo, Pow)),
+    Operation("sum_to cubed", lambda a: tinypytorch.sum_to(a, (1, 3)) ** 3, lambda a: a.sum(0, keepdim=True) ** 3,
+              ((2, 3),), (F.SumTo, Pow)),
     Operation("zero_ of a non-leaf", _inplace_zero, _torch_inplace_zero, ((2, 3),), (inplace.Zero,)),
     Operation("mul_ of a view", _inplace_view_mul, _torch_inplace_view_mul, ((2, 3), (3,)),
               (inplace.ViewScatter, Mul)),

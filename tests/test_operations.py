@@ -38,15 +38,17 @@ def weights(shape, seed, dtype=np.float64):
 
 def derivatives(m, grad, output, inputs, order, seed):
     """[y, first derivatives, second, ..., up to `order`]: each level is the gradient, with respect to every
-    input, of sum(w * previous level), w fixed random weights (so no level is a plain sum)."""
+    input, of sum(w * g * g) over the previous level's g, w fixed random weights. The square makes the
+    gradient flowing into each level depend on the inputs, so the backward of every backward method is
+    exercised (with sum(w * g) it would receive constants only), and w makes no level a plain sum."""
     levels = [[output]]
     for k in range(order):
         current = [g for g in levels[-1] if g is not None and g.requires_grad]
         if not current:
             levels.append([None] * len(inputs))
             continue
-        scalar = sum((g * m(weights(tuple(g.shape), seed + k * 10 + i, np.dtype(str(g.dtype).split(".")[-1]))))
-                      .sum() for i, g in enumerate(current))
+        scalar = sum((g * g * m(weights(tuple(g.shape), seed + k * 10 + i, np.dtype(str(g.dtype).split(".")[-1]))))
+                     .sum() for i, g in enumerate(current))
         levels.append(list(grad(scalar, inputs)))
     return levels
 

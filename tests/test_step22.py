@@ -93,6 +93,26 @@ def test_pow_with_a_constant_exponent_matches_torch(value, c):
     np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
 
 
+@given(value=arrays(np.float64, shapes, elements=st.floats(-4.0, 4.0)), c=st.sampled_from([1, 2, 3, 4, 5, -1, -2, -3]))
+def test_integer_powers_of_negative_bases_and_values_near_zero_match_torch(value, c):
+    # x**c for an integer c is defined for every x but 0 when c < 0: the sign of the base matters
+    # (d(x^2)/dx at -1.5 is -3, not 3), so the whole real line is drawn, not only positive numbers
+    assume(c > 0 or np.all(np.abs(value) > 1e-3))
+    x = step.Variable(value)
+    y = x**c
+    y.backward()
+    xt = torch_leaf(value)
+    (xt**c).backward(torch.ones_like(xt))
+    np.testing.assert_allclose(y.data, (xt**c).detach().numpy(), rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12, atol=1e-300)
+
+
+def test_the_derivative_of_x_squared_at_minus_one_and_a_half_is_minus_three():
+    x = step.Variable(np.array(-1.5))
+    (x**2).backward()
+    assert x.grad == -3.0  # 2 x, worked out by hand
+
+
 def test_pow_with_exponent_zero_has_gradient_zero_at_zero_like_torch():
     x = step.Variable(np.array([0.0, 2.0]))
     (x**0).backward()

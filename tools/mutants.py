@@ -1,0 +1,142 @@
+"""Mutation audit: put one plausible bug at a time into a copy of the package or a step, run the tests
+that should notice, and report which bugs survive.
+
+    python tools/mutants.py            # every mutation (a few minutes)
+    python tools/mutants.py linear     # only those whose name contains "linear"
+
+`make mutants` runs it; CI does not. A mutation is (name, file, the text to replace, its
+replacement, the tests to run). Each runs in a fresh copy of tinypytorch/, steps/, tests/ and
+the project files, imported ahead of the installed package. A mutation is *caught* when those
+tests fail, and *survives* when they pass: then the tests have a hole. A text that is not
+found exactly once is reported as stale, so the list keeps up with the code.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+COPIED = ["tinypytorch", "steps", "tests", "notebooks", "pyproject.toml"]
+
+MUTATIONS = [
+    # the five that an earlier audit found surviving
+    ("linear: the input's gradient no longer depends on W", "tinypytorch/functions.py",
+     "gx = matmul(gy, W) if self.needs_input_grad[0] else None",
+     "gx = matmul(gy, W.data) if self.needs_input_grad[0] else None",
+     ["tests/test_operations.py", "tests/test_step31.py"]),
+    ("mean_squared_error: no second derivative through the target", "tinypytorch/functions.py",
+     "        return gx0, -gx0\n", "        return gx0, -gx0.data\n",
+     ["tests/test_operations.py", "tests/test_step32.py"]),
+    ("indexing: the gradient of x[key] cut off from the graph", "tinypytorch/functions.py",
+     "        return get_item(ggx, self.key)", "        return get_item(ggx.data, self.key)",
+     ["tests/test_operations.py", "tests/test_step31.py"]),
+    ("step 22's pow: |x| instead of x in the derivative", "steps/step22.py",
+     "        return c * x ** (c - 1) * gy  # dy/dx = c x^(c-1)",
+     "        return c * np.abs(x) ** (c - 1) * gy  # dy/dx = c x^(c-1)",
+     ["tests/test_step22.py"]),
+    ("tanh: a float32 input gets a float64 gradient", "tinypytorch/functions.py",
+     "        return gy * (1 - y * y)",
+     "        return gy * (1 - y * y) * Variable(np.array(1.0), requires_grad=False)",
+     ["tests/test_operations.py"]),
+    # stage 4
+    ("mul: saves both factors whatever needs a gradient", "tinypytorch/core.py",
+     "        self.save_for_backward(x0 if needs[1] else None, x1 if needs[0] else None)",
+     "        self.save_for_backward(x0, x1)",
+     ["tests/test_step35.py"]),
+    ("exp: saves its input instead of its output", "tinypytorch/functions.py",
+     "        y = xp.exp(x)\n        self.save_for_backward(y)",
+     "        y = xp.exp(x)\n        self.save_for_backward(x)",
+     ["tests/test_step35.py", "tests/test_operations.py"]),
+    ("engine: saved tensors never freed", "tinypytorch/autograd/engine.py",
+     "            f.release_saved()", "            pass",
+     ["tests/test_step35.py"]),
+    ("saved tensors: no version check", "tinypytorch/autograd/graph.py",
+     "        if self.counter.value != self.version:\n            raise RuntimeError(self._modified_message(",
+     "        if False:\n            raise RuntimeError(self._modified_message(",
+     ["tests/test_step36.py"]),
+    ("in-place: a leaf that requires grad may change", "tinypytorch/inplace.py",
+     "        if x.creator is None and x._base is None:", "        if False:",
+     ["tests/test_step36.py"]),
+    ("in-place on a view: the base keeps its old place in the graph", "tinypytorch/inplace.py",
+     "    take_place(base, new_base)\n", "",
+     ["tests/test_step36.py"]),
+    ("views: a copy of the counter instead of the shared one", "tinypytorch/inplace.py",
+     "    y._version_counter = x._version_counter\n", "",
+     ["tests/test_step36.py"]),
+    ("hooks: the outermost pair instead of the innermost", "tinypytorch/autograd/graph.py",
+     "    return _hooks_stack[-1] if _hooks_stack else None", "    return _hooks_stack[0] if _hooks_stack else None",
+     ["tests/test_step37.py"]),
+    ("hooks: the in-place check skipped for hooked tensors", "tinypytorch/autograd/graph.py",
+     "        if (self.counter.value != self.version and original is not None",
+     "        if (False and original is not None",
+     ["tests/test_step37.py"]),
+    ("anomaly mode: NaN not looked for", "tinypytorch/autograd/anomaly.py",
+     "            if gx is not None and get_array_module(gx.data).isnan(gx.data).any():",
+     "            if False:",
+     ["tests/test_step38.py"]),
+    ("gradcheck: rtol ignored", "tinypytorch/autograd/gradcheck.py",
+     "        if not np.allclose(got, expected, rtol=rtol, atol=atol):",
+     "        if not np.allclose(got, expected, rtol=1.0, atol=atol):",
+     ["tests/test_step38.py"]),
+    # earlier stages
+    ("relu: slope 1 at x = 0", "tinypytorch/functions.py",
+     "        return gy * (y.data > 0).astype(gy.dtype)", "        return gy * (y.data >= 0).astype(gy.dtype)",
+     ["tests/test_step32.py", "tests/test_operations.py"]),
+    ("broadcasting: the second operand's gradient not summed back", "tinypytorch/core.py",
+     "            gx1 = None if gx1 is None else F.sum_to(gx1, self.shapes[1])", "            pass",
+     ["tests/test_step30.py", "tests/test_operations.py"]),
+]
+
+
+def copy_project(target):
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+        else:
+            shutil.copy2(source, target / name)
+
+
+def run(mutation):
+    name, path, old, new, tests = mutation
+    with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
+        copy = pathlib.Path(folder)
+        copy_project(copy)
+        text = (copy / path).read_text()
+        if text.count(old) != 1:
+            return "stale", 0.0
+        (copy / path).write_text(text.replace(old, new))
+        env = dict(os.environ, PYTHONPATH=str(copy), MPLBACKEND="Agg", CI="true")
+        start = time.perf_counter()
+        result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                                cwd=copy, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - start
+        output = result.stdout + result.stderr
+        if any(broken in output for broken in ("SyntaxError", "IndentationError", "ImportError", "NameError")):
+            return "BROKEN", seconds  # the mutation itself does not run: fix the list, it proves nothing
+        if result.returncode == 2 and "Interrupted: 1 error during collection" in output:
+            return "caught", seconds  # a step's own check failed while its tests loaded it
+        if result.returncode not in (0, 1):
+            return f"error (pytest exit {result.returncode})", seconds
+        return ("caught" if result.returncode == 1 else "SURVIVED"), seconds
+
+
+def main():
+    chosen = [m for m in MUTATIONS if all(word in m[0] for word in sys.argv[1:])]
+    print(f"{'mutation':66} {'result':9} {'s':>5}  tests")
+    outcomes = []
+    for mutation in chosen:
+        outcome, seconds = run(mutation)
+        outcomes.append(outcome)
+        print(f"{mutation[0]:66} {outcome:9} {seconds:5.0f}  {', '.join(t.split('/')[-1] for t in mutation[4])}",
+              flush=True)
+    caught = outcomes.count("caught")
+    print(f"\n{caught} of {len(outcomes)} mutations caught")
+    return 0 if caught == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
