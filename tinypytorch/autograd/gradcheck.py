@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch.core import Variable, as_variable, no_grad
+from tinypytorch.core import Variable, as_variable, enable_grad, no_grad
 from tinypytorch.cuda import as_numpy, get_array_module
 
 
@@ -88,6 +88,23 @@ def analytical_jacobian(fn, inputs):
     return jacobians
 
 
+def zero_gradient_gives_zero(fn, inputs):
+    """Whether backward, given zero gradients for the outputs, returns zero gradients (PyTorch checks this too).
+
+    A backward that forgets to multiply by its incoming gradient passes the Jacobian test when
+    every output has one element (the one-hot seed is 1); a zero seed exposes it.
+    """
+    from tinypytorch import autograd
+
+    wrt = [x for x in inputs if x.requires_grad]
+    outputs = [y for y in _outputs(fn, inputs) if y.requires_grad]
+    if not outputs:
+        return True
+    zeros = [get_array_module(y.data).zeros_like(y.data) for y in outputs]
+    grads = autograd.grad(outputs, wrt, grad_outputs=zeros, allow_unused=True)
+    return all(g is None or not get_array_module(g.data).any(g.data) for g in grads)
+
+
 def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
     """True when backward's Jacobians of `fn(*inputs)` equal the numerical ones within atol + rtol |numerical|.
 
@@ -107,6 +124,11 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
             with np.printoptions(precision=4, suppress=True):
                 raise GradcheckError(f"Jacobian mismatch for output {j} with respect to input {i},\n"
                                      f"numerical:\n{expected}\nanalytical:\n{got}\n")
+    if not zero_gradient_gives_zero(fn, inputs):
+        if not raise_exception:
+            return False
+        raise GradcheckError("backward not multiplied by grad_output: a zero gradient for the outputs gave "
+                             "nonzero gradients for the inputs")
     return True
 
 
@@ -132,8 +154,9 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
     def first_derivatives(*values):
         xs, gs = values[:count], values[count:]
         wrt = [x for x in xs if x.requires_grad]
-        ys = _outputs(fn, xs)
-        grads = autograd.grad(ys, wrt, grad_outputs=list(gs), create_graph=True, allow_unused=True)
+        with enable_grad():  # numerical_jacobian calls this under no_grad, but the gradients need fn's graph
+            ys = _outputs(fn, xs)
+            grads = autograd.grad(ys, wrt, grad_outputs=list(gs), create_graph=True, allow_unused=True)
         return tuple(g if g is not None else Variable(get_array_module(x.data).zeros_like(x.data),
                                                       requires_grad=False) for x, g in zip(wrt, grads))
 
