@@ -199,8 +199,10 @@ print("number of parameters:", sum(p.size for p in model.params()))
 #
 # An optimizer takes the list of parameters once, at construction, as
 # `torch.optim` does, and then `step()` updates every parameter that has a
-# gradient; `zero_grad()` clears the gradients. The update works on the arrays
-# in place: it is not part of any graph.
+# gradient; `zero_grad()` clears the gradients. The update changes each
+# parameter in place under `no_grad`: it is not part of any graph. (It uses
+# `param.sub_(...)`, the in-place subtraction of step 36; read it as
+# `param.data -= ...`, which is what it does to the array.)
 #
 # **SGD**, plain gradient descent, moves each parameter against its gradient:
 # $p \leftarrow p - \eta\, g$ with learning rate $\eta$. One $\eta$ must suit
