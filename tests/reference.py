@@ -138,6 +138,20 @@ def torch_grad_after_reusing_the_output():
     return xt.grad.item()
 
 
+def torch_twin(model, activation=torch.nn.Sigmoid, dtype=torch.float64):
+    """A torch Sequential with the same Linear layers as `model` (the package's MLP), `activation`
+    between them, and the same weights, in `dtype`."""
+    modules = []
+    for i, layer in enumerate(model.layers):
+        linear = torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=dtype)
+        modules += [linear] + ([activation()] if i < len(model.layers) - 1 else [])
+    twin = torch.nn.Sequential(*modules)
+    with torch.no_grad():
+        for p, pt in zip(model.params(), twin.parameters(), strict=True):
+            pt.copy_(torch.tensor(p.data))
+    return twin
+
+
 # ----- running the snapshot steps (pass the step's module or classes in) -----------------------
 
 

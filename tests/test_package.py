@@ -32,18 +32,7 @@ from tinypytorch.utils import gradient_check, numerical_diff
 pytestmark = [pytest.mark.step23, pytest.mark.torch]
 
 
-# ----- the array backend: one fixture, the cupy case marked gpu -----------------------
-
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
-def xp(request):
-    if request.param == "numpy":
-        return np
-    if not cuda.GPU:
-        pytest.skip("CuPy with a usable GPU is not available")
-    import cupy
-
-    return cupy
-
+# ----- the array backend: the xp fixture (tests/conftest.py), the cupy case marked gpu ---------
 
 def test_grads_on_each_backend_equal_torch(xp):
     data = np.array([0.5, -1.0, 2.0])

@@ -11,6 +11,7 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 import tinypytorch
 import tinypytorch.functions as F
+from reference import torch_twin
 from steploader import load_step
 from tinypytorch import Parameter, Variable
 from tinypytorch.layers import MLP, Layer, Linear
@@ -25,19 +26,6 @@ seeds = st.integers(0, 2**32 - 1)
 
 def uniform(seed, shape, low=-1.0, high=1.0):
     return np.random.default_rng(seed).uniform(low, high, shape)
-
-
-def torch_twin(model, activation=torch.nn.Sigmoid):
-    """A torch Sequential with the same Linear layers as `model` (an MLP) and the same weights."""
-    modules = []
-    for i, layer in enumerate(model.layers):
-        linear = torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0]).double()
-        modules += [linear] + ([activation()] if i < len(model.layers) - 1 else [])
-    twin = torch.nn.Sequential(*modules)
-    with torch.no_grad():
-        for p, pt in zip(model.params(), twin.parameters(), strict=True):
-            pt.copy_(torch.tensor(p.data))
-    return twin
 
 
 # ----- activations and the loss ----------------------------------------------------------------

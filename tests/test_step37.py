@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from reference import evaluate, float_arrays, operation_lists, torch_leaf
+from reference import evaluate, float_arrays, operation_lists, torch_leaf, torch_twin
 from steploader import load_step
 from tinypytorch import Config, Variable, autograd, cuda, no_grad
 from tinypytorch import functions as F
@@ -134,14 +134,7 @@ def test_exp_of_a_square_packs_three_and_unpacks_three_per_pass_like_torch():
 
 
 def torch_mlp(model, dtype):
-    modules = []
-    for layer in model.layers:
-        linear = torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=dtype)
-        with torch.no_grad():
-            linear.weight.copy_(torch.from_numpy(layer.weight.data))
-            linear.bias.copy_(torch.from_numpy(layer.bias.data))
-        modules += [linear, torch.nn.Tanh()]
-    return torch.nn.Sequential(*modules[:-1])
+    return torch_twin(model, torch.nn.Tanh, dtype)
 
 
 @given(st.integers(0, 2**32 - 1), st.sampled_from([(3, 4, 1), (3, 4, 4, 1), (2, 5, 3, 2)]), st.integers(1, 4))
@@ -335,17 +328,6 @@ def test_the_steps_counts():
 
 
 # ----- save_on_cpu -------------------------------------------------------------------------
-
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
-def xp(request):
-    if request.param == "numpy":
-        return np
-    if not cuda.GPU:
-        pytest.skip("CuPy with a usable GPU is not available")
-    import cupy
-
-    return cupy
-
 
 def test_save_on_cpu_keeps_saved_arrays_in_host_memory_and_gives_torchs_grads(xp):
     data = np.array([0.5, -1.0, 2.0])

@@ -13,11 +13,13 @@ from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import tinypytorch
 from reference import values_and_seeds
+from steploader import load_step
 from tinypytorch import Function, Variable, autograd
 from tinypytorch.autograd import GradcheckError, anomaly, gradcheck, gradgradcheck
 from tinypytorch.autograd.gradcheck import analytical_jacobian, numerical_jacobian
 
 pytestmark = [pytest.mark.step38, pytest.mark.torch]
+step = load_step(38)
 
 NAN_MESSAGE = re.compile(r"Function '(\w+)' returned nan values in its (\d+)th output\.")
 
@@ -188,24 +190,19 @@ def test_anomaly_mode_on_only_around_backward_still_raises_but_has_no_forward_st
 # ----- anomaly mode: any error in a backward ---------------------------------------------------
 
 
-class RowSum(Function):
-    """Row sums, (n, m) -> (n,), with a backward that forgets to broadcast back to (n, m)."""
-
-    def forward(self, x):
-        return x.sum(axis=1)
-
-    def backward(self, gy):
-        return gy.reshape(-1, 1)
-
-
-class RowSumTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.sum(dim=1)
-
-    @staticmethod
-    def backward(ctx, gy):
-        return gy.reshape(-1, 1)
+# The Functions of the step, right and wrong backwards in both frameworks: tested as the step shows them
+Cube = step.Cube
+CubeTorch = step.CubeTorch
+CubeOnArrays = step.CubeOnArrays
+CubeDetachedTorch = step.CubeDetachedTorch
+ForgetfulExp = step.ForgetfulExp
+ForgetfulExpTorch = step.ForgetfulExpTorch
+MatVec = step.MatVec
+MatVecTorch = step.MatVecTorch
+MatVecBuggy = step.MatVecBuggy
+MatVecBuggyTorch = step.MatVecBuggyTorch
+RowSum = step.RowSum
+RowSumTorch = step.RowSumTorch
 
 
 class Typo(Function):
@@ -336,28 +333,6 @@ def test_set_detect_anomaly_refuses_what_is_not_a_bool():
 # ----- functions with right and wrong backwards, in both frameworks ------------------------------
 
 
-class Cube(Function):
-    def forward(self, x):
-        self.save_for_backward(x)
-        return x * x * x
-
-    def backward(self, gy):
-        (x,) = self.saved_tensors
-        return 3.0 * x * x * gy
-
-
-class CubeTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x * x
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return 3.0 * x * x * gy
-
-
 class CubeWrongFactor(Cube):
     def backward(self, gy):
         (x,) = self.saved_tensors
@@ -369,43 +344,6 @@ class CubeWrongFactorTorch(CubeTorch):
     def backward(ctx, gy):
         (x,) = ctx.saved_tensors
         return 3.0 * x * gy
-
-
-class CubeOnArrays(Cube):
-    def backward(self, gy):
-        (x,) = self.saved_tensors
-        return 3.0 * x.data * x.data * gy.data  # right values, but a constant: no second derivative
-
-
-class CubeDetachedTorch(CubeTorch):
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return 3.0 * x.detach() * x.detach() * gy.detach()
-
-
-class ForgetfulExp(Function):
-    def forward(self, x):
-        y = np.exp(x)
-        self.save_for_backward(y)
-        return y
-
-    def backward(self, gy):
-        (y,) = self.saved_tensors
-        return y  # wrong: gy forgotten
-
-
-class ForgetfulExpTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.exp(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved_tensors
-        return y
 
 
 class SinWrongSign(Function):
@@ -428,43 +366,6 @@ class SinWrongSignTorch(torch.autograd.Function):
     def backward(ctx, gy):
         (x,) = ctx.saved_tensors
         return -gy * torch.cos(x)
-
-
-class MatVec(Function):
-    """W @ x for a constant matrix W and a column x."""
-
-    def forward(self, W, x):
-        self.save_for_backward(W)
-        return W @ x
-
-    def backward(self, gy):
-        (W,) = self.saved_tensors
-        return None, W.T @ gy
-
-
-class MatVecTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, W, x):
-        ctx.save_for_backward(W)
-        return W @ x
-
-    @staticmethod
-    def backward(ctx, gy):
-        (W,) = ctx.saved_tensors
-        return None, W.T @ gy
-
-
-class MatVecBuggy(MatVec):
-    def backward(self, gy):
-        (W,) = self.saved_tensors
-        return None, W @ gy  # wrong: W instead of W^T
-
-
-class MatVecBuggyTorch(MatVecTorch):
-    @staticmethod
-    def backward(ctx, gy):
-        (W,) = ctx.saved_tensors
-        return None, W @ gy
 
 
 def unary(m, name):

@@ -78,13 +78,7 @@ def apply(op, x, other):
     # The old value, if the gradient of `other` needs it (mul_, div_), is copied first, as PyTorch
     # does: writing into x's array would otherwise change the tensor the function saved.
     needs_old = op in ("mul_", "div_") and other.requires_grad
-    y = OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other)
-    write(op, x, y.data)
-    if x._base is None:
-        take_place(x, y)
-    else:
-        rebase_view(x, y)
-    return x
+    return record(op, x, OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other))
 
 
 def zero_(x):
@@ -95,8 +89,12 @@ def zero_(x):
         return x
     if x._base is not None:
         refresh_view(x)
-    y = Zero()(alias(x))
-    write("zero_", x, y.data)
+    return record("zero_", x, Zero()(alias(x)))
+
+
+def record(op, x, y):
+    """Write y (the recorded out-of-place result) into x, and give x y's place in the graph; a view moves its base."""
+    write(op, x, y.data)
     if x._base is None:
         take_place(x, y)
     else:

@@ -9,7 +9,6 @@ outputs. A cell tagged `raises-exception` may raise; any other error stops the
 build, so a broken step never reaches a committed notebook.
 """
 import argparse
-import os
 import pathlib
 import sys
 import time
