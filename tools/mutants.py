@@ -12,6 +12,7 @@ found exactly once is reported as stale, so the list keeps up with the code.
 """
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ MUTATIONS = [
      ["tests/test_step22.py"]),
     ("tanh: a float32 input gets a float64 gradient", "tinypytorch/functions.py",
      "        return gy * (1 - y * y)",
-     "        return gy * (1 - y * y) * Variable(np.array(1.0), requires_grad=False)",
+     "        return gy * (1 - y * y) * as_variable(np.array(1.0))",
      ["tests/test_operations.py"]),
     # stage 4
     ("mul: saves both factors whatever needs a gradient", "tinypytorch/core.py",
@@ -108,15 +109,20 @@ def run(mutation):
         text = (copy / path).read_text()
         if text.count(old) != 1:
             return "stale", 0.0
-        (copy / path).write_text(text.replace(old, new))
+        mutated = text.replace(old, new)
+        try:
+            compile(mutated, path, "exec")
+        except SyntaxError:
+            return "BROKEN", 0.0  # the mutation itself is not Python: fix the list
+        (copy / path).write_text(mutated)
         env = dict(os.environ, PYTHONPATH=str(copy), MPLBACKEND="Agg", CI="true")
         start = time.perf_counter()
         result = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                                 cwd=copy, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - start
         output = result.stdout + result.stderr
-        if any(broken in output for broken in ("SyntaxError", "IndentationError", "ImportError", "NameError")):
-            return "BROKEN", seconds  # the mutation itself does not run: fix the list, it proves nothing
+        if re.search(rf"{re.escape(path)}:\d+: (NameError|ImportError)", output):
+            return "BROKEN", seconds  # the mutated line itself cannot run: fix the list, it proves nothing
         if result.returncode == 2 and "Interrupted: 1 error during collection" in output:
             return "caught", seconds  # a step's own check failed while its tests loaded it
         if result.returncode not in (0, 1):
