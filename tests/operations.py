@@ -61,6 +61,18 @@ def _torch_inplace_zero(x):
     return y + x
 
 
+def _dropout(a):
+    """Dropout with p = 0.5, drawing its mask from the default generator seeded with 0."""
+    tinypytorch.manual_seed(0)
+    return F.dropout(a, 0.5)
+
+
+def _torch_dropout(a):
+    """The same mask, drawn as the package draws it (keep where a uniform draw >= p), applied in torch."""
+    keep = np.random.Generator(np.random.PCG64(0)).random(tuple(a.shape)) >= 0.5
+    return a * torch.tensor(keep) * 2.0
+
+
 OPERATIONS = [
     Operation("add", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (2, 3)), (Add,)),
     Operation("add, broadcast", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (3,)), (Add, F.SumTo)),
@@ -114,6 +126,13 @@ OPERATIONS = [
               lambda a: a.expand(4, 2, 3) ** 3, ((2, 3),), (F.BroadcastTo, Pow)),
     Operation("sum_to cubed", lambda a: tinypytorch.sum_to(a, (1, 3)) ** 3, lambda a: a.sum(0, keepdim=True) ** 3,
               ((2, 3),), (F.SumTo, Pow)),
+    Operation("dropout", _dropout, _torch_dropout, ((4, 5),), (F.Dropout,)),
+    Operation("dropout cubed", lambda a: _dropout(a) ** 3, lambda a: _torch_dropout(a) ** 3, ((4, 5),),
+              (F.Dropout, Pow)),
+    Operation("concatenate", lambda a, b: tinypytorch.concatenate([a, b], axis=1),
+              lambda a, b: torch.cat([a, b], dim=1), ((2, 3), (2, 2)), (F.Concatenate,)),
+    Operation("concatenate cubed", lambda a, b: tinypytorch.concatenate([a, b]) ** 3,
+              lambda a, b: torch.cat([a, b]) ** 3, ((2, 3), (1, 3)), (F.Concatenate, Pow)),
     Operation("zero_ of a non-leaf", _inplace_zero, _torch_inplace_zero, ((2, 3),), (inplace.Zero,)),
     Operation("mul_ of a view", _inplace_view_mul, _torch_inplace_view_mul, ((2, 3), (3,)),
               (inplace.ViewScatter, Mul)),

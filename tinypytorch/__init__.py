@@ -6,24 +6,26 @@ on it lives here, in modules:
     core        Config, using_config, no_grad, Variable, Function and the arithmetic operators
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU
-    utils       numerical gradients, walking and drawing the graph
+    utils       numerical gradients, walking and drawing the graph; utils.checkpoint (steps 39-41)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
     autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34); saved tensors and
                 their hooks, anomaly detection, gradcheck (steps 35-38)
     inplace     in-place operations, version counters and views (step 36)
+    random      the default random generator, its state, fork_rng (step 39)
 """
-from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, testfunctions, utils
+from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, random, testfunctions, utils
 from tinypytorch.core import (
     Config, Function, Variable, add, as_array, as_variable, div, enable_grad, mul, neg, no_grad, pow, rdiv, rsub, sub,
     using_config,
 )
 from tinypytorch.functions import (
-    broadcast_to, cos, exp, get_item, linear, log, matmul, mean_squared_error, permute, relu, reshape, sigmoid, sin,
-    square, sum, sum_to, tanh, transpose,
+    broadcast_to, concatenate, cos, exp, get_item, linear, log, matmul, mean_squared_error, permute, relu, reshape,
+    sigmoid, sin, square, sum, sum_to, tanh, transpose,
 )
 from tinypytorch.layers import Parameter
+from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
 
 __version__ = "0.1.0"  # keep equal to the version in pyproject.toml
 
@@ -31,6 +33,7 @@ __all__ = [
     "Config", "Function", "Variable", "Parameter", "as_array", "as_variable", "using_config", "no_grad", "enable_grad",
     "add", "mul", "neg", "sub", "rsub", "div", "rdiv", "pow",
     "square", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
-    "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item",
-    "autograd", "cuda", "functions", "inplace", "layers", "optimizers", "testfunctions", "utils",
+    "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item", "concatenate",
+    "manual_seed", "get_rng_state", "set_rng_state",
+    "autograd", "cuda", "functions", "inplace", "layers", "optimizers", "random", "testfunctions", "utils",
 ]

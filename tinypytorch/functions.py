@@ -436,6 +436,38 @@ def get_item(x, key):
     return GetItem(key)(x)
 
 
+class Concatenate(Function):  # step 41: PyTorch's torch.cat
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, *xs):
+        ndim = xs[0].ndim
+        if not -ndim <= self.axis < max(ndim, 1) or ndim == 0:
+            raise ValueError(f"concatenate: axis {self.axis} is out of range for {ndim}-d inputs")
+        axis = self.axis % ndim
+        for x in xs[1:]:
+            if x.ndim != ndim or x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]:
+                raise ValueError(f"concatenate: shapes {xs[0].shape} and {x.shape} differ outside axis {self.axis}")
+        self.bounds = np.cumsum([0] + [x.shape[axis] for x in xs])
+        self.axis = axis
+        return get_array_module(*xs).concatenate(xs, axis=axis)
+
+    def backward(self, gy):
+        # each input gets its own slice of the gradient along the axis (a view, differentiable: step 31)
+        before = (slice(None),) * self.axis
+        return tuple(gy[before + (slice(int(a), int(b)),)] for a, b in zip(self.bounds[:-1], self.bounds[1:]))
+
+
+def concatenate(xs, axis=0):
+    """Join a sequence of Variables (or arrays) along an existing axis, as NumPy's concatenate and torch.cat."""
+    xs = tuple(xs)
+    if not xs:
+        raise ValueError("concatenate: need at least one variable to concatenate")
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        raise TypeError(f"concatenate: axis must be an int, got {axis!r}")
+    return Concatenate(int(axis))(*xs)
+
+
 # ----- activations and a loss (step 32) ----------------------------------------------------
 
 class Sigmoid(Function):  # step 32
@@ -478,6 +510,37 @@ class MeanSquaredError(Function):  # step 32
         x0, x1 = self.saved_tensors
         gx0 = gy * (x0 - x1) * (2.0 / x0.size)  # d/dx0 of mean((x0 - x1)^2)
         return gx0, -gx0
+
+
+class Dropout(Function):  # step 39
+    """Zero each element with probability p, scale the rest by 1/(1-p): the expected value is unchanged."""
+
+    def __init__(self, p):
+        self.p = p
+
+    def forward(self, x):
+        from tinypytorch import random  # the package's generator, so checkpointing can replay the mask
+
+        xp = get_array_module(x)
+        # drawn on the CPU from the one default generator, then moved: one stream to save and restore
+        keep = xp.asarray(random.default_generator().random(x.shape) >= self.p)
+        self.scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
+        self.save_for_backward(keep)  # PyTorch saves the mask too
+        return x * keep.astype(x.dtype) * x.dtype.type(self.scale)
+
+    def backward(self, gy):
+        (keep,) = self.saved_tensors
+        return gy * keep.data.astype(gy.dtype) * self.scale
+
+
+def dropout(x, p=0.5, training=True):
+    """PyTorch's `nn.functional.dropout`: in training, each element is zeroed with probability p and the others
+    are divided by 1 - p; outside training, x itself."""
+    if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: probability has to be between 0 and 1, but got {p!r}")
+    if not training or p == 0.0:
+        return as_variable(x, "dropout")
+    return Dropout(p)(x)
 
 
 def sigmoid(x):

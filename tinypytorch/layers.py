@@ -9,8 +9,10 @@ import numbers
 
 import numpy as np
 
+from tinypytorch import cuda
 from tinypytorch import functions as F
 from tinypytorch.core import Variable
+from tinypytorch.cuda import get_array_module
 
 
 class Parameter(Variable):  # step 32
@@ -25,6 +27,7 @@ class Layer:  # step 32
 
     def __init__(self):
         self._registered = []  # attribute names, in the order assigned (PyTorch keeps that order too)
+        self.training = True  # step 39: train() and eval() switch it, for this layer and its sub-layers
 
     def __setattr__(self, name, value):
         registered = self.__dict__.get("_registered")
@@ -64,6 +67,18 @@ class Layer:  # step 32
     def cleargrads(self):
         for param in self.params():
             param.cleargrad()
+
+    def train(self, mode=True):
+        """Training mode (dropout drops, batch norm uses and updates batch statistics); returns the layer."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train: mode must be a bool, got {type(mode).__name__}")
+        for layer in self.modules():
+            layer.training = mode
+        return self
+
+    def eval(self):
+        """Evaluation mode: train(False)."""
+        return self.train(False)
 
     parameters = params  # PyTorch's names
     zero_grad = cleargrads
@@ -117,3 +132,63 @@ class MLP(Layer):  # step 32
         for layer in self.layers[:-1]:
             x = self.activation(layer(x))
         return self.layers[-1](x)
+
+
+class Dropout(Layer):  # step 39
+    """PyTorch's `nn.Dropout(p)`: drops in training mode, passes through in evaluation mode."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: probability has to be between 0 and 1, but got {p!r}")
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training)
+
+
+class BatchNorm1d(Layer):  # step 41
+    """PyTorch's `nn.BatchNorm1d(num_features)` for inputs of shape (N, num_features).
+
+    In training mode each feature is normalised with the batch's mean and (biased) variance,
+    then scaled by `weight` and shifted by `bias`; the running statistics move towards the
+    batch's (the variance unbiased), with `momentum`, and `num_batches_tracked` counts the
+    updates. In evaluation mode the running statistics normalise. Built from the package's
+    operations, so its gradients of every order come from theirs.
+    """
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+        super().__init__()
+        _check_size("BatchNorm1d", "num_features", num_features)
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.weight = Parameter(np.ones(num_features), name="weight")
+        self.bias = Parameter(np.zeros(num_features), name="bias")
+        self.running_mean = np.zeros(num_features)
+        self.running_var = np.ones(num_features)
+        self.num_batches_tracked = 0
+
+    def forward(self, x):
+        if x.ndim != 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"BatchNorm1d: expected an input of shape (N, {self.num_features}), got {x.shape}")
+        if not self.training:
+            xp = get_array_module(x)
+            scale = xp.asarray(1.0 / np.sqrt(self.running_var + self.eps), dtype=x.dtype)
+            return (x - self.running_mean.astype(x.dtype)) * scale * self.weight + self.bias
+        n = x.shape[0]
+        if n < 2:
+            raise ValueError(f"BatchNorm1d: expected more than 1 value per feature in training, got input of shape "
+                             f"{x.shape}")
+        mean = x.sum(axis=0) / n
+        centred = x - mean
+        var = (centred * centred).sum(axis=0) / n
+        y = centred / (var + self.eps) ** 0.5 * self.weight + self.bias
+        from tinypytorch.utils import checkpoint  # imported here: utils imports layers' users
+
+        if not checkpoint.is_recomputing():  # step 41: a recomputation must not count the batch twice
+            m = self.momentum
+            self.running_mean *= 1 - m
+            self.running_mean += m * cuda.as_numpy(mean.data)
+            self.running_var *= 1 - m
+            self.running_var += m * cuda.as_numpy(var.data) * n / (n - 1)
+            self.num_batches_tracked += 1
+        return y

@@ -13,11 +13,26 @@ one. So the buffers are kept per node, and the intermediate variables need not e
 any more: only the functions and what they saved.
 """
 import heapq
+import itertools
 
 from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
 from tinypytorch.core import Function, Variable, as_variable, gradient_edge
 from tinypytorch.cuda import get_array_module
+
+
+_running = []  # step 39: the backward passes running now, innermost last, as (id, capture)
+_pass_ids = itertools.count()
+
+
+def current_pass():
+    """(id, capture) of the innermost backward pass running now, or None (PyTorch: the graph task).
+
+    A backward may run another backward inside it (reentrant checkpointing, step 39); the id
+    tells passes apart (checkpointing recomputes once per pass, step 40), and `capture` says
+    whether it is an autograd.grad pass.
+    """
+    return _running[-1] if _running else None
 
 
 def node_of(x):
@@ -165,17 +180,21 @@ def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
             y.grad = gy if y.grad is None else y.grad + gy
         return gy
 
-    for root, gy in zip(roots, seeds, strict=True):
-        receive(*gradient_edge(root), gy)
-    while ready:
-        f = heapq.heappop(ready)[1]
-        gys = [finish_output(f, nr, gy) for nr, gy in enumerate(buffers.pop(f))]
-        if capture and f not in leading:
-            continue  # reached only to hand back the gradient of a target it created
-        gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
-        if not retain_graph:
-            f.release_saved()  # step 35: this pass was the last to need them
-        for edge, gx in zip(f.edges, gxs):
-            if wanted(edge):
-                receive(*edge, gx)
+    _running.append((next(_pass_ids), capture))  # step 39: which pass this is, while it runs
+    try:
+        for root, gy in zip(roots, seeds, strict=True):
+            receive(*gradient_edge(root), gy)
+        while ready:
+            f = heapq.heappop(ready)[1]
+            gys = [finish_output(f, nr, gy) for nr, gy in enumerate(buffers.pop(f))]
+            if capture and f not in leading:
+                continue  # reached only to hand back the gradient of a target it created
+            gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
+            if not retain_graph:
+                f.release_saved()  # step 35: this pass was the last to need them
+            for edge, gx in zip(f.edges, gxs):
+                if wanted(edge):
+                    receive(*edge, gx)
+    finally:
+        _running.pop()
     return captured

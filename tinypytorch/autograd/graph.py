@@ -193,7 +193,7 @@ class SavedTensor:
 
     def release(self):
         """Free the tensor (step 35): the backward pass that needed it is over."""
-        self.variable = self.data = self.packed = None
+        self.variable = self.data = self.packed = self.unpack_hook = None  # the hooks may hold much (step 40)
         self.freed = True
 
     def nbytes(self):

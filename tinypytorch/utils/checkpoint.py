@@ -1,0 +1,258 @@
+"""Gradient checkpointing (steps 39-41), as PyTorch's `torch.utils.checkpoint`.
+
+    y = checkpoint(f, x, use_reentrant=False)     # f's intermediates are not kept: recomputed in backward
+    y = checkpoint_sequential([f1, f2, f3, f4], 2, x, use_reentrant=False)
+
+A checkpointed function keeps only its inputs for the backward pass. When backward needs
+what it would have saved, the function runs again, drawing the same random numbers as the
+first time (the RNG state is saved and restored, in a fork_rng so that the stream outside
+is untouched). Two ways to do that, as in PyTorch:
+
+- reentrant (step 39): the whole function is one Function node; its forward runs under
+  no_grad, and its backward recomputes with the graph recorded and runs a backward pass of
+  its own, inside the outer one. It cannot serve autograd.grad.
+- non-reentrant (step 40): the function runs normally, under saved-tensor hooks that keep
+  a placeholder instead of each saved tensor; the first unpack in a backward pass
+  recomputes the function (stopping as soon as every needed tensor is back), and checks
+  that it saved what the first run saved.
+"""
+import contextlib
+import numbers
+import warnings
+import weakref
+
+from tinypytorch import random
+from tinypytorch.autograd import engine
+from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
+from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
+from tinypytorch.cuda import get_array_module
+
+_recomputing = [0]  # step 41: how many recomputations are running now (batch norm must not update twice)
+
+
+def is_recomputing():
+    """True while a checkpointed function runs again for backward (steps 39-41)."""
+    return _recomputing[0] > 0
+
+
+@contextlib.contextmanager
+def _replaying(rng_state):
+    """Run a recomputation: the RNG where it was at the first run (if saved), the outer stream untouched."""
+    with random.fork_rng(enabled=rng_state is not None):
+        if rng_state is not None:
+            random.set_rng_state(rng_state)
+        _recomputing[0] += 1
+        try:
+            yield
+        finally:
+            _recomputing[0] -= 1
+
+
+class CheckpointError(RuntimeError):
+    """A recomputation did not save what the first run saved (PyTorch's CheckpointError)."""
+
+
+def _as_outputs(result, name):
+    outputs = result if isinstance(result, tuple) else (result,)
+    for y in outputs:
+        if not isinstance(y, Variable):
+            raise TypeError(f"checkpoint: {name} must return a Variable or a tuple of Variables, "
+                            f"got {type(y).__name__}")
+    return outputs
+
+
+# ----- step 39: reentrant ---------------------------------------------------------------------------
+
+class CheckpointFunction(Function):
+    """The checkpointed function as one node: forward without a graph, backward by recomputing."""
+
+    def __init__(self, function, preserve_rng_state):
+        self.function, self.preserve_rng_state = function, preserve_rng_state
+        self.tuple_output = False
+
+    def forward(self, *xs):
+        self.rng_state = random.get_rng_state() if self.preserve_rng_state else None
+        self.requires = self.needs_input_grad
+        self.save_for_backward(*xs)  # the inputs: all the function keeps
+        with no_grad():
+            result = self.function(*[Variable(x, requires_grad=False) for x in xs])
+        outputs = _as_outputs(result, "the checkpointed function")
+        self.tuple_output = isinstance(result, tuple)
+        return tuple(y.data for y in outputs)
+
+    def backward(self, *gys):
+        current = engine.current_pass()
+        if current is not None and current[1]:
+            raise RuntimeError("When use_reentrant=True, tinypytorch.utils.checkpoint is incompatible with "
+                               "autograd.grad(). To resolve this error, you can either set use_reentrant=False, "
+                               "or call .backward().")
+        # fresh leaves holding the saved inputs: the recomputed graph starts at them
+        inputs = [Variable(x.data, requires_grad=r) for x, r in zip(self.saved_tensors, self.requires)]
+        with _replaying(self.rng_state), enable_grad():
+            outputs = _as_outputs(self.function(*inputs), "the checkpointed function")
+        pairs = [(y, gy) for y, gy in zip(outputs, gys) if y.requires_grad and gy is not None]
+        if not pairs:
+            raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
+        with no_grad():  # a backward pass inside this one; parameters of the function get their .grad here
+            engine.execute([y for y, _ in pairs], [gy for _, gy in pairs], retain_graph=False)
+        return tuple(x.grad for x in inputs)
+
+
+def _checkpoint_reentrant(function, args, preserve_rng_state):
+    args = [as_variable(a, "checkpoint") for a in args]
+    if not any(x.requires_grad for x in args) and Config.enable_backprop:
+        warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", UserWarning, stacklevel=3)
+    f = CheckpointFunction(function, preserve_rng_state)
+    outputs = f(*args)  # a Variable, or a list of them for several outputs
+    if f.tuple_output:
+        return tuple(outputs) if isinstance(outputs, list) else (outputs,)
+    return outputs
+
+
+# ----- step 40: non-reentrant, on saved-tensor hooks --------------------------------------------------
+
+class _StopRecomputation(Exception):
+    """Raised by the recomputation's pack hook once every needed tensor is back (early stop)."""
+
+
+class _Holder:
+    """What the checkpoint's pack hook keeps instead of a tensor: its recomputed value, per backward pass."""
+
+    def __init__(self):
+        self.values = {}  # backward pass id -> the recomputed Variable (None once unpacked)
+
+
+class _Frame:
+    """One checkpointed call: how to recompute it, and what its first run saved (placeholders and metadata)."""
+
+    def __init__(self, function, args, rng_state, early_stop, determinism_check):
+        self.function, self.rng_state, self.early_stop = function, rng_state, early_stop
+        self.check = determinism_check == "default"
+        # the inputs, saved as tensors so that changing one in place is caught (and nested checkpoints work)
+        self.inputs = [SavedTensor(x, None, is_output=False) for x in args]
+        self.holders = []  # weak references: a holder dies when its SavedTensor is freed after backward
+        self.metadata = []
+        self.recomputed = {}  # backward pass id -> how many tensors the recomputation saved
+
+    def pack(self, x):
+        holder = _Holder()
+        self.holders.append(weakref.ref(holder))
+        self.metadata.append(_metadata(x))
+        return holder
+
+    def unpack(self, holder):
+        current = engine.current_pass()
+        pass_id = current[0] if current is not None else object()  # outside backward: a pass of its own
+        if pass_id not in self.recomputed:
+            self.recompute(pass_id)
+        value = holder.values.get(pass_id)
+        if value is None:
+            raise CheckpointError("tinypytorch.utils.checkpoint: Unpack is being triggered for a tensor that was "
+                                  "already unpacked once. If you are calling saved_tensors in backward, make sure "
+                                  "to do so only once.")
+        holder.values[pass_id] = None  # recomputed tensors live until used, even with retain_graph
+        return value
+
+    def recompute(self, pass_id):
+        self.recomputed[pass_id] = 0
+        args = [saved.unpack(None) for saved in self.inputs]
+        try:
+            with _replaying(self.rng_state), enable_grad(), \
+                    saved_tensors_hooks(lambda x: self.repack(x, pass_id), lambda x: x):
+                self.function(*args)
+        except _StopRecomputation:
+            pass
+        if self.check and self.recomputed[pass_id] != len(self.holders):
+            raise CheckpointError("tinypytorch.utils.checkpoint: A different number of tensors was saved during "
+                                  "the original forward and recomputation.\n"
+                                  f"Number of tensors saved during forward: {len(self.holders)}\n"
+                                  f"Number of tensors saved during recomputation: {self.recomputed[pass_id]}.")
+
+    def repack(self, x, pass_id):
+        """The pack hook during recomputation: the k-th saved tensor fills the k-th placeholder."""
+        k = self.recomputed[pass_id]
+        self.recomputed[pass_id] += 1
+        if k >= len(self.holders):
+            raise CheckpointError("tinypytorch.utils.checkpoint: trying to save more tensors during recomputation "
+                                  "than during the original forward pass.")
+        if self.check and _metadata(x) != self.metadata[k]:
+            raise CheckpointError("tinypytorch.utils.checkpoint: Recomputed values for the following tensors have "
+                                  "different metadata than during the forward pass.\n"
+                                  f"tensor at position {k}:\nsaved metadata: {self.metadata[k]}\n"
+                                  f"recomputed metadata: {_metadata(x)}")
+        x = x.detach()  # the values only: the recomputed graph is not needed, and would make a cycle
+        holder = self.holders[k]()
+        if holder is not None:  # freed already (a partial backward): nothing to fill
+            holder.values[pass_id] = x
+        if self.early_stop and self.recomputed[pass_id] == len(self.holders):
+            raise _StopRecomputation  # every tensor backward may need is back: the rest need not run
+        return x
+
+
+def _metadata(x):
+    """What must not change between the first run and the recomputation: shape, dtype, device."""
+    xp = get_array_module(x.data)
+    device = "cpu" if xp.__name__ == "numpy" else f"cuda:{x.data.device.id}"
+    return {"shape": tuple(x.shape), "dtype": str(x.dtype), "device": device}
+
+
+def _checkpoint_hooks(function, args, preserve_rng_state, early_stop, determinism_check):
+    args = [as_variable(a, "checkpoint") for a in args]
+    if not Config.enable_backprop:  # nothing will be recorded: just run it
+        return function(*args)
+    rng_state = random.get_rng_state() if preserve_rng_state else None
+    frame = _Frame(function, args, rng_state, early_stop, determinism_check)
+    with saved_tensors_hooks(frame.pack, frame.unpack):
+        result = function(*args)
+    _as_outputs(result, "the checkpointed function")
+    return result
+
+
+# ----- the public functions -------------------------------------------------------------------------
+
+def checkpoint(function, *args, use_reentrant=True, preserve_rng_state=True, early_stop=True,
+               determinism_check="default"):
+    """`function(*args)`, keeping only `args` for backward and recomputing the rest when backward needs it.
+
+    use_reentrant: True (step 39) or False (step 40, PyTorch's recommendation).
+    preserve_rng_state: restore the random state for the recomputation, so dropout draws the
+        same masks (and leave the outer random stream as it was).
+    early_stop, determinism_check ("default" or "none"): for use_reentrant=False, as in PyTorch.
+    """
+    if not callable(function):
+        raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
+    if determinism_check not in ("default", "none"):
+        raise ValueError(f"checkpoint: determinism_check should be one of ['default', 'none'], "
+                         f"but got {determinism_check!r}")
+    if use_reentrant:
+        return _checkpoint_reentrant(function, args, preserve_rng_state)
+    return _checkpoint_hooks(function, args, preserve_rng_state, early_stop, determinism_check)
+
+
+def checkpoint_sequential(functions, segments, input, use_reentrant=True, preserve_rng_state=True):  # noqa: A002
+    """Run `functions` one after another on `input`, in `segments` chunks, all but the last checkpointed.
+
+    As PyTorch's: each chunk has len(functions) // segments functions, and the last chunk (with
+    the remainder) runs plainly, since its outputs are needed at once by backward anyway.
+    """
+    functions = list(functions)
+    if not isinstance(segments, numbers.Integral) or isinstance(segments, bool):
+        raise TypeError(f"checkpoint_sequential: segments must be an int, got {segments!r}")
+    if not 1 <= segments <= len(functions):
+        raise ValueError(f"checkpoint_sequential: segments must be between 1 and the number of functions "
+                         f"({len(functions)}), got {segments}")
+
+    def run(start, end):
+        def chunk(x):
+            for f in functions[start:end]:
+                x = f(x)
+            return x
+        return chunk
+
+    size = len(functions) // segments
+    end = 0
+    for start in range(0, size * (segments - 1), size):
+        end = start + size
+        input = checkpoint(run(start, end), input, use_reentrant=use_reentrant,  # noqa: A001
+                           preserve_rng_state=preserve_rng_state)
+    return run(end, len(functions))(input)
