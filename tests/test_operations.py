@@ -95,3 +95,13 @@ def test_float32_operands_give_float32_values_and_gradients_as_in_torch(operatio
             continue
         assert g.dtype == np.float32, operation.name
         np.testing.assert_allclose(g.data, gt.detach().numpy(), rtol=2e-5, atol=2e-5, err_msg=operation.name)
+
+
+def test_a_float32_input_that_met_float64_gets_a_float32_gradient_like_torch():
+    # float32 * float64 array is float64 in both; the engine casts the gradient back to the input's dtype
+    x, c = Variable(np.array([1.5, -2.0], dtype=np.float32)), np.array([0.25, 4.0])
+    xt = torch.tensor([1.5, -2.0], dtype=torch.float32, requires_grad=True)
+    (x * c).sum().backward()
+    (xt * torch.tensor(c)).sum().backward()
+    assert x.grad.dtype == np.float32 and xt.grad.dtype == torch.float32
+    np.testing.assert_array_equal(x.grad.data, xt.grad.numpy())

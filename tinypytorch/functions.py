@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch.core import Function, as_variable
+from tinypytorch.core import Function, Variable, as_variable
 from tinypytorch.cuda import array_types, get_array_module
 
 
@@ -105,6 +105,26 @@ def tanh(x):
 def log(x):
     """The natural logarithm, element-wise (nan below 0, -inf at 0, as in NumPy and PyTorch)."""
     return Log()(x)
+
+
+class Cast(Function):  # step 41: a change of dtype; its gradient goes back to the input's dtype
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+
+    def forward(self, x):
+        self.x_dtype = x.dtype
+        return x.astype(self.dtype)
+
+    def backward(self, gy):
+        return astype(gy, self.x_dtype)
+
+
+def astype(x, dtype):
+    """`x` as `dtype` (NumPy's astype, PyTorch's x.to(dtype)); differentiable, and x itself if nothing changes."""
+    x = as_variable(x, "astype")
+    if x.dtype == np.dtype(dtype):
+        return x
+    return Cast(dtype)(x)
 
 
 # ----- shapes: reshape, permute, sum, broadcasting (steps 29-30) -------------------------
@@ -460,6 +480,9 @@ class Concatenate(Function):  # step 41: PyTorch's torch.cat
 
 def concatenate(xs, axis=0):
     """Join a sequence of Variables (or arrays) along an existing axis, as NumPy's concatenate and torch.cat."""
+    if isinstance(xs, (Variable, *array_types)):  # tuple() would split it into its rows
+        raise TypeError("concatenate: expected a sequence of Variables or arrays, got a single "
+                        f"{type(xs).__name__}")
     xs = tuple(xs)
     if not xs:
         raise ValueError("concatenate: need at least one variable to concatenate")

@@ -160,6 +160,11 @@ class BatchNorm1d(Layer):  # step 41
     def __init__(self, num_features, eps=1e-5, momentum=0.1):
         super().__init__()
         _check_size("BatchNorm1d", "num_features", num_features)
+        if not isinstance(eps, numbers.Real) or not eps > 0:
+            raise ValueError(f"BatchNorm1d: eps must be a positive number, got {eps!r}")
+        if momentum is not None and (not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0):
+            raise ValueError(f"BatchNorm1d: momentum must be None (a cumulative average) or in [0, 1], "
+                             f"got {momentum!r}")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.weight = Parameter(np.ones(num_features), name="weight")
         self.bias = Parameter(np.zeros(num_features), name="bias")
@@ -185,10 +190,11 @@ class BatchNorm1d(Layer):  # step 41
         from tinypytorch.utils import checkpoint  # imported here: utils imports layers' users
 
         if not checkpoint.is_recomputing():  # step 41: a recomputation must not count the batch twice
-            m = self.momentum
+            self.num_batches_tracked += 1
+            # momentum None: a cumulative average of every batch so far, as in PyTorch
+            m = 1.0 / self.num_batches_tracked if self.momentum is None else self.momentum
             self.running_mean *= 1 - m
             self.running_mean += m * cuda.as_numpy(mean.data)
             self.running_var *= 1 - m
             self.running_var += m * cuda.as_numpy(var.data) * n / (n - 1)
-            self.num_batches_tracked += 1
         return y

@@ -9,15 +9,15 @@
 Everything random in the package (dropout's masks) draws from `default_generator()`, a
 NumPy `Generator` (PCG64). Recomputing a forward pass (checkpointing, steps 39-41) is
 only correct if it draws the same numbers as the first time, so the state can be
-captured and restored. Like PyTorch's default CPU generator, it starts from a fixed seed,
-so a program that never seeds still draws the same numbers on every run.
+captured and restored. It starts from a fixed seed (67280421310721, `default_rng_seed_val`
+in PyTorch's C++ source), so a program that never seeds draws the same numbers on every run.
 """
 import contextlib
 import numbers
 
 import numpy as np
 
-INITIAL_SEED = 67280421310721  # PyTorch's default seed, for the same reason: reproducible without a seed
+INITIAL_SEED = 67280421310721  # PyTorch's default_rng_seed_val: reproducible without a seed
 
 _generator = np.random.Generator(np.random.PCG64(INITIAL_SEED))
 _seed = INITIAL_SEED

@@ -18,6 +18,7 @@ import itertools
 from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
 from tinypytorch.core import Function, Variable, as_variable, gradient_edge
+from tinypytorch.functions import astype
 from tinypytorch.cuda import get_array_module
 
 
@@ -99,13 +100,17 @@ def seed(y, gradient, op):
     return gradient
 
 
-def expected_shape(node, output_nr):
-    """The shape the gradient sent along an edge to (node, output_nr) must have."""
-    return node.output_meta[output_nr][0] if isinstance(node, Function) else node.shape
+def expected_shape_and_dtype(node, output_nr):
+    """The shape and dtype the gradient sent along an edge to (node, output_nr) must have."""
+    return node.output_meta[output_nr] if isinstance(node, Function) else (node.shape, node.dtype)
 
 
 def call_backward(f, gys):
-    """`f.backward` on the gradients of f's outputs, checked: one gradient per input, shaped like it."""
+    """`f.backward` on the gradients of f's outputs, checked: one gradient per input, shaped like it.
+
+    A gradient of another floating dtype than its input is cast to the input's, as PyTorch's engine
+    does: a float32 input gets a float32 gradient even where float64 met it (step 41).
+    """
     gxs = f.backward(*gys)
     if not isinstance(gxs, tuple):
         gxs = (gxs,)
@@ -114,12 +119,15 @@ def call_backward(f, gys):
         raise RuntimeError(f"{name}.backward returned {len(gxs)} gradient(s) for {len(f.edges)} input(s)")
     checked = []
     for i, ((node, nr), gx) in enumerate(zip(f.edges, gxs)):
-        if node is not None:  # a constant's gradient is thrown away; it may be anything, even None
+        # a constant's gradient is thrown away, so it may be anything; None means "no gradient" (as zero, PyTorch)
+        if node is not None and gx is not None:
             gx = as_variable(gx, f"{name}.backward")
-            shape = expected_shape(node, nr)
+            shape, dtype = expected_shape_and_dtype(node, nr)
             if gx.shape != shape:
                 raise ValueError(f"{name}.backward returned a gradient of shape {gx.shape} "
                                  f"for input {i} of shape {shape}")
+            if gx.dtype != dtype:
+                gx = astype(gx, dtype)
         checked.append(gx)
     return checked
 
@@ -146,11 +154,12 @@ def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
     def wanted(edge):  # does this pass send a gradient along this edge?
         return edge[0] is not None and (not capture or edge in targets or edge[0] in leading)
 
-    def receive(node, nr, g):
+    def receive(node, nr, g):  # g may be None: nothing to add, but one dependency fewer all the same
         buffer = buffers.get(node)
         if buffer is None:
             buffer = buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
-        buffer[nr] = g if buffer[nr] is None else buffer[nr] + g  # step 14: contributions add up
+        if g is not None:
+            buffer[nr] = g if buffer[nr] is None else buffer[nr] + g  # step 14: contributions add up
         dependencies[node] -= 1
         if dependencies[node] == 0:  # that was the last one
             if isinstance(node, Function):
@@ -159,7 +168,7 @@ def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
                 finish_leaf(node, buffers.pop(node)[0])  # a leaf: nothing more to run
 
     def finish_leaf(x, gx):  # x's gradient is complete: hooks, then keep it or hand it back
-        if not x.requires_grad:  # switched off after x was used (step 33): as PyTorch's AccumulateGrad, ignore
+        if gx is None or not x.requires_grad:  # nothing arrived; or switched off after x was used (step 33)
             return
         gx = call_hooks(x._hooks, gx, x.shape)  # step 34
         if (x, 0) in targets:
@@ -195,6 +204,7 @@ def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
             for edge, gx in zip(f.edges, gxs):
                 if wanted(edge):
                     receive(*edge, gx)
+            gys = gxs = gx = None  # the buffers hold what is still needed; these would keep f's gradients alive
     finally:
         _running.pop()
     return captured

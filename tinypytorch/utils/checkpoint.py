@@ -17,6 +17,7 @@ is untouched). Two ways to do that, as in PyTorch:
   that it saved what the first run saved.
 """
 import contextlib
+import functools
 import numbers
 import warnings
 import weakref
@@ -25,7 +26,7 @@ from tinypytorch import random
 from tinypytorch.autograd import engine
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
 from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
-from tinypytorch.cuda import get_array_module
+from tinypytorch.cuda import array_types, get_array_module
 
 _recomputing = [0]  # step 41: how many recomputations are running now (batch norm must not update twice)
 
@@ -52,6 +53,23 @@ class CheckpointError(RuntimeError):
     """A recomputation did not save what the first run saved (PyTorch's CheckpointError)."""
 
 
+def _split_arguments(args):
+    """The tensors among `args` (Variables, arrays) and a way to put them back among the other arguments.
+
+    As PyTorch's checkpoint: only tensors are saved (and become inputs of the graph); anything
+    else (a number of rows, None, a flag) is passed to the function as it is.
+    """
+    positions = [i for i, a in enumerate(args) if isinstance(a, (Variable, *array_types))]
+
+    def merge(tensors):
+        merged = list(args)
+        for i, t in zip(positions, tensors):
+            merged[i] = t
+        return merged
+
+    return [as_variable(args[i], "checkpoint") for i in positions], merge
+
+
 def _as_outputs(result, name):
     outputs = result if isinstance(result, tuple) else (result,)
     for y in outputs:
@@ -66,8 +84,8 @@ def _as_outputs(result, name):
 class CheckpointFunction(Function):
     """The checkpointed function as one node: forward without a graph, backward by recomputing."""
 
-    def __init__(self, function, preserve_rng_state):
-        self.function, self.preserve_rng_state = function, preserve_rng_state
+    def __init__(self, function, preserve_rng_state, merge):
+        self.function, self.preserve_rng_state, self.merge = function, preserve_rng_state, merge
         self.tuple_output = False
 
     def forward(self, *xs):
@@ -75,7 +93,7 @@ class CheckpointFunction(Function):
         self.requires = self.needs_input_grad
         self.save_for_backward(*xs)  # the inputs: all the function keeps
         with no_grad():
-            result = self.function(*[Variable(x, requires_grad=False) for x in xs])
+            result = self.function(*self.merge([Variable(x, requires_grad=False) for x in xs]))
         outputs = _as_outputs(result, "the checkpointed function")
         self.tuple_output = isinstance(result, tuple)
         return tuple(y.data for y in outputs)
@@ -89,7 +107,7 @@ class CheckpointFunction(Function):
         # fresh leaves holding the saved inputs: the recomputed graph starts at them
         inputs = [Variable(x.data, requires_grad=r) for x, r in zip(self.saved_tensors, self.requires)]
         with _replaying(self.rng_state), enable_grad():
-            outputs = _as_outputs(self.function(*inputs), "the checkpointed function")
+            outputs = _as_outputs(self.function(*self.merge(inputs)), "the checkpointed function")
         pairs = [(y, gy) for y, gy in zip(outputs, gys) if y.requires_grad and gy is not None]
         if not pairs:
             raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
@@ -99,11 +117,11 @@ class CheckpointFunction(Function):
 
 
 def _checkpoint_reentrant(function, args, preserve_rng_state):
-    args = [as_variable(a, "checkpoint") for a in args]
-    if not any(x.requires_grad for x in args) and Config.enable_backprop:
+    tensors, merge = _split_arguments(args)
+    if not any(x.requires_grad for x in tensors) and Config.enable_backprop:
         warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", UserWarning, stacklevel=3)
-    f = CheckpointFunction(function, preserve_rng_state)
-    outputs = f(*args)  # a Variable, or a list of them for several outputs
+    f = CheckpointFunction(function, preserve_rng_state, merge)
+    outputs = f(*tensors)  # a Variable, or a list of them for several outputs
     if f.tuple_output:
         return tuple(outputs) if isinstance(outputs, list) else (outputs,)
     return outputs
@@ -125,14 +143,14 @@ class _Holder:
 class _Frame:
     """One checkpointed call: how to recompute it, and what its first run saved (placeholders and metadata)."""
 
-    def __init__(self, function, args, rng_state, early_stop, determinism_check):
-        self.function, self.rng_state, self.early_stop = function, rng_state, early_stop
+    def __init__(self, function, tensors, merge, rng_state, early_stop, determinism_check):
+        self.function, self.merge, self.rng_state, self.early_stop = function, merge, rng_state, early_stop
         self.check = determinism_check == "default"
         # the inputs, saved as tensors so that changing one in place is caught (and nested checkpoints work)
-        self.inputs = [SavedTensor(x, None, is_output=False) for x in args]
+        self.inputs = [SavedTensor(x, None, is_output=False) for x in tensors]
         self.holders = []  # weak references: a holder dies when its SavedTensor is freed after backward
         self.metadata = []
-        self.recomputed = {}  # backward pass id -> how many tensors the recomputation saved
+        self.recomputed = {}  # backward pass id -> the metadata of each tensor the recomputation saved
 
     def pack(self, x):
         holder = _Holder()
@@ -154,37 +172,44 @@ class _Frame:
         return value
 
     def recompute(self, pass_id):
-        self.recomputed[pass_id] = 0
-        args = [saved.unpack(None) for saved in self.inputs]
+        self.recomputed[pass_id] = []
+        args = self.merge([saved.unpack(None) for saved in self.inputs])
         try:
             with _replaying(self.rng_state), enable_grad(), \
                     saved_tensors_hooks(lambda x: self.repack(x, pass_id), lambda x: x):
                 self.function(*args)
         except _StopRecomputation:
             pass
-        if self.check and self.recomputed[pass_id] != len(self.holders):
+        self.check_recomputation(self.recomputed[pass_id])
+
+    def check_recomputation(self, recomputed):
+        """PyTorch's checks, after the recomputation: as many tensors as the first run saved, then their metadata."""
+        if len(recomputed) != len(self.holders):
             raise CheckpointError("tinypytorch.utils.checkpoint: A different number of tensors was saved during "
                                   "the original forward and recomputation.\n"
                                   f"Number of tensors saved during forward: {len(self.holders)}\n"
-                                  f"Number of tensors saved during recomputation: {self.recomputed[pass_id]}.")
+                                  f"Number of tensors saved during recomputation: {len(recomputed)}.")
+        different = [(k, saved, again) for k, (saved, again) in enumerate(zip(self.metadata, recomputed))
+                     if self.check and saved != again and self.holders[k]() is not None]
+        if different:
+            raise CheckpointError("tinypytorch.utils.checkpoint: Recomputed values for the following tensors have "
+                                  "different metadata than during the forward pass.\n" +
+                                  "".join(f"tensor at position {k}:\nsaved metadata: {saved}\n"
+                                          f"recomputed metadata: {again}\n" for k, saved, again in different))
 
     def repack(self, x, pass_id):
         """The pack hook during recomputation: the k-th saved tensor fills the k-th placeholder."""
-        k = self.recomputed[pass_id]
-        self.recomputed[pass_id] += 1
+        recomputed = self.recomputed[pass_id]
+        k = len(recomputed)
         if k >= len(self.holders):
             raise CheckpointError("tinypytorch.utils.checkpoint: trying to save more tensors during recomputation "
                                   "than during the original forward pass.")
-        if self.check and _metadata(x) != self.metadata[k]:
-            raise CheckpointError("tinypytorch.utils.checkpoint: Recomputed values for the following tensors have "
-                                  "different metadata than during the forward pass.\n"
-                                  f"tensor at position {k}:\nsaved metadata: {self.metadata[k]}\n"
-                                  f"recomputed metadata: {_metadata(x)}")
+        recomputed.append(_metadata(x))
         x = x.detach()  # the values only: the recomputed graph is not needed, and would make a cycle
         holder = self.holders[k]()
         if holder is not None:  # freed already (a partial backward): nothing to fill
             holder.values[pass_id] = x
-        if self.early_stop and self.recomputed[pass_id] == len(self.holders):
+        if self.early_stop and len(recomputed) == len(self.holders):
             raise _StopRecomputation  # every tensor backward may need is back: the rest need not run
         return x
 
@@ -196,14 +221,16 @@ def _metadata(x):
     return {"shape": tuple(x.shape), "dtype": str(x.dtype), "device": device}
 
 
-def _checkpoint_hooks(function, args, preserve_rng_state, early_stop, determinism_check):
-    args = [as_variable(a, "checkpoint") for a in args]
+def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, determinism_check):
+    if kwargs:  # keyword arguments go to the function, the first time and when it runs again
+        function = functools.partial(function, **kwargs)
+    tensors, merge = _split_arguments(args)
     if not Config.enable_backprop:  # nothing will be recorded: just run it
-        return function(*args)
+        return function(*merge(tensors))
     rng_state = random.get_rng_state() if preserve_rng_state else None
-    frame = _Frame(function, args, rng_state, early_stop, determinism_check)
+    frame = _Frame(function, tensors, merge, rng_state, early_stop, determinism_check)
     with saved_tensors_hooks(frame.pack, frame.unpack):
-        result = function(*args)
+        result = function(*merge(tensors))
     _as_outputs(result, "the checkpointed function")
     return result
 
@@ -211,13 +238,14 @@ def _checkpoint_hooks(function, args, preserve_rng_state, early_stop, determinis
 # ----- the public functions -------------------------------------------------------------------------
 
 def checkpoint(function, *args, use_reentrant=True, preserve_rng_state=True, early_stop=True,
-               determinism_check="default"):
+               determinism_check="default", **kwargs):
     """`function(*args)`, keeping only `args` for backward and recomputing the rest when backward needs it.
 
     use_reentrant: True (step 39) or False (step 40, PyTorch's recommendation).
     preserve_rng_state: restore the random state for the recomputation, so dropout draws the
         same masks (and leave the outer random stream as it was).
     early_stop, determinism_check ("default" or "none"): for use_reentrant=False, as in PyTorch.
+    kwargs: keyword arguments for `function`; only with use_reentrant=False, as in PyTorch.
     """
     if not callable(function):
         raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
@@ -225,8 +253,10 @@ def checkpoint(function, *args, use_reentrant=True, preserve_rng_state=True, ear
         raise ValueError(f"checkpoint: determinism_check should be one of ['default', 'none'], "
                          f"but got {determinism_check!r}")
     if use_reentrant:
+        if kwargs:
+            raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
         return _checkpoint_reentrant(function, args, preserve_rng_state)
-    return _checkpoint_hooks(function, args, preserve_rng_state, early_stop, determinism_check)
+    return _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, determinism_check)
 
 
 def checkpoint_sequential(functions, segments, input, use_reentrant=True, preserve_rng_state=True):  # noqa: A002
