@@ -142,7 +142,9 @@ OPERATIONS = [
 
 
 # Function subclasses that are not operations but wrap a user's function, each tested where it is taught
-NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step39.py (reentrant checkpointing)"}
+NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step39.py (reentrant checkpointing)",
+                  "ReversibleFunction": "tests/test_step42.py (reversible blocks)",
+                  "ReverseFunction": "tests/test_step43.py (reversible columns)"}
 
 
 def package_functions():

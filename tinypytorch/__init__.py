@@ -14,8 +14,9 @@ on it lives here, in modules:
                 their hooks, anomaly detection, gradcheck (steps 35-38)
     inplace     in-place operations, version counters and views (step 36)
     random      the default random generator, its state, fork_rng (step 39)
+    reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 42-43)
 """
-from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, random, testfunctions, utils
+from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, random, reversible, testfunctions, utils
 from tinypytorch.core import (
     Config, Function, Variable, add, as_array, as_variable, div, enable_grad, mul, neg, no_grad, pow, rdiv, rsub, sub,
     using_config,
@@ -35,5 +36,6 @@ __all__ = [
     "square", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
     "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item", "concatenate",
     "manual_seed", "get_rng_state", "set_rng_state",
-    "autograd", "cuda", "functions", "inplace", "layers", "optimizers", "random", "testfunctions", "utils",
+    "autograd", "cuda", "functions", "inplace", "layers", "optimizers", "random", "reversible", "testfunctions",
+    "utils",
 ]

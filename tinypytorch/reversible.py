@@ -1,0 +1,275 @@
+"""Reversible networks (steps 42-43): backward computes each block's input back from its output.
+
+    block = AdditiveCoupling(f, g)            # RevNet: y1 = x1 + f(x2), y2 = x2 + g(y1)
+    net = ReversibleSequential(block1, block2, ...)
+    c = RevColumn(levels, alphas)(x, *c_old)  # RevCol: c_i' = l_i(c_{i-1}', c_{i+1}) + alpha_i c_i
+
+Checkpointing (steps 39-41) keeps each segment's input. A reversible block needs not even
+that: its input follows from its output, so a whole stack keeps only its final output,
+and memory for activations stays the same however deep the stack. Backward walks the
+blocks in reverse: compute the block's input from its output, run the block again with
+the graph recorded, backpropagate through it, drop it. Random numbers are replayed as in
+checkpointing, and the parameters' gradients are returned through the graph, so
+`autograd.grad` with respect to them works.
+"""
+import contextlib
+
+from tinypytorch import autograd, random
+from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
+from tinypytorch.cuda import get_array_module
+from tinypytorch.functions import concatenate, sum_to
+from tinypytorch.layers import Layer, Parameter
+from tinypytorch.utils.checkpoint import _replaying
+
+
+@contextlib.contextmanager
+def _replay(state):
+    """Draw as at the time `state` was taken; count as a recomputation (batch norm must not update twice)."""
+    with _replaying(state):
+        yield
+
+
+# ----- step 42: RevNet's additive coupling --------------------------------------------------------
+
+class AdditiveCoupling(Layer):
+    """y1 = x1 + f(x2), y2 = x2 + g(y1), on the two halves of the features (the last axis).
+
+    `inverse` gives x2 = y2 - g(y1), x1 = y1 - f(x2). f and g may be any layers that keep the
+    shape of a half; they need not be invertible themselves.
+    """
+
+    def __init__(self, f, g):
+        super().__init__()
+        for name, function in (("f", f), ("g", g)):
+            if not callable(function):
+                raise TypeError(f"AdditiveCoupling: {name} must be callable, got {type(function).__name__}")
+        self.f, self.g = f, g
+
+    def halves(self, x):
+        n = x.shape[-1]
+        if n % 2:
+            raise ValueError(f"AdditiveCoupling: {n} features cannot be split into two halves of equal size")
+        return x[..., : n // 2], x[..., n // 2:]
+
+    def apply(self, function, name, x, states=None, replay=None):
+        """function(x), checked to keep x's shape; its RNG state recorded (forward) or restored (backward)."""
+        if states is not None:
+            states.append(random.get_rng_state())
+        if replay is not None:
+            random.set_rng_state(replay)
+        y = function(x)
+        if y.shape != x.shape:
+            raise ValueError(f"AdditiveCoupling: {name} changed the shape of its input from {x.shape} to {y.shape}; "
+                             "a coupling needs both halves to keep their shape")
+        return y
+
+    def forward(self, x, states=None, replay=None):
+        """The block; `states` (a list) records the RNG state before f and g, `replay` restores them."""
+        x1, x2 = self.halves(as_variable(x, "AdditiveCoupling"))
+        y1 = x1 + self.apply(self.f, "f", x2, states, replay and replay[0])
+        y2 = x2 + self.apply(self.g, "g", y1, states, replay and replay[1])
+        return concatenate([y1, y2], axis=-1)
+
+    def inverse(self, y, replay=None):
+        """The input that gives output y; with `replay`, g and f draw as they did in forward."""
+        y1, y2 = self.halves(as_variable(y, "AdditiveCoupling.inverse"))
+        x2 = y2 - self.apply(self.g, "g", y1, replay=replay and replay[1])
+        x1 = y1 - self.apply(self.f, "f", x2, replay=replay and replay[0])
+        return concatenate([x1, x2], axis=-1)
+
+
+class ReversibleFunction(Function):
+    """A stack of invertible blocks as one node: its inputs are x and every parameter of the blocks."""
+
+    def __init__(self, blocks, params):
+        self.blocks, self.params = blocks, params
+
+    def forward(self, x, *param_arrays):
+        self.states = []
+        y = Variable(x, requires_grad=False)
+        with no_grad():  # nothing inside is recorded or saved
+            for block in self.blocks:
+                self.states.append([])
+                y = block.forward(y, self.states[-1])
+        self.save_for_backward(y.data)  # the output, and nothing else (step 35: kept as an array)
+        return y.data
+
+    def backward(self, gy):
+        (y,) = self.saved_tensors
+        y = y.data
+        grads = {}
+        with random.fork_rng():  # the outer random stream continues as if backward drew nothing
+            for block, states in zip(reversed(self.blocks), reversed(self.states)):
+                with _replay(None), no_grad():
+                    x = block.inverse(Variable(y, requires_grad=False), replay=states).data
+                leaf = Variable(x, requires_grad=True)
+                params = list(block.params())
+                with _replay(None), enable_grad():
+                    output = block.forward(leaf, replay=states)
+                results = autograd.grad(output, [leaf, *params], grad_outputs=gy, allow_unused=True)
+                gy = results[0]
+                for p, g in zip(params, results[1:]):
+                    if g is not None:
+                        grads[id(p)] = g if id(p) not in grads else grads[id(p)] + g
+                y = x
+        return (gy, *[grads.get(id(p)) for p in self.params])
+
+
+class ReversibleSequential(Layer):
+    """Invertible blocks one after another, run as one Function that keeps only the final output (step 42)."""
+
+    def __init__(self, *blocks):
+        super().__init__()
+        if not blocks:
+            raise ValueError("ReversibleSequential: needs at least one block")
+        for i, block in enumerate(blocks):
+            if not callable(getattr(block, "inverse", None)) or not callable(getattr(block, "forward", None)):
+                raise TypeError(f"ReversibleSequential: block {i} ({type(block).__name__}) is not invertible: "
+                                "it needs forward and inverse methods")
+            setattr(self, f"block{i}", block)
+        self.blocks = list(blocks)
+
+    def forward(self, x):
+        x = as_variable(x, "ReversibleSequential")
+        params = list(self.params())
+        if not Config.enable_backprop or not (x.requires_grad or any(p.requires_grad for p in params)):
+            for block in self.blocks:  # no graph wanted: just the blocks
+                x = block(x)
+            return x
+        return ReversibleFunction(self.blocks, params)(x, *params)
+
+
+# ----- step 43: RevCol's reversible columns --------------------------------------------------------
+
+ALPHA_MIN = 1e-3  # RevCol keeps |alpha| at least this far from 0, its sign kept
+
+
+def clamp_alpha(alpha):
+    """RevCol's `_clamp_abs`: |alpha| >= 1e-3 with the sign kept, in place; an alpha of exactly 0 is refused."""
+    xp = get_array_module(alpha.data)
+    if xp.any(alpha.data == 0):
+        raise ValueError("RevColumn: an alpha is 0; the column could not be inverted (c = (c' - l(.)) / alpha); "
+                         "start alpha away from 0")
+    if xp.any(xp.abs(alpha.data) < ALPHA_MIN):  # changed in place only when needed, as an in-place op (step 36)
+        with no_grad():
+            alpha.data[...] = xp.sign(alpha.data) * xp.maximum(xp.abs(alpha.data), ALPHA_MIN)
+        alpha._version_counter.value += 1
+
+
+class RevColumn(Layer):
+    """One reversible column of RevCol: L levels, c_i' = l_i(c_{i-1}', c_{i+1}) + alpha_i c_i.
+
+    `levels[i]` is a callable of two Variables (the new lower level, or x for level 0; the old
+    upper level, or None for the top) returning a Variable shaped like c_i; `alphas[i]` is a
+    Parameter broadcast over c_i. Calling the column with x and the old c's returns the new c's,
+    keeping for backward only x and the new c's (`reversible=True`), or everything, computed
+    plainly (`reversible=False`, RevCol's `_forward_nonreverse`), for reference.
+    """
+
+    def __init__(self, levels, alphas, reversible=True):
+        super().__init__()
+        if len(levels) != len(alphas) or not levels:
+            raise ValueError(f"RevColumn: {len(levels)} levels and {len(alphas)} alphas; one alpha per level")
+        for i, (level, alpha) in enumerate(zip(levels, alphas)):
+            if not callable(level):
+                raise TypeError(f"RevColumn: level {i} must be callable, got {type(level).__name__}")
+            if not isinstance(alpha, Parameter):
+                raise TypeError(f"RevColumn: alpha {i} must be a Parameter, got {type(alpha).__name__}")
+            setattr(self, f"level{i}", level)
+            setattr(self, f"alpha{i}", alpha)
+        self.levels, self.alphas, self.reversible = list(levels), list(alphas), reversible
+
+    def level_params(self, i):
+        level = self.levels[i]
+        return list(level.params()) if isinstance(level, Layer) else []
+
+    def forward(self, x, *cs):
+        if len(cs) != len(self.levels):
+            raise ValueError(f"RevColumn: {len(self.levels)} levels need {len(self.levels)} states c, got {len(cs)}")
+        for alpha in self.alphas:
+            clamp_alpha(alpha)
+        x = as_variable(x, "RevColumn")
+        cs = [as_variable(c, "RevColumn") for c in cs]
+        params = [p for i in range(len(self.levels)) for p in self.level_params(i)]
+        if not self.reversible or not Config.enable_backprop:
+            return tuple(self.plain(x, cs))
+        function = ReverseFunction(self)
+        outputs = function(x, *cs, *self.alphas, *params)
+        return tuple(outputs) if isinstance(outputs, list) else (outputs,)
+
+    def plain(self, x, cs):
+        """The column computed plainly, everything recorded: the reference the reversible run must equal."""
+        new = []
+        for i, (level, alpha) in enumerate(zip(self.levels, self.alphas)):
+            below = x if i == 0 else new[-1]
+            above = cs[i + 1] if i + 1 < len(cs) else None
+            new.append(level(below, above) + alpha * cs[i])
+        return new
+
+
+class ReverseFunction(Function):
+    """RevCol's ReverseFunction: the column's levels bottom-up in forward, top-down in backward."""
+
+    def __init__(self, column):
+        self.column = column
+
+    def forward(self, x, *rest):
+        n = len(self.column.levels)
+        cs, alphas = rest[:n], rest[n:2 * n]
+        self.states, new = [], []
+        with no_grad():
+            for i, level in enumerate(self.column.levels):
+                self.states.append(random.get_rng_state())
+                below = Variable(x if i == 0 else new[-1], requires_grad=False)
+                above = Variable(cs[i + 1], requires_grad=False) if i + 1 < n else None
+                out = level(below, above).data
+                if out.shape != cs[i].shape:
+                    raise ValueError(f"RevColumn: level {i} returned shape {out.shape} for a state of shape "
+                                     f"{cs[i].shape}")
+                new.append(out + alphas[i] * cs[i])
+        self.c_dtypes = [c.dtype for c in cs]
+        self.save_for_backward(x, *new)  # x and the new c's: all a column keeps (RevCol's ctx.save_for_backward)
+        return tuple(new)
+
+    def backward(self, *gys):
+        column, n = self.column, len(self.column.levels)
+        saved = self.saved_tensors
+        x, new = saved[0].data, [c.data for c in saved[1:]]
+        alphas = [a.data for a in column.alphas]
+        xp = get_array_module(x)
+        zero = [xp.zeros_like(c) for c in new]
+        gys = [zero[i] if g is None else g.data for i, g in enumerate(gys)]
+        total = list(gys)  # T_i: the whole gradient of c_i', from outside and from level i + 1
+        old = [None] * (n + 1)  # the reconstructed old c's; old[n] stands for the missing level above the top
+        g_old_from_below = [zero[i] * 0 for i in range(n)]  # gradient of old c_i through level i - 1
+        g_params, g_alphas, g_x = {}, [None] * n, None
+        with random.fork_rng():
+            for i in reversed(range(n)):
+                below = Variable(x if i == 0 else new[i - 1], requires_grad=True)
+                above = Variable(old[i + 1], requires_grad=True) if i + 1 < n else None
+                params = column.level_params(i)
+                with _replay(self.states[i]), enable_grad():
+                    out = column.levels[i](below, above)
+                wrt = [below] + ([above] if above is not None else []) + params
+                grads = autograd.grad(out, wrt, grad_outputs=Variable(total[i], requires_grad=False),
+                                      allow_unused=True)
+                old[i] = (new[i] - out.data) / alphas[i]  # c_i = (c_i' - l_i(.)) / alpha_i
+                g_below = grads[0]
+                if above is not None and grads[1] is not None:
+                    g_old_from_below[i + 1] = g_old_from_below[i + 1] + grads[1].data
+                for p, g in zip(params, grads[1 + (above is not None):]):
+                    if g is not None:
+                        g_params[id(p)] = g if id(p) not in g_params else g_params[id(p)] + g
+                g_alphas[i] = sum_to(Variable(total[i] * old[i]), alphas[i].shape)  # d c_i' / d alpha_i = c_i
+                if i > 0:
+                    total[i - 1] = total[i - 1] + (0 if g_below is None else g_below.data)
+                else:
+                    g_x = g_below
+        self.reconstructed = old[:n]  # what the column computed back: c of the column before (a step prints it)
+        g_old = [Variable(alphas[i] * total[i] + g_old_from_below[i]) for i in range(n)]
+        params = [p for i in range(n) for p in column.level_params(i)]
+        return (g_x, *g_old, *g_alphas, *[g_params.get(id(p)) for p in params])
+
+
+__all__ = ["AdditiveCoupling", "ReversibleSequential", "ReversibleFunction", "RevColumn", "ReverseFunction",
+           "clamp_alpha", "ALPHA_MIN"]
