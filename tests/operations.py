@@ -144,7 +144,8 @@ OPERATIONS = [
 # Function subclasses that are not operations but wrap a user's function, each tested where it is taught
 NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step39.py (reentrant checkpointing)",
                   "ReversibleFunction": "tests/test_step42.py (reversible blocks)",
-                  "ReverseFunction": "tests/test_step43.py (reversible columns)"}
+                  "ReverseFunction": "tests/test_step43.py (reversible columns)",
+                  "ReversibleColumnsFunction": "tests/test_step43.py (reversible columns, one Function for all)"}
 
 
 def package_functions():

@@ -207,6 +207,65 @@ class RevColumn(Layer):
         return new
 
 
+def _column_forward(column, x, cs, alphas, states):
+    """One column on arrays, under no_grad, bottom-up: its new c's; each level's RNG state appended to `states`."""
+    n, new = len(column.levels), []
+    with no_grad():
+        for i, level in enumerate(column.levels):
+            states.append(random.get_rng_state())
+            below = Variable(x if i == 0 else new[-1], requires_grad=False)
+            above = Variable(cs[i + 1], requires_grad=False) if i + 1 < n else None
+            out = level(below, above).data
+            if out.shape != cs[i].shape:
+                raise ValueError(f"RevColumn: level {i} returned shape {out.shape} for a state of shape {cs[i].shape}")
+            new.append(out + alphas[i] * cs[i])
+    return new
+
+
+def _column_backward(column, x, new, states, gys):
+    """One column's backward, top level down (RevCol's ReverseFunction.backward).
+
+    x, new: arrays (the column's input and its new c's); gys: the gradients of the new c's (arrays or
+    None). Returns the gradient of x (a Variable or None), of each old c (arrays), a dict id(parameter) ->
+    gradient for the alphas and the levels' parameters, and the old c's computed back.
+    """
+    n = len(column.levels)
+    alphas = [a.data for a in column.alphas]
+    xp = get_array_module(x)
+    total = [xp.zeros_like(c) if g is None else g for c, g in zip(new, gys)]  # T_i: all of c_i''s gradient
+    old = [None] * n  # the old c's, computed back
+    g_old_from_below = [xp.zeros_like(c) for c in new]  # gradient of old c_i through level i - 1
+    grads, g_x = {}, None
+
+    def accumulate(p, g):
+        if g is not None:
+            grads[id(p)] = g if id(p) not in grads else grads[id(p)] + g
+
+    with random.fork_rng():
+        for i in reversed(range(n)):
+            below = Variable(x if i == 0 else new[i - 1], requires_grad=True)
+            above = Variable(old[i + 1], requires_grad=True) if i + 1 < n else None
+            params = column.level_params(i)
+            with _replay(states[i]), enable_grad():
+                out = column.levels[i](below, above)
+            wrt = [below] + ([above] if above is not None else []) + params
+            results = autograd.grad(out, wrt, grad_outputs=Variable(total[i], requires_grad=False),
+                                    allow_unused=True)
+            old[i] = (new[i] - out.data) / alphas[i]  # c_i = (c_i' - l_i(.)) / alpha_i
+            if above is not None and results[1] is not None:
+                g_old_from_below[i + 1] = g_old_from_below[i + 1] + results[1].data
+            for p, g in zip(params, results[1 + (above is not None):]):
+                accumulate(p, g)
+            accumulate(column.alphas[i], sum_to(Variable(total[i] * old[i]), alphas[i].shape))  # d c_i'/d alpha_i = c_i
+            g_below = results[0]
+            if i > 0:
+                total[i - 1] = total[i - 1] + (0 if g_below is None else g_below.data)
+            else:
+                g_x = g_below
+    g_old = [alphas[i] * total[i] + g_old_from_below[i] for i in range(n)]
+    return g_x, g_old, grads, old
+
+
 class ReverseFunction(Function):
     """RevCol's ReverseFunction: the column's levels bottom-up in forward, top-down in backward."""
 
@@ -215,61 +274,84 @@ class ReverseFunction(Function):
 
     def forward(self, x, *rest):
         n = len(self.column.levels)
-        cs, alphas = rest[:n], rest[n:2 * n]
-        self.states, new = [], []
-        with no_grad():
-            for i, level in enumerate(self.column.levels):
-                self.states.append(random.get_rng_state())
-                below = Variable(x if i == 0 else new[-1], requires_grad=False)
-                above = Variable(cs[i + 1], requires_grad=False) if i + 1 < n else None
-                out = level(below, above).data
-                if out.shape != cs[i].shape:
-                    raise ValueError(f"RevColumn: level {i} returned shape {out.shape} for a state of shape "
-                                     f"{cs[i].shape}")
-                new.append(out + alphas[i] * cs[i])
-        self.c_dtypes = [c.dtype for c in cs]
+        self.states = []
+        new = _column_forward(self.column, x, rest[:n], rest[n:2 * n], self.states)
         self.save_for_backward(x, *new)  # x and the new c's: all a column keeps (RevCol's ctx.save_for_backward)
         return tuple(new)
 
     def backward(self, *gys):
+        x, *new = [s.data for s in self.saved_tensors]
+        gys = [None if g is None else g.data for g in gys]
+        g_x, g_old, grads, old = _column_backward(self.column, x, new, self.states, gys)
+        self.reconstructed = old  # what the column computed back: c of the column before (a step prints it)
         column, n = self.column, len(self.column.levels)
-        saved = self.saved_tensors
-        x, new = saved[0].data, [c.data for c in saved[1:]]
-        alphas = [a.data for a in column.alphas]
-        xp = get_array_module(x)
-        zero = [xp.zeros_like(c) for c in new]
-        gys = [zero[i] if g is None else g.data for i, g in enumerate(gys)]
-        total = list(gys)  # T_i: the whole gradient of c_i', from outside and from level i + 1
-        old = [None] * (n + 1)  # the reconstructed old c's; old[n] stands for the missing level above the top
-        g_old_from_below = [zero[i] * 0 for i in range(n)]  # gradient of old c_i through level i - 1
-        g_params, g_alphas, g_x = {}, [None] * n, None
-        with random.fork_rng():
-            for i in reversed(range(n)):
-                below = Variable(x if i == 0 else new[i - 1], requires_grad=True)
-                above = Variable(old[i + 1], requires_grad=True) if i + 1 < n else None
-                params = column.level_params(i)
-                with _replay(self.states[i]), enable_grad():
-                    out = column.levels[i](below, above)
-                wrt = [below] + ([above] if above is not None else []) + params
-                grads = autograd.grad(out, wrt, grad_outputs=Variable(total[i], requires_grad=False),
-                                      allow_unused=True)
-                old[i] = (new[i] - out.data) / alphas[i]  # c_i = (c_i' - l_i(.)) / alpha_i
-                g_below = grads[0]
-                if above is not None and grads[1] is not None:
-                    g_old_from_below[i + 1] = g_old_from_below[i + 1] + grads[1].data
-                for p, g in zip(params, grads[1 + (above is not None):]):
-                    if g is not None:
-                        g_params[id(p)] = g if id(p) not in g_params else g_params[id(p)] + g
-                g_alphas[i] = sum_to(Variable(total[i] * old[i]), alphas[i].shape)  # d c_i' / d alpha_i = c_i
-                if i > 0:
-                    total[i - 1] = total[i - 1] + (0 if g_below is None else g_below.data)
-                else:
-                    g_x = g_below
-        self.reconstructed = old[:n]  # what the column computed back: c of the column before (a step prints it)
-        g_old = [Variable(alphas[i] * total[i] + g_old_from_below[i]) for i in range(n)]
-        params = [p for i in range(n) for p in column.level_params(i)]
-        return (g_x, *g_old, *g_alphas, *[g_params.get(id(p)) for p in params])
+        params = [*column.alphas, *[p for i in range(n) for p in column.level_params(i)]]
+        return (g_x, *map(Variable, g_old), *[grads.get(id(p)) for p in params])
+
+
+class ReversibleColumns(Layer):
+    """RevColumns one after another as one Function that keeps x and the last column's c's only.
+
+    Each RevColumn on its own keeps x and its new c's, and the next column's backward computes
+    those very c's back: so a chain of columns keeps N L states where one column's would do. Run
+    as one Function, backward hands each column's computed-back old c's to the column before
+    as its new c's, and memory no longer grows with the number of columns.
+    """
+
+    def __init__(self, *columns):
+        super().__init__()
+        if not columns:
+            raise ValueError("ReversibleColumns: needs at least one column")
+        for k, column in enumerate(columns):
+            if not isinstance(column, RevColumn):
+                raise TypeError(f"ReversibleColumns: column {k} must be a RevColumn, got {type(column).__name__}")
+            setattr(self, f"column{k}", column)
+        self.columns = list(columns)
+
+    def forward(self, x, *cs):
+        x = as_variable(x, "ReversibleColumns")
+        cs = [as_variable(c, "ReversibleColumns") for c in cs]
+        if not all(column.reversible for column in self.columns) or not Config.enable_backprop:
+            for column in self.columns:
+                cs = column(x, *cs)
+            return tuple(cs)
+        for column in self.columns:
+            if len(cs) != len(column.levels):
+                raise ValueError(f"RevColumn: {len(column.levels)} levels need {len(column.levels)} states c, "
+                                 f"got {len(cs)}")
+            for alpha in column.alphas:
+                clamp_alpha(alpha)
+        outputs = ReversibleColumnsFunction(self)(x, *cs, *self.params())
+        return tuple(outputs) if isinstance(outputs, list) else (outputs,)
+
+
+class ReversibleColumnsFunction(Function):
+    """Every column of a ReversibleColumns: forward column after column, backward from the last to the first."""
+
+    def __init__(self, stack):
+        self.stack = stack
+
+    def forward(self, x, *rest):
+        cs = rest[:len(self.stack.columns[0].levels)]
+        self.states = []
+        for column in self.stack.columns:
+            self.states.append([])
+            cs = _column_forward(column, x, cs, [a.data for a in column.alphas], self.states[-1])
+        self.save_for_backward(x, *cs)  # x and the last column's c's, however many columns
+        return tuple(cs)
+
+    def backward(self, *gys):
+        x, *new = [s.data for s in self.saved_tensors]
+        gys = [None if g is None else g.data for g in gys]
+        grads, g_x = {}, None
+        for column, states in zip(reversed(self.stack.columns), reversed(self.states)):
+            g, gys, column_grads, new = _column_backward(column, x, new, states, gys)
+            g_x = g if g_x is None else (g_x if g is None else g_x + g)
+            for key, value in column_grads.items():
+                grads[key] = value if key not in grads else grads[key] + value
+        self.reconstructed = new  # the first column's old c's, computed back (they were zeros in RevCol)
+        return (g_x, *map(Variable, gys), *[grads.get(id(p)) for p in self.stack.params()])
 
 
 __all__ = ["AdditiveCoupling", "ReversibleSequential", "ReversibleFunction", "RevColumn", "ReverseFunction",
-           "clamp_alpha", "ALPHA_MIN"]
+           "ReversibleColumns", "ReversibleColumnsFunction", "clamp_alpha", "ALPHA_MIN"]
