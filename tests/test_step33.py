@@ -463,6 +463,17 @@ def test_autograd_grad_rejects_inputs_and_outputs_that_do_not_require_grad():
         autograd.grad(c * 2.0, [x])
 
 
+def test_autograd_grad_takes_a_generator_of_inputs_as_torch_does():
+    """Layer.params() is a generator; torch.autograd.grad accepts one (module.parameters()) too."""
+    a, b = np.array([1.0, -2.0]), np.array([0.5, 3.0])
+    x, w = Variable(a), Variable(b)
+    gx, gw = autograd.grad(tinypytorch.sum(x * w * w), (v for v in [x, w]))
+    tx, tw = (torch.tensor(v, requires_grad=True) for v in (a, b))
+    expected = torch.autograd.grad((tx * tw * tw).sum(), (t for t in [tx, tw]))
+    np.testing.assert_array_equal(gx.data, expected[0].numpy())
+    np.testing.assert_array_equal(gw.data, expected[1].numpy())
+
+
 @pytest.mark.parametrize("call, error, message", [
     (lambda x, y: autograd.grad(y, 3.0), TypeError,
      "grad: inputs must be a Variable or a sequence of Variables, got float"),

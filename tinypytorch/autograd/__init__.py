@@ -7,6 +7,9 @@
     anomaly    detect_anomaly, set_detect_anomaly (step 38)
     gradcheck  gradcheck, gradgradcheck (step 38)
 """
+from collections.abc import Iterable
+
+from tinypytorch import cuda
 from tinypytorch.core import Variable, using_config
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
 from tinypytorch.autograd.anomaly import detect_anomaly, set_detect_anomaly
@@ -14,8 +17,13 @@ from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradch
 
 
 def _variables(value, what):
-    """A Variable or a sequence of Variables, as a tuple."""
-    values = (value,) if isinstance(value, Variable) else tuple(value) if isinstance(value, (list, tuple)) else None
+    """A Variable or an iterable of Variables (a list, or a generator such as Layer.params()), as a tuple."""
+    if isinstance(value, Variable):
+        values = (value,)
+    elif isinstance(value, Iterable) and not isinstance(value, (str, *cuda.array_types)):
+        values = tuple(value)
+    else:
+        values = None
     if values is None or not all(isinstance(v, Variable) for v in values):
         raise TypeError(f"grad: {what} must be a Variable or a sequence of Variables, got {type(value).__name__}")
     return values
