@@ -303,6 +303,21 @@ def test_the_port_of_revcols_reverse_function_gives_torchs_plain_gradients_and_o
         np.testing.assert_allclose(g, g_port, rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.parametrize("one", [False, True], ids=["chained", "one Function"])
+def test_a_hook_on_a_weight_or_alpha_runs_once_per_backward(one):
+    """The inner passes inside backward must not run the parameters' hooks; the outer pass runs them once."""
+    columns, x0, weights = step_model(n_columns=2)
+    _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
+    calls = []
+    for p in params_of(columns):
+        p.register_hook(lambda g: calls.append(1) or g * 2.0)
+    _, hooked = stack_grads(columns, x0, WIDTHS, weights, True, one=one)
+    assert len(calls) == len(params_of(columns))
+    np.testing.assert_allclose(hooked[0], plain[0], rtol=1e-10, atol=1e-13)  # x has no hook
+    for g, g_plain in zip(hooked[1:], plain[1:], strict=True):
+        np.testing.assert_allclose(g, 2.0 * g_plain, rtol=1e-10, atol=1e-13)
+
+
 def test_autograd_grad_returns_alpha_and_parameter_gradients_where_the_torch_port_misses_them():
     columns, x0, weights = step_model()
     _, plain = stack_grads(columns, x0, WIDTHS, weights, False)

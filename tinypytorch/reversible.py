@@ -29,6 +29,20 @@ def _replay(state):
         yield
 
 
+@contextlib.contextmanager
+def _hooks_held(params):
+    """The parameters' gradient hooks held back during an inner pass: its gradients go on to the outer
+    pass through the Function's edges, and the parameters' hooks run there, once."""
+    held = [(p, p._hooks) for p in params]
+    for p in params:
+        p._hooks = None
+    try:
+        yield
+    finally:
+        for p, hooks in held:
+            p._hooks = hooks
+
+
 # ----- step 42: RevNet's additive coupling --------------------------------------------------------
 
 class AdditiveCoupling(Layer):
@@ -106,7 +120,8 @@ class ReversibleFunction(Function):
                 params = list(block.params())
                 with _replay(None), enable_grad():
                     output = block.forward(leaf, replay=states)
-                results = autograd.grad(output, [leaf, *params], grad_outputs=gy, allow_unused=True)
+                with _hooks_held(params):
+                    results = autograd.grad(output, [leaf, *params], grad_outputs=gy, allow_unused=True)
                 gy = results[0]
                 for p, g in zip(params, results[1:]):
                     if g is not None:
@@ -249,8 +264,9 @@ def _column_backward(column, x, new, states, gys):
             with _replay(states[i]), enable_grad():
                 out = column.levels[i](below, above)
             wrt = [below] + ([above] if above is not None else []) + params
-            results = autograd.grad(out, wrt, grad_outputs=Variable(total[i], requires_grad=False),
-                                    allow_unused=True)
+            with _hooks_held(params):
+                results = autograd.grad(out, wrt, grad_outputs=Variable(total[i], requires_grad=False),
+                                        allow_unused=True)
             old[i] = (new[i] - out.data) / alphas[i]  # c_i = (c_i' - l_i(.)) / alpha_i
             if above is not None and results[1] is not None:
                 g_old_from_below[i + 1] = g_old_from_below[i + 1] + results[1].data
