@@ -8,20 +8,27 @@ Workloads (each computes a gradient; tests/test_bench.py checks every one agains
 
 - scalar graph: Goldstein-Price, forward and backward, on 0-d values (38 operations);
 - wide graph: 2,000 branches of 10 operations from one input, summed; backward only;
-- large arrays: y = sum(exp(x) * x + x ** 2) on 10^6 elements, forward and backward;
+- chain: backward only, through a chain of 10,000 sin functions;
+- large arrays: y = sum(exp(x) * x + x ** 2) on 10^6 elements, forward and backward, and a second
+  expression with division and tanh, y = sum(tanh(x) / (1 + x * x));
+- MLP training step: 784 -> 256 -> 10 with ReLU, a batch of 64, float32, mean squared error, Adam;
+- one operation: what a single sin costs on a 0-d value, recorded and not, in each framework;
 - scaling: backward time against graph size, 10^3 to 10^5 functions, for a chain and a wide graph.
 
 "NumPy" is the same arithmetic written by hand: a forward pass that keeps what the backward
 needs, and the chain rule spelt out, with no graph at all; it is the floor a framework's
 bookkeeping is measured against. PyTorch runs eagerly on one CPU thread (torch.set_num_threads(1)),
-in float64 like the rest. Each time is the median of several repeats; the garbage collector is
-off while a repeat runs, as in `timeit`.
+in float64 like the rest (the MLP in float32). Each time is the median of several repeats; the
+garbage collector is off while a repeat runs, as in `timeit`. NumPy's BLAS runs on one thread too.
 """
-import argparse
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: one thread, as PyTorch below
+
+import argparse  # noqa: E402 (after the environment is set)
 import cProfile
 import datetime
 import gc
-import os
 import pathlib
 import platform
 import pstats
@@ -35,6 +42,8 @@ import torch
 import tinypytorch
 from tinypytorch import Variable
 from tinypytorch import functions as F
+from tinypytorch.layers import MLP
+from tinypytorch.optimizers import Adam
 from tinypytorch.testfunctions import goldstein_price  # the same formula serves torch tensors too
 
 torch.set_num_threads(1)
@@ -162,6 +171,126 @@ def arrays_numpy(a):
     return (g * a) * e + g * e + 2 * a * g  # through exp, through the product's x, through x ** 2
 
 
+# ----- large arrays, a second expression: y = sum(tanh(x) / (1 + x * x)) -------------------------
+
+def ratio_tinypytorch(a):
+    x = Variable(a)
+    F.sum(F.tanh(x) / (1.0 + x * x)).backward()
+    return _grad(x)
+
+
+def ratio_torch(a):
+    x = torch.from_numpy(a).requires_grad_()
+    torch.sum(torch.tanh(x) / (1.0 + x * x)).backward()
+    return x.grad.numpy()
+
+
+def ratio_numpy(a):
+    """t = tanh x, d = 1 + x^2: d(t/d)/dx = (1 - t^2)/d - t 2x / d^2."""
+    t, d = np.tanh(a), 1.0 + a * a
+    y = (t / d).sum()  # noqa: F841 (the forward value, computed as a framework would)
+    g = np.ones_like(a)
+    gt, gd = g / d, -g * t / (d * d)
+    return gt * (1.0 - t * t) + gd * 2.0 * a
+
+
+# ----- a training step of a small MLP, float32 ----------------------------------------------------
+
+MLP_SIZES, MLP_BATCH = (784, 256, 10), 64
+
+
+def mlp_data(seed=0, batch=MLP_BATCH, sizes=MLP_SIZES):
+    """(a batch, its target, the weights (W, b) of every layer), float32, PyTorch's default init."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    target = rng.standard_normal((batch, sizes[-1])).astype(np.float32)
+    layers = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        k = 1.0 / np.sqrt(n_in)
+        layers.append((rng.uniform(-k, k, (n_out, n_in)).astype(np.float32),
+                       rng.uniform(-k, k, n_out).astype(np.float32)))
+    return x, target, layers
+
+
+def mlp_tinypytorch(x, target, layers, lr=1e-3):
+    """A step function (loss, backward, Adam) on an MLP with these weights; it returns the weights' gradients."""
+    model = MLP([layers[0][0].shape[1]] + [W.shape[0] for W, _ in layers], activation=F.relu)
+    for layer, (W, b) in zip(model.layers, layers):
+        layer.weight.data, layer.bias.data = W.copy(), b.copy()
+    optimizer = Adam(model.params(), lr=lr)
+
+    def step():
+        model.cleargrads()
+        F.mean_squared_error(model(x), target).backward()
+        optimizer.step()
+        return [p.grad.data for p in model.params()]
+    return step
+
+
+def mlp_torch(x, target, layers, lr=1e-3):
+    modules = []
+    for W, b in layers:
+        linear = torch.nn.Linear(W.shape[1], W.shape[0])
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(W))
+            linear.bias.copy_(torch.from_numpy(b))
+        modules += [linear, torch.nn.ReLU()]
+    model = torch.nn.Sequential(*modules[:-1])
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    tx, tt = torch.from_numpy(x), torch.from_numpy(target)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(tx), tt).backward()
+        optimizer.step()
+        return [p.grad.numpy() for p in model.parameters()]
+    return step
+
+
+def mlp_numpy(x, target, layers, lr=1e-3, betas=(0.9, 0.999), eps=1e-8):
+    """The same step by hand: forward keeping what backward needs, the chain rule, Adam's update."""
+    params = [p.copy() for W, b in layers for p in (W, b)]
+    moments = [[np.zeros_like(p), np.zeros_like(p)] for p in params]
+    t = [0]
+
+    def step():
+        hs, h = [], x
+        for i in range(0, len(params), 2):
+            hs.append(h)
+            h = h @ params[i].T + params[i + 1]
+            if i + 2 < len(params):
+                h = np.maximum(h, 0)
+        g = (2.0 / h.size) * (h - target)  # d mean((h - t)^2) / dh
+        grads = [None] * len(params)
+        for i in reversed(range(0, len(params), 2)):
+            grads[i], grads[i + 1] = g.T @ hs[i // 2], g.sum(axis=0)
+            if i:
+                g = (g @ params[i]) * (hs[i // 2] > 0)
+        t[0] += 1
+        for p, grad, (m, v) in zip(params, grads, moments):
+            m *= betas[0]
+            m += (1 - betas[0]) * grad
+            v *= betas[1]
+            v += (1 - betas[1]) * grad * grad
+            p -= lr * (m / (1 - betas[0] ** t[0])) / (np.sqrt(v / (1 - betas[1] ** t[0])) + eps)
+        return grads
+    return step
+
+
+# ----- one operation on a 0-d value: the fixed cost every node pays ----------------------------------
+
+def one_operation(framework, recorded):
+    """A function computing sin of a 0-d value once, recording the graph or not."""
+    if framework == "tinypytorch":
+        x = Variable(np.array(0.5), requires_grad=recorded)
+        return lambda: tinypytorch.sin(x)
+    if framework == "torch":
+        x = torch.tensor(0.5, dtype=torch.float64, requires_grad=recorded)
+        return lambda: torch.sin(x)
+    a = np.array(0.5)
+    return lambda: np.sin(a)
+
+
 # ----- scaling: a chain and a wide graph of n functions ---------------------------------------------
 
 def chain_tinypytorch(n, x0=0.5):
@@ -186,6 +315,20 @@ def chain_torch(n, x0=0.5):
     def backward():
         y.backward()
         return x.grad.numpy()
+    return backward
+
+
+def chain_numpy(n, x0=0.5):
+    """The chain by hand: forward keeps each input, backward multiplies the cosines."""
+    def backward():
+        hs, h = [], np.array(x0)
+        for _ in range(n):
+            hs.append(h)
+            h = np.sin(h)
+        g = np.array(1.0)
+        for h in reversed(hs):
+            g = g * np.cos(h)
+        return g
     return backward
 
 
@@ -270,11 +413,13 @@ def fitted_slope(sizes, seconds):
 
 
 SETTINGS = {
-    "full": {"gp_number": 2000, "gp_repeats": 5, "wide_branches": 2000, "wide_repeats": 7,
-             "array_size": 10**6, "array_repeats": 15, "sizes": [1000, 3000, 10_000, 30_000, 100_000],
+    "full": {"gp_number": 2000, "gp_repeats": 5, "chain_length": 10_000, "chain_repeats": 7, "wide_branches": 2000,
+             "wide_repeats": 7, "array_size": 10**6, "array_repeats": 15, "mlp_number": 20, "mlp_repeats": 7,
+             "op_number": 20_000, "op_repeats": 5, "sizes": [1000, 3000, 10_000, 30_000, 100_000],
              "scaling_repeats": 3},
-    "quick": {"gp_number": 50, "gp_repeats": 2, "wide_branches": 200, "wide_repeats": 2,
-              "array_size": 10**5, "array_repeats": 2, "sizes": [1000, 3000, 10_000], "scaling_repeats": 1},
+    "quick": {"gp_number": 50, "gp_repeats": 2, "chain_length": 1000, "chain_repeats": 2, "wide_branches": 200,
+              "wide_repeats": 2, "array_size": 10**5, "array_repeats": 2, "mlp_number": 2, "mlp_repeats": 2,
+              "op_number": 1000, "op_repeats": 2, "sizes": [1000, 3000, 10_000], "scaling_repeats": 1},
 }
 
 
@@ -285,6 +430,9 @@ def run_workloads(s):
     results["scalar graph"] = measure(
         {name: lambda f=f: (lambda: f(1.0, 1.0)) for name, f in zip(names, (gp_tinypytorch, gp_torch, gp_numpy))},
         number=s["gp_number"], repeats=s["gp_repeats"])
+    results["chain"] = measure(
+        {name: lambda f=f: f(s["chain_length"]) for name, f in zip(names, (chain_tinypytorch, chain_torch, chain_numpy))},
+        repeats=s["chain_repeats"])
     coefficients = wide_coefficients(s["wide_branches"])
     results["wide graph"] = measure(
         {name: lambda f=f: f(coefficients) for name, f in zip(names, (wide_tinypytorch, wide_torch, wide_numpy))},
@@ -294,6 +442,16 @@ def run_workloads(s):
     results["large arrays"] = measure({name: lambda f=f: (lambda: f(a)) for name, f in array_functions.items()},
                                       repeats=s["array_repeats"])
     results["page faults"] = {name: page_faults_per_call(lambda f=f: f(a)) for name, f in array_functions.items()}
+    results["large arrays, tanh and division"] = measure(
+        {name: lambda f=f: (lambda: f(a)) for name, f in zip(names, (ratio_tinypytorch, ratio_torch, ratio_numpy))},
+        repeats=s["array_repeats"])
+    data = mlp_data()
+    results["MLP training step"] = measure(
+        {name: lambda f=f: f(*data) for name, f in zip(names, (mlp_tinypytorch, mlp_torch, mlp_numpy))},
+        number=s["mlp_number"], repeats=s["mlp_repeats"])
+    results["one operation"] = {recorded: measure({name: lambda name=name: one_operation(name, recorded)
+                                                   for name in names}, number=s["op_number"], repeats=s["op_repeats"])
+                                for recorded in (True, False)}
     scaling = {}
     for shape, builders in [("chain", (chain_tinypytorch, chain_torch)), ("wide", (fan_tinypytorch, fan_torch))]:
         for n in s["sizes"]:
@@ -320,9 +478,13 @@ def machine():
 
 
 WORKLOADS = {  # what is timed (filled in with the run's sizes), and the target (not a test)
-    "scalar graph": ("Goldstein–Price forward + backward on 0-d values (38 operations), per call", "torch", 1.5),
-    "wide graph": ("backward only: {wide_branches:,} branches × 10 operations, summed", "torch", 3.0),
-    "large arrays": ("sum(exp(x) * x + x ** 2), forward + backward, {array_size:,} elements", "numpy", 1.3),
+    "scalar graph": ("Goldstein–Price forward + backward on 0-d values (38 operations), per call", "torch", 1.0),
+    "chain": ("backward only: a chain of {chain_length:,} sin functions", "torch", 1.0),
+    "wide graph": ("backward only: {wide_branches:,} branches × 10 operations, summed", "torch", 1.5),
+    "large arrays": ("sum(exp(x) * x + x ** 2), forward + backward, {array_size:,} elements", "numpy", 1.2),
+    "large arrays, tanh and division": ("sum(tanh(x) / (1 + x * x)), forward + backward, {array_size:,} elements",
+                                        "numpy", 1.2),
+    "MLP training step": ("784 → 256 → 10, ReLU, batch 64, float32, MSE, Adam: one step", "torch", 1.2),
 }
 SLOPE_TARGET = 1.15  # "linear": a fitted log-log slope of at most this
 LABELS = {"tinypytorch": "tinypytorch", "torch": "PyTorch", "numpy": "NumPy"}
@@ -354,6 +516,15 @@ def report(results, scaling, s, mode):
         lines.append(f"| {workload}: {description} | {times} | {t['tinypytorch'] / t['torch']:.2f} | "
                      f"{t['tinypytorch'] / t['numpy']:.2f} | ≤ {target} × {LABELS[reference]} | "
                      f"{'yes' if verdicts[workload] else 'no'} |")
+    ops = results.get("one operation")
+    if ops:
+        lines += ["", "One operation, sin of a 0-d value, per call: the fixed cost each node of a small graph pays "
+                  "(a recorded operation also pays for its backward later):", "",
+                  "| | tinypytorch | PyTorch | NumPy (np.sin) |", "|---|---|---|---|"]
+        for recorded in (True, False):
+            lines.append(f"| {'recorded (requires grad)' if recorded else 'not recorded'} | "
+                         + " | ".join(format_time(ops[recorded][name][0]) for name in ("tinypytorch", "torch", "numpy"))
+                         + " |")
     faults = results.get("page faults", {})
     if all(faults.get(name) is not None for name in ("tinypytorch", "torch", "numpy")):
         lines += ["", "Large arrays, minor page faults per call (fresh 4 KiB pages from the OS): "

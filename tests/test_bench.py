@@ -92,8 +92,47 @@ def test_chain_gradient_is_the_product_of_cosines(n):
     y, expected = 0.5, 1.0
     for _ in range(n):
         y, expected = math.sin(y), expected * math.cos(y)
-    for build in (bench.chain_tinypytorch, bench.chain_torch):
+    for build in (bench.chain_tinypytorch, bench.chain_torch, bench.chain_numpy):
         np.testing.assert_allclose(build(n)(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("f", [bench.ratio_tinypytorch, bench.ratio_torch, bench.ratio_numpy],
+                         ids=lambda f: f.__name__)
+@given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 2000))
+def test_tanh_and_division_gradient_equals_torch(f, seed, size):
+    a = bench.arrays_input(size, seed=seed) * 3.0
+    x = torch.from_numpy(a.copy()).requires_grad_()
+    (torch.tanh(x) / (1 + x**2)).sum().backward()  # written out here, not taken from the benchmark
+    np.testing.assert_allclose(f(a), x.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+def test_mlp_step_gives_torchs_gradients_and_updates_in_all_three():
+    x, target, layers = bench.mlp_data(batch=8, sizes=(12, 7, 3))
+    steps = [build(x, target, layers) for build in (bench.mlp_tinypytorch, bench.mlp_torch, bench.mlp_numpy)]
+    for _ in range(3):  # Adam's update shows from the second step on: later gradients depend on it
+        grads = [step() for step in steps]
+        assert all(g.dtype == np.float32 for gs in grads for g in gs)
+        assert len(grads[0]) == len(grads[1]) == len(grads[2]) == 4
+        for ours in (grads[0], grads[2]):
+            for g, expected in zip(ours, grads[1], strict=True):
+                np.testing.assert_allclose(g, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_mlp_workload_is_the_issues_network():
+    x, target, layers = bench.mlp_data()
+    assert x.shape == (64, 784) and target.shape == (64, 10) and x.dtype == np.float32
+    assert [W.shape for W, _ in layers] == [(256, 784), (10, 256)]
+
+
+@pytest.mark.parametrize("framework", ["tinypytorch", "torch", "numpy"])
+@pytest.mark.parametrize("recorded", [True, False])
+def test_one_operation_computes_sin_and_records_only_when_asked(framework, recorded):
+    y = bench.one_operation(framework, recorded)()
+    assert float(y.item() if hasattr(y, "item") else y) == math.sin(0.5)
+    if framework == "tinypytorch":
+        assert (y.creator is not None) == recorded == y.requires_grad
+    elif framework == "torch":
+        assert (y.grad_fn is not None) == recorded == y.requires_grad
 
 
 @pytest.mark.parametrize("n", [2, 3, 10, 1001])
@@ -125,13 +164,18 @@ def test_fitted_slope_recovers_the_power_of_a_power_law(power):
 def test_report_computes_ratios_and_verdicts_and_the_plot_is_written(tmp_path):
     settings = bench.SETTINGS["quick"]
     results = {"scalar graph": {"tinypytorch": (3.0, 2.0), "torch": (2.0, 1.0), "numpy": (1.0, 1.0)},
+               "chain": {"tinypytorch": (1.0, 1.0), "torch": (1.0, 1.0), "numpy": (0.1, 0.1)},
                "wide graph": {"tinypytorch": (7.0, 7.0), "torch": (2.0, 2.0), "numpy": (0.5, 0.5)},
-               "large arrays": {"tinypytorch": (1.2, 1.2), "torch": (1.1, 1.1), "numpy": (1.0, 1.0)}}
+               "large arrays": {"tinypytorch": (1.2, 1.2), "torch": (1.1, 1.1), "numpy": (1.0, 1.0)},
+               "large arrays, tanh and division": {"tinypytorch": (1.3, 1.3), "torch": (1.1, 1.1),
+                                                   "numpy": (1.0, 1.0)},
+               "MLP training step": {"tinypytorch": (1.1, 1.1), "torch": (1.0, 1.0), "numpy": (0.9, 0.9)}}
     sizes = settings["sizes"]
     scaling = {("chain", "tinypytorch"): [1e-5 * n for n in sizes], ("chain", "torch"): [1e-6 * n for n in sizes],
                ("wide", "tinypytorch"): [1e-9 * n**2 for n in sizes], ("wide", "torch"): [1e-6 * n for n in sizes]}
     text, slopes, verdicts = bench.report(results, scaling, settings, "quick")
-    assert verdicts == {"scalar graph": True, "wide graph": False, "large arrays": True,
+    assert verdicts == {"scalar graph": False, "chain": True, "wide graph": False, "large arrays": True,
+                        "large arrays, tanh and division": False, "MLP training step": True,
                         "linear backward (chain)": True, "linear backward (wide)": False}
     assert "| 1.50 | 3.00 |" in text and "| 3.50 | 14.00 |" in text and "| 1.09 | 1.20 |" in text
     assert slopes["wide", "tinypytorch"] == pytest.approx(2.0)

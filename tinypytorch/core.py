@@ -4,6 +4,7 @@ This is the framework of steps 01-22 gathered in one module. Each piece names
 the step that introduced it, so a reader can go back to where it is explained.
 """
 import contextlib
+import functools
 import itertools
 import numbers
 import weakref
@@ -362,13 +363,24 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
     if isinstance(obj, cuda.array_types):
         return Variable(obj, requires_grad=False)
     if isinstance(obj, (int, float, complex)) and like is not None:
-        number = Variable(xp.asarray(obj, dtype=np.result_type(like.dtype, obj)), requires_grad=False)
+        number = Variable(xp.asarray(obj, dtype=_number_dtype(like.dtype, type(obj))), requires_grad=False)
     elif isinstance(obj, scalar_types):
         number = Variable(as_array(obj, xp), requires_grad=False)
     else:
         raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
     number._wrapped_number = True  # step 35: saved as a number, not a tensor, as PyTorch does
     return number
+
+
+@functools.cache
+def _number_dtype(dtype, kind):
+    """The dtype NumPy gives a Python number of type `kind` meeting an array of `dtype`.
+
+    Speed: np.result_type takes about 1 µs, and constants such as the 14 in 14 * x meet an
+    array at nearly every operation of a formula. NumPy 2 treats a Python number as "weak":
+    the result depends on its type, not its value, so one answer per pair serves every call.
+    """
+    return np.result_type(dtype, kind(0))
 
 
 # step 33: every recorded Function gets the next number (PyTorch's sequence_nr)
@@ -395,8 +407,9 @@ class ConstantInput:
     __slots__ = ("name", "shape", "dtype", "value")
 
     def __init__(self, x):
-        self.name, self.shape, self.dtype = x.name, x.shape, x.dtype
-        self.value = x.data.item() if x.data.ndim == 0 else None  # a number of the formula, such as the 14 in 14 * x
+        data = x.data  # (read once: the shape and dtype properties would each cost a call)
+        self.name, self.shape, self.dtype = x.name, data.shape, data.dtype
+        self.value = data.item() if data.ndim == 0 else None  # a number of the formula, such as the 14 in 14 * x
 
 
 def constant_input(x):
@@ -428,16 +441,17 @@ class Function:
         if not all([isinstance(x, Variable) for x in inputs]):
             xp = cuda.get_array_module(*inputs)
             op = type(self).__name__.lower()  # names the operation in an error message
-            like = next((x for x in inputs if isinstance(x, (Variable, *cuda.array_types))), None)
-            inputs = tuple([as_variable(x, op, xp, like) for x in inputs])
+            like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
+            inputs = tuple([as_variable(x, op, xp, like[0] if like else None) for x in inputs])
         for x in inputs:
             if x._base is not None and x._view_version != x._version_counter.value:
                 inplace.refresh_view(x)  # step 36: a view whose base was changed in place since
         # step 18: record the graph only when it will be used; step 33: that is, when backprop
         # is on and a gradient can flow to some input. Only then do the outputs require grad.
-        requires_grad = Config.enable_backprop and any([x.requires_grad for x in inputs])
+        # (The attribute behind the requires_grad property: every call reads it, and a property costs a call.)
+        requires_grad = Config.enable_backprop and any([x._requires_grad for x in inputs])
         # step 35: forward saves only what the gradients of these inputs need
-        self.needs_input_grad = tuple([x.requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
+        self.needs_input_grad = tuple([x._requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
         if not isinstance(ys, tuple):
             ys = (ys,)
@@ -450,8 +464,8 @@ class Function:
             self.sequence_nr = next(_sequence_numbers)  # step 33: creation order, for the ready queue
             self.edges = tuple([gradient_edge(x) for x in inputs])  # step 35: not the inputs themselves
             if not all(self.needs_input_grad):  # step 35: for drawings, what the constants were
-                self.constants = {i: constant_input(x) for i, x in enumerate(inputs) if not x.requires_grad}
-            self.output_meta = tuple([(y.shape, y.dtype) for y in outputs])  # step 35: what gradients must be
+                self.constants = {i: constant_input(x) for i, x in enumerate(inputs) if not x._requires_grad}
+            self.output_meta = tuple([(y.data.shape, y.data.dtype) for y in outputs])  # step 35: what gradients must be
             for i, output in enumerate(outputs):
                 output.set_creator(self, i)  # step 07
             self.outputs = [weakref.ref(output) for output in outputs]  # step 17: no reference cycle
@@ -606,6 +620,8 @@ class Pow(Function):  # step 22
         c = self.c
         if c == 0:  # x**0 is constant; the formula would give 0 * 0**-1 = nan at x = 0
             return gy * 0.0
+        if c == 2 and not Config.enable_backprop:  # speed: x ** 1 would copy x, a pass over the array for
+            return c * x * gy  # nothing; but with create_graph it keeps x ** 1 in the graph, as PyTorch does
         return c * x ** (c - 1) * gy
 
 

@@ -121,12 +121,13 @@ def call_backward(f, gys):
     for i, ((node, nr), gx) in enumerate(zip(f.edges, gxs)):
         # a constant's gradient is thrown away, so it may be anything; None means "no gradient" (as zero, PyTorch)
         if node is not None and gx is not None:
-            gx = as_variable(gx, f"{name}.backward")
-            shape, dtype = expected_shape_and_dtype(node, nr)
-            if gx.shape != shape:
+            if not isinstance(gx, Variable):  # (the test first: a call saved for the usual Variable)
+                gx = as_variable(gx, f"{name}.backward")
+            shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
+            if gx.data.shape != shape:
                 raise ValueError(f"{name}.backward returned a gradient of shape {gx.shape} "
                                  f"for input {i} of shape {shape}")
-            if gx.dtype != dtype:
+            if gx.data.dtype != dtype:
                 gx = astype(gx, dtype)
         checked.append(gx)
     return checked
@@ -202,7 +203,7 @@ def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
             if not retain_graph:
                 f.release_saved()  # step 35: this pass was the last to need them
             for edge, gx in zip(f.edges, gxs):
-                if wanted(edge):
+                if edge[0] is not None and (not capture or wanted(edge)):  # (wanted's first test, inlined)
                     receive(*edge, gx)
             gys = gxs = gx = None  # the buffers hold what is still needed; these would keep f's gradients alive
     finally:
