@@ -1715,12 +1715,12 @@ def report_reversible(results, s, mode):
               + ", ".join(f"{growth[f]:,.0f} B per block in {LABELS[f]}" for f in LABELS)
               + f"; one block's parameters' gradients are {block_gradients:,} B. PyTorch's twin puts each block's "
               "gradients into `.grad` as that block's backward ends, where a hook lets them go. tinypytorch's "
-              "ReversibleSequential returns every parameter's gradient through the graph (so that `autograd.grad` "
-              "reaches them), and its inner passes hold the parameters' hooks back, so that each hook runs once, on "
-              "what the Function returns: a hook can let a gradient go only when the whole stack's backward has "
-              "ended, and until then the Function holds every block's gradients (what the gradients-let-go peak "
-              "counts beyond bookkeeping). Relative differences of the gradients from the plain run's: float32 "
-              "arithmetic, the reversible run computing each block's input back from its output."]
+              "ReversibleSequential sends each block's parameter gradients on to the running backward pass as soon "
+              "as that block is done (`engine.send_early`), through the graph rather than into `.grad` directly, so "
+              "that `autograd.grad` reaches them too and a hook runs once, when the gradient is complete; the Function "
+              "holds one block's gradients at a time, not the whole stack's. Relative differences of the gradients "
+              "from the plain run's: float32 arithmetic, the reversible run computing each block's input back from "
+              "its output."]
     lines += ["", "### Time of forward + backward", "",
               "Each configuration's forward + backward (no hooks, no measurement), timed with `time.perf_counter` "
               "with the garbage collector off, the configurations taking turns (as in `checkpoint.md`); the median "
@@ -1807,8 +1807,8 @@ def report_reversible(results, s, mode):
                           f" a at {last} in {LABELS[f]}" for f in LABELS)
               + "). What grows beside them: in tinypytorch the "
               "random generator's state kept before each level (a Python dict, which `tracemalloc` sees), and, as "
-              "for the stack above, the parameters' gradients, which the Function returns through the graph when "
-              "its whole backward ends, the hooks held back until then (by hand "
+              "for the stack above, the gradients in flight: one column's parameters' gradients, sent on to the pass "
+              "when that column is done (by hand "
               f"{column_gradients / a_r:.2f} a a column: its {2 * sr['levels'] - 1} Linears and {sr['levels']} "
               "alphas); PyTorch's port puts each level's into `.grad` as it goes. The price: every c but the last "
               "column's is computed back through all the columns after it, so rounding errors build up with the number of columns (below). "
