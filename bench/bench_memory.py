@@ -2,7 +2,7 @@
 
     python bench/bench_memory.py            # the full run, a few minutes: bench/results/{memory,checkpoint}.{md,png}
     python bench/bench_memory.py --quick    # a smoke test, seconds: small sizes, written to bench/_out/
-    python bench/bench_memory.py --only checkpoint   # one part (memory or checkpoint)
+    python bench/bench_memory.py --only checkpoint   # one part (memory, checkpoint or reversible)
 
 The workload: a multilayer perceptron of `depth` Linear layers (width 1,024, tanh between them)
 on a batch of 256 rows, with a mean-squared-error loss against a fixed target, in float32 and
@@ -38,6 +38,15 @@ bytes with the same counting hook, entered outside the checkpoints (so it sees w
 them and each checkpoint's input: the checkpoints' own hooks are innermost and win inside); peak
 memory as above, once with the gradients kept and once with each gradient let go when complete,
 against the k + N/k prediction; and the time of forward + backward relative to the plain run.
+
+Reversible networks (reversible.{md,png}), in float32, with the same measures: a RevNet stack of N
+AdditiveCoupling blocks (N = 8 to 128), plain, in √N checkpointed segments and reversible
+(ReversibleSequential: one Function keeping only the output); and RevCol's columns (N = 2 to 16
+columns of 4 levels), non-reversible, reversible per column (RevColumn, RevCol's ReverseFunction:
+x and the new c's of each column kept) and reversible as one Function (ReversibleColumns: x and
+the last column's c's kept). PyTorch runs ports of the same Functions (torch.autograd.Function)
+with the same weights. Targets: the reversible peak flat within 1.1x in depth and in the number
+of columns; the reversible forward + backward at most 2x the plain run's time.
 """
 import os
 
@@ -68,7 +77,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import tinypytorch
 from tinypytorch import Variable
 from tinypytorch.autograd.graph import saved_tensors_hooks
-from tinypytorch.layers import MLP
+from tinypytorch.layers import MLP, Layer, Linear, Parameter
+from tinypytorch.reversible import (AdditiveCoupling, ReversibleColumns, ReversibleColumnsFunction,
+                                    ReversibleSequential, RevColumn)
 from tinypytorch.utils.checkpoint import checkpoint_sequential
 
 torch.set_num_threads(1)  # as in bench_autograd.py; memory does not depend on it, the run's length does
@@ -167,12 +178,11 @@ def _saved(records, existing):
     return Saved(sum(n for n, _ in records), len(records), sum(size for _, size in new_blocks))
 
 
-def saved_tinypytorch(model, x, target, segments=None):
-    """Forward (with a counting pack hook) and backward once: what tinypytorch saved.
+def count_saved_tinypytorch(forward, model, inputs):
+    """Run forward() (with a counting pack hook) and backward once: what tinypytorch saved.
 
-    Under checkpointing the checkpoint's own hooks are the innermost inside each checkpointed
-    segment, and win: this hook sees what is kept outside the checkpoints, and each
-    checkpoint's input (saved, as in PyTorch, outside the checkpoint's hooks).
+    forward: () -> a loss of `model` (a Layer); inputs: the arrays it reads that existed before
+    (the batch, the target), which are, with the parameters, no new memory.
     """
     records = []
 
@@ -181,15 +191,15 @@ def saved_tinypytorch(model, x, target, segments=None):
         return v
 
     with saved_tensors_hooks(pack, lambda v: v):
-        loss = loss_tinypytorch(model, x, target, segments)
+        loss = forward()
     loss.backward()
     model.cleargrads()
-    existing = {_numpy_block(a) for a in [p.data for p in model.params()] + [x, target]}
+    existing = {_numpy_block(a) for a in [p.data for p in model.params()] + list(inputs)}
     return _saved(records, existing)
 
 
-def saved_torch(twin, x, target, segments=None):
-    """Forward (with a counting pack hook) and backward once: what PyTorch saved (the same rules as above)."""
+def count_saved_torch(forward, module, inputs):
+    """The same in PyTorch: forward() -> a loss of `module` (an nn.Module); inputs: NumPy arrays it reads."""
     records = []
 
     def pack(t):
@@ -197,11 +207,26 @@ def saved_torch(twin, x, target, segments=None):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = loss_torch(twin, x, target, segments)
+        loss = forward()
     loss.backward()
-    twin.zero_grad(set_to_none=True)
-    existing = {_torch_block(t) for t in [*twin.parameters(), torch.from_numpy(x), torch.from_numpy(target)]}
+    module.zero_grad(set_to_none=True)
+    existing = {_torch_block(t) for t in [*module.parameters(), *map(torch.from_numpy, inputs)]}
     return _saved(records, existing)
+
+
+def saved_tinypytorch(model, x, target, segments=None):
+    """Forward (with a counting pack hook) and backward once: what tinypytorch saved.
+
+    Under checkpointing the checkpoint's own hooks are the innermost inside each checkpointed
+    segment, and win: this hook sees what is kept outside the checkpoints, and each
+    checkpoint's input (saved, as in PyTorch, outside the checkpoint's hooks).
+    """
+    return count_saved_tinypytorch(lambda: loss_tinypytorch(model, x, target, segments), model, [x, target])
+
+
+def saved_torch(twin, x, target, segments=None):
+    """Forward (with a counting pack hook) and backward once: what PyTorch saved (the same rules as above)."""
+    return count_saved_torch(lambda: loss_torch(twin, x, target, segments), twin, [x, target])
 
 
 def expected_saved(depth, width, batch, itemsize):
@@ -254,11 +279,12 @@ def _gradients_dropped_tinypytorch(model, drop):
             handle.remove()
 
 
-def memory_tinypytorch(model, x, target, segments=None, drop_gradients=False):
-    """tinypytorch's memory during one forward + backward, measured with tracemalloc.
+def measure_tinypytorch(forward, model, drop_gradients=False, gradients_out=None):
+    """tinypytorch's memory during one forward() (-> a loss of `model`, a Layer) + backward, with tracemalloc.
 
-    segments: as in loss_tinypytorch. drop_gradients: each gradient is let go as soon as it is
-    complete, so that the peak is what the activations take (gradients then reports 0).
+    drop_gradients: each gradient is let go as soon as it is complete, so that the peak is what
+    the activations take (gradients then reports 0). gradients_out: a list, given the gradients'
+    arrays (kept) before they are cleared.
     """
     with _gradients_dropped_tinypytorch(model, drop_gradients):
         gc.collect()
@@ -267,7 +293,7 @@ def memory_tinypytorch(model, x, target, segments=None, drop_gradients=False):
         try:
             base_all, base_arrays = tracemalloc.get_traced_memory()[0], _numpy_bytes()
             tracemalloc.reset_peak()
-            loss = loss_tinypytorch(model, x, target, segments)
+            loss = forward()
             all_after_forward, peak_forward = tracemalloc.get_traced_memory()
             after_forward = _numpy_bytes() - base_arrays
             output = loss.data.nbytes
@@ -280,10 +306,21 @@ def memory_tinypytorch(model, x, target, segments=None, drop_gradients=False):
         finally:
             tracemalloc.stop()
             gc.enable()
-    gradients = 0 if drop_gradients else sum(p.grad.data.nbytes for p in model.params())
+    gradients = 0 if drop_gradients else sum(p.grad.data.nbytes for p in model.params() if p.grad is not None)
+    if gradients_out is not None:
+        gradients_out.extend(p.grad.data for p in model.params())
     model.cleargrads()
     return Memory(peak, after_forward, output, after_backward, gradients, after_drop,
                   overhead=all_after_forward - base_all - after_forward)
+
+
+def memory_tinypytorch(model, x, target, segments=None, drop_gradients=False):
+    """tinypytorch's memory during one forward + backward, measured with tracemalloc.
+
+    segments: as in loss_tinypytorch. drop_gradients: each gradient is let go as soon as it is
+    complete, so that the peak is what the activations take (gradients then reports 0).
+    """
+    return measure_tinypytorch(lambda: loss_tinypytorch(model, x, target, segments), model, drop_gradients)
 
 
 MARKS = ("bench_memory: forward", "bench_memory: backward")
@@ -293,11 +330,12 @@ def _drop_grad(p):
     p.grad = None
 
 
-def memory_torch(twin, x, target, segments=None, drop_gradients=False):
-    """PyTorch's memory during one forward + backward, from its profiler's allocation events.
+def measure_torch(forward, twin, drop_gradients=False, gradients_out=None):
+    """PyTorch's memory during one forward() (-> a loss of `twin`, an nn.Module) + backward, from its profiler.
 
-    segments, drop_gradients: as in memory_tinypytorch; PyTorch lets a gradient go with a hook that
-    runs once it has been accumulated into .grad (register_post_accumulate_grad_hook), setting .grad to None.
+    Its allocation events, in order. drop_gradients, gradients_out: as in measure_tinypytorch; PyTorch lets a
+    gradient go with a hook that runs once it has been accumulated into .grad
+    (register_post_accumulate_grad_hook), setting .grad to None.
     """
     handles = [p.register_post_accumulate_grad_hook(_drop_grad) for p in twin.parameters()] if drop_gradients else []
     gc.collect()
@@ -305,7 +343,7 @@ def memory_torch(twin, x, target, segments=None, drop_gradients=False):
     try:
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             with record_function(MARKS[0]):
-                loss = loss_torch(twin, x, target, segments)
+                loss = forward()
             output = loss.untyped_storage().nbytes()
             with record_function(MARKS[1]):
                 loss.backward()
@@ -315,6 +353,8 @@ def memory_torch(twin, x, target, segments=None, drop_gradients=False):
         for handle in handles:
             handle.remove()
     gradients = sum(p.grad.nelement() * p.grad.element_size() for p in twin.parameters() if p.grad is not None)
+    if gradients_out is not None:
+        gradients_out.extend(p.grad.numpy() for p in twin.parameters())
     twin.zero_grad(set_to_none=True)
     with tempfile.TemporaryDirectory() as folder:
         path = pathlib.Path(folder) / "trace.json"
@@ -333,6 +373,14 @@ def memory_torch(twin, x, target, segments=None, drop_gradients=False):
             peak = max(peak, held)
     after = {mark: after.get(mark, held) for mark in MARKS}
     return Memory(peak, after[MARKS[0]], output, after[MARKS[1]], gradients, held)
+
+
+def memory_torch(twin, x, target, segments=None, drop_gradients=False):
+    """PyTorch's memory during one forward + backward, from its profiler's allocation events.
+
+    segments, drop_gradients: as in memory_tinypytorch (see measure_torch).
+    """
+    return measure_torch(lambda: loss_torch(twin, x, target, segments), twin, drop_gradients)
 
 
 # ----- the run ------------------------------------------------------------------------------------
@@ -943,17 +991,927 @@ def plot_checkpoint(results, s, path):
     plt.close(figure)
 
 
+# ----- reversible networks: a RevNet stack of coupling blocks, and RevCol's columns ---------------------------
+#
+# The coupling stack: N AdditiveCoupling blocks on features of `width` split into two halves, f and g each a
+# Linear(half, half) with tanh after it; the loss, a mean squared error against a fixed target, on the output.
+# Three configurations of the same blocks: plain (each block recorded as it runs); checkpoint_sequential with
+# round(√N) segments (as above); reversible (ReversibleSequential: one Function that keeps only the output).
+# RevCol: N columns (RevColumn) of L levels, level i: c_i' = tanh(Linear(below) + Linear(above)) + alpha_i c_i
+# (below: c_{i-1}' of this column, x for level 0; above: c_{i+1} of the column before, none for the top level),
+# the first column's states zero; the loss on the last column's top level. Three configurations of the same
+# columns: non-reversible (RevColumn(..., reversible=False), everything recorded); reversible, one Function per
+# column (RevCol's ReverseFunction, each keeping x and its new c's); reversible, one Function over all the
+# columns (ReversibleColumns: x and the last column's c's only).
+
+
+class LinearTanh(Layer):
+    """f or g of a coupling block: tanh(Linear(size, size))."""
+
+    def __init__(self, size, rng):
+        super().__init__()
+        self.linear = Linear(size, size, rng=rng)
+
+    def forward(self, x):
+        return tinypytorch.tanh(self.linear(x))
+
+
+def _cast(layer, dtype):
+    for p in layer.params():
+        p.data = p.data.astype(dtype)  # Linear draws float64 weights; float32 gets them rounded
+    return layer
+
+
+def build_coupling_stack(depth, width, dtype, seed=0):
+    """ReversibleSequential of `depth` AdditiveCoupling blocks on `width` features; its .blocks run plainly too."""
+    rng = np.random.default_rng(seed)
+    blocks = [AdditiveCoupling(LinearTanh(width // 2, rng), LinearTanh(width // 2, rng)) for _ in range(depth)]
+    return _cast(ReversibleSequential(*blocks), dtype)
+
+
+COUPLING_CONFIGURATIONS = {"plain": "plain", "sqrt": "√N segments", "reversible": "reversible"}
+
+
+def loss_coupling_tinypytorch(net, x, target, configuration):
+    """The loss of the coupling stack `net` on x: its blocks plainly, in √N checkpointed segments, or reversibly."""
+    x, target = Variable(x, requires_grad=False), Variable(target, requires_grad=False)
+    if configuration == "reversible":
+        y = net(x)
+    elif configuration == "sqrt":
+        y = checkpoint_sequential(net.blocks, segments_for("sqrt", len(net.blocks)), x, use_reentrant=False)
+    else:
+        y = x
+        for block in net.blocks:
+            y = block(y)
+    return tinypytorch.mean_squared_error(y, target)
+
+
+class TorchCoupling(torch.nn.Module):
+    """AdditiveCoupling in PyTorch: y1 = x1 + f(x2), y2 = x2 + g(y1); and its inverse."""
+
+    def __init__(self, f, g):
+        super().__init__()
+        self.f, self.g = f, g
+
+    def forward(self, x):
+        x1, x2 = x.chunk(2, dim=-1)
+        y1 = x1 + self.f(x2)
+        return torch.cat([y1, x2 + self.g(y1)], dim=-1)
+
+    def inverse(self, y):
+        y1, y2 = y.chunk(2, dim=-1)
+        x2 = y2 - self.g(y1)
+        return torch.cat([y1 - self.f(x2), x2], dim=-1)
+
+
+class TorchReversibleFunction(torch.autograd.Function):
+    """tinypytorch's ReversibleFunction in PyTorch: the blocks run under no_grad, only the output is saved;
+    backward walks the blocks in reverse, computing each block's input from its output, running the block
+    again with the graph recorded and backpropagating through it.
+
+    One difference, PyTorch's reversible libraries' way (RevCol's ReverseFunction, MemCNN): each block's
+    parameters get their gradients into .grad as that block's backward ends (torch.autograd.backward),
+    where tinypytorch's returns them through the graph (its parameters' hooks run inside its inner
+    autograd.grad). So a post-accumulate hook lets each go when complete, as a hook on a tinypytorch
+    parameter does. The blocks draw no random numbers: no RNG state is kept.
+    """
+
+    @staticmethod
+    def forward(ctx, x, blocks, *params):
+        ctx.blocks = blocks
+        with torch.no_grad():
+            for block in blocks:
+                x = block(x)
+        ctx.save_for_backward(x)  # the output, and nothing else
+        return x
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved_tensors
+        for block in reversed(ctx.blocks):
+            with torch.no_grad():
+                x = block.inverse(y)
+            leaf = x.detach().requires_grad_()
+            with torch.enable_grad():
+                output = block(leaf)
+            torch.autograd.backward(output, gy)  # the block's parameters' gradients go into .grad now
+            gy, y = leaf.grad, x
+            del output, leaf
+        return (gy if ctx.needs_input_grad[0] else None, None, *[None] * (len(ctx.needs_input_grad) - 2))
+
+
+def torch_coupling_twin(net):
+    """A ModuleList of TorchCoupling blocks with the weights of `net`'s blocks (f, g: Sequential(Linear, Tanh))."""
+    blocks = []
+    for block in net.blocks:
+        halves = []
+        for half in (block.f, block.g):
+            out_size, in_size = half.linear.weight.shape
+            linear = torch.nn.Linear(in_size, out_size, dtype=DTYPES[half.linear.weight.dtype.name][1])
+            with torch.no_grad():
+                linear.weight.copy_(torch.from_numpy(half.linear.weight.data))
+                linear.bias.copy_(torch.from_numpy(half.linear.bias.data))
+            halves.append(torch.nn.Sequential(linear, torch.nn.Tanh()))
+        blocks.append(TorchCoupling(*halves))
+    return torch.nn.ModuleList(blocks)
+
+
+def loss_coupling_torch(twin, x, target, configuration):
+    x = torch.from_numpy(x)
+    if configuration == "reversible":
+        y = TorchReversibleFunction.apply(x, tuple(twin), *twin.parameters())
+    elif configuration == "sqrt":
+        y = torch.utils.checkpoint.checkpoint_sequential(list(twin), segments_for("sqrt", len(twin)), x,
+                                                         use_reentrant=False)
+    else:
+        y = x
+        for block in twin:
+            y = block(y)
+    return torch.nn.functional.mse_loss(y, torch.from_numpy(target))
+
+
+class Level(Layer):
+    """A RevCol level: tanh(Linear(below) + Linear(above)); the top level has no level above."""
+
+    def __init__(self, width, top, rng):
+        super().__init__()
+        self.below = Linear(width, width, rng=rng)
+        self.above = None if top else Linear(width, width, rng=rng)
+
+    def forward(self, below, above):
+        h = self.below(below)
+        if self.above is not None:
+            h = h + self.above(above)
+        return tinypytorch.tanh(h)
+
+
+class RevColNet(Layer):
+    """`columns` RevColumns of `levels` levels on `width` features; alpha starts at 0.5, as in RevCol."""
+
+    def __init__(self, columns, levels, width, dtype, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.columns = []
+        for j in range(columns):
+            column = RevColumn([Level(width, i == levels - 1, rng) for i in range(levels)],
+                               [Parameter(np.full(width, 0.5)) for _ in range(levels)])
+            setattr(self, f"column{j}", column)
+            self.columns.append(column)
+        self.joined = ReversibleColumns(*self.columns)  # the same columns as one Function (params() counts each once)
+        _cast(self, dtype)
+
+    def forward(self, x, states, configuration):
+        """The last column's top level; `states`: the first column's c's; configuration: a REVCOL_CONFIGURATIONS key."""
+        for column in self.columns:
+            column.reversible = configuration != "plain"
+        if configuration == "one":
+            return self.joined(x, *states)[-1]
+        cs = states
+        for column in self.columns:
+            cs = column(x, *cs)
+        return cs[-1]
+
+
+REVCOL_CONFIGURATIONS = {"plain": "non-reversible", "reversible": "reversible, per column",
+                         "one": "reversible, one Function"}
+
+
+def revcol_states(levels, batch, width, dtype):
+    """The first column's states: zeros (RevCol's int 0), made once, as the batch: no new memory."""
+    return [np.zeros((batch, width), dtype=dtype) for _ in range(levels)]
+
+
+def first_states_back(net, x, states, target):
+    """max |c| over the first column's states as ReversibleColumns' backward computes them back through every
+    column (its `reconstructed`): the states are zeros, so this is the error the reconstruction has built up."""
+    loss = loss_revcol_tinypytorch(net, x, states, target, "one")
+    todo, function = [loss.creator], None
+    while todo and function is None:  # the graph's nodes, from the loss back
+        f = todo.pop()
+        if isinstance(f, ReversibleColumnsFunction):
+            function = f
+        else:
+            todo.extend(node for node, _ in getattr(f, "edges", ()))
+    if function is None:
+        raise RuntimeError("first_states_back: no ReversibleColumnsFunction behind the loss")
+    loss.backward()
+    net.cleargrads()
+    return max(float(np.max(np.abs(c - state))) for c, state in zip(function.reconstructed, states, strict=True))
+
+
+def loss_revcol_tinypytorch(net, x, states, target, configuration):
+    x, target = Variable(x, requires_grad=False), Variable(target, requires_grad=False)
+    states = [Variable(c, requires_grad=False) for c in states]
+    return tinypytorch.mean_squared_error(net(x, states, configuration), target)
+
+
+class TorchLevel(torch.nn.Module):
+    def __init__(self, below, above):
+        super().__init__()
+        self.below, self.above = below, above
+
+    def forward(self, below, above):
+        h = self.below(below)
+        if self.above is not None:
+            h = h + self.above(above)
+        return torch.tanh(h)
+
+
+class TorchColumn(torch.nn.Module):
+    def __init__(self, levels, alphas):
+        super().__init__()
+        self.levels, self.alphas = torch.nn.ModuleList(levels), torch.nn.ParameterList(alphas)
+
+    def forward(self, x, cs, reversible):
+        if reversible:
+            return TorchReverseFunction.apply(self, x, *cs, *self.parameters())
+        new = []  # RevCol's _forward_nonreverse, in tinypytorch's order of operations
+        for i, (level, alpha) in enumerate(zip(self.levels, self.alphas)):
+            new.append(level(x if i == 0 else new[-1], cs[i + 1] if i + 1 < len(cs) else None) + alpha * cs[i])
+        return tuple(new)
+
+
+def _torch_column_forward(column, x, cs):
+    """One column under no_grad, levels bottom-up: its new c's (RevCol's ReverseFunction.forward)."""
+    n, new = len(column.levels), []
+    with torch.no_grad():
+        for i, (level, alpha) in enumerate(zip(column.levels, column.alphas)):
+            new.append(level(x if i == 0 else new[-1], cs[i + 1] if i + 1 < n else None) + alpha * cs[i])
+    return new
+
+
+def _torch_column_backward(column, x, new, gys):
+    """One column's backward, levels top-down (RevCol's ReverseFunction.backward): the gradient of x, of each old
+    c (the levels' parameters' and the alphas' into .grad), and the old c's computed back."""
+    n = len(new)
+    total = [torch.zeros_like(c) if g is None else g for g, c in zip(gys, new)]  # whole gradient of c_i'
+    old = [None] * n
+    g_from_below = [0] * n  # gradient of the old c_i through level i - 1 of this column
+    g_x = None
+    for i in reversed(range(n)):
+        below = (x if i == 0 else new[i - 1]).detach().requires_grad_()
+        above = old[i + 1].detach().requires_grad_() if i + 1 < n else None
+        alpha = column.alphas[i]
+        with torch.enable_grad():
+            out = column.levels[i](below, above)
+        torch.autograd.backward(out, total[i])
+        with torch.no_grad():
+            old[i] = (new[i] - out) / alpha  # c_i = (c_i' - l_i(.)) / alpha_i
+        with torch.enable_grad():
+            torch.autograd.backward(old[i] * alpha, total[i])  # alpha_i's gradient: sum of g c_i
+        if above is not None:
+            g_from_below[i + 1] = g_from_below[i + 1] + above.grad
+        if i > 0:
+            total[i - 1] = total[i - 1] + below.grad
+        else:
+            g_x = below.grad
+        del out, below, above
+    with torch.no_grad():
+        g_old = [alpha * total[i] + g_from_below[i] for i, alpha in enumerate(column.alphas)]
+    return g_x, g_old, old
+
+
+class TorchReverseFunction(torch.autograd.Function):
+    """RevCol's ReverseFunction (models/revcol_function.py) for L levels, as tinypytorch's computes it.
+
+    Forward: the levels bottom-up under no_grad; saved: x and the new c's. Backward, levels top-down:
+    recompute level i from the saved c_{i-1}' and the reconstructed c_{i+1} (leaves), backpropagate the
+    whole gradient of c_i' through it (parameters into .grad, as RevCol does), reconstruct
+    c_i = (c_i' - l_i(.)) / alpha_i, and alpha_i's gradient from it. No RNG state: the levels draw nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, column, x, *rest):
+        new = _torch_column_forward(column, x, rest[:len(column.levels)])
+        ctx.column = column
+        ctx.save_for_backward(x, *new)  # x and the new c's: all a column keeps
+        return tuple(new)
+
+    @staticmethod
+    def backward(ctx, *gys):
+        x, *new = ctx.saved_tensors
+        n, needs = len(new), ctx.needs_input_grad
+        g_x, g_old, _ = _torch_column_backward(ctx.column, x, new, gys)
+        g_old = [g if needs[2 + i] else None for i, g in enumerate(g_old)]
+        return (None, g_x if needs[1] else None, *g_old, *[None] * (len(needs) - 2 - n))
+
+
+class TorchReversibleColumnsFunction(torch.autograd.Function):
+    """tinypytorch's ReversibleColumnsFunction in PyTorch: every column as one Function.
+
+    Forward: the columns one after another under no_grad; saved: x and the last column's c's only. Backward:
+    from the last column to the first, each column's backward as TorchReverseFunction's, its computed-back
+    old c's handed to the column before as that column's new c's (and the gradients of the old c's as the
+    gradients of its new c's). The gradient of x is summed over the columns.
+    """
+
+    @staticmethod
+    def forward(ctx, columns, x, *rest):
+        cs = rest[:len(columns[0].levels)]
+        for column in columns:
+            cs = _torch_column_forward(column, x, cs)
+        ctx.columns = columns
+        ctx.save_for_backward(x, *cs)  # x and the last column's c's, however many columns
+        return tuple(cs)
+
+    @staticmethod
+    def backward(ctx, *gys):
+        x, *new = ctx.saved_tensors
+        n, needs = len(new), ctx.needs_input_grad
+        g_x = None
+        for column in reversed(ctx.columns):
+            g, gys, new = _torch_column_backward(column, x, new, gys)
+            g_x = g if g_x is None else (g_x if g is None else g_x + g)
+        del new  # the first column's old c's, computed back
+        g_old = [g if needs[2 + i] else None for i, g in enumerate(gys)]
+        return (None, g_x if needs[1] else None, *g_old, *[None] * (len(needs) - 2 - n))
+
+
+def torch_revcol_twin(net):
+    """The columns of `net` (a RevColNet) in PyTorch, the same weights and alphas."""
+    def linear(layer):
+        if layer is None:
+            return None
+        twin = torch.nn.Linear(*reversed(layer.weight.shape), dtype=DTYPES[layer.weight.dtype.name][1])
+        with torch.no_grad():
+            twin.weight.copy_(torch.from_numpy(layer.weight.data))
+            twin.bias.copy_(torch.from_numpy(layer.bias.data))
+        return twin
+
+    columns = [TorchColumn([TorchLevel(linear(level.below), linear(level.above)) for level in column.levels],
+                           [torch.nn.Parameter(torch.from_numpy(alpha.data.copy())) for alpha in column.alphas])
+               for column in net.columns]
+    return torch.nn.ModuleList(columns)
+
+
+def revcol_parameter_pairs(net, twin):
+    """[(tinypytorch Parameter, torch Parameter)] of a RevColNet and its twin, paired by place."""
+    pairs = []
+    for column, twin_column in zip(net.columns, twin, strict=True):
+        for level, alpha, twin_level, twin_alpha in zip(column.levels, column.alphas, twin_column.levels,
+                                                        twin_column.alphas, strict=True):
+            for name in ("below", "above"):
+                layer, twin_layer = getattr(level, name), getattr(twin_level, name)
+                if layer is not None:
+                    pairs += [(layer.weight, twin_layer.weight), (layer.bias, twin_layer.bias)]
+            pairs.append((alpha, twin_alpha))
+    return pairs
+
+
+def loss_revcol_torch(twin, x, states, target, configuration):
+    cs = tuple(map(torch.from_numpy, states))
+    x = torch.from_numpy(x)
+    if configuration == "one":
+        cs = TorchReversibleColumnsFunction.apply(tuple(twin), x, *cs, *twin.parameters())
+    else:
+        for column in twin:
+            cs = column(x, cs, configuration == "reversible")
+    return torch.nn.functional.mse_loss(cs[-1], torch.from_numpy(target))
+
+
+def expected_saved_coupling(depth, configuration, width, batch, itemsize):
+    """What the counting hook should see for the coupling stack, by hand: (bytes, tensors).
+
+    Reversible: the stack's output, then the loss's two operands (the output again and the target): 3
+    arrays of batch x width. Plain, and the last segment of checkpoint_sequential: in each block, f's
+    Linear its input x2 (a view: half a batch x width) and its weight (unless x2 is the batch's, which
+    needs no gradient), f's tanh its output, g's Linear its input y1 and its weight, g's tanh its output:
+    6 tensors of 4 half activations and 2 weights of (width / 2)^2; before it, each checkpointed segment's
+    input (k - 1, the first the batch); after it, the loss's two operands.
+    """
+    activation, weight = batch * width * itemsize, (width // 2) ** 2 * itemsize
+    if configuration == "reversible":
+        return 3 * activation, 3
+    k, _, m = segment_layout(depth, segments_for(configuration, depth))
+    first_is_batch = k == 1
+    tensors = (k - 1) + 6 * m - first_is_batch + 2
+    return (k - 1 + 2 * m + 2) * activation + (2 * m - first_is_batch) * weight, tensors
+
+
+def held_coupling(depth, configuration):
+    """Activations (batch x width) the coupling stack holds for backward when its forward pass ends, by hand.
+
+    Reversible: its output (the loss's operand too). Plain: each block's input but the batch (x2 is a view
+    of it), its f and g tanh outputs and y1 (three halves), and the last block's output: 2.5 N. √N
+    segments: the k - 1 checkpoints' inputs but the batch, the last segment's input, and 2.5 m as plain.
+    """
+    if configuration == "reversible":
+        return 1
+    k, _, m = segment_layout(depth, segments_for(configuration, depth))
+    return k - 1 + 2.5 * m
+
+
+CONCATENATE_BOUNDS = np.cumsum([0, 1, 1]).nbytes  # tinypytorch's concatenate node keeps its split points (3 ints)
+
+
+def held_coupling_extra(depth, configuration, framework):
+    """Bytes the coupling stack holds after forward beyond its activations, by hand: in tinypytorch each recorded
+    block's concatenate node's split points (checkpointed blocks are recorded too, with placeholders); in PyTorch
+    each checkpoint's copy of the random generator's state."""
+    if configuration == "reversible":
+        return 0
+    if framework == "tinypytorch":
+        return depth * CONCATENATE_BOUNDS
+    return (segment_layout(depth, segments_for(configuration, depth))[0] - 1) * torch.get_rng_state().nbytes
+
+
+def expected_saved_revcol(columns, levels, configuration, width, batch, itemsize):
+    """What the counting hook should see for RevCol, by hand: (bytes, tensors).
+
+    Reversible, per column: each column x and its L new c's; then the loss's two operands. Reversible, one
+    Function: x and the last column's L c's, whatever the number of columns; then the loss's two operands.
+    Non-reversible, level i
+    of a column: its Linear on below its input and weight (not the weight where below is the batch x),
+    its Linear on above its input and weight (not the weight in the first column, whose states are
+    constant zeros; the top level has none), the tanh its output, alpha_i c_i both factors (c_i for
+    alpha's gradient; alpha_i only where c_i needs a gradient, not in the first column).
+    """
+    a, w2, alpha = batch * width * itemsize, width * width * itemsize, width * itemsize
+    if configuration == "reversible":
+        return (columns * (levels + 1) + 2) * a, columns * (levels + 1) + 2
+    if configuration == "one":
+        return (levels + 1 + 2) * a, levels + 1 + 2
+    # the first column: 4 L - 1 activations, L - 1 weights (the lower Linears but level 0's)
+    first = ((4 * levels - 1) * a + (levels - 1) * w2, 5 * levels - 2)
+    # every later column: 2 L - 2 weights (each Linear's but level 0's lower one), L alphas
+    later = ((4 * levels - 1) * a + (2 * levels - 2) * w2 + levels * alpha, 7 * levels - 3)
+    return (first[0] + (columns - 1) * later[0] + 2 * a, first[1] + (columns - 1) * later[1] + 2)
+
+
+def held_revcol(columns, levels, configuration):
+    """Activations (batch x width) held for backward when the forward pass ends, by hand: reversible per column,
+    the L new c's of every column (x is the batch): L N; one Function, the last column's L c's: L; non-reversible,
+    also each level's tanh output: 2 L N."""
+    return {"plain": 2 * columns * levels, "reversible": columns * levels, "one": levels}[configuration]
+
+
+@dataclasses.dataclass
+class Measured:
+    """One configuration at one size in one framework."""
+    saved: Saved  # the counting pack hook, outermost
+    kept: Memory  # forward + backward, the gradients kept in .grad
+    dropped: Memory  # forward + backward, each gradient let go when complete
+    seconds: list  # forward + backward, each timed repeat
+    error: float = 0.0  # the gradients' largest relative difference from the plain run's (same framework)
+    states_back: float = None  # RevCol, one Function, tinypytorch: max |c| of the first column's states computed back
+
+
+def relative_error(gradients, reference):
+    """max over parameters of max |g - g_plain| / max |g_plain|; for a parameter whose plain gradient is all zero
+    (RevCol's first column's alphas), max |g| over the largest plain gradient of all the parameters."""
+    pairs = list(zip(gradients, reference, strict=True))
+    largest = max(float(np.max(np.abs(r))) for _, r in pairs)
+    return max(float(np.max(np.abs(g - r))) / (float(np.max(np.abs(r))) or largest) for g, r in pairs)
+
+
+REVERSIBLE_SETTINGS = {
+    # repeats: how many timed forward + backward passes per configuration at each size
+    "full": {"dtype": "float32",
+             "coupling": {"depths": [8, 16, 32, 64, 128], "width": 1024, "batch": 256,
+                          "repeats": {8: 5, 16: 5, 32: 5, 64: 3, 128: 3}},
+             "revcol": {"columns": [2, 4, 8, 16], "levels": 4, "width": 512, "batch": 256,
+                        "repeats": {2: 5, 4: 5, 8: 3, 16: 3}}},
+    "quick": {"dtype": "float32",
+              "coupling": {"depths": [2, 4, 8], "width": 64, "batch": 16, "repeats": {2: 2, 4: 2, 8: 2}},
+              "revcol": {"columns": [2, 4], "levels": 4, "width": 32, "batch": 16, "repeats": {2: 2, 4: 2}}},
+}
+
+
+def _measure_configurations(framework, net, losses, clear, repeats):
+    """{configuration: Measured} for one network in one framework; losses: {configuration: () -> loss}."""
+    count, measure = ((count_saved_tinypytorch, measure_tinypytorch) if framework == "tinypytorch"
+                      else (count_saved_torch, measure_torch))
+    inputs = losses.pop(None)  # the arrays the losses read, no new memory
+    counted = {c: count(loss, net, inputs) for c, loss in losses.items()}  # also a warm-up pass
+    kept, errors, plain = {}, {}, []
+    for c, loss in losses.items():  # plain first: the others' gradients are compared with its
+        gradients = plain if c == "plain" else []
+        kept[c] = measure(loss, net, gradients_out=gradients)
+        errors[c] = relative_error(gradients, plain) if c != "plain" else 0.0
+    dropped = {c: measure(loss, net, drop_gradients=True) for c, loss in losses.items()}
+    times = time_passes(losses, clear, repeats)
+    return {c: Measured(counted[c], kept[c], dropped[c], times[c], errors[c]) for c in losses}
+
+
+def run_reversible(s):
+    """{"coupling": {(depth, configuration): {framework: Measured}}, "revcol": {(columns, configuration): ...}}."""
+    dtype = DTYPES[s["dtype"]][0]
+    results = {"coupling": {}, "revcol": {}}
+    sc = s["coupling"]
+    for depth in sc["depths"]:
+        net = build_coupling_stack(depth, sc["width"], dtype)
+        x, target = batch_and_target(sc["batch"], sc["width"], dtype)
+        rows = {c: {} for c in COUPLING_CONFIGURATIONS}
+        for framework in LABELS:
+            if framework == "torch":
+                net = torch_coupling_twin(net)  # one framework's parameters in memory at a time
+            loss = loss_coupling_tinypytorch if framework == "tinypytorch" else loss_coupling_torch
+            losses = {c: functools.partial(loss, net, x, target, c) for c in COUPLING_CONFIGURATIONS}
+            losses[None] = [x, target]
+            clear = net.cleargrads if framework == "tinypytorch" else net.zero_grad
+            for c, measured in _measure_configurations(framework, net, losses, clear, sc["repeats"][depth]).items():
+                rows[c][framework] = measured
+        del net
+        for c in COUPLING_CONFIGURATIONS:
+            results["coupling"][depth, c] = rows[c]
+        print(f"coupling, depth {depth:3}: peak (gradients let go) " + ", ".join(
+            f"{COUPLING_CONFIGURATIONS[c]} " + "/".join(f"{rows[c][f].dropped.peak / MiB:.1f}" for f in LABELS)
+            for c in COUPLING_CONFIGURATIONS) + " MiB (tinypytorch/PyTorch)", flush=True)
+    sr = s["revcol"]
+    for columns in sr["columns"]:
+        net = RevColNet(columns, sr["levels"], sr["width"], dtype)
+        x, target = batch_and_target(sr["batch"], sr["width"], dtype)
+        states = revcol_states(sr["levels"], sr["batch"], sr["width"], dtype)
+        rows = {c: {} for c in REVCOL_CONFIGURATIONS}
+        for framework in LABELS:
+            if framework == "torch":
+                net = torch_revcol_twin(net)
+            loss = loss_revcol_tinypytorch if framework == "tinypytorch" else loss_revcol_torch
+            losses = {c: functools.partial(loss, net, x, states, target, c) for c in REVCOL_CONFIGURATIONS}
+            losses[None] = [x, target, *states]
+            clear = net.cleargrads if framework == "tinypytorch" else net.zero_grad
+            for c, measured in _measure_configurations(framework, net, losses, clear,
+                                                       sr["repeats"][columns]).items():
+                rows[c][framework] = measured
+            if framework == "tinypytorch":
+                rows["one"][framework].states_back = first_states_back(net, x, states, target)
+        del net
+        for c in REVCOL_CONFIGURATIONS:
+            results["revcol"][columns, c] = rows[c]
+        print(f"RevCol, {columns:2} columns: peak (gradients let go) " + ", ".join(
+            f"{REVCOL_CONFIGURATIONS[c]} " + "/".join(f"{rows[c][f].dropped.peak / MiB:.1f}" for f in LABELS)
+            for c in REVCOL_CONFIGURATIONS) + " MiB (tinypytorch/PyTorch)", flush=True)
+    return results
+
+
+def _spread(values):
+    """max / min: 1.00 means flat."""
+    return max(values) / min(values)
+
+
+def report_reversible(results, s, mode):
+    """The reversible networks' results file's text, and whether each target was met.
+
+    Targets: {"coupling": {framework: {"peak": the reversible stack's peak, gradients let go, within 1.1x
+    from the shallowest to the deepest (max / min), "time": reversible at most 2x the plain run's median}},
+    "revcol": the same for the reversible columns against the number of columns}.
+    """
+    itemsize = np.dtype(DTYPES[s["dtype"]][0]).itemsize
+    sc, sr = s["coupling"], s["revcol"]
+    a_c, a_r = sc["batch"] * sc["width"] * itemsize, sr["batch"] * sr["width"] * itemsize
+    unit, unit_name = (MiB, "MiB") if min(a_c, a_r) >= MiB / 8 else (1024, "KiB")
+    rng_bytes = torch.get_rng_state().nbytes
+
+    def size(n):
+        return f"{n / unit:.2f}"
+
+    coupling, revcol = results["coupling"], results["revcol"]
+    depths, column_counts = sorted({d for d, _ in coupling}), sorted({n for n, _ in revcol})
+    targets = {"coupling": {}, "revcol": {}}
+    lines = ["# Reversible networks: tinypytorch and PyTorch", "",
+             f"Written by `python bench/bench_memory.py{' --quick' if mode == 'quick' else ''}"
+             f"{' --only reversible' if mode == 'quick' else ''}` on {datetime.date.today().isoformat()}, "
+             f"in {s['dtype']}. Sizes in {unit_name}. Two networks, each run with the same weights in both "
+             "frameworks (tests/test_bench_memory.py checks that they give the same loss and gradients, in "
+             "float64, in every configuration):", "",
+             f"- **a RevNet stack**: N `AdditiveCoupling` blocks (y1 = x1 + f(x2), y2 = x2 + g(y1)) on "
+             f"{sc['width']:,} features split into halves of {sc['width'] // 2:,}, f and g each a Linear "
+             f"({sc['width'] // 2:,} → {sc['width'] // 2:,}) with tanh after it, a batch of {sc['batch']:,} rows, "
+             "a mean-squared-error loss on the output against a fixed target; N = "
+             f"{', '.join(map(str, depths))}. Three configurations of the same blocks: *plain* (each block "
+             "recorded as it runs); *√N segments* (`checkpoint_sequential(blocks, round(√N), x, "
+             "use_reentrant=False)` in both frameworks, as in `checkpoint.md`); *reversible* "
+             "(`tinypytorch.reversible.ReversibleSequential`: one Function that runs the blocks under no_grad, keeps "
+             "only their output, and in backward computes each block's input back from its output and runs the "
+             "block again; in PyTorch, `TorchReversibleFunction` of `bench/bench_memory.py`, the same algorithm, "
+             "which puts each block's parameter gradients into `.grad` as that block's backward ends, as PyTorch's "
+             "reversible libraries do). One activation: a = batch × width × "
+             f"{itemsize} bytes = {size(a_c)} {unit_name}.",
+             f"- **RevCol**: N `RevColumn`s of L = {sr['levels']} levels on {sr['width']:,} features, a batch of "
+             f"{sr['batch']:,} rows; level i of a column computes c_i' = tanh(Linear(c_{{i−1}}') + "
+             "Linear(c_{i+1})) + α_i c_i (x for the level below level 0; no level above the top one), α starting "
+             "at 0.5; the first column's states are zeros (made once, as the batch); the loss on the last column's "
+             f"top level; N = {', '.join(map(str, column_counts))} columns. Three configurations: *non-reversible* "
+             "(`RevColumn(..., reversible=False)`, RevCol's `_forward_nonreverse`: everything recorded; in PyTorch "
+             "the same columns in `torch.nn`); *reversible, per column* (each `RevColumn` one Function, RevCol's "
+             "`ReverseFunction`, which keeps x and the new c's of its column; in PyTorch, `TorchReverseFunction` of "
+             "`bench/bench_memory.py`, a port of RevCol's to L levels that computes as tinypytorch's does); and "
+             "*reversible, one Function* (`tinypytorch.reversible.ReversibleColumns`: all the columns as one "
+             "Function that keeps x and the last column's c's only, and in backward hands each column's old c's, "
+             "computed back, to the column before as its new c's; in PyTorch, `TorchReversibleColumnsFunction` of "
+             "`bench/bench_memory.py`, the same algorithm on the same per-column pieces as `TorchReverseFunction`). "
+             "One activation: a = batch × width × "
+             f"{itemsize} bytes = {size(a_r)} {unit_name}.", "",
+             "Measured as in `memory.md` and `checkpoint.md`. Saved for backward: the bytes a counting pack hook "
+             "sees, entered around the whole forward pass (outermost: inside a checkpoint the checkpoint's hooks "
+             "win). Memory: tinypytorch with `tracemalloc` (held: NumPy's arrays, exact; peak: every traced "
+             "allocation, arrays and Python objects), PyTorch with its profiler (every tensor of its CPU "
+             "allocator); the most held at any moment of forward + backward, above what was held before. Two "
+             "peaks: **gradients let go** (each parameter's gradient dropped as soon as it is complete, as an "
+             "optimizer stepping inside backward would: tinypytorch a hook on the parameter, PyTorch "
+             "`register_post_accumulate_grad_hook`), the quantity the targets are on; and **gradients kept** (the "
+             "ordinary `loss.backward()`), reported less the gradients' own bytes."]
+    if mode == "quick":
+        lines += ["", "A smoke test at small sizes, where each operation's fixed costs and Python objects weigh most: "
+                  "the targets are meant for the full run (`bench/results/reversible.md`)."]
+    lines += [""] + [f"- {key}: {value}" for key, value in machine().items()]
+
+    def saved_table(rows, names, expected, n_label):
+        out = ["| " + n_label + " | configuration | saved, tinypytorch | saved, PyTorch | tensors, tinypytorch "
+               "| tensors, PyTorch | expected by counting | as expected |", "|---|---|---|---|---|---|---|---|"]
+        all_match = True
+        for (n, conf), row in rows.items():
+            bytes_, tensors = expected(n, conf)
+            match = all((r.saved.bytes, r.saved.count) == (bytes_, tensors) for r in row.values())
+            all_match &= match
+            out.append(f"| {n} | {names[conf]} | {size(row['tinypytorch'].saved.bytes)} | "
+                       f"{size(row['torch'].saved.bytes)} | {row['tinypytorch'].saved.count} | "
+                       f"{row['torch'].saved.count} | {size(bytes_)} ({tensors} tensors) | {'yes' if match else 'NO'} |")
+        return out, all_match
+
+    def memory_table(rows, names, held, a, extra, n_label):
+        """Held after forward in activations (measured and by hand), the two peaks; and whether held is exact.
+
+        extra(n, configuration, framework): bytes held beyond the activations, by hand."""
+        out = ["| " + n_label + " | configuration | held after forward − output, in a: tinypytorch | PyTorch "
+               "| by hand | peak, gradients let go: tinypytorch | PyTorch | peak − gradients, gradients kept: "
+               "tinypytorch | PyTorch | gradients: largest relative difference from plain, tinypytorch | PyTorch |",
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
+        exact = {f: True for f in LABELS}
+        for (n, conf), row in rows.items():
+            measured = {f: (r.dropped.after_forward - r.dropped.output) for f, r in row.items()}
+            for f in LABELS:
+                exact[f] &= measured[f] == held(n, conf) * a + extra(n, conf, f)
+            out.append(f"| {n} | {names[conf]} | {measured['tinypytorch'] / a:.3f} | {measured['torch'] / a:.3f} | "
+                       f"{held(n, conf):g} | {size(row['tinypytorch'].dropped.peak)} | {size(row['torch'].dropped.peak)} "
+                       f"| {size(row['tinypytorch'].kept.peak - row['tinypytorch'].kept.gradients)} | "
+                       f"{size(row['torch'].kept.peak - row['torch'].kept.gradients)} | "
+                       + " | ".join("—" if conf == "plain" else f"{row[f].error:.1e}" for f in LABELS) + " |")
+        return out, exact
+
+    def time_table(rows, names, repeats, n_label):
+        out = ["| " + n_label + " | repeats | configuration | tinypytorch, s | tinypytorch / plain | best "
+               "| PyTorch, s | PyTorch / plain | best |", "|---|---|---|---|---|---|---|---|---|"]
+        for (n, conf), row in rows.items():
+            plain = rows[n, "plain"]
+            out.append(f"| {n} | {repeats[n]} | {names[conf]} | " + " | ".join(
+                f"{statistics.median(row[f].seconds):.3f} | {_median_ratio(row, f, plain):.2f} | "
+                f"{_best_ratio(row, f, plain):.2f}" for f in LABELS) + " |")
+        return out
+
+    # ----- the coupling stack
+    lines += ["", "## 1. A RevNet stack of coupling blocks", "", "### Saved for backward", "",
+              "Expected, by counting: reversible, the stack's output and the loss's two operands (the output again, "
+              "the target); plain, in each block, f's Linear its input x2 (a view, half an activation) and its "
+              "weight (not where x2 is the batch's, which needs no gradient), f's tanh its output, g's Linear its "
+              "input y1 and its weight, g's tanh its output, then the loss's two operands; √N segments, the k − 1 "
+              "checkpoints' inputs and the last segment of m blocks saved as plain (the layout of "
+              "`checkpoint.md`: k = round(√N) segments of N // k blocks, the last taking the remainder).", ""]
+    table, coupling_saved = saved_table(
+        coupling, COUPLING_CONFIGURATIONS,
+        lambda n, conf: expected_saved_coupling(n, conf, sc["width"], sc["batch"], itemsize), "N")
+    lines += table
+    lines += ["", f"Both frameworks equal the count by hand, bytes and tensors, in every row: "
+              f"{'yes' if coupling_saved else 'NO'}. The reversible stack saves "
+              f"{size(expected_saved_coupling(1, 'reversible', sc['width'], sc['batch'], itemsize)[0])} {unit_name} "
+              "at every depth (3 tensors: one array of new memory, its output)."]
+    lines += ["", "### Memory", "",
+              "Held after forward: the new memory held when the forward pass ends, less the loss's own, in "
+              "activations a (by hand: reversible 1, the output; plain 2.5 N, each block's input but the batch's, "
+              "its two tanh outputs and y1, three halves, and the last output; √N segments k − 1 + 2.5 m, the "
+              "checkpoints' inputs but the batch, the last segment's input, and its m blocks as plain). PyTorch's "
+              f"checkpoints each keep the random generator's state too ({rng_bytes:,} B).", ""]
+    table, coupling_exact = memory_table(coupling, COUPLING_CONFIGURATIONS, held_coupling, a_c,
+                                         lambda n, conf, f: held_coupling_extra(n, conf, f), "N")
+    lines += table
+    lines += ["", f"Checks, to the byte: tinypytorch holds the count by hand plus {CONCATENATE_BOUNDS} B per block "
+              f"in the plain and checkpointed runs, in every row: {'yes' if coupling_exact['tinypytorch'] else 'NO'} "
+              f"(each block's concatenate node keeps its split points, a NumPy array of {CONCATENATE_BOUNDS} B, "
+              f"checkpointed blocks' nodes too); PyTorch the count by hand plus {rng_bytes:,} B per checkpoint: "
+              f"{'yes' if coupling_exact['torch'] else 'NO'}."]
+    reversible_peaks = {f: [coupling[d, "reversible"][f].dropped.peak for d in depths] for f in LABELS}
+    reversible_kept = {f: [coupling[d, "reversible"][f].kept.peak - coupling[d, "reversible"][f].kept.gradients
+                           for d in depths] for f in LABELS}
+    plain_peaks = {f: [coupling[d, "plain"][f].dropped.peak for d in depths] for f in LABELS}
+    lines.append("")
+    for f in LABELS:
+        spread = _spread(reversible_peaks[f])
+        targets["coupling"][f] = {"peak": spread <= 1.1}
+        lines.append(f"Target: the reversible stack's peak (forward + backward, gradients let go) flat within 1.1× "
+                     f"from N = {depths[0]} to {depths[-1]}, {LABELS[f]}: {'met' if spread <= 1.1 else 'NOT met'} "
+                     f"(max / min {spread:.3f}; N = {depths[-1]} / N = {depths[0]}: "
+                     f"{reversible_peaks[f][-1] / reversible_peaks[f][0]:.3f}; with the gradients kept, peak − "
+                     f"gradients {_spread(reversible_kept[f]):.3f}; the plain run's peak grows "
+                     f"{plain_peaks[f][-1] / plain_peaks[f][0]:.1f}× over the same depths).")
+    growth = {f: (reversible_peaks[f][-1] - reversible_peaks[f][0]) / (depths[-1] - depths[0]) for f in LABELS}
+    kept_growth = {f: (reversible_kept[f][-1] - reversible_kept[f][0]) / (depths[-1] - depths[0]) for f in LABELS}
+    block_gradients = 2 * ((sc["width"] // 2) ** 2 + sc["width"] // 2) * itemsize  # f's and g's Linear
+    lines += ["", "The reversible stack's activations take what one block's backward needs (the output, the block's "
+              "input computed back, the block recorded again, the gradients in flight), the same at every depth: "
+              "with the gradients kept, the peak less the gradients grows by "
+              + ", ".join(f"{kept_growth[f]:,.0f} B per block in {LABELS[f]}" for f in LABELS)
+              + " (bookkeeping: tinypytorch keeps two random-generator states per block, Python dicts, and Python "
+              "objects per parameter, which `tracemalloc` sees). With the gradients let go, the peak grows by "
+              + ", ".join(f"{growth[f]:,.0f} B per block in {LABELS[f]}" for f in LABELS)
+              + f"; one block's parameters' gradients are {block_gradients:,} B. PyTorch's twin puts each block's "
+              "gradients into `.grad` as that block's backward ends, where a hook lets them go. tinypytorch's "
+              "ReversibleSequential sends each block's parameter gradients on to the running backward pass as soon "
+              "as that block is done (`engine.send_early`), through the graph rather than into `.grad` directly, so "
+              "that `autograd.grad` reaches them too and a hook runs once, when the gradient is complete; the Function "
+              "holds one block's gradients at a time, not the whole stack's. Relative differences of the gradients "
+              "from the plain run's: float32 arithmetic, the reversible run computing each block's input back from "
+              "its output."]
+    lines += ["", "### Time of forward + backward", "",
+              "Each configuration's forward + backward (no hooks, no measurement), timed with `time.perf_counter` "
+              "with the garbage collector off, the configurations taking turns (as in `checkpoint.md`); the median "
+              "of the repeats and its ratio to the plain run's median in the same framework; \"best\": the same with "
+              "the fastest repeat of each. Timings are reported here only, never asserted in tests.", ""]
+    lines += time_table(coupling, COUPLING_CONFIGURATIONS, sc["repeats"], "N")
+    lines.append("")
+    for f in LABELS:
+        ratios = {d: _median_ratio(coupling[d, "reversible"], f, coupling[d, "plain"]) for d in depths}
+        targets["coupling"][f]["time"] = all(r <= 2 for r in ratios.values())
+        missed = [f"N = {d} ({r:.2f})" for d, r in ratios.items() if r > 2]
+        lines.append(f"Target: reversible at most 2× the plain run, {LABELS[f]}: "
+                     f"{'met at every depth' if not missed else 'NOT met at ' + ', '.join(missed)} (ratios "
+                     f"{min(ratios.values()):.2f} to {max(ratios.values()):.2f}).")
+    lines += ["", "What to expect: a block's forward is about a third of its forward + backward; the reversible "
+              "run does the forward, then in backward the inverse (one forward's work) and the forward again before "
+              "the backward: about 5/3 ≈ 1.67× plain; √N segments recompute N − m blocks: 1 + (N − m) / (3N)."]
+
+    # ----- RevCol
+    lines += ["", f"## 2. RevCol: reversible columns, L = {sr['levels']} levels", "", "### Saved for backward", "",
+              "Expected, by counting: reversible per column, each column x and its L new c's (RevCol's "
+              "`ctx.save_for_backward(x, c0, c1, c2, c3)`), then the loss's two operands; reversible as one "
+              "Function, x and the last column's L c's, then the loss's two operands, whatever the number of "
+              "columns; non-reversible, in each "
+              "level the lower Linear its input and weight (no weight where the input is the batch x), the upper "
+              "Linear its input and weight (no weight in the first column, whose states are constant zeros; none "
+              "at the top level), the tanh its output, α_i c_i its factors (c_i for α's gradient; α_i only where "
+              "c_i needs a gradient, not in the first column), then the loss's two operands.", ""]
+    table, revcol_saved = saved_table(
+        revcol, REVCOL_CONFIGURATIONS,
+        lambda n, conf: expected_saved_revcol(n, sr["levels"], conf, sr["width"], sr["batch"], itemsize), "columns")
+    lines += table
+    one_saved = expected_saved_revcol(1, sr["levels"], "one", sr["width"], sr["batch"], itemsize)
+    lines += ["", f"Both frameworks equal the count by hand, bytes and tensors, in every row: "
+              f"{'yes' if revcol_saved else 'NO'}. A reversible column run as a Function of its own saves x + L c's: "
+              f"{size((sr['levels'] + 1) * a_r)} {unit_name} more per column; the columns run as one Function save "
+              f"x + L c's in all, {size(one_saved[0])} {unit_name} with the loss's operands ({one_saved[1]} tensors), "
+              "at every number of columns."]
+    lines += ["", "### Memory", "",
+              "Held after forward, in activations a, by hand: reversible per column L N (every column's new c's; x is "
+              "the batch), reversible as one Function L (the last column's c's), non-reversible 2 L N (the new c's "
+              "and each level's tanh output).", ""]
+    table, revcol_exact = memory_table(revcol, REVCOL_CONFIGURATIONS,
+                                       lambda n, conf: held_revcol(n, sr["levels"], conf), a_r,
+                                       lambda n, conf, f: 0, "columns")
+    lines += table
+    lines += ["", f"Checks, to the byte: tinypytorch holds the count by hand in every row: "
+              f"{'yes' if revcol_exact['tinypytorch'] else 'NO'}; PyTorch: {'yes' if revcol_exact['torch'] else 'NO'}.",
+              ""]
+    first, last = column_counts[0], column_counts[-1]
+    w, levels = sr["width"], sr["levels"]
+    column_gradients = ((2 * levels - 1) * (w * w + w) + levels * w) * itemsize  # 2 L - 1 Linears and L alphas
+    growth_per_column = {}
+    for f in LABELS:
+        peaks = {c: [revcol[n, c][f].dropped.peak for n in column_counts] for c in REVCOL_CONFIGURATIONS}
+        growth_per_column[f] = {c: (p[-1] - p[0]) / (last - first) / a_r for c, p in peaks.items()}
+        flat = _spread(peaks["one"]) <= 1.1
+        targets["revcol"][f] = {"peak": flat}
+        ratio = {c: p[-1] / p[0] for c, p in peaks.items()}
+        kept = [revcol[n, "one"][f].kept.peak - revcol[n, "one"][f].kept.gradients for n in column_counts]
+        lines.append(f"Target: the reversible columns' peak (forward + backward, gradients let go) flat within 1.1× "
+                     f"in the number of columns, one Function, {LABELS[f]}: {'met' if flat else 'NOT met'} (max / min "
+                     f"{_spread(peaks['one']):.3f}; {last} columns / {first}: {ratio['one']:.3f}; "
+                     f"{growth_per_column[f]['one']:.2f} a per column; with the gradients kept, peak − gradients "
+                     f"{_spread(kept):.3f}). Not flat, as counted: a Function per column "
+                     f"{ratio['reversible']:.2f}× ({growth_per_column[f]['reversible']:.2f}"
+                     f" a per column), non-reversible {ratio['plain']:.2f}× "
+                     f"({growth_per_column[f]['plain']:.2f} a per column).")
+    lines += ["", "Why: a reversible column run as a Function of its own keeps x and its L new c's, the algorithm's "
+              "own (RevCol's `ReverseFunction` saves them, and so does tinypytorch's), and a column's new c's are the "
+              "next column's inputs; so N such columns keep N L c's, which the held-after-forward check counts to the "
+              "byte, and the peak grows by about L activations a column (measured: "
+              + ", ".join(f"{growth_per_column[f]['reversible']:.2f} a in {LABELS[f]}" for f in LABELS)
+              + f"; L = {sr['levels']}). That column saves memory inside itself (the non-reversible one keeps each "
+              "level's activations too, here one tanh output per level, in RevCol a whole stack of ConvNeXt blocks), "
+              "not across columns. But the old c's a column's backward computes back are the previous column's new "
+              "c's: so run as one Function (`ReversibleColumns`), the columns keep x and the last column's c's only, "
+              "each column's backward takes its new c's from the backward of the column after it, and the "
+              "activations take what one column's backward needs at any number of columns (measured, with the "
+              "gradients kept, peak − gradients: "
+              + ", ".join(f"{(revcol[first, 'one'][f].kept.peak - revcol[first, 'one'][f].kept.gradients) / a_r:.1f}"
+                          f" a at {first} columns, "
+                          f"{(revcol[last, 'one'][f].kept.peak - revcol[last, 'one'][f].kept.gradients) / a_r:.1f}"
+                          f" a at {last} in {LABELS[f]}" for f in LABELS)
+              + "). What grows beside them: in tinypytorch the "
+              "random generator's state kept before each level (a Python dict, which `tracemalloc` sees), and, as "
+              "for the stack above, the gradients in flight: one column's parameters' gradients, sent on to the pass "
+              "when that column is done (by hand "
+              f"{column_gradients / a_r:.2f} a a column: its {2 * sr['levels'] - 1} Linears and {sr['levels']} "
+              "alphas); PyTorch's port puts each level's into `.grad` as it goes. The price: every c but the last "
+              "column's is computed back through all the columns after it, so rounding errors build up with the number of columns (below). "
+              "After backward, while the loss is referenced, "
+              "tinypytorch's reversible Functions still hold the c's they computed back (`reconstructed`, kept for "
+              "a step to print: L a per column, or L a for the one Function); PyTorch's ports let them go."]
+    errors = {c: {f: [revcol[n, c][f].error for n in column_counts] for f in LABELS} for c in ("reversible", "one")}
+    back = [revcol[n, "one"]["tinypytorch"].states_back for n in column_counts]
+    wrong = [n for i, n in enumerate(column_counts) if max(errors["one"][f][i] for f in LABELS) > 1e-2]
+    lines += ["", f"Gradients, one Function, in {s['dtype']}: the largest relative difference from the non-reversible "
+              "run's (the table's last columns) at " + ", ".join(map(str, column_counts)) + " columns: "
+              + "; ".join(f"{LABELS[f]} " + ", ".join(f"{e:.1e}" for e in errors["one"][f]) for f in LABELS)
+              + "; a Function per column, at most "
+              + ", ".join(f"{max(errors['reversible'][f]):.1e} in {LABELS[f]}" for f in LABELS) + "."
+              + ("" if None in back else " The first column's states, zeros in forward, as tinypytorch's one Function "
+                 "computes them back through every column after it (its `reconstructed`): max |c| = "
+                 + ", ".join(f"{b:.1e}" for b in back) + ".")
+              + " Each column's backward computes its old c's from its new ones, dividing by α (0.5 here), and the "
+              "error in the new c's it was handed goes through the column's levels too: so the error grows by a "
+              "factor with every column it is carried back through, as in RevCol's reconstruction. "
+              + (f"Where it passes 1e-2 ({', '.join(map(str, wrong))} columns here), the first columns' gradients are "
+                 "no longer the network's: the flat peak is paid for in accuracy, and the one Function is usable in "
+                 f"{s['dtype']} up to {max([n for n in column_counts if n not in wrong], default=0)} columns here. "
+                 if wrong else "It stays below 1e-2 at every number of columns here. ")
+              + "A Function per column starts each column's backward from the c's it kept, so its error does not "
+              "build up across columns."]
+    lines += ["", "### Time of forward + backward", "", "As for the stack above.", ""]
+    lines += time_table(revcol, REVCOL_CONFIGURATIONS, sr["repeats"], "columns")
+    lines.append("")
+    for f in LABELS:
+        ratios = {(n, c): _median_ratio(revcol[n, c], f, revcol[n, "plain"])
+                  for c in ("reversible", "one") for n in column_counts}
+        targets["revcol"][f]["time"] = all(r <= 2 for r in ratios.values())
+        missed = [f"{n} columns, {REVCOL_CONFIGURATIONS[c]} ({r:.2f})" for (n, c), r in ratios.items() if r > 2]
+        lines.append(f"Target: reversible (per column and one Function) at most 2× the non-reversible run, "
+                     f"{LABELS[f]}: {'met at every size' if not missed else 'NOT met at ' + '; '.join(missed)} "
+                     f"(ratios {min(ratios.values()):.2f} to {max(ratios.values()):.2f}).")
+    lines += ["", "What to expect: backward recomputes each level (one forward's work) and computes each c back: "
+              "about 4/3 ≈ 1.33× plus the reconstruction's elementwise work, in both reversible configurations (one "
+              "Function does the same arithmetic, only keeping less).", ""]
+    return "\n".join(lines), targets
+
+
+def plot_reversible(results, s, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, 3, figsize=(16, 9.5))
+    colours = {"plain": "tab:blue", "sqrt": "tab:orange", "reversible": "tab:green", "one": "tab:purple"}
+    for row_axes, part, names, label in [(axes[0], "coupling", COUPLING_CONFIGURATIONS, "depth N (coupling blocks)"),
+                                         (axes[1], "revcol", REVCOL_CONFIGURATIONS, "columns N")]:
+        rows = results[part]
+        sizes = sorted({n for n, _ in rows})
+        saved_axis, peak_axis, time_axis = row_axes
+        for conf, name in names.items():
+            for framework, style, marker in [("tinypytorch", "-", "o"), ("torch", "--", "x")]:
+                measured = [rows[n, conf][framework] for n in sizes]
+                kwargs = {"color": colours[conf], "marker": marker, "markersize": 8 if marker == "x" else 5,
+                          "label": f"{LABELS[framework]}, {name}"}
+                saved_axis.plot(sizes, [m.saved.bytes / MiB for m in measured], style, **kwargs)
+                peak_axis.plot(sizes, [m.dropped.peak / MiB for m in measured], style, **kwargs)
+                if conf != "plain":
+                    time_axis.plot(sizes, [_median_ratio(rows[n, conf], framework, rows[n, "plain"]) for n in sizes],
+                                   style, **kwargs)
+        time_axis.axhline(2.0, color="tab:red", linestyle=":", label="target: 2")
+        time_axis.axhline(1.0, color="tab:blue", alpha=0.5, label="plain")
+        title = "RevNet stack" if part == "coupling" else f"RevCol, L = {s['revcol']['levels']}"
+        for axis, what in [(saved_axis, "saved for backward (outer counting pack hook)"),
+                           (peak_axis, "peak of forward + backward, gradients let go"),
+                           (time_axis, "forward + backward time / plain (median)")]:
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(sizes, [str(n) for n in sizes])
+            if axis is time_axis:
+                axis.set_ylabel("ratio")
+            else:
+                axis.set_yscale("log", base=2)
+                axis.set_ylabel("MiB")
+            axis.set_xlabel(label)
+            axis.set_title(f"{title}: {what}", fontsize=10)
+            axis.grid(True, alpha=0.3, which="both")
+            axis.legend(fontsize=7)
+    sc, sr = s["coupling"], s["revcol"]
+    figure.suptitle(f"Reversible networks, {s['dtype']}: coupling blocks (width {sc['width']}, batch {sc['batch']}) "
+                    f"and RevCol columns (width {sr['width']}, batch {sr['batch']}); tinypytorch solid, PyTorch dashed")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
-    parser.add_argument("--out", type=pathlib.Path, help="folder for memory.{md,png} and checkpoint.{md,png} "
+    parser.add_argument("--out", type=pathlib.Path, help="folder for memory, checkpoint and reversible .{md,png} "
                         "(default: bench/results, or bench/_out with --quick)")
-    parser.add_argument("--only", choices=["memory", "checkpoint"], help="run one of the two parts (default: both)")
+    parser.add_argument("--only", choices=["memory", "checkpoint", "reversible"],
+                        help="run one of the three parts (default: all)")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "full"
     out = args.out or ROOT / ("_out" if args.quick else "results")
     out.mkdir(parents=True, exist_ok=True)
-    if args.only != "checkpoint":
+    if args.only in (None, "memory"):
         s = SETTINGS[mode]
         results = run(s)
         text, _ = report(results, s, mode)
@@ -961,7 +1919,7 @@ def main(argv=None):
         (out / "memory.md").write_text(text)
         plot(results, out / "memory.png")
         print(f"written: {out / 'memory.md'}, {out / 'memory.png'}")
-    if args.only != "memory":
+    if args.only in (None, "checkpoint"):
         s = CHECKPOINT_SETTINGS[mode]
         results = run_checkpoint(s)
         text, _ = report_checkpoint(results, s, mode)
@@ -969,6 +1927,14 @@ def main(argv=None):
         (out / "checkpoint.md").write_text(text)
         plot_checkpoint(results, s, out / "checkpoint.png")
         print(f"written: {out / 'checkpoint.md'}, {out / 'checkpoint.png'}")
+    if args.only in (None, "reversible"):
+        s = REVERSIBLE_SETTINGS[mode]
+        results = run_reversible(s)
+        text, _ = report_reversible(results, s, mode)
+        print(text)
+        (out / "reversible.md").write_text(text)
+        plot_reversible(results, s, out / "reversible.png")
+        print(f"written: {out / 'reversible.md'}, {out / 'reversible.png'}")
 
 
 if __name__ == "__main__":

@@ -171,6 +171,13 @@ print(inspect.getsource(ReversibleFunction.backward))
 #    block below, and the gradients of the block's parameters.
 # 4. **Drop** the block's graph. The next iteration starts from $x$, which
 #    is the output of the block below.
+# 5. **Send on** the block's parameter gradients. They are complete once the
+#    block is done (the first block that uses a parameter is the last one
+#    backward reaches), so `engine.send_early` hands them to the running
+#    backward pass at once, where they reach `.grad`, hooks or
+#    `autograd.grad` as if the node had returned them. The node never holds
+#    more than one block's gradients, which matters when an optimizer or a
+#    hook lets each gradient go as soon as it is complete.
 #
 # At any moment backward holds one block's graph, whatever the depth. Random
 # numbers are handled as in checkpointing, and the whole loop runs in

@@ -531,7 +531,9 @@ print(inspect.getsource(ReversibleColumnsFunction))
 # %% [markdown]
 # The gradients of the old states that one column returns are the incoming
 # gradients of the column before, and $x$'s gradient is the sum over the
-# columns, since every column reads $x$. `reconstructed` now holds the
+# columns, since every column reads $x$. Each column's parameter gradients
+# are sent on to the running backward pass as soon as that column is done
+# (`engine.send_early`, as in step 42). `reconstructed` now holds the
 # first column's old states, computed back through every column.
 #
 # ### Saved bytes and peak, measured

@@ -525,3 +525,566 @@ def test_checkpoint_settings_are_the_issues_sizes():
     quick = bench.CHECKPOINT_SETTINGS["quick"]
     assert sorted(quick["repeats"]) == quick["depths"]
     assert set(bench.CONFIGURATIONS) == {"plain", "sqrt", "every"}
+
+
+# ----- reversible networks: the coupling stack and RevCol -----------------------------------------------------
+
+def coupling_workload(depth, dtype, width=WIDTH, batch=BATCH):
+    net = bench.build_coupling_stack(depth, width, dtype)
+    x, target = bench.batch_and_target(batch, width, dtype)
+    return net, x, target
+
+
+def revcol_workload(columns, levels, dtype, width=WIDTH, batch=BATCH):
+    net = bench.RevColNet(columns, levels, width, dtype)
+    x, target = bench.batch_and_target(batch, width, dtype)
+    return net, x, bench.revcol_states(levels, batch, width, dtype), target
+
+
+def largest_relative_difference(grads, reference, zeros_exact=True):
+    """Per parameter, the largest difference over the largest |reference|. A parameter whose gradient is all zero
+    (the first column's alphas and upper Linears' weights: its states are zeros) must get exactly zero; or, with
+    zeros_exact=False, a difference measured against the largest |reference| of all the parameters (the one
+    Function computes the first column's zero states back through every column after it: they come back as
+    rounding leaves them, not as exact zeros)."""
+    worst = 0.0
+    largest = max(np.max(np.abs(r)) for r in reference)
+    for g, r in zip(grads, reference, strict=True):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        scale = np.max(np.abs(r))
+        if scale:
+            worst = max(worst, np.max(np.abs(g - r)) / scale)
+        elif g.any() and zeros_exact:
+            return np.inf
+        else:
+            worst = max(worst, np.max(np.abs(g)) / largest)
+    return worst
+
+
+def tinypytorch_run(net, loss_fn, params=None):
+    loss = loss_fn()
+    loss.backward()
+    params = list(net.params()) if params is None else params
+    assert all(p.grad is not None for p in params)
+    grads = [p.grad.data.copy() for p in params]
+    net.cleargrads()
+    return loss.data.item(), grads
+
+
+def torch_run(twin, loss_fn, params=None):
+    loss = loss_fn()
+    loss.backward()
+    params = list(twin.parameters()) if params is None else params
+    assert all(p.grad is not None for p in params)
+    grads = [p.grad.numpy().copy() for p in params]
+    twin.zero_grad(set_to_none=True)
+    return loss.item(), grads
+
+
+# The reversible runs compute each block's input back from its output: not the same arithmetic as the plain run,
+# so not bitwise equal. In float64 at these depths the difference is a few units in the 16th digit (measured: at
+# most 3e-15 relative to each parameter's largest gradient); 1e-12 leaves room and still catches any wrong term.
+REVERSIBLE_RTOL = 1e-12
+
+
+@pytest.mark.parametrize("depth", [1, 2, 5, 9])
+def test_coupling_stack_gives_the_plain_runs_loss_and_gradients_in_both_frameworks(depth):
+    net, x, target = coupling_workload(depth, np.float64, width=8, batch=5)
+    twin = bench.torch_coupling_twin(net)
+    assert len(list(net.params())) == len(list(twin.parameters())) == 4 * depth
+    for p, pt in zip(net.params(), twin.parameters(), strict=True):
+        assert pt.dtype == torch.float64
+        np.testing.assert_array_equal(pt.detach().numpy(), p.data)
+    ours = {c: tinypytorch_run(net, functools.partial(bench.loss_coupling_tinypytorch, net, x, target, c))
+            for c in bench.COUPLING_CONFIGURATIONS}
+    theirs = {c: torch_run(twin, functools.partial(bench.loss_coupling_torch, twin, x, target, c))
+              for c in bench.COUPLING_CONFIGURATIONS}
+    loss, plain = ours["plain"]
+    assert all(np.any(g != 0) for g in plain)
+    for c in bench.COUPLING_CONFIGURATIONS:
+        # the forward pass is the same arithmetic in every configuration: the same loss, to the bit
+        assert ours[c][0] == loss and theirs[c][0] == theirs["plain"][0]
+        np.testing.assert_allclose(theirs[c][0], loss, rtol=1e-12)
+        assert largest_relative_difference(ours[c][1], plain) <= (0 if c == "sqrt" else REVERSIBLE_RTOL)
+        assert largest_relative_difference(theirs[c][1], theirs["plain"][1]) <= (0 if c == "sqrt" else REVERSIBLE_RTOL)
+        assert largest_relative_difference(theirs[c][1], plain) <= 1e-12  # the twin, as the plain runs above
+
+
+def test_coupling_comparison_sees_a_wrong_gradient(monkeypatch):
+    """The comparison above fails when the reversible backward is off: a wrong inverse (g's term dropped)."""
+    net, x, target = coupling_workload(3, np.float64, width=8, batch=5)
+    _, plain = tinypytorch_run(net, functools.partial(bench.loss_coupling_tinypytorch, net, x, target, "plain"))
+    block_type = type(net.blocks[0])
+    original = block_type.inverse
+
+    def off_by_a_little(self, y, replay=None):
+        return original(self, y, replay) * (1 + 1e-9)
+
+    monkeypatch.setattr(block_type, "inverse", off_by_a_little)
+    _, wrong = tinypytorch_run(net, functools.partial(bench.loss_coupling_tinypytorch, net, x, target, "reversible"))
+    assert largest_relative_difference(wrong, plain) > REVERSIBLE_RTOL
+
+
+@pytest.mark.parametrize("levels", [2, 4])
+@pytest.mark.parametrize("columns", [1, 2, 5])
+def test_revcol_gives_the_non_reversible_runs_loss_and_gradients_in_both_frameworks(columns, levels):
+    net, x, states, target = revcol_workload(columns, levels, np.float64, width=7, batch=5)
+    twin = bench.torch_revcol_twin(net)
+    pairs = bench.revcol_parameter_pairs(net, twin)
+    assert len(pairs) == len(list(net.params())) == len(list(twin.parameters())) == columns * (5 * levels - 2)
+    for p, pt in pairs:
+        assert pt.dtype == torch.float64
+        np.testing.assert_array_equal(pt.detach().numpy(), p.data)
+    params, twin_params = [p for p, _ in pairs], [pt for _, pt in pairs]
+    ours = {c: tinypytorch_run(net, functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, c), params)
+            for c in bench.REVCOL_CONFIGURATIONS}
+    theirs = {c: torch_run(twin, functools.partial(bench.loss_revcol_torch, twin, x, states, target, c), twin_params)
+              for c in bench.REVCOL_CONFIGURATIONS}
+    loss, plain = ours["plain"]
+    # every gradient is there; in the first column the alphas' and the upper Linears' weights' are zero (c = 0)
+    first = 5 * levels - 2  # the parameters of a column
+    assert all(np.any(g != 0) for g in plain[first:]) and sum(np.any(g != 0) for g in plain[:first]) > levels
+    np.testing.assert_allclose(theirs["plain"][0], loss, rtol=1e-12)
+    assert largest_relative_difference(theirs["plain"][1], plain) <= 1e-12
+    for c in ("reversible", "one"):  # a RevColumn Function per column, and ReversibleColumns (one Function)
+        assert ours[c][0] == loss and theirs[c][0] == theirs["plain"][0]  # the same forward arithmetic, to the bit
+        exact = c == "reversible"  # per column, the first column's zero states come back exactly: c' - l(.) = 0
+        assert largest_relative_difference(ours[c][1], plain, exact) <= REVERSIBLE_RTOL
+        assert largest_relative_difference(theirs[c][1], plain, exact) <= REVERSIBLE_RTOL
+
+
+def test_revcol_one_function_keeps_the_columns_and_their_order():
+    """ReversibleColumns runs the RevColNet's own columns, in order, as one node; the port as one torch node."""
+    net, x, states, target = revcol_workload(3, 2, np.float64)
+    assert net.joined.columns == net.columns
+    assert len(list(net.params())) == 3 * (5 * 2 - 2)  # the joined columns' parameters are not counted twice
+    loss = bench.loss_revcol_tinypytorch(net, x, states, target, "one")
+    functions = {type(f).__name__ for f in walk_tinypytorch_graph(loss)}
+    assert "ReversibleColumnsFunction" in functions and "ReverseFunction" not in functions
+    twin = bench.torch_revcol_twin(net)
+    loss = bench.loss_revcol_torch(twin, x, states, target, "one")
+    names = {f.name() for f in walk_torch_graph(loss)}
+    assert any("TorchReversibleColumnsFunction" in n for n in names)
+    assert not any("TorchReverseFunction" in n for n in names)
+
+
+def walk_tinypytorch_graph(loss):
+    todo, seen = [loss.creator], {}
+    while todo:
+        f = todo.pop()
+        if isinstance(f, Function) and id(f) not in seen:
+            seen[id(f)] = f
+            todo.extend(node for node, _ in f.edges)
+    return list(seen.values())
+
+
+def walk_torch_graph(loss):
+    todo, seen = [loss.grad_fn], []
+    while todo:
+        f = todo.pop()
+        if f is not None and f not in seen:
+            seen.append(f)
+            todo.extend(node for node, _ in f.next_functions)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_first_states_back_is_the_reconstruction_error(dtype):
+    """The first column's states are zeros: one column gives them back from its own new c's exactly
+    (c' - l(.) = alpha 0); through more columns they come back with rounding errors, which grow with the columns;
+    and the check leaves no gradients behind."""
+    back = {}
+    for columns in (1, 2, 6):
+        net, x, states, target = revcol_workload(columns, 4, dtype)
+        back[columns] = bench.first_states_back(net, x, states, target)
+        assert all(p.grad is None for p in net.params())
+    eps = np.finfo(dtype).eps
+    assert back[1] == 0 and 0 < back[2] < back[6] < 1e4 * eps
+
+
+def test_revcol_comparison_sees_a_wrong_handover_between_columns(monkeypatch):
+    """The one-Function port hands each column's computed-back old c's to the column before: hand over the
+    column's own new c's instead (what a port that forgot to compute them back would do) and the comparison
+    fails; so does an old c off by a part in a billion."""
+    net, x, states, target = revcol_workload(3, 4, np.float64, width=7, batch=5)
+    twin = bench.torch_revcol_twin(net)
+    pairs = bench.revcol_parameter_pairs(net, twin)
+    _, plain = tinypytorch_run(net, functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, "plain"),
+                               [p for p, _ in pairs])
+    one = functools.partial(bench.loss_revcol_torch, twin, x, states, target, "one")
+    _, right = torch_run(twin, one, [pt for _, pt in pairs])
+    assert largest_relative_difference(right, plain, zeros_exact=False) <= REVERSIBLE_RTOL
+    original = bench._torch_column_backward
+    for wrong_old in (lambda new, old: new, lambda new, old: [c * (1 + 1e-9) for c in old]):
+        def handed_over(column, x_, new, gys, wrong_old=wrong_old):
+            g_x, g_old, old = original(column, x_, new, gys)
+            return g_x, g_old, wrong_old(new, old)
+
+        monkeypatch.setattr(bench, "_torch_column_backward", handed_over)
+        _, wrong = torch_run(twin, one, [pt for _, pt in pairs])
+        assert largest_relative_difference(wrong, plain, zeros_exact=False) > REVERSIBLE_RTOL
+
+
+def test_revcol_comparison_sees_a_wrong_alpha_gradient(monkeypatch):
+    """The torch port's alpha gradient is checked: halve it and the comparison fails."""
+    net, x, states, target = revcol_workload(3, 4, np.float64, width=7, batch=5)
+    twin = bench.torch_revcol_twin(net)
+    pairs = bench.revcol_parameter_pairs(net, twin)
+    _, plain = tinypytorch_run(net, functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, "plain"),
+                               [p for p, _ in pairs])
+    original = torch.autograd.backward
+
+    def halved(tensors, grad_tensors=None, *args, **kwargs):
+        if tensors.grad_fn.name() == "MulBackward0":  # old c_i * alpha_i: alpha_i's gradient
+            grad_tensors = grad_tensors / 2
+        return original(tensors, grad_tensors, *args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "backward", halved)
+    _, wrong = torch_run(twin, functools.partial(bench.loss_revcol_torch, twin, x, states, target, "reversible"),
+                         [pt for _, pt in pairs])
+    assert largest_relative_difference(wrong, plain) > 0.1
+
+
+def test_relative_error_is_per_parameter():
+    reference = [np.array([1.0, -2.0]), np.array([100.0])]
+    assert bench.relative_error(reference, reference) == 0
+    assert bench.relative_error([np.array([1.0, -2.2]), np.array([100.0])], reference) == pytest.approx(0.1)
+    assert bench.relative_error([np.array([1.0, -2.0]), np.array([101.0])], reference) == pytest.approx(0.01)
+
+
+# ----- reversible networks: what is saved, by hand ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("depth", [1, 2, 3, 5, 8])
+def test_coupling_saved_bytes_are_the_count_by_hand_in_both_frameworks(depth, dtype):
+    net, x, target = coupling_workload(depth, dtype)
+    twin = bench.torch_coupling_twin(net)
+    itemsize = np.dtype(dtype).itemsize
+    activation = BATCH * WIDTH * itemsize
+    for c in bench.COUPLING_CONFIGURATIONS:
+        ours = bench.count_saved_tinypytorch(functools.partial(bench.loss_coupling_tinypytorch, net, x, target, c),
+                                             net, [x, target])
+        theirs = bench.count_saved_torch(functools.partial(bench.loss_coupling_torch, twin, x, target, c), twin,
+                                         [x, target])
+        assert ours == theirs
+        assert (ours.bytes, ours.count) == bench.expected_saved_coupling(depth, c, WIDTH, BATCH, itemsize)
+        assert ours.activations == bench.held_coupling(depth, c) * activation
+        if c == "reversible":  # the stack's output, and the loss's two operands (the output again, the target)
+            assert (ours.bytes, ours.count, ours.activations) == (3 * activation, 3, activation)
+        else:  # per block: x2, y1 and two tanh outputs (halves), two weights (f's not where x2 is the batch's)
+            k, _, m = bench.segment_layout(depth, bench.segments_for(c, depth))
+            weights = (2 * m - (k == 1)) * (WIDTH // 2) ** 2 * itemsize
+            assert ours.bytes == (k - 1) * activation + 2 * m * activation + weights + 2 * activation
+    assert all(p.grad is None for p in net.params()) and all(p.grad is None for p in twin.parameters())
+
+
+@pytest.mark.parametrize("depth", [1, 3, 6])
+def test_the_hook_counts_what_the_reversible_tinypytorch_graph_saves(depth):
+    """The counting hook against a walk of the graph's SavedTensors (bytes and tensors; the walk tells arrays
+    apart by identity, so it cannot see that the coupling's x2 is a view of a block's input: activations are
+    checked against the count by hand above)."""
+    net, x, target = coupling_workload(depth, np.float64)
+    existing = [p.data for p in net.params()] + [x, target]
+    for c in ("plain", "reversible"):
+        loss_fn = functools.partial(bench.loss_coupling_tinypytorch, net, x, target, c)
+        counted = bench.count_saved_tinypytorch(loss_fn, net, [x, target])
+        walked = saved_in_tinypytorch_graph(loss_fn(), existing)
+        assert walked[:2] == (counted.bytes, counted.count)
+        if c == "reversible":  # one array: the output, no view
+            assert walked[2] == counted.activations == x.nbytes
+    net, x, states, target = revcol_workload(depth, 3, np.float64)
+    existing = [p.data for p in net.params()] + [x, target, *states]
+    for c in bench.REVCOL_CONFIGURATIONS:
+        loss_fn = functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, c)
+        counted = bench.count_saved_tinypytorch(loss_fn, net, [x, target, *states])
+        assert saved_in_tinypytorch_graph(loss_fn(), existing) == (counted.bytes, counted.count, counted.activations)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("levels", [2, 4])
+@pytest.mark.parametrize("columns", [1, 2, 3])
+def test_revcol_saved_bytes_are_the_count_by_hand_in_both_frameworks(columns, levels, dtype):
+    itemsize = np.dtype(dtype).itemsize
+    activation = BATCH * WIDTH * itemsize
+    counted = {}
+    for n in (columns, columns + 1):
+        net, x, states, target = revcol_workload(n, levels, dtype)
+        twin = bench.torch_revcol_twin(net)
+        for c in bench.REVCOL_CONFIGURATIONS:
+            ours = bench.count_saved_tinypytorch(
+                functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, c), net, [x, target, *states])
+            theirs = bench.count_saved_torch(
+                functools.partial(bench.loss_revcol_torch, twin, x, states, target, c), twin, [x, target, *states])
+            assert ours == theirs
+            assert (ours.bytes, ours.count) == bench.expected_saved_revcol(n, levels, c, WIDTH, BATCH, itemsize)
+            assert ours.activations == bench.held_revcol(n, levels, c) * activation
+            counted[n, c] = ours
+    # one Function over the columns: x and the last column's L c's, and the loss's operands, at any number
+    assert counted[columns + 1, "one"] == counted[columns, "one"]
+    assert (counted[columns, "one"].bytes, counted[columns, "one"].count) == ((levels + 3) * activation, levels + 3)
+    assert counted[columns, "one"].activations == levels * activation  # x is the batch; the top c saved twice
+    # a reversible column saves x and its L new c's; one more column, L + 1 more arrays, L of them new memory
+    more, fewer = counted[columns + 1, "reversible"], counted[columns, "reversible"]
+    assert (more.bytes - fewer.bytes, more.count - fewer.count) == ((levels + 1) * activation, levels + 1)
+    assert more.activations - fewer.activations == levels * activation
+    assert fewer.bytes == (columns * (levels + 1) + 2) * activation  # and the loss's two operands
+    plain_more, plain_fewer = counted[columns + 1, "plain"], counted[columns, "plain"]
+    assert plain_more.activations - plain_fewer.activations == 2 * levels * activation  # c's and tanh outputs
+
+
+def test_counts_by_hand():
+    # one block, plain: x2, f's tanh, y1, g's tanh (4 halves = 2 activations), g's weight; the loss 2 operands
+    assert bench.expected_saved_coupling(1, "plain", 10, 3, 8) == ((2 + 2) * 3 * 10 * 8 + 5 * 5 * 8, 7)
+    assert bench.expected_saved_coupling(128, "reversible", 10, 3, 4) == (3 * 3 * 10 * 4, 3)
+    # 8 blocks in 3 segments (2, 2, 4): 2 checkpoint inputs, 4 blocks of 6 tensors, the loss's 2
+    assert bench.expected_saved_coupling(8, "sqrt", 10, 3, 4) == ((2 + 8 + 2) * 3 * 10 * 4 + 8 * 25 * 4, 28)
+    assert [bench.held_coupling(8, c) for c in bench.COUPLING_CONFIGURATIONS] == [20, 2 + 10, 1]
+    # one column of 2 levels: level 0 x, zeros, tanh, c (4); top: c0', W, tanh, c (3 arrays and a weight)
+    assert bench.expected_saved_revcol(1, 2, "plain", 10, 3, 8) == ((7 + 2) * 3 * 10 * 8 + 100 * 8, 10)
+    # a second column: level 0 adds the upper weight and alpha; the top its alpha
+    assert bench.expected_saved_revcol(2, 2, "plain", 10, 3, 8) == (
+        (7 + 7 + 2) * 3 * 10 * 8 + (1 + 2) * 100 * 8 + 2 * 10 * 8, 10 + 11)
+    assert bench.expected_saved_revcol(16, 4, "reversible", 10, 3, 8) == ((16 * 5 + 2) * 3 * 10 * 8, 16 * 5 + 2)
+    assert bench.held_revcol(16, 4, "reversible") == 64 and bench.held_revcol(16, 4, "plain") == 128
+    # one Function over 16 columns of 4 levels: x and 4 c's, the loss's 2 operands; held, the 4 c's
+    assert bench.expected_saved_revcol(16, 4, "one", 10, 3, 8) == ((1 + 4 + 2) * 3 * 10 * 8, 7)
+    assert bench.expected_saved_revcol(2, 4, "one", 10, 3, 8) == bench.expected_saved_revcol(16, 4, "one", 10, 3, 8)
+    assert bench.held_revcol(16, 4, "one") == bench.held_revcol(1, 4, "one") == 4
+    assert bench.CONCATENATE_BOUNDS == 3 * np.dtype(np.intp).itemsize
+    assert bench.held_coupling_extra(8, "plain", "tinypytorch") == 8 * bench.CONCATENATE_BOUNDS
+    assert bench.held_coupling_extra(8, "sqrt", "torch") == 2 * torch.get_rng_state().nbytes
+    assert bench.held_coupling_extra(8, "reversible", "tinypytorch") == bench.held_coupling_extra(
+        8, "reversible", "torch") == 0
+
+
+# ----- reversible networks: memory held ---------------------------------------------------------------------
+
+def check_reversible_memory(memory, activations, activation, extra=0, graph=0):
+    """extra: bytes held after forward beyond the activations; graph: those of them that the graph's nodes hold
+    until the loss is dropped (tinypytorch's concatenate nodes' split points)."""
+    assert memory.after_forward - memory.output == activations * activation + extra
+    assert memory.after_backward == memory.gradients + memory.output + graph  # what was kept for backward is gone
+    assert memory.after_drop == memory.gradients
+    assert memory.peak > memory.after_forward
+
+
+@pytest.mark.parametrize("framework", ["tinypytorch", "torch"])
+def test_coupling_stack_holds_the_same_after_forward_at_every_depth(framework):
+    """Reversible: only the output, whatever the depth, to the byte; plain and checkpointed: the count by hand."""
+    activation = 16 * 32 * 8
+    held, peaks = {}, {}
+    for depth in (1, 2, 5, 9):
+        net, x, target = coupling_workload(depth, np.float64, width=32, batch=16)
+        params_bytes = sum(p.data.nbytes for p in net.params())
+        if framework == "torch":
+            net = bench.torch_coupling_twin(net)
+        loss = bench.loss_coupling_tinypytorch if framework == "tinypytorch" else bench.loss_coupling_torch
+        measure = bench.measure_tinypytorch if framework == "tinypytorch" else bench.measure_torch
+        for c in bench.COUPLING_CONFIGURATIONS:
+            forward = functools.partial(loss, net, x, target, c)
+            forward().backward()  # a warm-up, as the benchmark's counting pass
+            net.zero_grad()
+            kept, dropped = measure(forward, net), measure(forward, net, drop_gradients=True)
+            extra = bench.held_coupling_extra(depth, c, framework)
+            graph = extra if framework == "tinypytorch" else 0
+            check_reversible_memory(kept, bench.held_coupling(depth, c), activation, extra, graph)
+            check_reversible_memory(dropped, bench.held_coupling(depth, c), activation, extra, graph)
+            assert kept.gradients == params_bytes and dropped.gradients == 0
+            held[depth, c], peaks[depth, c] = kept.after_forward, dropped.peak
+        assert all(p.grad is None for p in net.parameters())
+    assert len({held[d, "reversible"] for d in (1, 2, 5, 9)}) == 1  # flat in depth, to the byte
+    assert held[9, "plain"] > held[9, "sqrt"] > held[9, "reversible"]
+    assert peaks[9, "reversible"] < peaks[9, "plain"]
+
+
+def reconstructed_after_backward(columns, levels, configuration, framework):
+    """Activations tinypytorch's reversible Functions hold after backward while the loss is referenced, by hand:
+    the old c's each computed back (`reconstructed`, kept for a step to print): L per RevColumn Function, L for
+    ReversibleColumnsFunction (the first column's). PyTorch's ports keep nothing."""
+    if framework == "torch" or configuration == "plain":
+        return 0
+    return levels * (columns if configuration == "reversible" else 1)
+
+
+@pytest.mark.parametrize("framework", ["tinypytorch", "torch"])
+def test_revcol_holds_x_and_the_new_cs_of_every_column_after_forward(framework):
+    """Per column: x and its L new c's, growing with the columns; one Function: the last column's c's, flat."""
+    activation = 16 * 32 * 8
+    held = {}
+    for columns in (1, 2, 4):
+        net, x, states, target = revcol_workload(columns, 4, np.float64, width=32, batch=16)
+        params_bytes = sum(p.data.nbytes for p in net.params())
+        if framework == "torch":
+            net = bench.torch_revcol_twin(net)
+        loss = bench.loss_revcol_tinypytorch if framework == "tinypytorch" else bench.loss_revcol_torch
+        measure = bench.measure_tinypytorch if framework == "tinypytorch" else bench.measure_torch
+        for c in bench.REVCOL_CONFIGURATIONS:
+            forward = functools.partial(loss, net, x, states, target, c)
+            forward().backward()
+            net.zero_grad()
+            kept, dropped = measure(forward, net), measure(forward, net, drop_gradients=True)
+            graph = reconstructed_after_backward(columns, 4, c, framework) * activation
+            check_reversible_memory(kept, bench.held_revcol(columns, 4, c), activation, graph=graph)
+            check_reversible_memory(dropped, bench.held_revcol(columns, 4, c), activation, graph=graph)
+            assert kept.gradients == params_bytes and dropped.gradients == 0
+            held[columns, c] = kept.after_forward - kept.output
+    # a reversible column holds its 4 new c's; a non-reversible one its tanh outputs too; one Function, 4 c's
+    assert held[4, "reversible"] - held[2, "reversible"] == 2 * 4 * activation
+    assert held[4, "plain"] - held[2, "plain"] == 2 * 8 * activation
+    assert held[1, "one"] == held[2, "one"] == held[4, "one"] == held[1, "reversible"] == 4 * activation
+
+
+@pytest.mark.parametrize("framework", ["tinypytorch", "torch"])
+def test_revcol_one_function_peak_does_not_grow_with_the_columns(framework):
+    """The activations of forward + backward, one Function: one column's backward at any number of columns.
+
+    PyTorch (each level's gradients into .grad, let go there by the hook): the peak with the gradients let go is
+    the same from 3 columns on (with fewer, the last column's unused outputs get zero gradients that a middle
+    column's do not), to the byte. tinypytorch returns every parameter's gradient through the graph when the
+    whole backward ends, its parameters' hooks held back until then: its peak with the gradients let go grows by
+    at most the added columns' gradients, and with the gradients kept, the peak less the gradients stays within
+    one activation (a = 128 KiB here; what grows is Python objects, the levels' random-generator states). A
+    Function per column adds its L = 4 c's a column to the peak."""
+    batch, width, levels = 128, 128, 4
+    activation = batch * width * 8
+    column_gradients = ((2 * levels - 1) * (width * width + width) + levels * width) * 8  # 7 Linears, 4 alphas
+    dropped, kept = {}, {}
+    for columns in (3, 6):
+        net, x, states, target = revcol_workload(columns, levels, np.float64, width=width, batch=batch)
+        assert sum(p.data.nbytes for p in net.params()) == columns * column_gradients
+        if framework == "torch":
+            net = bench.torch_revcol_twin(net)
+        loss = bench.loss_revcol_tinypytorch if framework == "tinypytorch" else bench.loss_revcol_torch
+        measure = bench.measure_tinypytorch if framework == "tinypytorch" else bench.measure_torch
+        for c in ("reversible", "one"):
+            forward = functools.partial(loss, net, x, states, target, c)
+            forward().backward()
+            net.zero_grad()
+            dropped[columns, c] = measure(forward, net, drop_gradients=True).peak
+            memory = measure(forward, net)
+            kept[columns, c] = memory.peak - memory.gradients
+    assert abs(kept[6, "one"] - kept[3, "one"]) < activation
+    if framework == "torch":
+        assert dropped[6, "one"] == dropped[3, "one"]
+    else:
+        assert dropped[6, "one"] - dropped[3, "one"] < 3 * column_gradients + activation
+    assert dropped[6, "reversible"] - dropped[3, "reversible"] >= 3 * (levels - 1) * activation
+
+
+def test_measure_gives_the_gradients_it_clears():
+    net, x, target = coupling_workload(2, np.float64)
+    forward = functools.partial(bench.loss_coupling_tinypytorch, net, x, target, "plain")
+    collected = []
+    bench.measure_tinypytorch(forward, net, gradients_out=collected)
+    assert len(collected) == 8 and all(p.grad is None for p in net.params())
+    _, grads = tinypytorch_run(net, forward)
+    for g, h in zip(collected, grads, strict=True):
+        np.testing.assert_array_equal(g, h)
+    twin = bench.torch_coupling_twin(net)
+    collected_t = []
+    bench.measure_torch(functools.partial(bench.loss_coupling_torch, twin, x, target, "plain"), twin,
+                        gradients_out=collected_t)
+    assert len(collected_t) == 8 and all(p.grad is None for p in twin.parameters())
+    assert bench.relative_error(collected_t, collected) < 1e-12
+
+
+# ----- reversible networks: the report ----------------------------------------------------------------------
+
+def fake_reversible_results(s, growth=1.0, slow=1.0):
+    """Results shaped like run_reversible's and consistent with the counts by hand: the checks must say yes.
+    growth: how much the reversible peaks grow from the first size to the last; slow: the reversible time ratio."""
+    itemsize = 4
+    results = {"coupling": {}, "revcol": {}}
+    rng_bytes = torch.get_rng_state().nbytes
+    for part, sizes, names in [("coupling", s["coupling"]["depths"], bench.COUPLING_CONFIGURATIONS),
+                               ("revcol", s["revcol"]["columns"], bench.REVCOL_CONFIGURATIONS)]:
+        p = s[part]
+        a = p["batch"] * p["width"] * itemsize
+        for i, n in enumerate(sizes):
+            for conf in names:
+                row = {}
+                for framework in ("tinypytorch", "torch"):
+                    if part == "coupling":
+                        nbytes, count = bench.expected_saved_coupling(n, conf, p["width"], p["batch"], itemsize)
+                        held = bench.held_coupling(n, conf) * a + bench.held_coupling_extra(n, conf, framework)
+                    else:
+                        nbytes, count = bench.expected_saved_revcol(n, p["levels"], conf, p["width"], p["batch"],
+                                                                    itemsize)
+                        held = bench.held_revcol(n, p["levels"], conf) * a
+                    held = int(held)
+                    flat = conf == "reversible" if part == "coupling" else conf == "one"  # meant to be flat
+                    scale = 1 + (growth - 1) * i / (len(sizes) - 1) if flat else 1
+                    peak = int(10 * a * scale) if flat else held + 4 * a
+                    gradients = 1000 * n
+                    dropped = bench.Memory(peak=peak, after_forward=held + 4, output=4, after_backward=4, gradients=0,
+                                           after_drop=0)
+                    kept = bench.Memory(peak=peak + gradients, after_forward=held + 4, output=4,
+                                        after_backward=gradients + 4, gradients=gradients, after_drop=gradients)
+                    seconds = [1.0, 1.1, 0.9] if conf == "plain" else [1.6 * (slow if framework == "torch" else 1)] * 3
+                    row[framework] = bench.Measured(bench.Saved(nbytes, count, held), kept, dropped, seconds,
+                                                    0.0 if conf == "plain" else 2e-7)
+                    if (part, conf, framework) == ("revcol", "one", "tinypytorch"):
+                        row[framework].states_back = 1e-6 * n
+                results[part][n, conf] = row
+    assert rng_bytes > 0
+    return results
+
+
+def test_report_reversible_states_each_target_and_the_plot_is_written(tmp_path):
+    s = bench.REVERSIBLE_SETTINGS["quick"]
+    text, targets = bench.report_reversible(fake_reversible_results(s), s, "quick")
+    met = {"tinypytorch": {"peak": True, "time": True}, "torch": {"peak": True, "time": True}}
+    assert targets == {"coupling": met, "revcol": met}
+    assert text.count("| yes |") == 3 * 3 + 2 * 3 and "| NO |" not in text  # every saved row as counted
+    assert "tinypytorch holds the count by hand plus 24 B per block in the plain and checkpointed runs, in every " \
+           "row: yes" in text
+    assert "PyTorch the count by hand plus 5,056 B per checkpoint: yes" in text
+    assert "flat within 1.1× from N = 2 to 8, tinypytorch: met (max / min 1.000;" in text
+    assert "flat within 1.1× in the number of columns, one Function, tinypytorch: met (max / min 1.000;" in text
+    assert "reversible at most 2× the plain run, PyTorch: met at every depth (ratios 1.60 to 1.60)" in text
+    assert "| 8 | 2 | reversible | 1.600 | 1.60 | 1.78 |" in text  # medians 1.6 and 1.0, fastest 1.6 and 0.9
+    assert "use_reentrant=False" in text and "float32" in text and "CPU: " in text
+    bench.plot_reversible(fake_reversible_results(s), s, tmp_path / "reversible.png")
+    assert (tmp_path / "reversible.png").read_bytes().startswith(b"\x89PNG")
+
+    text, targets = bench.report_reversible(fake_reversible_results(s, growth=1.2, slow=1.3), s, "quick")
+    missed = {"tinypytorch": {"peak": False, "time": True}, "torch": {"peak": False, "time": False}}
+    assert targets == {"coupling": missed, "revcol": missed}
+    assert "from N = 2 to 8, tinypytorch: NOT met (max / min 1.200; N = 8 / N = 2: 1.200;" in text
+    assert "the plain run, PyTorch: NOT met at N = 2 (2.08), N = 4 (2.08), N = 8 (2.08)" in text
+    assert "flat within 1.1× in the number of columns, one Function, PyTorch: NOT met (max / min 1.200; " \
+           "4 columns / 2: 1.200;" in text
+    assert "the non-reversible run, PyTorch: NOT met at 2 columns, reversible, per column (2.08); 4 columns, " \
+           "reversible, per column (2.08); 2 columns, reversible, one Function (2.08); 4 columns, reversible, " \
+           "one Function (2.08)" in text
+    assert "the largest relative difference from the non-reversible run's (the table's last columns) at 2, 4 " \
+           "columns: tinypytorch 2.0e-07, 2.0e-07; PyTorch 2.0e-07, 2.0e-07; a Function per column, at most 2.0e-07 " \
+           "in tinypytorch, 2.0e-07 in PyTorch. The first column's states" in text
+    assert "max |c| = 2.0e-06, 4.0e-06." in text and "It stays below 1e-2 at every number of columns here." in text
+    results = fake_reversible_results(s)
+    results["revcol"][4, "one"]["torch"].error = 0.5  # the one Function's gradients gone wrong at 4 columns
+    text = bench.report_reversible(results, s, "quick")[0]
+    assert "PyTorch 2.0e-07, 5.0e-01;" in text
+    assert "Where it passes 1e-2 (4 columns here), the first columns' gradients are no longer the network's" in text
+    assert "usable in float32 up to 2 columns here." in text
+    results = fake_reversible_results(s)
+    results["revcol"][2, "reversible"]["tinypytorch"].dropped.after_forward += 8  # one stray array shows
+    text = bench.report_reversible(results, s, "quick")[0]
+    assert "tinypytorch holds the count by hand in every row: NO; PyTorch: yes" in text
+
+
+def test_reversible_settings_are_the_issues_sizes():
+    full = bench.REVERSIBLE_SETTINGS["full"]
+    assert full["dtype"] == "float32"
+    coupling, revcol = full["coupling"], full["revcol"]
+    assert {key: coupling[key] for key in ("depths", "width", "batch")} == {
+        "depths": [8, 16, 32, 64, 128], "width": 1024, "batch": 256}
+    assert revcol["columns"] == [2, 4, 8, 16] and revcol["levels"] == 4 and revcol["batch"] == 256
+    assert revcol["width"] in (256, 512)
+    for part, sizes in [(coupling, coupling["depths"]), (revcol, revcol["columns"])]:
+        assert sorted(part["repeats"]) == sizes and min(part["repeats"].values()) >= 3
+    quick = bench.REVERSIBLE_SETTINGS["quick"]
+    assert sorted(quick["coupling"]["repeats"]) == quick["coupling"]["depths"]
+    assert sorted(quick["revcol"]["repeats"]) == quick["revcol"]["columns"]
+    assert set(bench.COUPLING_CONFIGURATIONS) == {"plain", "sqrt", "reversible"}
+    assert set(bench.REVCOL_CONFIGURATIONS) == {"plain", "reversible", "one"}

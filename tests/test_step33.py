@@ -463,6 +463,45 @@ def test_autograd_grad_rejects_inputs_and_outputs_that_do_not_require_grad():
         autograd.grad(c * 2.0, [x])
 
 
+class _SendsEarly(Function):
+    """y = a * b; the gradient of b is sent from inside backward (engine.send_early), the way a reversible stack
+    sends each block's gradients; a's is returned as usual."""
+
+    def forward(self, a, b):
+        self.save_for_backward(a, b)
+        return a * b
+
+    def backward(self, gy):
+        a, b = self.saved_tensors
+        sent = engine.send_early(self, 1, gy * a)
+        return gy * b, None if sent else gy * a
+
+
+@pytest.mark.parametrize("use_grad", [False, True])
+def test_a_gradient_sent_early_arrives_once_through_hooks_and_autograd_grad(use_grad):
+    a0, b0 = np.array([1.5, -2.0]), np.array([0.5, 3.0])
+    a, b = Variable(a0), Variable(b0)
+    seen = []
+    b.register_hook(lambda g: seen.append(g.data.copy()) or g)
+    y = _SendsEarly()(a, b)
+    z = (y * b).sum()  # b is used twice: the early gradient is one of two that must add up
+    ta, tb = (torch.tensor(v, requires_grad=True) for v in (a0, b0))
+    ((ta * tb) * tb).sum().backward()
+    if use_grad:
+        ga, gb = autograd.grad(z, [a, b])
+    else:
+        z.backward()
+        ga, gb = a.grad, b.grad
+    np.testing.assert_allclose(ga.data, ta.grad.numpy(), rtol=1e-15)
+    np.testing.assert_allclose(gb.data, tb.grad.numpy(), rtol=1e-15)
+    assert len(seen) == 1  # the hook ran once, on the whole gradient
+    np.testing.assert_allclose(seen[0], tb.grad.numpy(), rtol=1e-15)
+
+
+def test_send_early_outside_a_backward_pass_says_so():
+    assert engine.send_early(_SendsEarly(), 1, Variable(np.array(1.0))) is False
+
+
 def test_autograd_grad_takes_a_generator_of_inputs_as_torch_does():
     """Layer.params() is a generator; torch.autograd.grad accepts one (module.parameters()) too."""
     a, b = np.array([1.0, -2.0]), np.array([0.5, 3.0])

@@ -307,6 +307,19 @@ def test_a_hook_on_a_weight_runs_once_per_backward_as_in_torch():
         assert_close_to_torch(g, p.grad.numpy())
 
 
+def test_each_blocks_gradients_go_on_as_soon_as_the_block_is_done():
+    """Backward walks the blocks from the last: their weights' hooks must fire in that order, each as its block
+    is done, not all when the stack's backward returns (which would hold every block's gradients at once)."""
+    net, x0, w = make_stack(4), data(), data(seed=2)
+    fired = []
+    for k, block in enumerate(net.blocks):
+        for param in block.params():
+            param.register_hook(lambda g, k=k: fired.append(k) or g)
+    grads_of(net, x0, w, reversible=True)
+    per_block = len(list(net.blocks[0].params()))
+    assert fired == [k for k in (3, 2, 1, 0) for _ in range(per_block)]
+
+
 def test_the_stack_is_one_reversible_function_node_and_without_grad_runs_the_blocks():
     net, x0 = make_stack(3), data()
     assert isinstance(net(Variable(x0)).creator, ReversibleFunction)

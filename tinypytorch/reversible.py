@@ -15,6 +15,7 @@ checkpointing, and the parameters' gradients are returned through the graph, so
 import contextlib
 
 from tinypytorch import autograd, random
+from tinypytorch.autograd import engine
 from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import concatenate, sum_to
@@ -27,6 +28,38 @@ def _replay(state):
     """Draw as at the time `state` was taken; count as a recomputation (batch norm must not update twice)."""
     with _replaying(state):
         yield
+
+
+class _Gradients:
+    """The parameters' gradients a reversible Function's backward builds up, block by block (or column by column).
+
+    A parameter's gradient is complete after the last block that uses it (the first, in forward order):
+    then it is sent on to the running pass at once (engine.send_early), as PyTorch's reversible
+    libraries write each block's `.grad`, so that the stack never holds every block's gradients.
+    What could not be sent is returned by backward, as `returned`.
+    """
+
+    def __init__(self, function, groups):
+        self.function, self.sums, self.returned = function, {}, {}
+        self.input_index = {id(p): i for i, p in enumerate(function.params, start=function.first_param_input)}
+        self.complete_after = {}  # id(p) -> index of the group after which p's gradient is whole
+        for k, group in enumerate(groups):
+            for p in group:
+                self.complete_after.setdefault(id(p), k)
+
+    def add(self, k, params, grads):
+        """Group k's gradients (None: none), in backward order; send those now complete."""
+        for p, g in zip(params, grads):
+            if g is not None:
+                self.sums[id(p)] = g if id(p) not in self.sums else self.sums[id(p)] + g
+        for p in params:
+            if self.complete_after[id(p)] == k and id(p) in self.sums:
+                g = self.sums.pop(id(p))
+                if not engine.send_early(self.function, self.input_index[id(p)], g):
+                    self.returned[id(p)] = g
+
+    def result(self):
+        return [self.returned.get(id(p)) for p in self.function.params]
 
 
 @contextlib.contextmanager
@@ -95,6 +128,8 @@ class AdditiveCoupling(Layer):
 class ReversibleFunction(Function):
     """A stack of invertible blocks as one node: its inputs are x and every parameter of the blocks."""
 
+    first_param_input = 1  # inputs: x, then the parameters
+
     def __init__(self, blocks, params):
         self.blocks, self.params = blocks, params
 
@@ -111,9 +146,9 @@ class ReversibleFunction(Function):
     def backward(self, gy):
         (y,) = self.saved_tensors
         y = y.data
-        grads = {}
+        grads = _Gradients(self, [list(block.params()) for block in self.blocks])
         with random.fork_rng():  # the outer random stream continues as if backward drew nothing
-            for block, states in zip(reversed(self.blocks), reversed(self.states)):
+            for k, block, states in reversed(list(zip(range(len(self.blocks)), self.blocks, self.states))):
                 with _replay(None), no_grad():
                     x = block.inverse(Variable(y, requires_grad=False), replay=states).data
                 leaf = Variable(x, requires_grad=True)
@@ -123,11 +158,9 @@ class ReversibleFunction(Function):
                 with _hooks_held(params):
                     results = autograd.grad(output, [leaf, *params], grad_outputs=gy, allow_unused=True)
                 gy = results[0]
-                for p, g in zip(params, results[1:]):
-                    if g is not None:
-                        grads[id(p)] = g if id(p) not in grads else grads[id(p)] + g
+                grads.add(k, params, results[1:])  # each block's complete gradients go on now
                 y = x
-        return (gy, *[grads.get(id(p)) for p in self.params])
+        return (gy, *grads.result())
 
 
 class ReversibleSequential(Layer):
@@ -346,6 +379,8 @@ class ReversibleColumnsFunction(Function):
 
     def __init__(self, stack):
         self.stack = stack
+        self.params = list(stack.params())
+        self.first_param_input = 1 + len(stack.columns[0].levels)  # inputs: x, the first column's c's, parameters
 
     def forward(self, x, *rest):
         cs = rest[:len(self.stack.columns[0].levels)]
@@ -359,14 +394,15 @@ class ReversibleColumnsFunction(Function):
     def backward(self, *gys):
         x, *new = [s.data for s in self.saved_tensors]
         gys = [None if g is None else g.data for g in gys]
-        grads, g_x = {}, None
-        for column, states in zip(reversed(self.stack.columns), reversed(self.states)):
-            g, gys, column_grads, new = _column_backward(column, x, new, states, gys)
+        columns = [list(column.params()) for column in self.stack.columns]
+        grads, g_x = _Gradients(self, columns), None
+        for k in reversed(range(len(columns))):
+            column = self.stack.columns[k]
+            g, gys, column_grads, new = _column_backward(column, x, new, self.states[k], gys)
             g_x = g if g_x is None else (g_x if g is None else g_x + g)
-            for key, value in column_grads.items():
-                grads[key] = value if key not in grads else grads[key] + value
+            grads.add(k, columns[k], [column_grads.get(id(p)) for p in columns[k]])  # this column's go on now
         self.reconstructed = new  # the first column's old c's, computed back (they were zeros in RevCol)
-        return (g_x, *map(Variable, gys), *[grads.get(id(p)) for p in self.stack.params()])
+        return (g_x, *map(Variable, gys), *grads.result())
 
 
 __all__ = ["AdditiveCoupling", "ReversibleSequential", "ReversibleFunction", "RevColumn", "ReverseFunction",

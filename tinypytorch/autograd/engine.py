@@ -33,7 +33,22 @@ def current_pass():
     tells passes apart (checkpointing recomputes once per pass, step 40), and `capture` says
     whether it is an autograd.grad pass.
     """
-    return _running[-1] if _running else None
+    return _running[-1][:2] if _running else None
+
+
+def send_early(function, i, gradient):
+    """Hand the running pass the gradient of `function`'s input i now, from inside its backward (step 42).
+
+    A reversible stack is one Function whose backward works through many blocks; each block's
+    parameters have their whole gradient long before the backward returns. Sent early, a
+    gradient goes on at once (to `.grad`, its hooks, or the other functions waiting for it)
+    instead of being held until the end; the backward then returns None for input i. False
+    when no pass is running (the caller keeps the gradient and returns it).
+    """
+    if not _running:
+        return False
+    _running[-1][2](function, i, gradient)
+    return True
 
 
 def node_of(x):
@@ -100,11 +115,6 @@ def seed(y, gradient, op):
     return gradient
 
 
-def expected_shape_and_dtype(node, output_nr):
-    """The shape and dtype the gradient sent along an edge to (node, output_nr) must have."""
-    return node.output_meta[output_nr] if isinstance(node, Function) else (node.shape, node.dtype)
-
-
 def call_backward(f, gys):
     """`f.backward` on the gradients of f's outputs, checked: one gradient per input, shaped like it.
 
@@ -117,20 +127,24 @@ def call_backward(f, gys):
     name = type(f).__name__
     if len(gxs) != len(f.edges):
         raise RuntimeError(f"{name}.backward returned {len(gxs)} gradient(s) for {len(f.edges)} input(s)")
-    checked = []
-    for i, ((node, nr), gx) in enumerate(zip(f.edges, gxs)):
-        # a constant's gradient is thrown away, so it may be anything; None means "no gradient" (as zero, PyTorch)
-        if node is not None and gx is not None:
-            if not isinstance(gx, Variable):  # (the test first: a call saved for the usual Variable)
-                gx = as_variable(gx, f"{name}.backward")
-            shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
-            if gx.data.shape != shape:
-                raise ValueError(f"{name}.backward returned a gradient of shape {gx.shape} "
-                                 f"for input {i} of shape {shape}")
-            if gx.data.dtype != dtype:
-                gx = astype(gx, dtype)
-        checked.append(gx)
-    return checked
+    return [checked_gradient(f, i, gx) for i, gx in enumerate(gxs)]
+
+
+def checked_gradient(f, i, gx):
+    """The gradient `gx` that f's backward gives its input i, as a Variable shaped and typed like the input."""
+    node, nr = f.edges[i]
+    # a constant's gradient is thrown away, so it may be anything; None means "no gradient" (as zero, PyTorch)
+    if node is not None and gx is not None:
+        if not isinstance(gx, Variable):  # (the test first: a call saved for the usual Variable)
+            gx = as_variable(gx, f"{type(f).__name__}.backward")
+        # speed: every gradient passes here; the arrays' shape and dtype, not the Variable's properties
+        shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
+        if gx.data.shape != shape:
+            raise ValueError(f"{type(f).__name__}.backward returned a gradient of shape {gx.shape} "
+                             f"for input {i} of shape {shape}")
+        if gx.data.dtype != dtype:
+            gx = astype(gx, dtype)
+    return gx
 
 
 def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
@@ -190,7 +204,14 @@ def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
             y.grad = gy if y.grad is None else y.grad + gy
         return gy
 
-    _running.append((next(_pass_ids), capture))  # step 39: which pass this is, while it runs
+    sent = {}  # function -> the inputs whose gradients its backward sent early (send_early)
+
+    def send(f, i, gx):
+        sent.setdefault(f, set()).add(i)
+        if wanted(f.edges[i]):
+            receive(*f.edges[i], checked_gradient(f, i, gx))
+
+    _running.append((next(_pass_ids), capture, send))  # step 39: which pass this is, while it runs
     try:
         for root, gy in zip(roots, seeds, strict=True):
             receive(*gradient_edge(root), gy)
@@ -202,8 +223,10 @@ def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
             gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
             if not retain_graph:
                 f.release_saved()  # step 35: this pass was the last to need them
-            for edge, gx in zip(f.edges, gxs):
-                if edge[0] is not None and (not capture or wanted(edge)):  # (wanted's first test, inlined)
+            early = sent.pop(f, ()) if sent else ()
+            for i, (edge, gx) in enumerate(zip(f.edges, gxs)):
+                # (wanted's first test inlined: the common pass captures nothing)
+                if edge[0] is not None and (not capture or wanted(edge)) and i not in early:
                     receive(*edge, gx)
             gys = gxs = gx = None  # the buffers hold what is still needed; these would keep f's gradients alive
     finally:

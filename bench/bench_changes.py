@@ -1,0 +1,112 @@
+"""What each speed change in the package saves: the code path it touches, timed before and after.
+
+    python bench/bench_changes.py --before DIR   # DIR: a checkout of the package before the changes
+    python bench/bench_changes.py --before DIR --quick
+
+Each row times one small piece of work that a change in "How tinypytorch is made fast" (the book)
+makes cheaper. The two versions of the package run in separate processes, one round each in
+turn (before, after, before, ...), so that the machine's load falls on both alike; a row's time is
+the best of its rounds. Written to bench/results/changes.md (bench/_out/ with --quick).
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import timeit
+
+ROOT = pathlib.Path(__file__).resolve().parent
+
+# name: (what is timed, the setup, the statement, calls per round)
+PIECES = {
+    "number": ("a Python number meets a 0-d array: as_variable(2.0, ..., like=x)",
+               "x = Variable(np.array(0.5))", "as_variable(2.0, 'mul', np, x)", 20_000),
+    "op with a number": ("x * 2.0 on a 0-d x that requires grad (recorded)",
+                         "x = Variable(np.array(0.5))", "x * 2.0", 20_000),
+    "recorded op": ("sin(x) on a 0-d x that requires grad (recorded, one saved tensor)",
+                    "x = Variable(np.array(0.5))", "tinypytorch.sin(x)", 20_000),
+    "backward of one node": ("backward through sin(x), 0-d (retain_graph: the same graph each call)",
+                             "x = Variable(np.array(0.5)); y = tinypytorch.sin(x)",
+                             "y.backward(retain_graph=True)", 10_000),
+    "x ** 2, large": ("sum(x ** 2) forward + backward, 10^6 elements",
+                      "x = Variable(np.random.default_rng(0).uniform(-1, 1, 10**6))",
+                      "tinypytorch.sum(x ** 2).backward()", 20),
+}
+QUICK_DIVISOR = 20
+
+
+def measure(quick):
+    """One round in this process: {piece: seconds per call}, best of 3 repeats."""
+    import numpy as np  # noqa: F401 (used by the statements)
+
+    import tinypytorch
+    from tinypytorch import Variable  # noqa: F401
+    from tinypytorch.core import as_variable  # noqa: F401
+
+    times = {}
+    for name, (_, setup, statement, number) in PIECES.items():
+        number = max(1, number // QUICK_DIVISOR) if quick else number
+        namespace = {"np": np, "tinypytorch": tinypytorch, "Variable": Variable, "as_variable": as_variable}
+        exec(setup, namespace)
+        times[name] = min(timeit.repeat(statement, globals=namespace, number=number, repeat=3)) / number
+    return times
+
+
+def run_round(package_dir, quick):
+    env = dict(os.environ, PYTHONPATH=str(package_dir), OPENBLAS_NUM_THREADS="1")
+    command = [sys.executable, __file__, "--round"] + (["--quick"] if quick else [])
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def format_time(seconds):
+    for unit, scale in (("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=pathlib.Path, help="a folder holding the package before the changes")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)  # one round, as JSON
+    args = parser.parse_args(argv)
+    if args.round:
+        print(json.dumps(measure(args.quick)))
+        return
+    if args.before is None or not (args.before / "tinypytorch" / "__init__.py").exists():
+        parser.error("--before must name a folder with the package before the changes (a tinypytorch/ inside)")
+    after = ROOT.parent
+    rounds = {"before": [], "after": []}
+    for _ in range(2 if args.quick else args.rounds):
+        rounds["before"].append(run_round(args.before, args.quick))
+        rounds["after"].append(run_round(after, args.quick))
+    best = {label: {name: min(r[name] for r in rs) for name in PIECES} for label, rs in rounds.items()}
+    spread = {label: {name: statistics.median(r[name] for r in rs) / best[label][name] for name in PIECES}
+              for label, rs in rounds.items()}
+    lines = ["# What each speed change saves", "",
+             f"Written by `python bench/bench_changes.py{' --quick' if args.quick else ''}` on "
+             f"{datetime.date.today().isoformat()}: each piece of work timed in the package before the changes and "
+             "after, in separate processes taking turns; best of the rounds (the median is within the factor in the "
+             "last column of the best).", "",
+             "| piece of work | before | after | after / before | median / best (before, after) |",
+             "|---|---|---|---|---|"]
+    for name, (description, *_) in PIECES.items():
+        b, a = best["before"][name], best["after"][name]
+        lines.append(f"| {description} | {format_time(b)} | {format_time(a)} | {a / b:.2f} | "
+                     f"{spread['before'][name]:.2f}, {spread['after'][name]:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = ROOT / ("_out" if args.quick else "results")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "changes.md").write_text(text)
+    print(f"written: {out / 'changes.md'}")
+
+
+if __name__ == "__main__":
+    main()
