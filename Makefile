@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-.PHONY: run test check-without-dot check-other-cpu notebooks book check-book bench mutants lab clean
+.PHONY: run test check-without-dot check-other-cpu notebooks book check-book bench bench-changes mutants lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -53,6 +53,12 @@ check-book: book
 bench: $(STAMP)
 	$(PY) bench/bench_autograd.py
 	$(PY) bench/bench_memory.py
+
+## bench-changes: what the speed changes save, the package at commit BEFORE against this one (bench/results/changes.md)
+BEFORE ?= a3f72d5
+bench-changes: $(STAMP)
+	before=$$(mktemp -d) && git archive $(BEFORE) tinypytorch | tar -x -C $$before && \
+	$(PY) bench/bench_changes.py --before $$before; status=$$?; rm -rf $$before; exit $$status
 
 ## mutants: put one plausible bug at a time into a copy of the package and report which the tests miss (not in CI)
 mutants: $(STAMP)

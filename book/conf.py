@@ -2,8 +2,8 @@
 
 The book renders the step notebooks with their committed outputs; it never
 executes them (nbval in `make test` already did). Sphinx reads only its own
-source folder, so the notebooks are copied into book/notebooks/ (git-ignored)
-at each build.
+source folder, so the notebooks are copied into book/notebooks/ and the
+benchmarks' plots into book/bench/ (both git-ignored) at each build.
 """
 import importlib.util
 import pathlib
@@ -16,6 +16,11 @@ shutil.rmtree(BOOK / "notebooks", ignore_errors=True)
 (BOOK / "notebooks").mkdir()
 for notebook in sorted((ROOT / "notebooks").glob("step[0-9][0-9].ipynb")):
     shutil.copy2(notebook, BOOK / "notebooks" / notebook.name)
+# the benchmarks' committed plots, for the chapters that discuss them (git-ignored copies, as the notebooks)
+shutil.rmtree(BOOK / "bench", ignore_errors=True)
+(BOOK / "bench").mkdir()
+for plot in sorted((ROOT / "bench" / "results").glob("*.png")):
+    shutil.copy2(plot, BOOK / "bench" / plot.name)
 
 project = "tinypytorch"
 author = "the tinypytorch authors"

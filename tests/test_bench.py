@@ -182,3 +182,22 @@ def test_report_computes_ratios_and_verdicts_and_the_plot_is_written(tmp_path):
     assert "CPU: " in text and f"NumPy: {np.__version__}" in text
     bench.plot(results, scaling, slopes, sizes, tmp_path / "autograd.png")
     assert (tmp_path / "autograd.png").read_bytes().startswith(b"\x89PNG")
+
+
+_changes_path = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bench_changes.py"
+_changes_spec = importlib.util.spec_from_file_location("bench_changes", _changes_path)
+changes = importlib.util.module_from_spec(_changes_spec)
+_changes_spec.loader.exec_module(changes)
+
+
+def test_bench_changes_times_every_piece_and_counts_page_faults_for_large_arrays():
+    times = changes.measure(quick=True)
+    assert set(changes.PIECES) <= set(times)
+    assert all(times[name] > 0 for name in changes.PIECES)
+    large = {name for name, (description, *_) in changes.PIECES.items() if "10^6" in description}
+    assert large and {name[:-len(" faults")] for name in times if name.endswith(" faults")} == large
+
+
+def test_bench_changes_needs_the_package_before_the_changes(tmp_path):
+    with pytest.raises(SystemExit):
+        changes.main(["--before", str(tmp_path)])
