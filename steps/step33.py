@@ -184,8 +184,9 @@ for node, count in engine.count_dependencies([y]).items():
 # `finish_leaf` and `finish_output` run the hooks of step 34 and then store
 # the gradient in `.grad` where it belongs (leaves, and every variable with
 # `retain_grad=True`). The parts for `autograd.grad` (`capture`, `targets`,
-# `leading`) come later in this step, `anomaly` in step 38, and
-# `release_saved` in step 35.
+# `leading`) come later in this step, `anomaly` in step 38,
+# `release_saved` in step 35, and `send` (a gradient a function hands on
+# before its backward has returned) in step 42.
 
 # %%
 print(inspect.getsource(engine.execute))
@@ -226,7 +227,8 @@ print(f"two passes, intermediate grads kept: x.grad = {x.grad:.1f}, a.grad = {a.
 # ### Checking what a backward method returns
 #
 # `execute` calls each function's backward through `call_backward`, which
-# checks the result: one gradient per input, each of its input's shape. A
+# checks the result: one gradient per input, and, in `checked_gradient`,
+# each of its input's shape (and dtype, step 41). A
 # mistake in a user-written `Function`, such as forgetting to broadcast a
 # gradient back to the input's shape, is reported where it happens, naming
 # the function, instead of surfacing later as a wrong gradient or a
@@ -234,6 +236,7 @@ print(f"two passes, intermediate grads kept: x.grad = {x.grad:.1f}, a.grad = {a.
 
 # %%
 print(inspect.getsource(engine.call_backward))
+print(inspect.getsource(engine.checked_gradient))
 
 
 class SumWithABug(Function):
