@@ -15,6 +15,8 @@ from hypothesis.extra.numpy import arrays
 from operations import OPERATIONS
 from reference import assert_close_to_torch
 from tinypytorch import Variable, autograd
+from tinypytorch import functions as F
+from tinypytorch.autograd import engine
 
 pytestmark = [pytest.mark.torch]
 
@@ -80,7 +82,11 @@ def test_values_and_first_second_third_derivatives_equal_torch(operation, data):
 
 
 @pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.name)
-def test_float32_operands_give_float32_values_and_gradients_as_in_torch(operation):
+def test_float32_operands_give_float32_values_and_gradients_as_in_torch(operation, monkeypatch):
+    # Every backward must compute in float32 itself, as torch's do: the engine's cast of a gradient to its
+    # input's dtype (step 41) is for inputs that met float64, and would hide a backward that promotes.
+    casts = []
+    monkeypatch.setattr(engine, "astype", lambda g, dtype: casts.append((g.dtype, dtype)) or F.astype(g, dtype))
     values = [v.astype(np.float32) for v in
               [np.random.default_rng(0).uniform(*operation.domain, shape) for shape in operation.shapes]]
     xs, ts = leaves(values, np.float32)
@@ -95,6 +101,7 @@ def test_float32_operands_give_float32_values_and_gradients_as_in_torch(operatio
             continue
         assert g.dtype == np.float32, operation.name
         np.testing.assert_allclose(g.data, gt.detach().numpy(), rtol=2e-5, atol=2e-5, err_msg=operation.name)
+    assert casts == [], f"{operation.name}: a backward returned {casts[0][0]} for a {casts[0][1]} input"
 
 
 def test_a_float32_input_that_met_float64_gets_a_float32_gradient_like_torch():
