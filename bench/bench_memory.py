@@ -1071,9 +1071,8 @@ class TorchReversibleFunction(torch.autograd.Function):
 
     One difference, PyTorch's reversible libraries' way (RevCol's ReverseFunction, MemCNN): each block's
     parameters get their gradients into .grad as that block's backward ends (torch.autograd.backward),
-    where tinypytorch's returns them through the graph (its parameters' hooks run inside its inner
-    autograd.grad). So a post-accumulate hook lets each go when complete, as a hook on a tinypytorch
-    parameter does. The blocks draw no random numbers: no RNG state is kept.
+    where tinypytorch's sends them on to the running pass through the graph as that block is done
+    (engine.send_early). Either way a hook lets each block's gradients go when they are complete. The blocks draw no random numbers: no RNG state is kept.
     """
 
     @staticmethod
@@ -1911,31 +1910,21 @@ def main(argv=None):
     mode = "quick" if args.quick else "full"
     out = args.out or ROOT / ("_out" if args.quick else "results")
     out.mkdir(parents=True, exist_ok=True)
-    if args.only in (None, "memory"):
-        s = SETTINGS[mode]
-        results = run(s)
-        text, _ = report(results, s, mode)
+    parts = {  # name: (settings, run, report, plot); plot() of the memory part takes no settings
+        "memory": (SETTINGS, run, report, lambda results, s, path: plot(results, path)),
+        "checkpoint": (CHECKPOINT_SETTINGS, run_checkpoint, report_checkpoint, plot_checkpoint),
+        "reversible": (REVERSIBLE_SETTINGS, run_reversible, report_reversible, plot_reversible),
+    }
+    for name, (settings, run_part, report_part, plot_part) in parts.items():
+        if args.only not in (None, name):
+            continue
+        s = settings[mode]
+        results = run_part(s)
+        text, _ = report_part(results, s, mode)
         print(text)
-        (out / "memory.md").write_text(text)
-        plot(results, out / "memory.png")
-        print(f"written: {out / 'memory.md'}, {out / 'memory.png'}")
-    if args.only in (None, "checkpoint"):
-        s = CHECKPOINT_SETTINGS[mode]
-        results = run_checkpoint(s)
-        text, _ = report_checkpoint(results, s, mode)
-        print(text)
-        (out / "checkpoint.md").write_text(text)
-        plot_checkpoint(results, s, out / "checkpoint.png")
-        print(f"written: {out / 'checkpoint.md'}, {out / 'checkpoint.png'}")
-    if args.only in (None, "reversible"):
-        s = REVERSIBLE_SETTINGS[mode]
-        results = run_reversible(s)
-        text, _ = report_reversible(results, s, mode)
-        print(text)
-        (out / "reversible.md").write_text(text)
-        plot_reversible(results, s, out / "reversible.png")
-        print(f"written: {out / 'reversible.md'}, {out / 'reversible.png'}")
-
+        (out / f"{name}.md").write_text(text)
+        plot_part(results, s, out / f"{name}.png")
+        print(f"written: {out / f'{name}.md'}, {out / f'{name}.png'}")
 
 if __name__ == "__main__":
     main()

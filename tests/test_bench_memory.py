@@ -37,41 +37,51 @@ def workload(depth, dtype, width=WIDTH, batch=BATCH):
     return model, x, target
 
 
+def walk_tinypytorch_graph(loss):
+    """Every Function behind `loss`, once, found by its edges (written here, not taken from tinypytorch.utils)."""
+    todo, seen = [loss.creator], {}
+    while todo:
+        f = todo.pop()
+        if isinstance(f, Function) and id(f) not in seen:
+            seen[id(f)] = f
+            todo.extend(node for node, _ in f.edges)
+    return list(seen.values())
+
+
+def walk_torch_graph(loss):
+    """Every node behind `loss`, once, found by next_functions."""
+    todo, seen = [loss.grad_fn], []
+    while todo:
+        f = todo.pop()
+        if f is not None and f not in seen:
+            seen.append(f)
+            todo.extend(node for node, _ in f.next_functions)
+    return seen
+
+
 def saved_in_tinypytorch_graph(loss, existing):
     """Walk the graph behind `loss` by its edges: (bytes, count) of its SavedTensors, and the bytes of the
     distinct saved arrays that are not in `existing` (compared by identity). Written here, not taken from
     the benchmark or from tinypytorch.utils, so that a mistake in either shows."""
     total, count, new_arrays = 0, 0, {}
-    todo, seen = [loss.creator], set()
-    while todo:
-        f = todo.pop()
-        if not isinstance(f, Function) or id(f) in seen:
-            continue
-        seen.add(id(f))
+    for f in walk_tinypytorch_graph(loss):
         for s in f._saved:
             if isinstance(s, SavedTensor):
                 total, count = total + s.nbytes(), count + 1
                 data = s.data if s.variable is None else s.variable.data
                 if not any(data is a for a in existing):
                     new_arrays[id(data)] = data.nbytes
-        todo.extend(node for node, _ in f.edges)
     return total, count, sum(new_arrays.values())
 
 
 def saved_in_torch_graph(loss):
     """(bytes, count) of the tensors in the `_saved_*` attributes of the nodes behind `loss`."""
     total, count = 0, 0
-    todo, seen = [loss.grad_fn], set()
-    while todo:
-        f = todo.pop()
-        if f is None or f in seen:
-            continue
-        seen.add(f)
+    for f in walk_torch_graph(loss):
         for name in dir(f):
             value = getattr(f, name) if name.startswith("_saved_") else None
             if isinstance(value, torch.Tensor):
                 total, count = total + value.nelement() * value.element_size(), count + 1
-        todo.extend(node for node, _ in f.next_functions)
     return total, count
 
 
@@ -279,12 +289,7 @@ def held_by_tinypytorch_graph(loss):
     of the graph holds (found through its unpack hook, the checkpoint's own). Written here, not taken from
     the benchmark, so that a mistake in either shows."""
     total, count, frames = 0, 0, {}
-    todo, seen = [loss.creator], set()
-    while todo:
-        f = todo.pop()
-        if not isinstance(f, Function) or id(f) in seen:
-            continue
-        seen.add(id(f))
+    for f in walk_tinypytorch_graph(loss):
         for s in f._saved:
             if not isinstance(s, SavedTensor):
                 continue
@@ -294,7 +299,6 @@ def held_by_tinypytorch_graph(loss):
                 frames[id(frame)] = frame
             else:
                 total, count = total + s.nbytes(), count + 1
-        todo.extend(node for node, _ in f.edges)
     for frame in frames.values():
         total += sum(s.nbytes() for s in frame.inputs)
         count += len(frame.inputs)
@@ -666,26 +670,6 @@ def test_revcol_one_function_keeps_the_columns_and_their_order():
     names = {f.name() for f in walk_torch_graph(loss)}
     assert any("TorchReversibleColumnsFunction" in n for n in names)
     assert not any("TorchReverseFunction" in n for n in names)
-
-
-def walk_tinypytorch_graph(loss):
-    todo, seen = [loss.creator], {}
-    while todo:
-        f = todo.pop()
-        if isinstance(f, Function) and id(f) not in seen:
-            seen[id(f)] = f
-            todo.extend(node for node, _ in f.edges)
-    return list(seen.values())
-
-
-def walk_torch_graph(loss):
-    todo, seen = [loss.grad_fn], []
-    while todo:
-        f = todo.pop()
-        if f is not None and f not in seen:
-            seen.append(f)
-            todo.extend(node for node, _ in f.next_functions)
-    return seen
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

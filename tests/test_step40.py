@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
+from memory import counting_saved
 from reference import assert_close_to_torch, float_arrays, torch_twin
 from steploader import load_step
 from tinypytorch import Function, Variable, autograd, no_grad
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
-from tinypytorch.layers import MLP, Parameter
+from tinypytorch.layers import MLP
 from tinypytorch.utils.checkpoint import CheckpointError, checkpoint
 
 pytestmark = [pytest.mark.step40, pytest.mark.torch]
@@ -604,19 +605,12 @@ def test_dropout_gradients_are_bitwise_those_of_the_plain_run_and_the_stream_con
 def held_bytes(model, batch, use_checkpoint):
     """Bytes of the distinct non-parameter arrays an outer pack hook sees, for the MLP's hidden layers
     (checkpointed or not) followed by its output layer and a squared loss."""
-    arrays = {}
-
-    def pack(v):
-        if not isinstance(v, Parameter):
-            arrays[id(v.data)] = v.data
-        return v
-
     def hidden(h):
         for layer in model.layers[:-1]:
             h = tinypytorch.tanh(layer(h))
         return h
 
-    with saved_tensors_hooks(pack, lambda v: v):
+    with counting_saved() as (_, arrays):
         x = Variable(batch, requires_grad=False)
         h = checkpoint(hidden, x, use_reentrant=False) if use_checkpoint else hidden(x)
         loss = (model.layers[-1](h) ** 2).sum()

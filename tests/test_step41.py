@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinypytorch
+from memory import counting_saved, numpy_bytes
 from reference import assert_close_to_torch
-from tinypytorch import Parameter, Variable, autograd, concatenate
+from tinypytorch import Variable, autograd, concatenate
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import BatchNorm1d, Layer, Linear
@@ -251,16 +252,8 @@ def test_an_empty_list_of_functions_raises():
 
 def saved(layers, segments, use_reentrant=False, x_requires_grad=False):
     """(bytes packed, distinct non-parameter arrays saved) in a forward pass, seen by an outer pack hook."""
-    packed, arrays = [], {}
-
-    def pack(v):
-        packed.append(v.data.nbytes)
-        if not isinstance(v, Parameter):
-            arrays[id(v.data)] = v.data
-        return v.data
-
     x = Variable(batch(), requires_grad=x_requires_grad)
-    with saved_tensors_hooks(pack, lambda data: data):
+    with counting_saved() as (packed, arrays):
         y = checkpoint_sequential(layers, segments, x, use_reentrant=use_reentrant)
         loss = (y * y).sum()
     for a in arrays.values():
@@ -312,10 +305,6 @@ def test_the_bytes_packed_equal_torchs_through_the_same_hooks(depth, use_reentra
     for k in sorted({1, 2, 3, depth} & set(range(1, depth + 1))):
         ours, _ = saved(layers, k, use_reentrant, x_requires_grad)
         assert ours == torch_saved_bytes(modules, k, use_reentrant, x_requires_grad), (k, use_reentrant)
-
-
-def numpy_bytes():
-    return sum(t.size for t in tracemalloc.take_snapshot().traces if t.domain == np.lib.tracemalloc_domain)
 
 
 def held_over_time(layers, segments):
@@ -753,16 +742,9 @@ def test_the_dense_block_gives_torchs_gradients_and_statistics(num_layers, seed,
 
 def block_saved_widths(num_layers, memory_efficient):
     """The widths (second dimension) of the distinct non-parameter 2-d arrays saved, and their total bytes."""
-    arrays = {}
-
-    def pack(v):
-        if not isinstance(v, Parameter):
-            arrays[id(v.data)] = v.data
-        return v.data
-
     x0, w = block_case(num_layers, 0)
     block = DenseBlock(num_layers, IN, GROWTH, BN_SIZE, memory_efficient)
-    with saved_tensors_hooks(pack, lambda data: data):
+    with counting_saved() as (_, arrays):
         loss = (block(Variable(x0)) * w).sum()
     widths = sorted(a.shape[1] for a in arrays.values() if a.ndim == 2)
     total = sum(a.nbytes for a in arrays.values())

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinypytorch
+from memory import numpy_bytes
 from reference import assert_close_to_torch
 from tinypytorch import Variable, autograd, no_grad, random
 from tinypytorch import functions as F
@@ -344,10 +345,6 @@ def test_the_stack_saves_one_tensor_its_output_whatever_the_depth(depth):
     assert saved_by(lambda: net(Variable(x0))) == (1, x0.nbytes)
     # the plain run: each block saves the input and weight of two linear layers and two tanh outputs
     assert saved_by(lambda: run_plainly(net, Variable(x0)))[0] == 6 * depth
-
-
-def numpy_bytes():
-    return sum(t.size for t in tracemalloc.take_snapshot().traces if t.domain == np.lib.tracemalloc_domain)
 
 
 def memory(depth, reversible, batch=2048, width=8):

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinypytorch
+from memory import counting_saved, numpy_bytes
 from reference import assert_close_to_torch
 from tinypytorch import Parameter, Variable, autograd, random
-from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import Layer, Linear
 from tinypytorch.reversible import (ReverseFunction, ReversibleColumns, ReversibleColumnsFunction, RevColumn,
                                     clamp_alpha)
@@ -556,15 +556,7 @@ def test_without_droppath_the_rng_is_not_touched_and_eval_mode_needs_no_restore(
 def packed_bytes(columns, x0, weights, widths, reversible, one=False):
     """(bytes packed, bytes of the distinct non-parameter arrays saved) by a forward pass of the stack."""
     set_reversible(columns, reversible)
-    packed, arrays = [], {}
-
-    def pack(v):
-        packed.append(v.data.nbytes)
-        if not isinstance(v, Parameter):
-            arrays[id(v.data)] = v.data
-        return v.data
-
-    with saved_tensors_hooks(pack, lambda data: data):
+    with counting_saved() as (packed, arrays):
         cs = run_stack(columns, Variable(x0), widths, one=one)
     held = sum(a.nbytes for a in arrays.values())
     loss = weighted_loss(cs, weights)
@@ -589,11 +581,6 @@ def test_each_reversible_column_saves_x_and_its_states_and_nothing_else(config):
         assert after[0] - before[0] == x0.nbytes + states  # save_for_backward(x, *new)
         assert after[1] - before[1] == states  # x is one array, saved by every column
         assert after[3] - before[3] > after[1] - before[1]  # a plain column keeps its levels' activations too
-
-
-def numpy_bytes():
-    numpy_only = tracemalloc.DomainFilter(inclusive=True, domain=np.lib.tracemalloc_domain)
-    return sum(t.size for t in tracemalloc.take_snapshot().filter_traces([numpy_only]).traces)
 
 
 class Sampled(Layer):
