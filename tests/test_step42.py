@@ -13,50 +13,28 @@ from hypothesis import strategies as st
 import tinypytorch
 from memory import numpy_bytes
 from reference import assert_close_to_torch
+from steploader import load_step
 from tinypytorch import Variable, autograd, no_grad, random
-from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
-from tinypytorch.layers import BatchNorm1d, Layer, Linear
+from tinypytorch.layers import Layer, Linear
 from tinypytorch.reversible import AdditiveCoupling, ReversibleFunction, ReversibleSequential
 
 pytestmark = [pytest.mark.step42, pytest.mark.torch]
+step = load_step(42)  # its halves f and g, and its PyTorch twins (the check cell's), the tests' too
 
 WIDTH, BATCH = 8, 5
 
 
-class LinearTanh(Layer):
-    def __init__(self, size, rng, p=0.0):
-        super().__init__()
-        self.linear = Linear(size, size, rng=rng)
-        self.p = p
-
-    def forward(self, x):
-        return F.dropout(tinypytorch.tanh(self.linear(x)), self.p, self.training)
-
-
-class NormTanh(Layer):
-    def __init__(self, size, rng):
-        super().__init__()
-        self.linear, self.norm = Linear(size, size, rng=rng), BatchNorm1d(size)
-
-    def forward(self, x):
-        return tinypytorch.tanh(self.norm(self.linear(x)))
-
-
-def make_stack(depth, width=WIDTH, p=0.0, seed=0, dtype=np.float64, half=LinearTanh):
+def make_stack(depth, width=WIDTH, p=0.0, seed=0, dtype=np.float64, half=None):
+    """The step's stack, with LinearTanh halves (dropout p) or another kind of half."""
+    half = half or step.LinearTanh
     rng = np.random.default_rng(seed)
-    extra = (p,) if half is LinearTanh else ()
+    extra = (p,) if half is step.LinearTanh else ()
     net = ReversibleSequential(*[AdditiveCoupling(half(width // 2, rng, *extra), half(width // 2, rng, *extra))
                                  for _ in range(depth)])
     for param in net.params():
         param.data = param.data.astype(dtype)
     return net
-
-
-def run_plainly(net, x):
-    for block in net.blocks:
-        x = block(x)
-    return x
 
 
 def data(seed=1, width=WIDTH, batch=BATCH):
@@ -68,7 +46,7 @@ def grads_of(net, x0, weights, reversible, seed=0):
     tinypytorch.manual_seed(seed)
     net.cleargrads()
     x = Variable(x0.copy())
-    y = net(x) if reversible else run_plainly(net, x)
+    y = net(x) if reversible else step.run_plainly(net, x)
     (y * weights.astype(y.dtype)).sum().backward()
     return y.data, [x.grad.data] + [p.grad.data for p in net.params()], random.default_generator().random()
 
@@ -78,85 +56,21 @@ def recorded_masks(net, x0, seed=0):
     masks = []
     tinypytorch.manual_seed(seed)
     with saved_tensors_hooks(lambda v: masks.append(v.data) if v.dtype == bool else None, lambda _: None):
-        run_plainly(net, Variable(x0))
+        step.run_plainly(net, Variable(x0))
     return masks
 
 
 # ----- the torch twin: the same network written plainly (and the algorithm as a torch.autograd.Function) ----
 
-class FixedMask(torch.nn.Module):
-    def __init__(self, masks, p):
-        super().__init__()
-        self.masks, self.p = masks, p
-
-    def forward(self, x):
-        if self.p == 0:
-            return x
-        return x * torch.from_numpy(self.masks.pop(0).astype(np.float64)) / (1.0 - self.p)
-
-
-def torch_half(half, masks):
-    linear = torch.nn.Linear(*half.linear.weight.shape[::-1], dtype=torch.float64)
-    with torch.no_grad():
-        linear.weight.copy_(torch.from_numpy(half.linear.weight.data))
-        linear.bias.copy_(torch.from_numpy(half.linear.bias.data))
-    if isinstance(half, NormTanh):
-        return torch.nn.Sequential(linear, torch.nn.BatchNorm1d(half.norm.num_features, dtype=torch.float64),
-                                   torch.nn.Tanh())
-    return torch.nn.Sequential(linear, torch.nn.Tanh(), FixedMask(masks, half.p))
-
-
-class TorchCoupling(torch.nn.Module):
-    def __init__(self, block, masks):
-        super().__init__()
-        self.f, self.g = torch_half(block.f, masks), torch_half(block.g, masks)
-
-    def forward(self, x):
-        x1, x2 = x.chunk(2, dim=-1)
-        y1 = x1 + self.f(x2)
-        return torch.cat([y1, x2 + self.g(y1)], dim=-1)
-
-    def inverse(self, y):
-        y1, y2 = y.chunk(2, dim=-1)
-        x2 = y2 - self.g(y1)
-        return torch.cat([y1 - self.f(x2), x2], dim=-1)
-
-
-class TorchReversible(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, blocks, *params):
-        with torch.no_grad():
-            for block in blocks:
-                x = block(x)
-        ctx.blocks, ctx.params = blocks, params
-        ctx.save_for_backward(x)
-        return x
-
-    @staticmethod
-    def backward(ctx, gy):
-        (y,) = ctx.saved_tensors
-        grads = {}
-        for block in reversed(ctx.blocks):
-            with torch.no_grad():
-                x = block.inverse(y)
-            leaf = x.detach().requires_grad_()
-            params = list(block.parameters())
-            with torch.enable_grad():
-                gy, *g_params = torch.autograd.grad(block(leaf), [leaf, *params], gy)
-            grads.update(zip(params, g_params))
-            y = x
-        return (gy, None, *[grads[p] for p in ctx.params])
-
-
 def torch_twin(net, masks=()):
     masks = list(masks)  # one list for all blocks: each FixedMask takes the next mask in the order they were drawn
-    return torch.nn.ModuleList([TorchCoupling(block, masks) for block in net.blocks])
+    return torch.nn.ModuleList([step.TorchCoupling(block, masks) for block in net.blocks])
 
 
 def torch_grads(blocks, x0, weights, port=False, retain_twice=False):
     x = torch.tensor(x0, requires_grad=True)
     if port:
-        y = TorchReversible.apply(x, blocks, *blocks.parameters())
+        y = step.TorchReversible.apply(x, blocks, *blocks.parameters())
     else:
         y = x
         for block in blocks:
@@ -192,7 +106,7 @@ def test_the_coupling_computes_revnets_equations_and_its_inverse_undoes_them():
 def test_inverse_round_trip_float64_within_1e_12_up_to_100_blocks(depth):
     net, x0 = make_stack(depth, width=32), data(width=32, batch=16)
     with no_grad():
-        y = run_plainly(net, Variable(x0))
+        y = step.run_plainly(net, Variable(x0))
         for block in reversed(net.blocks):
             y = block.inverse(y)
     assert np.abs(y.data - x0).max() / np.abs(x0).max() <= 1e-12
@@ -202,7 +116,7 @@ def test_inverse_round_trip_float64_within_1e_12_up_to_100_blocks(depth):
 def test_inverse_round_trip_float32_within_1e_5_up_to_10_blocks(depth):
     net, x0 = make_stack(depth, width=32, dtype=np.float32), data(width=32, batch=16).astype(np.float32)
     with no_grad():
-        y = run_plainly(net, Variable(x0))
+        y = step.run_plainly(net, Variable(x0))
         for block in reversed(net.blocks):
             y = block.inverse(y)
     assert y.dtype == np.float32
@@ -213,7 +127,7 @@ def drift(depth, dtype):
     net, x0 = make_stack(depth, width=32, dtype=dtype), data(width=32, batch=16).astype(dtype)
     w = data(seed=2, width=32, batch=16)
     with no_grad():
-        y = run_plainly(net, Variable(x0))
+        y = step.run_plainly(net, Variable(x0))
         for block in reversed(net.blocks):
             y = block.inverse(y)
     reconstruction = np.abs(y.data - x0).max() / np.abs(x0).max()
@@ -327,7 +241,7 @@ def test_the_stack_is_one_reversible_function_node_and_without_grad_runs_the_blo
     with no_grad():
         y = net(Variable(x0))
     assert y.creator is None
-    np.testing.assert_array_equal(y.data, run_plainly(net, Variable(x0)).data)
+    np.testing.assert_array_equal(y.data, step.run_plainly(net, Variable(x0)).data)
 
 
 # ----- what is saved, and memory -----------------------------------------------------------------------------------
@@ -344,7 +258,7 @@ def test_the_stack_saves_one_tensor_its_output_whatever_the_depth(depth):
     net, x0 = make_stack(depth), data()
     assert saved_by(lambda: net(Variable(x0))) == (1, x0.nbytes)
     # the plain run: each block saves the input and weight of two linear layers and two tanh outputs
-    assert saved_by(lambda: run_plainly(net, Variable(x0)))[0] == 6 * depth
+    assert saved_by(lambda: step.run_plainly(net, Variable(x0)))[0] == 6 * depth
 
 
 def memory(depth, reversible, batch=2048, width=8):
@@ -371,7 +285,7 @@ def memory(depth, reversible, batch=2048, width=8):
     try:
         base = numpy_bytes()
         x = Variable(x0, requires_grad=False)
-        y = net(x) if reversible else run_plainly(net, x)
+        y = net(x) if reversible else step.run_plainly(net, x)
         loss = (y * y).sum()
         del y
         held = numpy_bytes() - base
@@ -404,7 +318,7 @@ def test_backward_twice_raises_like_torch_and_retain_graph_doubles_the_gradients
         loss.backward()
     blocks = torch_twin(net)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
-        y = TorchReversible.apply(torch.tensor(x0, requires_grad=True), blocks, *blocks.parameters())
+        y = step.TorchReversible.apply(torch.tensor(x0, requires_grad=True), blocks, *blocks.parameters())
         loss_t = (y * torch.from_numpy(w)).sum()
         loss_t.backward()
         loss_t.backward()
@@ -443,7 +357,7 @@ def test_a_tensor_saved_by_the_layer_before_and_a_residual_around_the_stack_give
 
 
 def test_batchnorm_statistics_are_updated_once_as_by_one_plain_forward_in_torch():
-    net, x0, w = make_stack(3, half=NormTanh), data(), data(seed=2)
+    net, x0, w = make_stack(3, half=step.NormTanh), data(), data(seed=2)
     _, ours, _ = grads_of(net, x0, w, True)
     for port, count in [(False, 1), (True, 3)]:  # the naive torch port updates in forward, inverse and recompute
         blocks = torch_twin(net)
@@ -464,7 +378,7 @@ def test_batchnorm_statistics_are_updated_once_as_by_one_plain_forward_in_torch(
 @pytest.mark.parametrize("which", ["f", "g"])
 def test_f_or_g_changing_the_shape_of_a_half_is_refused(which):
     rng = np.random.default_rng(0)
-    halves = {"f": LinearTanh(4, rng), "g": LinearTanh(4, rng), which: Linear(4, 3, rng=rng)}
+    halves = {"f": step.LinearTanh(4, rng), "g": step.LinearTanh(4, rng), which: Linear(4, 3, rng=rng)}
     block = AdditiveCoupling(halves["f"], halves["g"])
     for run in (lambda x: block(x), lambda x: ReversibleSequential(block)(x), lambda x: block.inverse(x)):
         with pytest.raises(ValueError, match=f"{which} changed the shape of its input from \\(2, 4\\) to \\(2, 3\\)"):
@@ -474,7 +388,7 @@ def test_f_or_g_changing_the_shape_of_a_half_is_refused(which):
 @pytest.mark.parametrize("features", [1, 7, 9])
 def test_an_odd_number_of_features_is_refused(features):
     rng = np.random.default_rng(0)
-    block = AdditiveCoupling(LinearTanh(4, rng), LinearTanh(4, rng))
+    block = AdditiveCoupling(step.LinearTanh(4, rng), step.LinearTanh(4, rng))
     with pytest.raises(ValueError, match=f"{features} features cannot be split into two halves"):
         ReversibleSequential(block)(Variable(np.ones((2, features))))
     with pytest.raises(ValueError, match="cannot be split"):
@@ -483,10 +397,10 @@ def test_an_odd_number_of_features_is_refused(features):
 
 def test_a_block_without_inverse_and_an_empty_stack_are_refused():
     rng = np.random.default_rng(0)
-    coupling = AdditiveCoupling(LinearTanh(4, rng), LinearTanh(4, rng))
+    coupling = AdditiveCoupling(step.LinearTanh(4, rng), step.LinearTanh(4, rng))
     with pytest.raises(TypeError, match="block 1 \\(Linear\\) is not invertible"):
         ReversibleSequential(coupling, Linear(8, 8, rng=rng))
     with pytest.raises(ValueError, match="at least one block"):
         ReversibleSequential()
     with pytest.raises(TypeError, match="f must be callable"):
-        AdditiveCoupling(3, LinearTanh(4, rng))
+        AdditiveCoupling(3, step.LinearTanh(4, rng))
