@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import tinypytorch
 from memory import counting_saved, numpy_bytes
 from reference import assert_close_to_torch
+from steploader import load_step
 from tinypytorch import Parameter, Variable, autograd, random
 from tinypytorch.layers import Layer, Linear
 from tinypytorch.reversible import (ReverseFunction, ReversibleColumns, ReversibleColumnsFunction, RevColumn,
@@ -20,6 +21,7 @@ from tinypytorch.reversible import (ReverseFunction, ReversibleColumns, Reversib
 from tinypytorch.utils import checkpoint as checkpointing
 
 pytestmark = [pytest.mark.step43, pytest.mark.torch]
+step = load_step(43)  # its PyTorch twins (the check cell's): a torch column and the port of RevCol's ReverseFunction
 
 
 # ----- levels, columns and stacks ----------------------------------------------------------------------------
@@ -131,92 +133,8 @@ def build(config, dtype=np.float64):
 
 # ----- torch: a plain column, and a port of RevCol's ReverseFunction -----------------------------------------
 
-def twin(linear):
-    out_size, in_size = linear.weight.shape
-    module = torch.nn.Linear(in_size, out_size, bias=linear.bias is not None, dtype=torch.float64)
-    with torch.no_grad():
-        module.weight.copy_(torch.from_numpy(linear.weight.data))
-        if linear.bias is not None:
-            module.bias.copy_(torch.from_numpy(linear.bias.data))
-    return module
-
-
-class TorchLevel(torch.nn.Module):
-    def __init__(self, level):
-        super().__init__()
-        self.down = twin(level.down)
-        self.up = twin(level.up) if level.up is not None else None
-        self.expand, self.project = twin(level.expand), twin(level.project)
-
-    def forward(self, below, above):
-        fused = self.down(below) if above is None else self.down(below) + self.up(above)
-        f = torch.tanh(fused)
-        return f + self.project(torch.tanh(self.expand(f)))
-
-
-class TorchReverseFunction(torch.autograd.Function):
-    """RevCol's ReverseFunction (models/revcol_function.py) with its four levels written as a loop."""
-
-    @staticmethod
-    def forward(ctx, run_functions, alpha, x, *cs):
-        ctx.run_functions, ctx.alpha = run_functions, alpha
-        n, new, ctx.cpu_states = len(run_functions), [], []
-        with torch.no_grad():
-            for i, level in enumerate(run_functions):
-                ctx.cpu_states.append(torch.get_rng_state())
-                new.append(level(x if i == 0 else new[-1], cs[i + 1] if i + 1 < n else None) + cs[i] * alpha[i])
-        ctx.save_for_backward(x, *new)
-        return (x, *new)
-
-    @staticmethod
-    def backward(ctx, gx_right, *g_right):
-        x, *c = [t.detach().requires_grad_() for t in ctx.saved_tensors]
-        levels, alpha, n = ctx.run_functions, ctx.alpha, len(ctx.run_functions)
-        g_up, g_left, left = [None] * n, [None] * n, None
-        with torch.enable_grad(), torch.random.fork_rng():
-            for i in reversed(range(n)):
-                g_up[i] = g_right[i] if i == n - 1 else g_right[i] + c[i].grad
-                g_left[i] = g_up[i] * alpha[i]
-                torch.set_rng_state(ctx.cpu_states[i])
-                oup = levels[i](x if i == 0 else c[i - 1], left)
-                torch.autograd.backward(oup, g_up[i], retain_graph=True)
-                if left is not None:
-                    left.requires_grad = False
-                    torch.autograd.backward(left * alpha[i + 1], g_up[i + 1])
-                    if left.grad is not None:
-                        g_left[i + 1] = g_left[i + 1] + left.grad
-                with torch.no_grad():
-                    left = (1 / alpha[i]) * (c[i] - oup)
-                left = left.detach().requires_grad_()
-            left.requires_grad = False
-            torch.autograd.backward(left * alpha[0], g_up[0])
-        return (None, None, x.grad, *g_left)
-
-
-class TorchColumn(torch.nn.Module):
-    def __init__(self, column):
-        super().__init__()
-        self.levels = torch.nn.ModuleList([TorchLevel(level) for level in column.levels])
-        self.alphas = torch.nn.ParameterList([torch.nn.Parameter(torch.from_numpy(a.data.copy()))
-                                              for a in column.alphas])
-
-    def ordered(self):
-        """In the order of RevColumn.params(): the alphas (the column's own parameters), then each level's."""
-        return [*self.alphas, *[p for level in self.levels for p in level.parameters()]]
-
-    def plain(self, x, cs):
-        new = []
-        for i, (level, alpha) in enumerate(zip(self.levels, self.alphas)):
-            new.append(alpha * cs[i] + level(x if i == 0 else new[-1], cs[i + 1] if i + 1 < len(cs) else None))
-        return new
-
-    def reverse(self, x, cs):
-        _, *new = TorchReverseFunction.apply(list(self.levels), list(self.alphas), x, *cs)
-        return new
-
-
 def torch_stack_grads(columns, x0, widths, weights, way):
-    twins = [TorchColumn(column) for column in columns]
+    twins = [step.TorchColumn(column) for column in columns]
     x = torch.tensor(x0, requires_grad=True)
     cs = [torch.zeros(x0.shape[0], d, dtype=torch.float64) for d in widths]
     for t in twins:
@@ -264,7 +182,7 @@ def test_gradients_of_the_old_states_of_one_column_equal_torchs(config, state_se
     weights = [rng.standard_normal((rows, d)) for d in widths]
     x, cs = Variable(x0), [Variable(c) for c in old]
     weighted_loss(column(x, *cs), weights).backward()
-    twin_column = TorchColumn(column)
+    twin_column = step.TorchColumn(column)
     for way in ("plain", "reverse"):
         x_t, cs_t = torch.tensor(x0, requires_grad=True), [torch.tensor(c, requires_grad=True) for c in old]
         new_t = getattr(twin_column, way)(x_t, cs_t)
@@ -331,7 +249,7 @@ def test_autograd_grad_returns_alpha_and_parameter_gradients_where_the_torch_por
     for g, g_plain in zip(grads, plain, strict=True):
         np.testing.assert_allclose(g.data, g_plain, rtol=1e-12, atol=1e-14)
     # the port: parameters and alphas are not inputs of its node
-    twin_column = TorchColumn(columns[1])
+    twin_column = step.TorchColumn(columns[1])
     x_t = torch.tensor(x0, requires_grad=True)
     new_t = twin_column.reverse(x_t, [torch.tensor(np.ones((16, d))) for d in WIDTHS])
     loss_t = sum((c * torch.from_numpy(w[:16])).sum() for c, w in zip(new_t, weights))
@@ -350,7 +268,7 @@ def test_the_alpha_gradient_is_the_sum_over_rows_of_T_times_the_old_state():
     old = [rng.standard_normal((16, d)) for d in WIDTHS]
     column.cleargrads()
     weighted_loss(column(Variable(x0), *[Variable(c) for c in old]), weights).backward()
-    new_t = TorchColumn(column).plain(torch.tensor(x0), [torch.tensor(c) for c in old])
+    new_t = step.TorchColumn(column).plain(torch.tensor(x0), [torch.tensor(c) for c in old])
     for c in new_t:
         c.retain_grad()
     sum((c * torch.from_numpy(w[:16])).sum() for c, w in zip(new_t, weights)).backward()
@@ -774,7 +692,7 @@ def test_backward_twice_raises_and_with_retain_graph_the_gradients_double():
     with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
         loss.backward()
     # torch, for the reference: the plain twin run twice with retain_graph
-    twins = [TorchColumn(column) for column in columns]
+    twins = [step.TorchColumn(column) for column in columns]
     x_t = torch.tensor(x0, requires_grad=True)
     cs = [torch.zeros(16, d, dtype=torch.float64) for d in WIDTHS]
     for t in twins:
@@ -789,7 +707,7 @@ def test_backward_twice_raises_and_with_retain_graph_the_gradients_double():
 
 def torch_chain_grads(columns, x0, first_states, weights):
     """torch's plain columns from the given first states: gradients of x, the first states, every parameter."""
-    twins = [TorchColumn(column) for column in columns]
+    twins = [step.TorchColumn(column) for column in columns]
     x = torch.tensor(x0, requires_grad=True)
     first = [torch.tensor(c, requires_grad=True) for c in first_states]
     cs = first
