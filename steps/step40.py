@@ -275,32 +275,18 @@ for early_stop in (True, False):
 #
 # To see each error, `h` below reads a global setting that changes what it does.
 # The forward pass runs with `CHANGE = None`. Then `CHANGE` is set before
-# backward, and so only the recomputation sees it. The dtype change needs a
-# cast, which the package does not have yet. The `Cast` function here is a
-# small one: its backward casts the gradient back.
+# backward, and so only the recomputation sees it. The dtype change uses the
+# package's `astype`, a differentiable cast whose backward casts the gradient
+# back (step 41 has more to say about gradients and dtypes).
 
 # %%
-class Cast(Function):
-    """x.astype(dtype); the gradient is cast back to x's dtype."""
-
-    def __init__(self, dtype):
-        self.dtype = np.dtype(dtype)
-
-    def forward(self, x):
-        self.source = x.dtype
-        return x.astype(self.dtype)
-
-    def backward(self, gy):
-        return Cast(self.source)(gy)
-
-
 CHANGE = None
 
 
 def h(x):
     a = tinypytorch.sin(x)  # saves x
     if CHANGE == "float32":
-        a = Cast(np.float32)(a)
+        a = tinypytorch.functions.astype(a, np.float32)
     if CHANGE != "one op fewer":
         a = a * a  # saves a twice
     b = tinypytorch.tanh(a)  # saves its output
