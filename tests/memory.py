@@ -1,5 +1,6 @@
 """Measuring memory in the tests of stage 4: what a forward pass saves, and the bytes NumPy holds."""
 import contextlib
+import gc
 import tracemalloc
 
 import numpy as np
@@ -23,6 +24,21 @@ def counting_saved():
 
     with saved_tensors_hooks(pack, lambda data: data):
         yield packed, arrays
+
+
+@contextlib.contextmanager
+def tracing_numpy():
+    """tracemalloc on, the garbage collector off (what is freed, reference counting frees) inside; yields a
+    function giving the bytes of NumPy arrays held now beyond those held when the block began."""
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        base = numpy_bytes()
+        yield lambda: numpy_bytes() - base
+    finally:
+        tracemalloc.stop()
+        gc.enable()
 
 
 def numpy_bytes():

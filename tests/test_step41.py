@@ -1,8 +1,6 @@
 """Step 41: checkpoint_sequential and the sqrt(N) schedule, concatenate, BatchNorm1d (running statistics updated
 once under checkpoint), and DenseNet's memory-efficient bottleneck, against torch."""
-import gc
 import math
-import tracemalloc
 import warnings
 
 import numpy as np
@@ -12,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinypytorch
-from memory import counting_saved, numpy_bytes
+from memory import counting_saved, tracing_numpy
 from reference import assert_close_to_torch
 from tinypytorch import Variable, autograd, concatenate
 from tinypytorch import functions as F
@@ -314,7 +312,7 @@ def held_over_time(layers, segments):
 
     def sample():
         grads = sum(p.grad.data.nbytes for p in params if p.grad is not None)
-        samples.append(numpy_bytes() - base - grads)
+        samples.append(held_now() - grads)
 
     def traced(layer):
         def f(x):
@@ -329,20 +327,13 @@ def held_over_time(layers, segments):
     x0 = batch()  # made before the measurement, as the model
     for p in params:
         p.cleargrad()  # gradients left by an earlier pass were allocated before the measurement
-    gc.collect()
-    gc.disable()
-    tracemalloc.start()
-    try:
-        base = numpy_bytes()
+    with tracing_numpy() as held_now:
         x = Variable(x0, requires_grad=False)
         y = checkpoint_sequential([traced(layer) for layer in layers], segments, x, use_reentrant=False)
         loss = (y * y).sum()
         del y
-        after_forward = numpy_bytes() - base
+        after_forward = held_now()
         loss.backward()
-    finally:
-        tracemalloc.stop()
-        gc.enable()
     for p in params:
         p.cleargrad()
     return samples, after_forward, calls[0]

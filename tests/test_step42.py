@@ -1,8 +1,6 @@
 """Step 42: RevNet's additive coupling and ReversibleSequential: gradients against the plain run and torch (with
 dropout), the random stream, one saved tensor whatever the depth, memory flat in depth, inverse drift, the pitfalls
 (backward twice, a tensor saved by the layer before, BatchNorm statistics) and bad input."""
-import gc
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinypytorch
-from memory import numpy_bytes
+from memory import tracing_numpy
 from reference import assert_close_to_torch
 from steploader import load_step
 from tinypytorch import Variable, autograd, no_grad, random
@@ -274,25 +272,18 @@ def memory(depth, reversible, batch=2048, width=8):
         def forward(self, x):
             y = self.layer(x)
             if y.requires_grad and reversible:
-                y.register_hook(lambda g: samples.append(numpy_bytes() - base))
+                y.register_hook(lambda g: samples.append(held_now()))
             return y
 
     for block in net.blocks:
         block.g = Probe(block.g)
-    gc.collect()
-    gc.disable()
-    tracemalloc.start()
-    try:
-        base = numpy_bytes()
+    with tracing_numpy() as held_now:
         x = Variable(x0, requires_grad=False)
         y = net(x) if reversible else step.run_plainly(net, x)
         loss = (y * y).sum()
         del y
-        held = numpy_bytes() - base
+        held = held_now()
         loss.backward()
-    finally:
-        tracemalloc.stop()
-        gc.enable()
     return held, max(samples, default=held)
 
 

@@ -1,8 +1,6 @@
 """Step 43: RevCol's reversible columns (tinypytorch.reversible.RevColumn, ReverseFunction and ReversibleColumns),
 against the plain column, a torch column and a torch port of RevCol's ReverseFunction; the first column computed
 back to zero; alpha clamped away from 0; DropPath with per-level RNG restore; memory against columns; drift."""
-import gc
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinypytorch
-from memory import counting_saved, numpy_bytes
+from memory import counting_saved, tracing_numpy
 from reference import assert_close_to_torch
 from steploader import load_step
 from tinypytorch import Parameter, Variable, autograd, random
@@ -502,12 +500,12 @@ def test_each_reversible_column_saves_x_and_its_states_and_nothing_else(config):
 
 
 class Sampled(Layer):
-    def __init__(self, level, samples):
+    def __init__(self, level, samples, held_now):
         super().__init__()
-        self.level, self.samples = level, samples
+        self.level, self.samples, self.held_now = level, samples, held_now
 
     def sample(self):
-        self.samples.append(numpy_bytes() - self.samples[0])
+        self.samples.append(self.held_now())
 
     def forward(self, below, above):
         out = self.level(below, above)
@@ -520,13 +518,10 @@ class Sampled(Layer):
 def peak(columns, x0, weights, widths, reversible, one=False):
     """Largest sample of the NumPy bytes held during forward and backward less the parameters' gradients (held at
     the end by every run), the number of level calls, and how many of them were recomputations."""
-    gc.collect()
-    gc.disable()
-    tracemalloc.start()
-    try:
-        samples = [numpy_bytes()]
-        sampled = [RevColumn([Sampled(level, samples) for level in column.levels], column.alphas, reversible)
-                   for column in columns]
+    samples = []
+    with tracing_numpy() as held_now:
+        sampled = [RevColumn([Sampled(level, samples, held_now) for level in column.levels], column.alphas,
+                             reversible) for column in columns]
         calls = [0]
         recomputed = []
         for column in sampled:
@@ -539,10 +534,7 @@ def peak(columns, x0, weights, widths, reversible, one=False):
                     return inner(below, above)
                 level.forward = counted
         weighted_loss(run_stack(sampled, Variable(x0), widths, one=one), weights).backward()
-    finally:
-        tracemalloc.stop()
-        gc.enable()
-    return max(samples[1:]) - sum(p.data.nbytes for p in params_of(columns)), calls[0], sum(recomputed)
+    return max(samples) - sum(p.data.nbytes for p in params_of(columns)), calls[0], sum(recomputed)
 
 
 def test_peak_memory_grows_by_the_columns_states_alone_and_every_level_runs_twice():
