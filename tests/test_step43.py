@@ -234,16 +234,23 @@ def test_a_hook_on_a_weight_or_alpha_runs_once_per_backward(one):
         np.testing.assert_allclose(g, 2.0 * g_plain, rtol=1e-10, atol=1e-13)
 
 
-def test_autograd_grad_returns_alpha_and_parameter_gradients_where_the_torch_port_misses_them():
-    columns, x0, weights = step_model()
+def grads_by_autograd_grad(columns, x0, weights, one=False):
+    """(autograd.grad of the reversible run with respect to x and every parameter, the plain run's .grad of the
+    same, the parameters, x); checks that autograd.grad filled no .grad."""
     _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
     set_reversible(columns, True)
     for column in columns:
         column.cleargrads()
     params = params_of(columns)
     x = Variable(x0)
-    grads = autograd.grad(weighted_loss(run_stack(columns, x, WIDTHS), weights), [x, *params])
-    assert all(p.grad is None for p in params) and x.grad is None
+    grads = autograd.grad(weighted_loss(run_stack(columns, x, WIDTHS, one=one), weights), [x, *params])
+    assert x.grad is None and all(p.grad is None for p in params)
+    return grads, plain, params, x
+
+
+def test_autograd_grad_returns_alpha_and_parameter_gradients_where_the_torch_port_misses_them():
+    columns, x0, weights = step_model()
+    grads, plain, params, x = grads_by_autograd_grad(columns, x0, weights)
     for g, g_plain in zip(grads, plain, strict=True):
         np.testing.assert_allclose(g.data, g_plain, rtol=1e-12, atol=1e-14)
     # the port: parameters and alphas are not inputs of its node
@@ -787,14 +794,7 @@ def test_reversible_columns_computes_the_first_columns_zeros_back_to_within_1e_1
 
 def test_reversible_columns_autograd_grad_returns_every_parameters_gradient_and_touches_no_grad():
     columns, x0, weights = step_model(n_columns=3)
-    _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
-    set_reversible(columns, True)
-    for column in columns:
-        column.cleargrads()
-    params = params_of(columns)
-    x = Variable(x0)
-    grads = autograd.grad(weighted_loss(run_stack(columns, x, WIDTHS, one=True), weights), [x, *params])
-    assert x.grad is None and all(p.grad is None for p in params)
+    grads, plain, params, x = grads_by_autograd_grad(columns, x0, weights, one=True)
     for g, g_plain in zip(grads, plain, strict=True):
         np.testing.assert_allclose(g.data, g_plain, rtol=1e-11, atol=1e-13)
     only = autograd.grad(weighted_loss(run_stack(columns, x, WIDTHS, one=True), weights), [columns[0].alphas[2]])
