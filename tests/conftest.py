@@ -15,15 +15,26 @@ settings.register_profile("ci", deadline=None, max_examples=60, derandomize=True
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+@pytest.fixture(params=["numpy", "strict", pytest.param("cupy", marks=pytest.mark.gpu)])
 def xp(request):
-    """The array module of a test that runs on both backends: NumPy, and CuPy where a GPU is usable."""
+    """The array module of a test that runs on every backend.
+
+    numpy: the CPU. strict: tests/strict_cupy.py installed as the device backend, a stand-in
+    that behaves as CuPy does where NumPy is lenient, so every GPU code path runs on a machine
+    without a GPU (CI). cupy: a real GPU, where CuPy finds one.
+    """
     if request.param == "numpy":
-        return np
-    from tinypytorch import cuda
+        yield np
+    elif request.param == "strict":
+        import strict_cupy
 
-    if not cuda.GPU:
-        pytest.skip("CuPy with a usable GPU is not available")
-    import cupy
+        with strict_cupy.installed() as module:
+            yield module
+    else:
+        from tinypytorch import cuda
 
-    return cupy
+        if not cuda.GPU:
+            pytest.skip("CuPy with a usable GPU is not available")
+        import cupy
+
+        yield cupy

@@ -32,6 +32,9 @@ class Operation:
     # For linear: PyTorch saves the weight's transpose (a view of the same memory), so the
     # saved shapes are compared with that one swapped.
     torch_saves_transposed: tuple = ()
+    # The torch twin when the operands live on a GPU (or the stand-in), where it differs: dropout's mask
+    # comes from the device's generator there.
+    theirs_on_device: object = None
 
 
 def _inplace_view_mul(x, w):
@@ -70,6 +73,13 @@ def _dropout(a):
 def _torch_dropout(a):
     """The same mask, drawn as the package draws it (keep where a uniform draw >= p), applied in torch."""
     keep = np.random.Generator(np.random.PCG64(0)).random(tuple(a.shape)) >= 0.5
+    return a * torch.tensor(keep) * 2.0
+
+
+def _torch_dropout_device(a):
+    """The mask as the device's generator draws it (seeded with 0; tests/test_step44.py checks that generator
+    against SplitMix64 written out), applied in torch."""
+    keep = tinypytorch.random.CounterGenerator(0).random(tuple(a.shape), np) >= 0.5
     return a * torch.tensor(keep) * 2.0
 
 
@@ -126,9 +136,9 @@ OPERATIONS = [
               lambda a: a.expand(4, 2, 3) ** 3, ((2, 3),), (F.BroadcastTo, Pow)),
     Operation("sum_to cubed", lambda a: tinypytorch.sum_to(a, (1, 3)) ** 3, lambda a: a.sum(0, keepdim=True) ** 3,
               ((2, 3),), (F.SumTo, Pow)),
-    Operation("dropout", _dropout, _torch_dropout, ((4, 5),), (F.Dropout,)),
+    Operation("dropout", _dropout, _torch_dropout, ((4, 5),), (F.Dropout,), theirs_on_device=_torch_dropout_device),
     Operation("dropout cubed", lambda a: _dropout(a) ** 3, lambda a: _torch_dropout(a) ** 3, ((4, 5),),
-              (F.Dropout, Pow)),
+              (F.Dropout, Pow), theirs_on_device=lambda a: _torch_dropout_device(a) ** 3),
     Operation("concatenate", lambda a, b: tinypytorch.concatenate([a, b], axis=1),
               lambda a, b: torch.cat([a, b], dim=1), ((2, 3), (2, 2)), (F.Concatenate,)),
     Operation("concatenate cubed", lambda a, b: tinypytorch.concatenate([a, b]) ** 3,
@@ -145,7 +155,9 @@ OPERATIONS = [
 NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step39.py (reentrant checkpointing)",
                   "ReversibleFunction": "tests/test_step42.py (reversible blocks)",
                   "ReverseFunction": "tests/test_step43.py (reversible columns)",
-                  "ReversibleColumnsFunction": "tests/test_step43.py (reversible columns, one Function for all)"}
+                  "ReversibleColumnsFunction": "tests/test_step43.py (reversible columns, one Function for all)",
+                  # a move needs two devices: the stand-in's (tests/strict_cupy.py) and the CPU
+                  "ToDevice": "tests/test_step44.py (x.to(device): gradients go back to the source device)"}
 
 
 def package_functions():

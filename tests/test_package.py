@@ -71,11 +71,12 @@ def _import_in_fresh_python(cupy_init):
         import sys, types, importlib.abc, importlib.util
         class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             def find_spec(self, name, path, target=None):
-                return importlib.util.spec_from_loader(name, self) if name == 'cupy' else None
+                return importlib.util.spec_from_loader(name, self) if name in ('cupy', 'cupyx') else None
             def create_module(self, spec):
                 return None
             def exec_module(self, module):
-                exec({cupy_init!r}, module.__dict__)
+                if module.__name__ == 'cupy':  # cupyx, CuPy's extras, comes with it: an empty module here
+                    exec({cupy_init!r}, module.__dict__)
         sys.meta_path.insert(0, Finder())
     """)
     code = setup + "\nimport tinypytorch\nprint(tinypytorch.cuda.GPU, tinypytorch.cuda.cupy is None)"

@@ -113,6 +113,33 @@ class Variable:
     def zero_(self):
         return inplace.zero_(self)
 
+    # step 44: devices, PyTorch's names
+    @property
+    def device(self):
+        """Where the data lives: device(type='cpu'), or device(type='cuda', index=0) for a CuPy array."""
+        return cuda.device_of(self.data)
+
+    def to(self, *args, device=None, dtype=None):
+        """This variable on `device` and/or as `dtype` (`x.to("cuda")`, `x.to(np.float32)`), differentiably.
+
+        The variable itself if nothing changes, as in PyTorch; else a copy whose gradient goes back
+        to this variable's device and dtype.
+        """
+        for arg in args:  # PyTorch's positional forms: to(device), to(dtype), to(device, dtype)
+            if isinstance(arg, (str, cuda.device)):
+                device = arg
+            else:
+                dtype = arg
+        return F.to(self, device, dtype)
+
+    def cuda(self):
+        """This variable on the GPU (PyTorch's `Tensor.cuda`)."""
+        return F.to(self, "cuda")
+
+    def cpu(self):
+        """This variable in host memory, as a NumPy array (PyTorch's `Tensor.cpu`)."""
+        return F.to(self, "cpu")
+
     # step 19: a Variable answers the questions one asks of an array
     @property
     def shape(self):
@@ -446,6 +473,8 @@ class Function:
         for x in inputs:
             if x._base is not None and x._view_version != x._version_counter.value:
                 inplace.refresh_view(x)  # step 36: a view whose base was changed in place since
+        if cuda.cupy is not None and len(inputs) > 1:  # step 44: one device per operation, as in PyTorch
+            cuda.check_same_device(type(self).__name__.lower(), [x.data for x in inputs])
         # step 18: record the graph only when it will be used; step 33: that is, when backprop
         # is on and a gradient can flow to some input. Only then do the outputs require grad.
         # (The attribute behind the requires_grad property: every call reads it, and a property costs a call.)

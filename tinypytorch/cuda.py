@@ -1,38 +1,61 @@
-"""Array backends: NumPy always, CuPy when it is installed and a GPU is usable (step 23).
+"""Devices and array backends: NumPy on the CPU always, CuPy on a GPU when one is usable (steps 23 and 44).
 
 Package code never calls `numpy` directly on data that may live on the GPU; it asks
 `get_array_module` for the module that owns the data (`xp`) and calls `xp.exp`,
 `xp.ones_like`, ... CuPy mirrors NumPy's API, so one line of code serves both.
+
+Devices have PyTorch's names (step 44): `device("cpu")`, `device("cuda")`, `device("cuda:0")`;
+`to_device` moves an array; `memory_allocated` and `max_memory_allocated` read CuPy's
+memory pool, the instrument that measures device memory.
 """
+import contextlib
+import numbers
+
 import numpy as np
+
+from tinypytorch import random
 
 try:
     import cupy
+    import cupyx  # CuPy's extras: page-locked host arrays
 
     GPU = bool(cupy.is_available())  # installed is not enough: a driver and a device are needed
 except Exception:  # not installed, or a CUDA library that fails to load: both mean "no GPU"
-    cupy = None
+    cupy = cupyx = None
     GPU = False
 
 # the array types a Variable may hold
 array_types = (np.ndarray,) if cupy is None else (np.ndarray, cupy.ndarray)
 
 
+def use_backend(module, extras=None, available=True):
+    """Make `module` the device's array module (and `extras` its cupyx); returns what was there, to put back.
+
+    CuPy is the one a GPU uses. The tests put a strict stand-in with CuPy's API here
+    (tests/strict_cupy.py), so that every device code path runs on a machine without a GPU.
+    """
+    global cupy, cupyx, GPU, array_types
+    previous = (cupy, cupyx, GPU)
+    cupy, cupyx, GPU = module, extras, bool(available and module is not None)
+    array_types = (np.ndarray,) if module is None else (np.ndarray, module.ndarray)
+    return previous
+
+
+def is_available():
+    """Whether a CUDA device is usable (PyTorch's `torch.cuda.is_available`)."""
+    return GPU
+
+
 def get_array_module(*xs):
     """Return `cupy` if any of `xs` (arrays or Variables) holds a CuPy array, else `numpy`."""
     if cupy is None:
         return np
-    from tinypytorch.core import Variable  # imported here: core imports this module
-
-    return cupy.get_array_module(*(x.data if isinstance(x, Variable) else x for x in xs))
+    return cupy.get_array_module(*(_array_of(x) for x in xs))
 
 
 def as_numpy(x):
     """`x` (an array, a Variable or a number) as a NumPy array, copied from the GPU if needed."""
-    from tinypytorch.core import Variable
-
-    if isinstance(x, Variable):
-        x = x.data
+    x = _array_of(x)
     if cupy is not None and isinstance(x, cupy.ndarray):
         return cupy.asnumpy(x)
     return np.asarray(x)
@@ -41,9 +64,145 @@ def as_numpy(x):
 def as_cupy(x):
     """`x` (an array, a Variable or a number) as a CuPy array on the current GPU."""
     if not GPU:
-        raise RuntimeError("as_cupy: CuPy with a usable GPU is required (pip install cupy-cuda12x)")
-    from tinypytorch.core import Variable
+        raise RuntimeError(f"as_cupy: CuPy with a usable GPU is required ({_why_no_gpu()})")
+    return cupy.asarray(_array_of(x))
 
-    if isinstance(x, Variable):
-        x = x.data
-    return cupy.asarray(x)
+
+def _array_of(x):
+    """The array of a Variable (its .data); arrays and numbers as they are (their .data is a buffer)."""
+    if isinstance(x, (*array_types, np.generic, numbers.Number)):
+        return x
+    return getattr(x, "data", x)
+
+
+def _why_no_gpu():
+    if cupy is None:
+        return "CuPy is not installed: pip install -e .[gpu] (README: which CuPy for which driver)"
+    return "CuPy is installed but finds no usable CUDA device"
+
+
+# ----- devices (step 44) -----------------------------------------------------------------------------
+
+class device:  # noqa: N801 (PyTorch's name: torch.device)
+    """Where an array lives: `device("cpu")`, `device("cuda")` (the current GPU) or `device("cuda:1")`."""
+
+    __slots__ = ("type", "index")
+
+    def __init__(self, spec, index=None):
+        if isinstance(spec, device):
+            spec, index = spec.type, spec.index if index is None else index
+        if not isinstance(spec, str):
+            raise TypeError(f"device: expected a string such as 'cpu' or 'cuda:0', got {type(spec).__name__}")
+        kind, _, number = spec.partition(":")
+        if kind not in ("cpu", "cuda") or (number and not number.isdigit()):
+            raise RuntimeError(f"Expected one of cpu, cuda device type at start of device string: {spec}")
+        if number:
+            index = int(number)
+        if kind == "cpu" and index not in (None, 0):
+            raise RuntimeError(f"device: the CPU has no index {index}")
+        self.type, self.index = kind, (None if kind == "cpu" else index)
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = device(other)
+        return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __repr__(self):
+        return f"device(type='{self.type}')" if self.index is None else f"device(type='{self.type}', index={self.index})"
+
+
+CPU = device("cpu")
+
+
+def device_of(array):
+    """The device an array lives on: cpu for NumPy, cuda:<id> for CuPy."""
+    if isinstance(array, np.ndarray):
+        return CPU
+    return device("cuda", array.device.id)
+
+
+def is_on(array, where):
+    """Whether `array` lives on device `where`; "cuda" without an index means any GPU."""
+    where, here = device(where), device_of(array)
+    return here == where or (where.index is None and here.type == where.type)
+
+
+def to_device(array, where, op="to"):
+    """`array` on device `where` (a device or a string): itself if it is there already, else a copy."""
+    where = device(where)
+    if is_on(array, where):
+        return array
+    if where.type == "cpu":
+        return cupy.asnumpy(array)
+    if not GPU:
+        raise RuntimeError(f"{op}: cannot move to {where}: {_why_no_gpu()}")
+    with cupy.cuda.Device(where.index or 0):
+        return cupy.asarray(array)
+
+
+def check_same_device(op, arrays):
+    """Refuse arrays of two devices in one operation, with PyTorch's message; `op` names the operation."""
+    first = type(arrays[0])
+    for a in arrays[1:]:
+        if type(a) is not first or (first is not np.ndarray and a.device != arrays[0].device):
+            found = sorted({str(device_of(x)) for x in arrays}, reverse=True)
+            raise RuntimeError(f"{op}: Expected all tensors to be on the same device, but found at least two "
+                               f"devices, {found[0]} and {found[1]}!")
+
+
+# ----- device memory: CuPy's memory pool is the instrument (step 44) ----------------------------------
+
+def memory_allocated():
+    """Bytes of device memory held by arrays now (CuPy's pool; PyTorch's `torch.cuda.memory_allocated`)."""
+    return cupy.get_default_memory_pool().used_bytes() if cupy is not None else 0
+
+
+@contextlib.contextmanager
+def max_memory_allocated():
+    """`with max_memory_allocated() as peak:` ... then `peak.bytes` is the most the pool held inside the block.
+
+    CuPy's pool has no high-water mark of its own; a memory hook reads the pool's held bytes
+    after every allocation, which is where a peak can only be.
+    """
+    peak = _Peak(memory_allocated())
+    if cupy is None:
+        yield peak
+        return
+
+    class Hook(cupy.cuda.MemoryHook):
+        name = "tinypytorch.max_memory_allocated"
+
+        def malloc_postprocess(self, **kwargs):
+            peak.bytes = max(peak.bytes, memory_allocated())
+
+    with Hook():
+        yield peak
+
+
+class _Peak:
+    __slots__ = ("start", "bytes")
+
+    def __init__(self, start):
+        self.start = self.bytes = start
+
+
+# ----- the device's random generator (step 44) ------------------------------------------------------
+
+def manual_seed(seed):
+    """Seed the device's generator (PyTorch's `torch.cuda.manual_seed`)."""
+    random.device_generator().manual_seed(seed)
+
+
+def get_rng_state():
+    """The device generator's state: (seed, offset), as PyTorch's Philox generator keeps it."""
+    return random.device_generator().get_state()
+
+
+def set_rng_state(state):
+    random.device_generator().set_state(state)

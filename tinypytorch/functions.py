@@ -9,8 +9,9 @@ import numbers
 
 import numpy as np
 
+from tinypytorch import cuda, random
 from tinypytorch.core import Function, Variable, as_variable
-from tinypytorch.cuda import array_types, get_array_module
+from tinypytorch.cuda import get_array_module
 
 
 # ----- element-wise functions ------------------------------------------------------------
@@ -125,6 +126,26 @@ def astype(x, dtype):
     if x.dtype == np.dtype(dtype):
         return x
     return Cast(dtype)(x)
+
+
+class ToDevice(Function):  # step 44: a move between devices; its gradient goes back to the input's device
+    def __init__(self, where):
+        self.where = where
+
+    def forward(self, x):
+        self.source = cuda.device_of(x)
+        return cuda.to_device(x, self.where)
+
+    def backward(self, gy):
+        return to(gy, self.source)
+
+
+def to(x, device=None, dtype=None):
+    """`x` on `device` ("cpu", "cuda", "cuda:0") and/or as `dtype`, differentiably; x itself if nothing changes."""
+    x = as_variable(x, "to")
+    if device is not None and not cuda.is_on(x.data, device):
+        x = ToDevice(cuda.device(device))(x)
+    return x if dtype is None else astype(x, dtype)
 
 
 # ----- shapes: reshape, permute, sum, broadcasting (steps 29-30) -------------------------
@@ -398,13 +419,13 @@ def linear(x, W, b=None):
 def _index_arrays(key, xp):
     """The arrays (and lists, as arrays) in an index: advanced indexing. PyTorch saves them for backward."""
     parts = key if isinstance(key, tuple) else (key,)
-    return tuple(xp.asarray(k) for k in parts if isinstance(k, (list, *array_types)))
+    return tuple(xp.asarray(k) for k in parts if isinstance(k, (list, *cuda.array_types)))
 
 
 def _with_index_arrays(key, arrays):
     """`key` with its arrays and lists replaced, in order, by `arrays` (the inverse of _index_arrays)."""
     arrays = iter(arrays)
-    parts = tuple(next(arrays) if isinstance(k, (list, *array_types)) else k
+    parts = tuple(next(arrays) if isinstance(k, (list, *cuda.array_types)) else k
                   for k in (key if isinstance(key, tuple) else (key,)))
     return parts if isinstance(key, tuple) else parts[0]
 
@@ -480,7 +501,7 @@ class Concatenate(Function):  # step 41: PyTorch's torch.cat
 
 def concatenate(xs, axis=0):
     """Join a sequence of Variables (or arrays) along an existing axis, as NumPy's concatenate and torch.cat."""
-    if isinstance(xs, (Variable, *array_types)):  # tuple() would split it into its rows
+    if isinstance(xs, (Variable, *cuda.array_types)):  # tuple() would split it into its rows
         raise TypeError("concatenate: expected a sequence of Variables or arrays, got a single "
                         f"{type(xs).__name__}")
     xs = tuple(xs)
@@ -542,11 +563,10 @@ class Dropout(Function):  # step 39
         self.p = p
 
     def forward(self, x):
-        from tinypytorch import random  # the package's generator, so checkpointing can replay the mask
-
         xp = get_array_module(x)
-        # drawn on the CPU from the one default generator, then moved: one stream to save and restore
-        keep = xp.asarray(random.default_generator().random(x.shape) >= self.p)
+        # from the package's generators, so checkpointing can replay the mask; on a GPU drawn on
+        # the device itself (step 44), not on the host and copied
+        keep = random.uniform(x.shape, xp) >= self.p
         self.scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
         self.save_for_backward(keep)  # PyTorch saves the mask too
         return x * keep.astype(x.dtype) * x.dtype.type(self.scale)

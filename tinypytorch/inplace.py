@@ -28,9 +28,18 @@ def check_writable(op, x):
         if x._base is not None and x._base.creator is None and x._base.requires_grad:
             raise RuntimeError(f"{op}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-    if not x.data.flags.writeable:
+    if _overlaps_itself(x.data):
         raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to variable refers "
                            "to a single memory location (a broadcast view); copy it before changing it in place")
+
+
+def _overlaps_itself(a):
+    """Whether several elements of array `a` are one memory location: a stride of 0 along a dimension of size > 1.
+
+    That is what broadcast_to makes. (NumPy also marks such arrays read-only, but CuPy has no
+    such flag: the strides are what both share, step 44.)
+    """
+    return any(stride == 0 and n > 1 for stride, n in zip(a.strides, a.shape))
 
 
 def write(op, x, new):

@@ -11,7 +11,7 @@ import numpy as np
 
 from tinypytorch import cuda
 from tinypytorch import functions as F
-from tinypytorch.core import Variable
+from tinypytorch.core import Variable, as_variable
 from tinypytorch.cuda import get_array_module
 
 
@@ -28,6 +28,7 @@ class Layer:  # step 32
     def __init__(self):
         self._registered = []  # attribute names, in the order assigned (PyTorch keeps that order too)
         self.training = True  # step 39: train() and eval() switch it, for this layer and its sub-layers
+        self._buffer_names = []  # step 44: arrays the layer keeps that are not trained, moved with it
 
     def __setattr__(self, name, value):
         registered = self.__dict__.get("_registered")
@@ -63,6 +64,43 @@ class Layer:  # step 32
                 if isinstance(value, Parameter) and id(value) not in seen:  # a shared parameter counts once
                     seen.add(id(value))
                     yield value
+
+    def register_buffer(self, name, array):  # step 44
+        """Keep `array` as attribute `name`: state that is not trained (BatchNorm's running statistics), but
+        that `to()` moves with the parameters, as PyTorch's buffers."""
+        if not isinstance(array, cuda.array_types):
+            raise TypeError(f"register_buffer: {name!r} must be an array, got {type(array).__name__}")
+        if name not in self._buffer_names:
+            self._buffer_names.append(name)
+        setattr(self, name, array)
+
+    def buffers(self):
+        """Every buffer of this layer and its sub-layers."""
+        for layer in self.modules():
+            for name in layer._buffer_names:
+                yield getattr(layer, name)
+
+    def to(self, device):  # step 44
+        """Move every parameter (and its gradient) and every buffer to `device`, in place; returns the layer.
+
+        The parameters stay the same objects, only their arrays move, so an optimizer made
+        before the move still holds them (PyTorch's `Module.to` does the same).
+        """
+        where = cuda.device(device)
+        for param in self.params():
+            param.data = cuda.to_device(param.data, where, f"{type(self).__name__}.to")
+            if param.grad is not None:
+                param.grad = Variable(cuda.to_device(param.grad.data, where), requires_grad=False)
+        for layer in self.modules():
+            for name in layer._buffer_names:
+                setattr(layer, name, cuda.to_device(getattr(layer, name), where))
+        return self
+
+    def cuda(self):
+        return self.to("cuda")
+
+    def cpu(self):
+        return self.to("cpu")
 
     def cleargrads(self):
         for param in self.params():
@@ -168,16 +206,18 @@ class BatchNorm1d(Layer):  # step 41
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.weight = Parameter(np.ones(num_features), name="weight")
         self.bias = Parameter(np.zeros(num_features), name="bias")
-        self.running_mean = np.zeros(num_features)
-        self.running_var = np.ones(num_features)
+        self.register_buffer("running_mean", np.zeros(num_features))  # step 44: buffers move with the layer
+        self.register_buffer("running_var", np.ones(num_features))
         self.num_batches_tracked = 0
 
     def forward(self, x):
+        x = as_variable(x, "BatchNorm1d")
         if x.ndim != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"BatchNorm1d: expected an input of shape (N, {self.num_features}), got {x.shape}")
+        cuda.check_same_device("batchnorm1d", [x.data, self.weight.data, self.running_mean])  # step 44
         if not self.training:
             xp = get_array_module(x)
-            scale = xp.asarray(1.0 / np.sqrt(self.running_var + self.eps), dtype=x.dtype)
+            scale = (1.0 / xp.sqrt(self.running_var + self.eps)).astype(x.dtype)
             return (x - self.running_mean.astype(x.dtype)) * scale * self.weight + self.bias
         n = x.shape[0]
         if n < 2:
@@ -194,7 +234,7 @@ class BatchNorm1d(Layer):  # step 41
             # momentum None: a cumulative average of every batch so far, as in PyTorch
             m = 1.0 / self.num_batches_tracked if self.momentum is None else self.momentum
             self.running_mean *= 1 - m
-            self.running_mean += m * cuda.as_numpy(mean.data)
+            self.running_mean += m * mean.data  # the buffers live where the batch does (step 44)
             self.running_var *= 1 - m
-            self.running_var += m * cuda.as_numpy(var.data) * n / (n - 1)
+            self.running_var += m * var.data * n / (n - 1)
         return y

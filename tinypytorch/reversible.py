@@ -101,9 +101,9 @@ class AdditiveCoupling(Layer):
     def apply(self, function, name, x, states=None, replay=None):
         """function(x), checked to keep x's shape; its RNG state recorded (forward) or restored (backward)."""
         if states is not None:
-            states.append(random.get_rng_state())
+            states.append(random.get_all_states())
         if replay is not None:
-            random.set_rng_state(replay)
+            random.set_all_states(replay)
         y = function(x)
         if y.shape != x.shape:
             raise ValueError(f"AdditiveCoupling: {name} changed the shape of its input from {x.shape} to {y.shape}; "
@@ -260,7 +260,7 @@ def _column_forward(column, x, cs, alphas, states):
     n, new = len(column.levels), []
     with no_grad():
         for i, level in enumerate(column.levels):
-            states.append(random.get_rng_state())
+            states.append(random.get_all_states())
             below = Variable(x if i == 0 else new[-1], requires_grad=False)
             above = Variable(cs[i + 1], requires_grad=False) if i + 1 < n else None
             out = level(below, above).data

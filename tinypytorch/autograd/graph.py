@@ -68,22 +68,18 @@ def save_on_cpu(pin_memory=False, device_type="cuda"):
         raise ValueError(f"save_on_cpu: device_type must be 'cuda', got {device_type!r}")
 
     def pack(x):
-        if cuda.cupy is not None and isinstance(x.data, cuda.cupy.ndarray):
-            if pin_memory:
-                import cupyx  # CuPy's extras: page-locked host arrays
-
-                host = cupyx.empty_pinned(x.data.shape, x.data.dtype)
-                x.data.get(out=host)
-                return x.data.device, host
-            return x.data.device, cuda.as_numpy(x.data)  # a copy in host memory
-        return None, x.data
+        where = cuda.device_of(x.data)
+        if where == cuda.CPU:
+            return None, x.data
+        if pin_memory:
+            host = cuda.cupyx.empty_pinned(x.data.shape, x.data.dtype)  # a NumPy array in page-locked memory
+            x.data.get(out=host)
+            return where, host
+        return where, cuda.as_numpy(x.data)  # a copy in host memory
 
     def unpack(packed):
-        device, value = packed
-        if device is None:
-            return value
-        with device:
-            return cuda.cupy.asarray(value)
+        where, value = packed
+        return value if where is None else cuda.to_device(value, where, "save_on_cpu")
 
     return saved_tensors_hooks(pack, unpack)
 

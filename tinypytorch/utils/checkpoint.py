@@ -22,11 +22,10 @@ import numbers
 import warnings
 import weakref
 
-from tinypytorch import random
+from tinypytorch import cuda, random
 from tinypytorch.autograd import engine
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
 from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
-from tinypytorch.cuda import array_types, get_array_module
 
 _recomputing = [0]  # step 41: how many recomputations are running now (batch norm must not update twice)
 
@@ -41,7 +40,7 @@ def _replaying(rng_state):
     """Run a recomputation: the RNG where it was at the first run (if saved), the outer stream untouched."""
     with random.fork_rng(enabled=rng_state is not None):
         if rng_state is not None:
-            random.set_rng_state(rng_state)
+            random.set_all_states(rng_state)
         _recomputing[0] += 1
         try:
             yield
@@ -59,7 +58,7 @@ def _split_arguments(args):
     As PyTorch's checkpoint: only tensors are saved (and become inputs of the graph); anything
     else (a number of rows, None, a flag) is passed to the function as it is.
     """
-    positions = [i for i, a in enumerate(args) if isinstance(a, (Variable, *array_types))]
+    positions = [i for i, a in enumerate(args) if isinstance(a, (Variable, *cuda.array_types))]
 
     def merge(tensors):
         merged = list(args)
@@ -89,7 +88,7 @@ class CheckpointFunction(Function):
         self.tuple_output = False
 
     def forward(self, *xs):
-        self.rng_state = random.get_rng_state() if self.preserve_rng_state else None
+        self.rng_state = random.get_all_states() if self.preserve_rng_state else None
         self.requires = self.needs_input_grad
         self.save_for_backward(*xs)  # the inputs: all the function keeps
         with no_grad():
@@ -216,9 +215,7 @@ class _Frame:
 
 def _metadata(x):
     """What must not change between the first run and the recomputation: shape, dtype, device."""
-    xp = get_array_module(x.data)
-    device = "cpu" if xp.__name__ == "numpy" else f"cuda:{x.data.device.id}"
-    return {"shape": tuple(x.shape), "dtype": str(x.dtype), "device": device}
+    return {"shape": tuple(x.shape), "dtype": str(x.dtype), "device": str(cuda.device_of(x.data))}
 
 
 def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, determinism_check):
@@ -227,7 +224,7 @@ def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, de
     tensors, merge = _split_arguments(args)
     if not Config.enable_backprop:  # nothing will be recorded: just run it
         return function(*merge(tensors))
-    rng_state = random.get_rng_state() if preserve_rng_state else None
+    rng_state = random.get_all_states() if preserve_rng_state else None
     frame = _Frame(function, tensors, merge, rng_state, early_stop, determinism_check)
     with saved_tensors_hooks(frame.pack, frame.unpack):
         result = function(*merge(tensors))
