@@ -258,7 +258,10 @@ class ndarray:  # noqa: N801 (CuPy's name)
         return format(self._a.item() if self._a.ndim == 0 else self._a, spec)
 
     def __getitem__(self, key):
-        return _wrap(self._a[_key(key)])
+        r = self._a[_key(key)]
+        if isinstance(r, np.generic):  # CuPy gives an element as a 0-d view, not a copied scalar
+            r = self._a[(_key(key) if isinstance(key, tuple) else (_key(key),)) + (Ellipsis,)]
+        return _wrap(r)
 
     def __setitem__(self, key, value):
         self._a[_key(key)] = _unwrap(value)
@@ -383,7 +386,7 @@ def asarray(a, dtype=None, order=None):
     """A device array: `a` itself if it is one already (of that dtype), else a copy from the host."""
     if isinstance(a, ndarray):
         return a if dtype is None or a.dtype == np.dtype(dtype) else a.astype(dtype)
-    if hasattr(a, "__array__") and not isinstance(a, np.ndarray):
+    if hasattr(a, "__array__") and not isinstance(a, (np.ndarray, np.generic)):
         raise TypeError(f"Unsupported type {type(a)}")  # a Variable, say: CuPy would not unwrap it either
     return ndarray(np.array(a, dtype=dtype, order=order if order else "K", copy=True))
 

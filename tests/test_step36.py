@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tinypytorch
 from steploader import load_step
-from tinypytorch import Variable
+from tinypytorch import Variable, cuda
 from tinypytorch.layers import Linear
 from tinypytorch.optimizers import SGD, Adam
 
@@ -17,9 +17,19 @@ pytestmark = [pytest.mark.step36, pytest.mark.torch]
 step = load_step(36)
 
 
+def ours_on(xp):
+    """The step's `Ours`, with leaves on the xp fixture's backend (NumPy, the strict stand-in for CuPy, CuPy)."""
+    class OnBackend(step.Ours):
+        leaf = staticmethod(lambda values, requires_grad=True: Variable(xp.asarray(np.array(values)),
+                                                                        requires_grad=requires_grad))
+        grad = staticmethod(lambda t: cuda.as_numpy(t.grad.data))
+
+    return OnBackend
+
+
 @pytest.mark.parametrize("scenario", step.SCENARIOS, ids=lambda s: s.__name__)
-def test_each_scenario_raises_where_torch_raises_and_otherwise_equals_torchs_gradients(scenario):
-    ours, theirs = step.outcome(scenario, step.Ours), step.outcome(scenario, step.Torch)
+def test_each_scenario_raises_where_torch_raises_and_otherwise_equals_torchs_gradients(scenario, xp):
+    ours, theirs = step.outcome(scenario, ours_on(xp)), step.outcome(scenario, step.Torch)
     assert isinstance(ours, RuntimeError) == isinstance(theirs, RuntimeError), (ours, theirs)
     if not isinstance(ours, RuntimeError):
         for o, t in zip(ours, theirs, strict=True):

@@ -467,14 +467,14 @@ class Function:
         # in this method: for one or two inputs a list is quicker to build, and every call pays.)
         if not all([isinstance(x, Variable) for x in inputs]):
             xp = cuda.get_array_module(*inputs)
-            op = type(self).__name__.lower()  # names the operation in an error message
+            op = type(self).__name__.lower().removesuffix("function")  # names the operation in an error message
             like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
             inputs = tuple([as_variable(x, op, xp, like[0] if like else None) for x in inputs])
         for x in inputs:
             if x._base is not None and x._view_version != x._version_counter.value:
                 inplace.refresh_view(x)  # step 36: a view whose base was changed in place since
         if cuda.cupy is not None and len(inputs) > 1:  # step 44: one device per operation, as in PyTorch
-            cuda.check_same_device(type(self).__name__.lower(), [x.data for x in inputs])
+            cuda.check_same_device(type(self).__name__.lower().removesuffix("function"), [x.data for x in inputs])
         # step 18: record the graph only when it will be used; step 33: that is, when backprop
         # is on and a gradient can flow to some input. Only then do the outputs require grad.
         # (The attribute behind the requires_grad property: every call reads it, and a property costs a call.)
