@@ -90,6 +90,21 @@ MUTATIONS = [
     ("broadcasting: the second operand's gradient not summed back", "tinypytorch/core.py",
      "            gx1 = None if gx1 is None else F.sum_to(gx1, self.shapes[1])", "            pass",
      ["tests/test_step30.py", "tests/test_operations.py"]),
+    # step 44: the two failures a real GPU run found, which the strict stand-in for CuPy must catch without one
+    ("GPU: in-place writes ask NumPy's writeable flag, which CuPy arrays lack", "tinypytorch/inplace.py",
+     "    if _overlaps_itself(x.data):", "    if not x.data.flags.writeable:",
+     ["tests/test_step44.py", "tests/test_step36.py"]),
+    ("GPU: BatchNorm's running statistics stay NumPy arrays when the layer moves", "tinypytorch/layers.py",
+     "                setattr(layer, name, cuda.to_device(getattr(layer, name), where))", "                pass",
+     ["tests/test_step44.py"]),
+    ("GPU: BatchNorm's evaluation scale computed by NumPy", "tinypytorch/layers.py",
+     "            scale = (1.0 / xp.sqrt(self.running_var + self.eps)).astype(x.dtype)",
+     "            scale = xp.asarray(1.0 / np.sqrt(self.running_var + self.eps), dtype=x.dtype)",
+     ["tests/test_step44.py"]),
+    ("GPU: dropout's mask drawn on the host and copied", "tinypytorch/functions.py",
+     "        keep = random.uniform(x.shape, xp) >= self.p",
+     "        keep = xp.asarray(random.default_generator().random(x.shape) >= self.p)",
+     ["tests/test_step44.py", "tests/test_operations.py"]),
 ]
 
 
