@@ -149,6 +149,8 @@ class MemoryHook:
     name = "MemoryHook"
 
     def __enter__(self):
+        if builtins.any(hook.name == self.name for hook in _hooks):
+            raise KeyError(f"hook {self.name} already exists")  # CuPy's: hooks are kept by name
         _hooks.append(self)
         return self
 

@@ -415,6 +415,10 @@ def test_memory_allocated_and_its_peak_read_the_device_pool():
             b = a * 2.0  # 8,000 more
             del a, b
         assert peak.start == start and peak.bytes == start + 16_000
+        with cuda.max_memory_allocated() as outer, cuda.max_memory_allocated() as inner:  # nested: two hooks
+            c = cp.ones(10)
+        assert outer.bytes == inner.bytes == start + 80
+        del c
         assert cuda.memory_allocated() == start
 
 

@@ -5,7 +5,7 @@ on it lives here, in modules:
 
     core        Config, using_config, no_grad, Variable, Function and the arithmetic operators
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
-    cuda        the array backend: NumPy, or CuPy on a GPU
+    cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 44)
     utils       numerical gradients, walking and drawing the graph; utils.checkpoint (steps 39-41)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
@@ -13,7 +13,7 @@ on it lives here, in modules:
     autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34); saved tensors and
                 their hooks, anomaly detection, gradcheck (steps 35-38)
     inplace     in-place operations, version counters and views (step 36)
-    random      the default random generator, its state, fork_rng (step 39)
+    random      the default random generator, its state, fork_rng (step 39); the device's generator (step 44)
     reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 42-43)
 """
 from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, random, reversible, testfunctions, utils
@@ -25,6 +25,7 @@ from tinypytorch.functions import (
     broadcast_to, concatenate, cos, exp, get_item, linear, log, matmul, mean_squared_error, permute, relu, reshape,
     sigmoid, sin, square, sum, sum_to, tanh, transpose,
 )
+from tinypytorch.cuda import device
 from tinypytorch.layers import Parameter
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
 
@@ -35,7 +36,7 @@ __all__ = [
     "add", "mul", "neg", "sub", "rsub", "div", "rdiv", "pow",
     "square", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
     "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item", "concatenate",
-    "manual_seed", "get_rng_state", "set_rng_state",
+    "manual_seed", "get_rng_state", "set_rng_state", "device",
     "autograd", "cuda", "functions", "inplace", "layers", "optimizers", "random", "reversible", "testfunctions",
     "utils",
 ]

@@ -176,7 +176,8 @@ def max_memory_allocated():
         return
 
     class Hook(cupy.cuda.MemoryHook):
-        name = "tinypytorch.max_memory_allocated"
+        def __init__(self):
+            self.name = f"tinypytorch.max_memory_allocated.{id(peak)}"  # CuPy refuses two hooks of one name
 
         def malloc_postprocess(self, **kwargs):
             peak.bytes = max(peak.bytes, memory_allocated())
