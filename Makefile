@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-.PHONY: run test check-without-dot check-other-cpu notebooks book check-book bench bench-changes mutants lab clean
+.PHONY: run test check-without-dot check-other-cpu notebooks book check-book bench bench-gpu bench-changes mutants lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -53,6 +53,11 @@ check-book: book
 bench: $(STAMP)
 	$(PY) bench/bench_autograd.py
 	$(PY) bench/bench_memory.py
+
+## bench-gpu: tinypytorch on CuPy against PyTorch CUDA and hand-written CuPy, on one GPU (bench/results/gpu.md;
+## needs an NVIDIA GPU and pip install -e .[gpu]; without a GPU it says so and writes nothing)
+bench-gpu: $(STAMP)
+	$(PY) bench/bench_gpu.py
 
 ## bench-changes: what the speed changes save, the package at commit BEFORE against this one (bench/results/changes.md)
 BEFORE ?= a3f72d5
