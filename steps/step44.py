@@ -33,12 +33,14 @@ DEVICE = "cuda" if cuda.is_available() else "cpu"  # the rest of the page runs o
 xp = cuda.cupy if cuda.is_available() else np
 
 # %% tags=["hide-input"]
-import IPython  # noqa: E402  (harness: how package code and numbers are shown)
+import textwrap  # noqa: E402  (harness: how package code and numbers are shown)
+
+import IPython  # noqa: E402
 
 
 def show_code(obj):
     """Package code as highlighted code in Jupyter and the book; as plain text when run as a script."""
-    source = inspect.getsource(obj)
+    source = textwrap.dedent(inspect.getsource(obj))
     if IPython.get_ipython() is None:
         print(source)
     else:
@@ -381,10 +383,23 @@ plain_bytes, _, plain_grads, _ = results["plain"]
 for technique, (saved, held, grads, loss) in results.items():
     error = max(np.abs(g - h).max() for g, h in zip(grads, plain_grads))
     assert error < 1e-12, (technique, error)
-    print(f"{technique:16}: {saved:6,} bytes saved ({saved / plain_bytes:4.0%} of plain), "
-          f"gradients vs plain < 1e-12, loss after 30 steps {loss:.3f}")
+    print(f"{technique:16}: {saved:6,} bytes saved ({saved / plain_bytes:4.0%}), loss after 30 steps {loss:.3f}")
+print("every technique's gradients equal the plain run's to 1e-12")
 if cuda.is_available():
     assert results["reversible"][1] < results["plain"][1]  # the pool agrees: less held after forward
+
+# %% tags=["hide-input"]
+fig, axis = plt.subplots(figsize=(7, 3.2))
+saved_kib = [results[t][0] / 1024 for t in TECHNIQUES]
+on_device = [0 if t == "saved on the CPU" else k for t, k in zip(TECHNIQUES, saved_kib)]
+axis.barh(TECHNIQUES, saved_kib, color="lightgray", label="saved for backward")
+axis.barh(TECHNIQUES, on_device, color="C0", label="of which in device memory (on a GPU)")
+axis.invert_yaxis()
+axis.set(xlabel="KiB saved for backward (pack hooks; the same on every device)",
+         title="eight couplings, 32 × 16 float64")
+axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # `save_on_cpu` saves as much as the plain run, but on a GPU all of it waits
@@ -442,7 +457,7 @@ print("PyTorch check passed: an MLP's gradients on the step's device equal the C
 # $\max(x, 0) + \log(1 + e^{-|x|})$, so that it runs on NumPy and CuPy
 # arrays alike.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-cell"]
 def softplus_forward(x):
     xp = cuda.get_array_module(x)
     return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
@@ -454,7 +469,7 @@ print(show(softplus_forward(np.array([-800.0, -1.0, 0.0, 1.0, 800.0])), 3))
 # **2.** Using the model of the first section, find the crossover for float32
 # (8 bytes per element for `exp`) with the same parameters. Why does it grow?
 
-# %% tags=["hide-input"]
+# %% tags=["hide-cell"]
 float32_crossover = model_crossover(**MODEL, bytes_per_element=8)
 print(f"float32: about {float32_crossover:,.0f} elements, twice float64's: half the bytes per element, "
       "the same launch latency to amortise")
@@ -464,7 +479,7 @@ print(f"float32: about {float32_crossover:,.0f} elements, twice float64's: half 
 # before. Write `draw_at(seed, offset, shape, xp)`, which returns the numbers
 # a `CounterGenerator(seed)` would give after `offset` numbers had been drawn.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-cell"]
 def draw_at(seed, offset, shape, xp):
     generator = random.CounterGenerator(seed)
     generator.set_state((seed, offset))
