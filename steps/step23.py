@@ -111,25 +111,34 @@ for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
 # ### `Function.__call__`
 #
 # Every operation goes through this method: turn the inputs into Variables,
-# run `forward` on their arrays, wrap the results, and record the graph
-# (generation, creator, weak references to the outputs, and what the backward
-# pass will need) only when `Config.enable_backprop` is on. The lines marked
-# with later steps (33, 35, 38) refine what is recorded and when; until step
-# 35, read `edges` as "the inputs".
+# run `forward` on their arrays, wrap the results, and record the graph only
+# when `Config.enable_backprop` is on and some input requires a gradient. It
+# is short enough to read whole; three lines belong to later steps and are
+# each one call (views and in-place changes, step 36; one device per
+# operation, step 44), and what the graph keeps is one method of its own,
+# `record`, which step 35 reads.
 
 # %%
 print(inspect.getsource(tinypytorch.Function.__call__))
+print(inspect.getsource(tinypytorch.Function.coerce))
 
 # %% [markdown]
-# Apart from the lines of later steps, three things differ from step 22's
-# version. The conversion of numbers and arrays into Variables now runs only
-# when an input needs it: most calls get Variables only, and every
-# operation, forward and backward, pays for this method, so it avoids work it
-# does not need. Inside that branch the line
+# Two things differ from step 22's version. The conversion of numbers and
+# arrays into Variables, `coerce`, now runs only when an input needs it: most
+# calls get Variables only, and every operation, forward and backward, pays
+# for this method, so it avoids work it does not need. Inside it the line
 # `xp = cuda.get_array_module(*inputs)` is new; it matters on the GPU and is
 # explained below. And the check that two operands have the same shape has
 # moved out, into the four binary operations (see the end of this step).
 #
+# What `record` keeps is, for now, the generation of step 16, the creator
+# and the weak references to the outputs of step 17; until step 35, read
+# `edges` as "the inputs":
+
+# %%
+print(inspect.getsource(tinypytorch.Function.record))
+
+# %% [markdown]
 # ### The backward loop: a heap instead of a sort
 #
 # Step 16 showed why the backward pass must run functions in order of

@@ -80,14 +80,15 @@ print("x.grad.creator:", x.grad.creator)
 
 # %%
 print(inspect.getsource(Variable.backward))
+print(inspect.getsource(tinypytorch.autograd.engine.run_backward))
 
 # %% [markdown]
 # The first lines check the input and make the seed (step 33 explains the
-# check); the `engine.execute` call runs the backward methods in a valid order
-# (step 16's idea, which step 33 rebuilds the way PyTorch does it). What
-# matters here is the `with` block around it. A backward method records a
+# check); `run_backward` runs the backward methods in a valid order (step
+# 16's idea, which step 33 rebuilds the way PyTorch does it). What matters
+# here is the `with` block in it, around the pass. A backward method records a
 # graph exactly when a forward computation would: when
-# `Config.enable_backprop` is on (step 18). `backward` sets it to
+# `Config.enable_backprop` is on (step 18). `run_backward` sets it to
 # `create_graph` for the length of the pass, so
 #
 # - `backward()` (the default, `create_graph=False`) computes gradients as

@@ -178,18 +178,26 @@ for node, count in engine.count_dependencies([y]).items():
     print(f"{label(node):22} will receive {count} gradient(s)")
 
 # %% [markdown]
-# The run is `execute`. `receive` adds an arriving gradient to the node's
-# buffer, one slot per output of a function, and decreases the count; at
-# zero, a leaf is finished at once and a function goes to the ready queue.
-# `finish_leaf` and `finish_output` run the hooks of step 34 and then store
-# the gradient in `.grad` where it belongs (leaves, and every variable with
-# `retain_grad=True`). The parts for `autograd.grad` (`capture`, `targets`,
-# `leading`) come later in this step, `anomaly` in step 38,
-# `release_saved` in step 35, and `send` (a gradient a function hands on
-# before its backward has returned) in step 42.
+# A backward pass is an object, `GraphTask` (PyTorch's name for the same
+# thing), made by `run_backward`, the one function through which both
+# `Variable.backward` and `autograd.grad` start a pass. `run` seeds the roots
+# and then runs ready functions until none is left. `receive` adds an
+# arriving gradient to the node's buffer, one slot per output of a function,
+# and decreases the count; at zero, a leaf is finished at once and a function
+# goes to the ready queue. `finish_leaf` and `finish_output` run the hooks of
+# step 34 and then store the gradient in `.grad` where it belongs (leaves,
+# and every variable with `retain_grad=True`). The parts for `autograd.grad`
+# (`capture`, `targets`, `leading`) come later in this step, `anomaly` in
+# step 38, `release_saved` in step 35, and `send` (a gradient a function
+# hands on before its backward has returned) in step 42.
 
 # %%
-print(inspect.getsource(engine.execute))
+print(inspect.getsource(engine.run_backward))
+print(inspect.getsource(engine.GraphTask.run))
+print(inspect.getsource(engine.GraphTask.run_function))
+print(inspect.getsource(engine.GraphTask.receive))
+print(inspect.getsource(engine.GraphTask.finish_leaf))
+print(inspect.getsource(engine.GraphTask.finish_output))
 
 # %% [markdown]
 # Two details.
@@ -226,7 +234,7 @@ print(f"two passes, intermediate grads kept: x.grad = {x.grad:.1f}, a.grad = {a.
 #
 # ### Checking what a backward method returns
 #
-# `execute` calls each function's backward through `call_backward`, which
+# `run_function` calls each function's backward through `call_backward`, which
 # checks the result: one gradient per input, and, in `checked_gradient`,
 # each of its input's shape (and dtype, step 41). A
 # mistake in a user-written `Function`, such as forgetting to broadcast a
@@ -423,7 +431,7 @@ for n in (1000, 2000, 4000, 8000, 16000):
 # | `Node`, `tensor.grad_fn` | `Function`, `variable.creator` (alias `grad_fn`) |
 # | `node.next_functions` (edges) | `function.edges` |
 # | `AccumulateGrad` node of a leaf | the leaf itself, as a node of the count |
-# | `sequence_nr`, ready queue | `Function.sequence_nr`, the `ready` heap in `execute` |
+# | `sequence_nr`, ready queue | `Function.sequence_nr`, the `ready` heap of `GraphTask` |
 # | `InputBuffer` | the `buffers` dict of one pass |
 # | `torch.autograd.grad` | `tinypytorch.autograd.grad` |
 #

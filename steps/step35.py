@@ -59,6 +59,16 @@ print("Exp.edges:", [(type(node).__name__ if isinstance(node, Function) else nod
 print(inspect.getsource(tinypytorch.core.gradient_edge))
 
 # %% [markdown]
+# Everything a call of a function keeps for the backward pass is written in
+# one method, `Function.record`, which `Function.__call__` runs only when the
+# graph is recorded: the edges, the shape and dtype each output's gradient
+# must have (`output_meta`), weak references to the outputs, and the tensors
+# `forward` saved, which the next section is about.
+
+# %%
+print(inspect.getsource(Function.record))
+
+# %% [markdown]
 # The intermediate $e^x$ is no longer referred to by anything: the `Exp`
 # function holds its output only weakly (step 17), and `Mul` holds an edge to
 # `Exp`, not the Variable. So the Variable is gone as soon as the expression
@@ -75,7 +85,7 @@ print("x.grad =", x.grad, "  (1 + x) e^x =", Variable((1 + x.data) * np.exp(x.da
 # ## Saving what backward needs
 #
 # A `forward` works on arrays. It passes to `self.save_for_backward` the
-# arrays its `backward` will need; `Function.__call__` finds out, by identity,
+# arrays its `backward` will need; `Function.record` finds out, by identity,
 # which of them are inputs and which outputs, and keeps them in `SavedTensor`
 # objects (PyTorch's `SavedVariable`, `tinypytorch.autograd.graph`).
 # `backward` gets them back, as Variables, from `self.saved_tensors`. `Exp`
@@ -144,7 +154,7 @@ gc.enable()
 #
 # Once a function's backward has run, its saved tensors have done their job.
 # PyTorch frees them right then, and so does the engine now (the
-# `release_saved` line of step 33's `execute`). A second backward pass through
+# `release_saved` line of step 33's `GraphTask.run_function`). A second backward pass through
 # the same functions finds nothing to compute with, and says so with
 # PyTorch's message:
 

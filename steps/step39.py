@@ -28,7 +28,7 @@ import warnings
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Config, Variable, autograd, random
+from tinypytorch import Config, Variable, autograd, random, recomputation
 from tinypytorch import functions as F
 from tinypytorch.autograd import engine
 from tinypytorch.autograd.graph import saved_tensors_hooks
@@ -356,7 +356,8 @@ print(inspect.getsource(checkpoint_module.CheckpointFunction))
 #
 # 1. makes fresh leaves holding the saved inputs;
 # 2. inside `fork_rng`, sets the random state back to the one saved by
-#    forward (`_replaying`, below), so that dropout draws the same masks;
+#    forward (`recomputation.replaying`, below), so that dropout draws the
+#    same masks;
 # 3. runs the function again under `enable_grad`, which records a graph:
 #    the recomputation;
 # 4. runs a whole backward pass through that graph, from the recomputed
@@ -369,7 +370,7 @@ print(inspect.getsource(checkpoint_module.CheckpointFunction))
 #    outer pass carries on.
 
 # %%
-print(inspect.getsource(checkpoint_module._replaying))
+print(inspect.getsource(recomputation.replaying))
 print(inspect.getsource(checkpoint_module._checkpoint_reentrant))
 
 # %% [markdown]

@@ -27,7 +27,7 @@ import tracemalloc
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Function, Variable, autograd
+from tinypytorch import Function, Variable, autograd, recomputation
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import MLP, Parameter
@@ -47,7 +47,7 @@ def show(a):
 # The function below applies six operations to its input. A helper `run`
 # writes each operation's name into a log before running it, and adds
 # "(again)" when the operation runs inside a recomputation
-# (`checkpoint_module.is_recomputing()`).
+# (`recomputation.is_recomputing()`).
 #
 # Only the first three operations save tensors for backward (step 35): `sin`
 # saves its input, since $\sin' = \cos$ needs it; the square $h \cdot h$ saves
@@ -61,7 +61,7 @@ log = []
 
 
 def run(name, operation, h):
-    log.append(name + (" (again)" if checkpoint_module.is_recomputing() else ""))
+    log.append(name + (" (again)" if recomputation.is_recomputing() else ""))
     return operation(h)
 
 
@@ -212,7 +212,7 @@ def state(holder_ref):
 
 def g(x):
     h = tinypytorch.sin(x) * x  # Sin saves x; Mul saves sin(x) and x
-    if not checkpoint_module.is_recomputing():
+    if not recomputation.is_recomputing():
         h.register_hook(lambda grad: print("during backward:", [state(r) for r in frame.holders]))
     return tinypytorch.tanh(h)  # saves its output
 
@@ -599,7 +599,7 @@ print("u ran", calls[0], "time; the result requires grad:", y.requires_grad)
 #
 # Step 39 saved the random state with each checkpoint and replayed it in the
 # recomputation. The hook-based form does the same (`preserve_rng_state=True`
-# by default, the `_replaying` context in `recompute`). A float64 network with
+# by default, the `recomputation.replaying` context in `recompute`). A float64 network with
 # dropout gets the same gradients, bit for bit, with and without the
 # checkpoint:
 

@@ -32,11 +32,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Parameter, Variable, concatenate
+from tinypytorch import Parameter, Variable, concatenate, recomputation
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import BatchNorm1d, Layer, Linear
-from tinypytorch.utils import checkpoint as checkpointing
 from tinypytorch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 
@@ -69,7 +68,7 @@ print(inspect.getsource(checkpoint_sequential))
 #   checkpointed, and 4, 5 and 6 run plainly.
 #
 # To watch it happen, here are seven functions that each take the sine of
-# their input and log their calls. `checkpointing.is_recomputing()` says
+# their input and log their calls. `recomputation.is_recomputing()` says
 # whether a call is part of a recomputation:
 
 # %%
@@ -78,7 +77,7 @@ calls = []
 
 def logged(i):
     def sine(x):
-        calls.append(f"{i}{'*' if checkpointing.is_recomputing() else ''}")
+        calls.append(f"{i}{'*' if recomputation.is_recomputing() else ''}")
         return tinypytorch.sin(x)
     return sine
 
@@ -289,7 +288,7 @@ class Timeline:
         def traced(x):
             self.calls += 1
             y = layer(x)
-            self.sample("recompute" if checkpointing.is_recomputing() else "forward")
+            self.sample("recompute" if recomputation.is_recomputing() else "forward")
             if y.requires_grad:
                 y.register_hook(lambda g: self.sample("backward"))
             return y
@@ -658,13 +657,14 @@ for num_layers in (2, 4, 8, 16, 32):
 # exactly what happens to the first BatchNorm of every layer of a DenseNet
 # built with `memory_efficient=True`.
 #
-# tinypytorch's `BatchNorm1d` asks `checkpoint.is_recomputing()` before
-# updating, and a recomputation leaves the statistics alone. The checkpoint
-# module counts the recomputations that are running:
+# tinypytorch's `BatchNorm1d` asks `recomputation.is_recomputing()` before
+# updating, and a recomputation leaves the statistics alone. The module
+# `tinypytorch.recomputation`, which checkpointing and reversible blocks (steps
+# 42-43) share, counts the recomputations that are running:
 
 # %%
-print(inspect.getsource(checkpointing.is_recomputing))
-print(inspect.getsource(checkpointing._replaying))
+print(inspect.getsource(recomputation.is_recomputing))
+print(inspect.getsource(recomputation.replaying))
 
 # %% [markdown]
 # Here is one `BatchNorm1d` on one batch, run plainly and inside a checkpoint

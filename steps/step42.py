@@ -31,7 +31,7 @@ from tinypytorch import Variable, no_grad, random
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import BatchNorm1d, Layer, Linear
-from tinypytorch.reversible import AdditiveCoupling, ReversibleFunction, ReversibleSequential
+from tinypytorch.reversible import AdditiveCoupling, ReversibleSequential, ReversibleSequentialFunction
 from tinypytorch.utils.checkpoint import checkpoint_sequential
 
 
@@ -131,7 +131,8 @@ print("max |inverse(y) - x|", below(np.abs(block.inverse(y).data - x.data).max()
 # operations records a graph as it runs, and the graph saves the block's
 # intermediate values whether we need them or not. The package therefore
 # runs a whole stack of blocks as a single `Function`, as the reentrant
-# checkpoint of step 39 runs a segment:
+# checkpoint of step 39 runs a segment. The layer is `ReversibleSequential`,
+# and its Function `ReversibleSequentialFunction`:
 
 # %%
 print(inspect.getsource(ReversibleSequential))
@@ -144,7 +145,7 @@ print(inspect.getsource(ReversibleSequential))
 # ### Forward: no graph, one saved tensor
 
 # %%
-print(inspect.getsource(ReversibleFunction.forward))
+print(inspect.getsource(ReversibleSequentialFunction.forward))
 
 # %% [markdown]
 # The blocks run under `no_grad`, so nothing inside them is recorded or
@@ -155,7 +156,14 @@ print(inspect.getsource(ReversibleFunction.forward))
 # ### Backward: walk the blocks in reverse
 
 # %%
-print(inspect.getsource(ReversibleFunction.backward))
+print(inspect.getsource(ReversibleSequentialFunction.backward))
+
+# %% [markdown]
+# `backward` walks the blocks from the last to the first, and leaves each
+# block's work to `block_backward`:
+
+# %%
+print(inspect.getsource(ReversibleSequentialFunction.block_backward))
 
 # %% [markdown]
 # For each block, starting from the last, with $y$ its output and
@@ -166,12 +174,16 @@ print(inspect.getsource(ReversibleFunction.backward))
 # 2. **Recompute** the block from a fresh leaf holding $x$, with the graph
 #    recorded. This is the block exactly as a plain run would have recorded
 #    it, if $x$ is right.
-# 3. **Backpropagate** $\bar y$ through that small graph with `autograd.grad`.
-#    This gives $\partial\mathcal L/\partial x$, which becomes $\bar y$ for the
-#    block below, and the gradients of the block's parameters.
-# 4. **Drop** the block's graph. The next iteration starts from $x$, which
+# 3. **Check** that the recomputed graph reads, of what requires grad, only
+#    the leaf and the block's parameters (`_refuse_unknown_inputs`, see
+#    "Bad input" below): any other weight would get no gradient.
+# 4. **Backpropagate** $\bar y$ through that small graph, in a backward pass
+#    inside the running one (`_inner_grad`). This gives
+#    $\partial\mathcal L/\partial x$, which becomes $\bar y$ for the block
+#    below, and the gradients of the block's parameters.
+# 5. **Drop** the block's graph. The next iteration starts from $x$, which
 #    is the output of the block below.
-# 5. **Send on** the block's parameter gradients. They are complete once the
+# 6. **Send on** the block's parameter gradients. They are complete once the
 #    block is done (the first block that uses a parameter is the last one
 #    backward reaches), so `engine.send_early` hands them to the running
 #    backward pass at once, where they reach `.grad`, hooks or
@@ -181,7 +193,8 @@ print(inspect.getsource(ReversibleFunction.backward))
 #
 # At any moment backward holds one block's graph, whatever the depth. Random
 # numbers are handled as in checkpointing, and the whole loop runs in
-# `fork_rng`. The recomputations run inside `_replay`, which tells
+# `fork_rng`. The recomputations run inside `replaying` (from
+# `tinypytorch.recomputation`, shared with checkpointing), which tells
 # `BatchNorm1d` not to update its statistics again (step 41).
 #
 # The gradients equal a plain run's up to the error of the reconstruction.
@@ -620,7 +633,7 @@ except RuntimeError as error:
 # layer before it had saved the same tensor, a ReLU saving its output for
 # example, that layer's backward then read freed memory. A residual
 # connection around the block fails in the same way (issue #39).
-# `ReversibleFunction` never frees anything: it keeps only its own output
+# `ReversibleSequentialFunction` never frees anything: it keeps only its own output
 # and lets the graph decide what lives. Here a $\tanh$ saves its output $h$,
 # the stack takes $h$ as its input, and a residual connection adds $h$ to
 # the stack's output:
@@ -711,6 +724,35 @@ for blocks in [(AdditiveCoupling(LinearTanh(4, rng), LinearTanh(4, rng)), Linear
         print(f"{type(error).__name__}: {error}")
 
 # %% [markdown]
+# ### A function that hides its weights
+#
+# $f$ and $g$ may be any callables, but the block learns only the
+# parameters it can list: those of the Layers it holds. A plain function
+# that closes over a layer, `lambda h: tanh(linear(h))`, hides that layer's
+# weights from `params()`. Run plainly, or under `checkpoint`, the graph
+# reaches them all the same and they train. The reversible stack computes
+# only the gradients of the parameters it knows, so a hidden weight would
+# simply get none, and training would leave it where it is without a word.
+# Backward therefore checks each recomputed block (`_refuse_unknown_inputs`
+# walks its graph) and refuses a Variable that requires grad but is not
+# among its parameters:
+
+# %%
+linear_f, linear_g = Linear(4, 4, rng=rng), Linear(4, 4, rng=rng)
+hidden = AdditiveCoupling(lambda h: tinypytorch.tanh(linear_f(h)), lambda h: tinypytorch.tanh(linear_g(h)))
+print("parameters the block can list:", len(list(hidden.params())))
+(hidden(Variable(X)) * LOSS_WEIGHTS).sum().backward()
+print("plain run: the hidden weight got a gradient:", linear_f.weight.grad is not None)
+try:
+    (ReversibleSequential(hidden)(Variable(X)) * LOSS_WEIGHTS).sum().backward()
+except RuntimeError as error:
+    print("reversible run: RuntimeError:", error)
+
+# %% [markdown]
+# The check walks only the small graph of one block, which backward builds
+# anyway, and costs little next to it. Making $f$ and $g$ Layers, as
+# `LinearTanh` is, registers their weights and makes the block work.
+#
 # A layer that changes the number of features (RevNet's downsampling
 # between stages) cannot be inverted at all. It belongs between two
 # `ReversibleSequential`s, where it saves its input as usual.
@@ -776,7 +818,7 @@ class TorchCoupling(torch.nn.Module):
 
 
 class TorchReversible(torch.autograd.Function):
-    """The algorithm of ReversibleFunction in PyTorch, without RNG replay: for blocks that draw nothing."""
+    """The algorithm of ReversibleSequentialFunction in PyTorch, without RNG replay: for blocks that draw nothing."""
 
     @staticmethod
     def forward(ctx, x, blocks, *params):

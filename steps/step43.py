@@ -36,8 +36,8 @@ import tinypytorch
 from tinypytorch import Parameter, Variable, autograd, random
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import Layer, Linear
-from tinypytorch.reversible import (ReverseFunction, ReversibleColumns, ReversibleColumnsFunction, RevColumn,
-                                    _column_backward, _column_forward, clamp_alpha)
+from tinypytorch.reversible import (RevColumn, RevColumnFunction, ReversibleColumns, ReversibleColumnsFunction,
+                                    _column_backward, _column_forward, _level_backward, clamp_alpha)
 
 torch.set_num_threads(1)  # arrays this small gain nothing from threads
 
@@ -129,18 +129,19 @@ print(inspect.getsource(RevColumn.plain))
 #   computes the level equations with ordinary operations and the graph
 #   records everything. This is RevCol's `_forward_nonreverse`, the
 #   reference the reversible path must reproduce;
-# - otherwise one `ReverseFunction` node computes the whole column. Its
+# - otherwise one `RevColumnFunction` node (RevCol's `ReverseFunction`)
+#   computes the whole column. Its
 #   inputs are $x$, the old states, the $\alpha$'s and every parameter of
 #   the levels, so the parameters' gradients come back through the graph
 #   like any other gradient.
 #
 # ### Forward
 #
-# `ReverseFunction` is a thin shell around two functions on arrays, one
+# `RevColumnFunction` is a thin shell around two functions on arrays, one
 # column's forward and backward, which the next section will reuse:
 
 # %%
-print(inspect.getsource(ReverseFunction))
+print(inspect.getsource(RevColumnFunction))
 print(inspect.getsource(_column_forward))
 
 # %% [markdown]
@@ -184,17 +185,27 @@ print(inspect.getsource(_column_forward))
 print(inspect.getsource(_column_backward))
 
 # %% [markdown]
+# The work on one level is `_level_backward`'s:
+
+# %%
+print(inspect.getsource(_level_backward))
+
+# %% [markdown]
 # For each level, from the top:
 #
 # 1. **Recompute.** Fresh leaves hold `below` ($c_{i-1}'$, or $x$) and
 #    `above` (the old $c_{i+1}$, computed back by the previous iteration).
-#    The level runs again with recording on, inside `_replay`, which sets
+#    The level runs again with recording on, inside `replaying`, which sets
 #    the generator to this level's snapshot: step 39's recomputation, for
 #    one level.
-# 2. **Backpropagate** with `autograd.grad`, seeded with $T_i$: the gradient
-#    of `below` (added into $T_{i-1}$, or $x$'s for level 0), of `above`,
-#    and of the level's parameters, all at once.
-# 3. **Invert.** `old[i] = (new[i] - out.data) / alphas[i]` is the `above`
+# 2. **Check** that the recomputed graph reads, of what requires grad, only
+#    `below`, `above` and the level's parameters (`_refuse_unknown_inputs`,
+#    step 42): a weight the column cannot list would get no gradient.
+# 3. **Backpropagate** in a backward pass inside the running one
+#    (`_inner_grad`), seeded with $T_i$: the gradient of `below` (added into
+#    $T_{i-1}$, or $x$'s for level 0), of `above`, and of the level's
+#    parameters, all at once.
+# 4. **Invert.** `old[i] = (new[i] - out.data) / alphas[i]` is the `above`
 #    of the next iteration, and gives $\alpha_i$'s gradient (`sum_to` folds
 #    $T_i \odot c_i$ to $\alpha_i$'s shape).
 #
@@ -760,12 +771,12 @@ plt.show()
 # before recomputing it: one snapshot per level, because the levels are
 # recomputed one at a time and in reverse order (step 39's checkpoint needs
 # one: it reruns its function from the start). To see that they matter,
-# here is `ReverseFunction` with its snapshots thrown away before backward,
+# here is `RevColumnFunction` with its snapshots thrown away before backward,
 # as `preserve_rng_state=False` does for a checkpoint:
 
 # %%
-class ForgetfulReverseFunction(ReverseFunction):
-    """ReverseFunction without its RNG snapshots: each level is recomputed with whatever the generator draws."""
+class ForgetfulRevColumnFunction(RevColumnFunction):
+    """RevColumnFunction without its RNG snapshots: each level is recomputed with whatever the generator draws."""
 
     def backward(self, *gys):
         self.states = [None] * len(self.states)
@@ -783,7 +794,7 @@ def dropout_run(columns, way):
     x, cs, first = Variable(X), [Variable(np.zeros((ROWS, d)), requires_grad=False) for d in WIDTHS], None
     for column in columns:  # what RevColumn.forward does, with the forgetful Function
         params = [p for i in range(L) for p in column.level_params(i)]
-        cs = ForgetfulReverseFunction(column)(x, *cs, *column.alphas, *params)
+        cs = ForgetfulRevColumnFunction(column)(x, *cs, *column.alphas, *params)
         first = first or cs[0].creator
     loss_of(cs).backward()
     grads = [x.grad.data] + [p.grad.data for column in columns for p in column.params()]
@@ -839,6 +850,26 @@ for what, make in attempts.items():
         print(f"{what}: no error")
     except (ValueError, TypeError) as error:
         print(f"{what}: {type(error).__name__}: {error}")
+
+# %% [markdown]
+# A level with weights must be a `Layer`, as in step 42: a plain function
+# that closes over a level, `lambda below, above: level(below, above)`,
+# hides the level's weights from the column. The plain column trains them
+# all the same; the reversible column, which computes the gradients of the
+# parameters it can list and no others, refuses in backward rather than
+# leave them without a gradient, both alone and in `ReversibleColumns`:
+
+# %%
+hiding = [lambda below, above, level=level: level(below, above) for level in column.levels]
+for name, layer in [("plain column", RevColumn(hiding, column.alphas, reversible=False)),
+                    ("RevColumn", RevColumn(hiding, column.alphas)),
+                    ("ReversibleColumns", ReversibleColumns(RevColumn(hiding, column.alphas)))]:
+    column.cleargrads()
+    try:
+        loss_of(layer(Variable(X), *[Variable(c) for c in OLD])).backward()
+        print(f"{name}: every weight got a gradient:", all(p.grad is not None for p in column.params()))
+    except RuntimeError as error:
+        print(f"{name}: RuntimeError: {error}")
 
 # %% [markdown]
 # The plain path would not catch the wrong shape: it adds $l_i(\cdot) +

@@ -153,8 +153,8 @@ OPERATIONS = [
 
 # Function subclasses that are not operations but wrap a user's function, each tested where it is taught
 NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step39.py (reentrant checkpointing)",
-                  "ReversibleFunction": "tests/test_step42.py (reversible blocks)",
-                  "ReverseFunction": "tests/test_step43.py (reversible columns)",
+                  "ReversibleSequentialFunction": "tests/test_step42.py (reversible blocks)",
+                  "RevColumnFunction": "tests/test_step43.py (reversible columns)",
                   "ReversibleColumnsFunction": "tests/test_step43.py (reversible columns, one Function for all)",
                   # a move needs two devices: the stand-in's (tests/strict_cupy.py) and the CPU
                   "ToDevice": "tests/test_step44.py (x.to(device): gradients go back to the source device)"}

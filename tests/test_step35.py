@@ -38,7 +38,7 @@ def graph_functions(outputs):
 
 def saved_shapes_ours(operation, arrays, requires):
     y = operation.ours(*[Variable(a.copy(), requires_grad=r) for a, r in zip(arrays, requires)])
-    saved = [s for f in graph_functions([y]) for s in f._saved if isinstance(s, SavedTensor)]
+    saved = [s for f in graph_functions([y]) for s in f.saved if isinstance(s, SavedTensor)]
     return sorted(tuple((s.data if s.variable is None else s.variable.data).shape) for s in saved)
 
 
@@ -67,8 +67,8 @@ def test_each_operation_saves_the_tensors_torch_saves(operation):
 
 def test_a_python_number_is_not_saved_as_a_tensor_but_a_0d_array_is_as_in_torch():
     x = Variable(np.array([1.0, 2.0]))
-    assert [s for s in (x * 2.0).creator._saved if isinstance(s, SavedTensor)] == []
-    assert len([s for s in (x * np.array(2.0)).creator._saved if isinstance(s, SavedTensor)]) == 1
+    assert [s for s in (x * 2.0).creator.saved if isinstance(s, SavedTensor)] == []
+    assert len([s for s in (x * np.array(2.0)).creator.saved if isinstance(s, SavedTensor)]) == 1
     shapes = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: shapes.append(t.shape) or t, lambda t: t):
         xt = torch.tensor([1.0, 2.0], requires_grad=True)
@@ -93,7 +93,7 @@ def test_a_saved_input_is_the_variable_itself_and_a_saved_output_its_array_rebui
     x = Variable(np.array([0.5, 1.0]))
     y = tinypytorch.exp(x)
     (saved,) = y.creator.saved_tensors
-    assert saved is not y and saved.data is y.data and saved.creator is y.creator and saved._output_nr == 0
+    assert saved is not y and saved.data is y.data and saved.creator is y.creator and saved.output_nr == 0
     z = tinypytorch.sin(x)
     (saved_input,) = z.creator.saved_tensors
     assert saved_input is x
@@ -161,7 +161,7 @@ def test_release_happens_per_function_as_the_pass_reaches_it():
     y = tinypytorch.exp(x)
     z = (y * y).sum()
     z.backward()
-    assert all(s.freed for f in graph_functions([z]) for s in f._saved if isinstance(s, SavedTensor))
+    assert all(s.freed for f in graph_functions([z]) for s in f.saved if isinstance(s, SavedTensor))
     assert utils.saved_tensors(z) and all(s.nbytes() == 0 for _, s in utils.saved_tensors(z))
 
 
@@ -182,7 +182,7 @@ def test_needs_input_grad_decides_what_linear_keeps():
     W = Variable(np.full((2, 3), 0.5))
     y = tinypytorch.linear(x, W)
     assert y.creator.needs_input_grad == (False, True)
-    (saved,) = [s for s in y.creator._saved if isinstance(s, SavedTensor)]
+    (saved,) = [s for s in y.creator.saved if isinstance(s, SavedTensor)]
     assert saved.variable is x
 
 

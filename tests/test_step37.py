@@ -334,7 +334,7 @@ def test_save_on_cpu_keeps_saved_arrays_in_host_memory_and_gives_torchs_grads(xp
     x = Variable(xp.asarray(data))
     with save_on_cpu():
         y = tinypytorch.exp(x * x)
-    for saved in y.creator._saved + y.creator.edges[0][0]._saved:
+    for saved in y.creator.saved + y.creator.edges[0][0].saved:
         kept = saved.packed[1]
         if xp is np:  # on the CPU the hooks pass the array through (not the Variable: no cycle)
             assert kept is x.data or kept is y.data

@@ -12,11 +12,10 @@ from hypothesis import strategies as st
 import tinypytorch
 from memory import counting_saved, tracing_numpy
 from reference import assert_close_to_torch
-from tinypytorch import Variable, autograd, concatenate
+from tinypytorch import Variable, autograd, concatenate, recomputation
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import BatchNorm1d, Layer, Linear
-from tinypytorch.utils import checkpoint as checkpointing
 from tinypytorch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 pytestmark = [pytest.mark.step41, pytest.mark.torch]
@@ -184,7 +183,7 @@ def test_the_remainder_runs_plainly_in_the_last_chunk():
 
     def logged(i):
         def f(x):
-            log.append((i, checkpointing.is_recomputing()))
+            log.append((i, recomputation.is_recomputing()))
             return tinypytorch.sin(x)
         return f
 
@@ -193,7 +192,7 @@ def test_the_remainder_runs_plainly_in_the_last_chunk():
     forward, recomputed = log[:7], log[7:]
     assert forward == [(i, False) for i in range(7)]
     assert recomputed == [(2, True), (3, True), (0, True), (1, True)]  # backward meets the later chunk first
-    assert not checkpointing.is_recomputing()
+    assert not recomputation.is_recomputing()
 
 
 def test_checkpoint_sequential_takes_any_iterable_of_callables_like_torchs_sequential():
@@ -565,7 +564,7 @@ def test_under_checkpoint_ours_updates_once_torchs_twice_and_ours_equals_torchs_
     for ours, theirs in zip([y.data, x.grad.data, bn.weight.grad.data, bn.bias.grad.data], plain, strict=True):
         assert_close_to_torch(ours, theirs)
     assert_close_to_torch(x_t.grad.numpy(), plain[1])
-    assert not checkpointing.is_recomputing()
+    assert not recomputation.is_recomputing()
 
 
 def test_batchnorm_inside_checkpoint_sequential_counts_each_batch_once():
@@ -776,7 +775,7 @@ def test_the_bottleneck_is_checkpointed_only_when_an_input_needs_a_gradient_as_i
     block = DenseBlock(2, IN, GROWTH, BN_SIZE, memory_efficient=True)
     log = []
     for layer in block.layers:
-        layer.bottleneck = lambda *fs, run=layer.bottleneck: log.append(checkpointing.is_recomputing()) or run(*fs)
+        layer.bottleneck = lambda *fs, run=layer.bottleneck: log.append(recomputation.is_recomputing()) or run(*fs)
     (block(Variable(x0)) * w).sum().backward()
     assert log == [False, False, True, True]  # each layer runs, then is recomputed in backward
     log.clear()

@@ -15,7 +15,8 @@ from steploader import load_step
 from tinypytorch import Variable, autograd, no_grad, random
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import Layer, Linear
-from tinypytorch.reversible import AdditiveCoupling, ReversibleFunction, ReversibleSequential
+from tinypytorch.reversible import AdditiveCoupling, ReversibleSequential, ReversibleSequentialFunction
+from tinypytorch.utils.checkpoint import checkpoint
 
 pytestmark = [pytest.mark.step42, pytest.mark.torch]
 step = load_step(42)  # its halves f and g, and its PyTorch twins (the check cell's), the tests' too
@@ -235,7 +236,7 @@ def test_each_blocks_gradients_go_on_as_soon_as_the_block_is_done():
 
 def test_the_stack_is_one_reversible_function_node_and_without_grad_runs_the_blocks():
     net, x0 = make_stack(3), data()
-    assert isinstance(net(Variable(x0)).creator, ReversibleFunction)
+    assert isinstance(net(Variable(x0)).creator, ReversibleSequentialFunction)
     with no_grad():
         y = net(Variable(x0))
     assert y.creator is None
@@ -395,3 +396,52 @@ def test_a_block_without_inverse_and_an_empty_stack_are_refused():
         ReversibleSequential()
     with pytest.raises(TypeError, match="f must be callable"):
         AdditiveCoupling(3, step.LinearTanh(4, rng))
+
+
+HIDDEN = (r"^ReversibleSequential: block 0 \(AdditiveCoupling\) uses a Variable that requires grad but is not among "
+          r"its parameters, so backward could not give it a gradient; make f and g Layers")
+
+
+def hiding_coupling(seed=3):
+    """A coupling whose f and g are plain functions closing over Linears: params() cannot list their weights."""
+    rng = np.random.default_rng(seed)
+    linear_f, linear_g = Linear(WIDTH // 2, WIDTH // 2, rng=rng), Linear(WIDTH // 2, WIDTH // 2, rng=rng)
+    block = AdditiveCoupling(lambda h: tinypytorch.tanh(linear_f(h)), lambda h: tinypytorch.tanh(linear_g(h)))
+    return block, [linear_f.weight, linear_f.bias, linear_g.weight, linear_g.bias]
+
+
+@pytest.mark.parametrize("run", ["plain", "checkpoint, reentrant", "checkpoint, non-reentrant"])
+def test_functions_closing_over_layers_train_plainly_and_under_checkpoint(run):
+    block, weights = hiding_coupling()
+    assert list(block.params()) == []
+    x = Variable(data())
+    y = block(x) if run == "plain" else checkpoint(block, x, use_reentrant=run.endswith(", reentrant"))
+    (y * data(2)).sum().backward()
+    assert all(w.grad is not None and np.abs(w.grad.data).max() > 0 for w in weights)
+
+
+def test_the_reversible_stack_refuses_functions_closing_over_layers_rather_than_leave_their_weights_without_grad():
+    block, weights = hiding_coupling()
+    y = ReversibleSequential(block)(Variable(data()))
+    assert isinstance(y.creator, ReversibleSequentialFunction)
+    with pytest.raises(RuntimeError, match=HIDDEN):
+        (y * data(2)).sum().backward()
+    assert all(w.grad is None for w in weights)
+    # an input that needs no gradient and no parameters: no node, the blocks run plainly and the weights train
+    y = ReversibleSequential(block)(Variable(data(), requires_grad=False))
+    assert y.creator is not None and not isinstance(y.creator, ReversibleSequentialFunction)
+    (y * data(2)).sum().backward()
+    assert all(w.grad is not None for w in weights)
+
+
+@pytest.mark.parametrize("hidden", ["a Parameter", "a Variable computed outside the block"])
+def test_a_layer_half_beside_a_hidden_variable_is_refused_too(hidden):
+    rng = np.random.default_rng(4)
+    scale = tinypytorch.Parameter(rng.standard_normal(WIDTH // 2))
+    used = scale if hidden == "a Parameter" else scale * 2.0
+    f = step.LinearTanh(WIDTH // 2, rng)
+    block = AdditiveCoupling(lambda h: f(h) * used, step.LinearTanh(WIDTH // 2, rng))
+    net = ReversibleSequential(block)
+    assert len(list(net.params())) == 2  # g's weight and bias: f hides its Linear and `scale`
+    with pytest.raises(RuntimeError, match=HIDDEN):
+        (net(Variable(data())) * data(2)).sum().backward()

@@ -1,4 +1,4 @@
-"""Step 43: RevCol's reversible columns (tinypytorch.reversible.RevColumn, ReverseFunction and ReversibleColumns),
+"""Step 43: RevCol's reversible columns (tinypytorch.reversible.RevColumn, RevColumnFunction and ReversibleColumns),
 against the plain column, a torch column and a torch port of RevCol's ReverseFunction; the first column computed
 back to zero; alpha clamped away from 0; DropPath with per-level RNG restore; memory against columns; drift."""
 
@@ -12,11 +12,10 @@ import tinypytorch
 from memory import counting_saved, tracing_numpy
 from reference import assert_close_to_torch
 from steploader import load_step
-from tinypytorch import Parameter, Variable, autograd, random
+from tinypytorch import Parameter, Variable, autograd, random, recomputation
 from tinypytorch.layers import Layer, Linear
-from tinypytorch.reversible import (ReverseFunction, ReversibleColumns, ReversibleColumnsFunction, RevColumn,
+from tinypytorch.reversible import (RevColumnFunction, ReversibleColumns, ReversibleColumnsFunction, RevColumn,
                                     clamp_alpha)
-from tinypytorch.utils import checkpoint as checkpointing
 
 pytestmark = [pytest.mark.step43, pytest.mark.torch]
 step = load_step(43)  # its PyTorch twins (the check cell's): a torch column and the port of RevCol's ReverseFunction
@@ -152,7 +151,7 @@ def test_the_reversible_outputs_are_bitwise_the_plain_columns(config):
     for reversible in (True, False):
         set_reversible(columns, reversible)
         cs = run_stack(columns, Variable(x0), widths)
-        assert isinstance(cs[0].creator, ReverseFunction) == reversible
+        assert isinstance(cs[0].creator, RevColumnFunction) == reversible
         outputs[reversible] = [c.data for c in cs]
     for a, b in zip(outputs[True], outputs[False], strict=True):
         np.testing.assert_array_equal(a, b)  # the same operations on the same arrays in the same order
@@ -405,7 +404,7 @@ def test_the_inversion_error_grows_like_one_over_alpha_to_the_number_of_levels()
 
 # ----- randomness: DropPath inside the levels ----------------------------------------------------------------------
 
-class ForgetfulReverseFunction(ReverseFunction):
+class ForgetfulRevColumnFunction(RevColumnFunction):
     """Without the RNG snapshots: levels recomputed with whatever the generator draws."""
 
     def backward(self, *gys):
@@ -413,7 +412,7 @@ class ForgetfulReverseFunction(ReverseFunction):
         return super().backward(*gys)
 
 
-class OneSnapshotReverseFunction(ReverseFunction):
+class OneSnapshotRevColumnFunction(RevColumnFunction):
     """One snapshot for the whole column (the first level's), as a checkpoint of the column would keep."""
 
     def backward(self, *gys):
@@ -454,8 +453,8 @@ def test_droppath_gradients_match_the_plain_run_only_with_the_per_level_rng_rest
     assert relative_error(ours, plain) < 1e-12
     assert all(not c.any() for c in back)
     assert state == state_plain == after_forward  # backward's draws leave no trace outside
-    forgetful, back_forgetful, state_forgetful, _ = dropout_grads(columns, x0, weights, ForgetfulReverseFunction)
-    one, _, _, _ = dropout_grads(columns, x0, weights, OneSnapshotReverseFunction)
+    forgetful, back_forgetful, state_forgetful, _ = dropout_grads(columns, x0, weights, ForgetfulRevColumnFunction)
+    one, _, _, _ = dropout_grads(columns, x0, weights, OneSnapshotRevColumnFunction)
     # other masks: other gradients (relative 1e-6 is far above rounding, far below what other masks change)
     assert relative_error(forgetful, plain) > 1e-6
     assert relative_error(one, plain) > 1e-6
@@ -468,7 +467,7 @@ def test_without_droppath_the_rng_is_not_touched_and_eval_mode_needs_no_restore(
         column.eval()
     set_reversible(columns, False)
     plain, _, _, _ = dropout_grads(columns, x0, weights)
-    forgetful, back, state, after_forward = dropout_grads(columns, x0, weights, ForgetfulReverseFunction)
+    forgetful, back, state, after_forward = dropout_grads(columns, x0, weights, ForgetfulRevColumnFunction)
     tinypytorch.manual_seed(0)
     assert state == after_forward == random.get_rng_state()  # nothing drew
     assert relative_error(forgetful, plain) < 1e-14 and all(not c.any() for c in back)
@@ -537,7 +536,7 @@ def peak(columns, x0, weights, widths, reversible, one=False):
 
                 def counted(below, above, inner=inner):
                     calls[0] += 1
-                    recomputed.append(checkpointing.is_recomputing())
+                    recomputed.append(recomputation.is_recomputing())
                     return inner(below, above)
                 level.forward = counted
         weighted_loss(run_stack(sampled, Variable(x0), widths, one=one), weights).backward()
@@ -839,3 +838,37 @@ def test_reversible_columns_refuses_what_is_not_a_revcolumn_and_mismatched_state
     wrong = RevColumn([column.levels[0], lambda below, above: below[:, :1]], column.alphas)
     with pytest.raises(ValueError, match=r"^RevColumn: level 1 returned shape \(2, 1\) for a state of shape \(2, 4\)$"):
         ReversibleColumns(column, wrong)(Variable(np.ones((2, 3))), *[Variable(np.ones((2, w))) for w in (2, 4)])
+
+
+def hiding_column():
+    """small_column's levels wrapped in plain functions: the column lists its alphas, not the levels' weights."""
+    column = small_column()
+    hiding = [lambda below, above, level=level: level(below, above) for level in column.levels]
+    return hiding, column
+
+
+@pytest.mark.parametrize("way", ["RevColumn", "ReversibleColumns"])
+def test_levels_closing_over_layers_train_plainly_but_the_reversible_column_refuses_them(way):
+    hiding, column = hiding_column()
+    weights = [p for level in column.levels for p in level.params()]
+    plain = RevColumn(hiding, column.alphas, reversible=False)
+    assert list(plain.params()) == column.alphas
+    weighted_loss(call(plain), [np.ones((2, 2)), np.ones((2, 4))]).backward()
+    assert all(w.grad is not None for w in weights)
+    column.cleargrads()
+    layer = RevColumn(hiding, column.alphas) if way == "RevColumn" else ReversibleColumns(RevColumn(hiding,
+                                                                                                    column.alphas))
+    where = "RevColumn" if way == "RevColumn" else "ReversibleColumns: column 0"
+    with pytest.raises(RuntimeError, match=rf"^{where}: level 1 \(function\) uses a Variable that requires grad but "
+                                           r"is not among its parameters, .*make each level a Layer"):
+        weighted_loss(call(layer), [np.ones((2, 2)), np.ones((2, 4))]).backward()
+    assert all(w.grad is None for w in weights)
+
+
+def test_a_level_reading_a_variable_computed_outside_the_column_is_refused():
+    column = small_column()
+    scale = column.alphas[1] * 2.0  # computed from a parameter, outside the column's run
+    top = column.levels[1]
+    levels = [column.levels[0], lambda below, above: top(below, above) * scale]
+    with pytest.raises(RuntimeError, match=r"^RevColumn: level 1 \(function\) uses a Variable that requires grad"):
+        weighted_loss(call(RevColumn(levels, column.alphas)), [np.ones((2, 2)), np.ones((2, 4))]).backward()

@@ -57,6 +57,21 @@ class VersionCounter:
         self.value = 0
 
 
+def share_version_counter(y, counter):
+    """y's data is memory that `counter` already counts (a view's base, a detached copy's original, a saved
+    tensor's): one counter then counts the changes made through any of them (step 36)."""
+    y._version_counter = counter
+
+
+def increment_version(x):
+    """Count one more in-place change of x's data (PyTorch's `torch.autograd.graph.increment_version`).
+
+    In-place operations call it (step 36); so does code that writes into `x.data` itself, such as
+    RevCol's clamp of alpha (step 43), so that a graph that saved the old value refuses to use it.
+    """
+    x._version_counter.value += 1
+
+
 class Variable:
     """A box around an array that remembers the function that created it."""
 
@@ -68,7 +83,7 @@ class Variable:
         if data is not None and not isinstance(data, cuda.array_types):
             raise TypeError(f"Variable data must be an ndarray (numpy or cupy) or None, got {type(data).__name__}")
         self.data = data
-        self.name = name  # step 19
+        self.name = name  # step 19: shown by repr and in drawings
         self.grad = None  # step 06; a Variable since step 27, so gradients can be differentiated
         self.creator = None  # step 07: the Function that produced this variable
         self.generation = 0  # step 16: 1 + the creator's generation
@@ -85,17 +100,34 @@ class Variable:
 
     # Rarely set, so class-level defaults rather than one more attribute on every Variable:
     _output_nr = 0  # step 35: which output of its creator this variable is
-    _wrapped_number = False  # step 35: a Python number that Function.__call__ wrapped (PyTorch's wrapped number)
-    _grad_leaf = None  # step 37: the leaf whose gradient this (unpacked, saved) variable's gradient is
+    wrapped_number = False  # step 35: a Python number that Function.__call__ wrapped (PyTorch's wrapped number)
+    grad_leaf = None  # step 37: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
-    _base = None  # step 36: for a view (reshape, transpose, basic indexing), the variable whose memory it shares
-    _view_fn = None  # step 36: how the view is made from its base, as a function of a Variable
-    _view_version = 0  # step 36: the version of the base when the view's graph was made
+    view_record = None  # step 36: for a view (reshape, transpose, basic indexing), its inplace.View record
 
     @property
     def _version(self):
         """How many in-place changes this variable's data has seen (step 36; PyTorch's `_version`)."""
         return self._version_counter.value
+
+    @property
+    def _base(self):
+        """For a view, the variable whose memory it shares; else None (step 36; PyTorch's `_base`)."""
+        return None if self.view_record is None else self.view_record.base
+
+    @property
+    def version_counter(self):
+        """The counter of in-place changes (step 36), one object shared by this variable and its views."""
+        return self._version_counter
+
+    def run_hooks(self, grad):
+        """This variable's hooks (step 34) on its complete gradient, in the order registered: the gradient after them."""
+        return autograd.hooks.call_hooks(self._hooks, grad, self.data.shape)
+
+    @property
+    def output_nr(self):
+        """Which output of its creator this variable is (PyTorch's `output_nr`)."""
+        return self._output_nr
 
     # step 36: in-place operations, PyTorch's names (tinypytorch.inplace says how they work)
     def add_(self, other):
@@ -249,13 +281,13 @@ class Variable:
         return F.permute(self, tuple(reversed(range(self.ndim))))
 
     def sum(self, axis=None, keepdims=False):
-        return F.sum(self, axis, keepdims)  # step 30
+        return F.sum(self, axis, keepdims)
 
     def __getitem__(self, key):
-        return F.get_item(self, key)  # step 31
+        return F.get_item(self, key)
 
     def __matmul__(self, other):
-        return F.matmul(self, other)  # step 31
+        return F.matmul(self, other)
 
     def __rmatmul__(self, other):
         return F.matmul(other, self)  # step 31: ndarray @ Variable
@@ -266,7 +298,7 @@ class Variable:
 
     def set_creator(self, func, output_nr=0):
         self.creator = func
-        self.generation = func.generation + 1  # step 16
+        self.generation = func.generation + 1  # step 16: one more than the function that made it
         self._output_nr = output_nr  # step 35: the gradient of output i goes to slot i of func
 
     def cleargrad(self):
@@ -286,11 +318,8 @@ class Variable:
         if not self.requires_grad:  # step 33: nothing behind it to differentiate, and no leaf to fill
             raise RuntimeError("backward: element 0 of variables does not require grad and does not have a grad_fn")
         seed = autograd.engine.seed(self, gradient, "backward")
-        retain_graph = create_graph if retain_graph is None else retain_graph  # step 35
-        # step 27: backward methods compute with Variables, so the backward pass is recorded
-        # like any other computation when enable_backprop is on; it is on only if asked for
-        with using_config("enable_backprop", create_graph):
-            autograd.engine.execute([self], [seed], retain_graph, retain_grad=retain_grad)  # step 33
+        retain_graph = create_graph if retain_graph is None else retain_graph  # step 35: PyTorch's default
+        autograd.engine.run_backward([self], [seed], retain_graph, create_graph, retain_grad=retain_grad)
 
     # step 33: PyTorch's vocabulary for the graph
     @property
@@ -325,7 +354,7 @@ class Variable:
     def detach(self):
         """A new leaf that shares this variable's data (and its version counter, step 36) and does not require grad."""
         detached = Variable(self.data, requires_grad=False)
-        detached._version_counter = self._version_counter
+        share_version_counter(detached, self._version_counter)
         return detached
 
     # step 34: hooks on the gradient
@@ -395,7 +424,7 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
         number = Variable(as_array(obj, xp), requires_grad=False)
     else:
         raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
-    number._wrapped_number = True  # step 35: saved as a number, not a tensor, as PyTorch does
+    number.wrapped_number = True  # step 35: saved as a number, not a tensor, as PyTorch does
     return number
 
 
@@ -425,7 +454,7 @@ def gradient_edge(x):
         return x.creator, x._output_nr
     if not x.requires_grad:
         return None, 0
-    return (x if x._grad_leaf is None else x._grad_leaf), 0
+    return (x if x.grad_leaf is None else x.grad_leaf), 0
 
 
 class ConstantInput:
@@ -461,49 +490,61 @@ class Function:
     is_view = False  # step 36: True for functions whose output may share its input's memory
 
     def __call__(self, *inputs):
-        # step 21: numbers and arrays are welcome; step 23: a number goes to the device
-        # (numpy or cupy) of the other inputs, since cupy will not mix with numpy arrays.
-        # Most calls get Variables only and skip the conversion. (Lists rather than generators
-        # in this method: for one or two inputs a list is quicker to build, and every call pays.)
-        if not all([isinstance(x, Variable) for x in inputs]):
-            xp = cuda.get_array_module(*inputs)
-            op = type(self).__name__.lower().removesuffix("function")  # names the operation in an error message
-            like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
-            inputs = tuple([as_variable(x, op, xp, like[0] if like else None) for x in inputs])
+        if not all([isinstance(x, Variable) for x in inputs]):  # most calls get Variables only
+            inputs = self.coerce(inputs)
         for x in inputs:
-            if x._base is not None and x._view_version != x._version_counter.value:
-                inplace.refresh_view(x)  # step 36: a view whose base was changed in place since
+            if x.view_record is not None:
+                inplace.refresh_view(x)  # step 36: if its base was changed in place since, a view's graph is redone
         if cuda.cupy is not None and len(inputs) > 1:  # step 44: one device per operation, as in PyTorch
-            cuda.check_same_device(type(self).__name__.lower().removesuffix("function"), [x.data for x in inputs])
-        # step 18: record the graph only when it will be used; step 33: that is, when backprop
-        # is on and a gradient can flow to some input. Only then do the outputs require grad.
-        # (The attribute behind the requires_grad property: every call reads it, and a property costs a call.)
+            cuda.check_same_device(self.op_name(), [x.data for x in inputs])
+        # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
+        # flow to some input (step 33). Only then do the outputs require grad. (The attribute behind
+        # the requires_grad property, and lists rather than generators: every call pays.)
         requires_grad = Config.enable_backprop and any([x._requires_grad for x in inputs])
-        # step 35: forward saves only what the gradients of these inputs need
+        # forward saves only what the gradients of these inputs need (step 35)
         self.needs_input_grad = tuple([x._requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
         if not isinstance(ys, tuple):
             ys = (ys,)
-        # step 09: a 0-d result may come back a scalar
+        # as_array: a 0-d result may come back a scalar (step 09)
         outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
         if self.is_view:
-            inplace.track_view(self, inputs[0], outputs[0])  # step 36
+            inplace.track_view(self, inputs[0], outputs[0])  # step 36: the output may share the input's memory
         if requires_grad:
-            self.generation = max([x.generation for x in inputs])  # step 16
-            self.sequence_nr = next(_sequence_numbers)  # step 33: creation order, for the ready queue
-            self.edges = tuple([gradient_edge(x) for x in inputs])  # step 35: not the inputs themselves
-            if not all(self.needs_input_grad):  # step 35: for drawings, what the constants were
-                self.constants = {i: constant_input(x) for i, x in enumerate(inputs) if not x._requires_grad}
-            self.output_meta = tuple([(y.data.shape, y.data.dtype) for y in outputs])  # step 35: what gradients must be
-            for i, output in enumerate(outputs):
-                output.set_creator(self, i)  # step 07
-            self.outputs = [weakref.ref(output) for output in outputs]  # step 17: no reference cycle
-            if self._to_save:
-                self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)  # step 35
-            if autograd.anomaly.enabled():
-                autograd.anomaly.record_creation(self)  # step 38
+            self.record(inputs, ys, outputs)
         self._to_save = ()
         return outputs if len(outputs) > 1 else outputs[0]
+
+    def op_name(self):
+        """The operation's name in error messages: Mul -> mul, LinearFunction -> linear."""
+        return type(self).__name__.lower().removesuffix("function")
+
+    def coerce(self, inputs):
+        """The inputs as Variables (step 21): a number or an array is a constant.
+
+        A number goes to the device (NumPy or CuPy) of the other inputs, since CuPy will not mix
+        with NumPy arrays (step 23).
+        """
+        xp = cuda.get_array_module(*inputs)
+        like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
+        return tuple([as_variable(x, self.op_name(), xp, like[0] if like else None) for x in inputs])
+
+    def record(self, inputs, ys, outputs):  # step 35
+        """What the graph keeps of this call: where each input's gradient goes, what the gradients must look
+        like, weak references to the outputs, and the tensors forward saved; not the inputs themselves."""
+        self.generation = max([x.generation for x in inputs])  # step 16 (step 23's backward loops order by it)
+        self.sequence_nr = next(_sequence_numbers)  # step 33: creation order, for the ready queue
+        self.edges = tuple([gradient_edge(x) for x in inputs])
+        if not all(self.needs_input_grad):  # for drawings, what the constants were (step 25)
+            self.constants = {i: constant_input(x) for i, x in enumerate(inputs) if not x._requires_grad}
+        self.output_meta = tuple([(y.data.shape, y.data.dtype) for y in outputs])  # what gradients must be
+        for i, output in enumerate(outputs):
+            output.set_creator(self, i)
+        self.outputs = [weakref.ref(output) for output in outputs]  # step 17: no reference cycle
+        if self._to_save:
+            self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)
+        if autograd.anomaly.enabled():
+            autograd.anomaly.record_creation(self)  # step 38: where it was made, for a NaN's report
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
@@ -520,6 +561,11 @@ class Function:
         not recorded; see tinypytorch.autograd.graph for what keeping means.
         """
         self._to_save = xs
+
+    @property
+    def saved(self):
+        """What backward will unpack, as kept (step 35): SavedTensor records, or None and numbers as saved."""
+        return self._saved
 
     @property
     def saved_tensors(self):

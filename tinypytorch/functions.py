@@ -214,7 +214,7 @@ def _permutation(op, dims, shape):
 
 
 class Transpose(Function):  # step 29: the one node of permute, transpose and .T
-    is_view = True  # step 36
+    is_view = True  # step 36: the result shares the input's memory
 
     def __init__(self, perm):
         self.perm = perm  # dimension i of y is dimension perm[i] of x

@@ -15,7 +15,10 @@ Three cases need more than that, each as in PyTorch:
   graph is made again from the base the next time it is used (`refresh_view`).
 """
 from tinypytorch import cuda
-from tinypytorch.core import Config, Function, Variable, add, as_variable, div, enable_grad, mul, no_grad, sub
+from tinypytorch.core import (
+    Config, Function, Variable, add, as_variable, div, enable_grad, increment_version, mul, no_grad,
+    share_version_counter, sub,
+)
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
@@ -23,7 +26,7 @@ OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 def check_writable(op, x):
     """Refuse what would write into a leaf that requires grad, or into a broadcast view."""
     if Config.enable_backprop and x.requires_grad:
-        if x.creator is None and x._base is None:
+        if x.creator is None and x.view_record is None:
             raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")
         if x._base is not None and x._base.creator is None and x._base.requires_grad:
             raise RuntimeError(f"{op}: a view of a leaf Variable that requires grad is being used in an in-place "
@@ -51,27 +54,27 @@ def write(op, x, new):
         xp.copyto(x.data, new, casting="same_kind")
     except TypeError:
         raise TypeError(f"{op}: result type {new.dtype} can't be cast to the variable's dtype {x.dtype}") from None
-    x._version_counter.value += 1
+    increment_version(x)
 
 
 def alias(x, data=None):
     """A Variable standing for x's current value in the graph (same edge), on `data` (x's array by default)."""
     a = Variable(x.data if data is None else data, requires_grad=x.requires_grad)
     if data is None:
-        a._version_counter = x._version_counter
+        share_version_counter(a, x.version_counter)
     if x.creator is not None:
-        a.set_creator(x.creator, x._output_nr)
+        a.set_creator(x.creator, x.output_nr)
     return a
 
 
 def take_place(x, y):
     """x takes y's place in the graph: y's creator now made x (x keeps its own array)."""
     f = y.creator
-    x.set_creator(f, y._output_nr)
-    x._requires_grad = True
-    f.outputs[y._output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
-    if x._base is not None:
-        x._view_version = x._version_counter.value
+    x.set_creator(f, y.output_nr)
+    x.requires_grad = True
+    f.outputs[y.output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
+    if x.view_record is not None:
+        x.view_record.version = x._version
 
 
 def apply(op, x, other):
@@ -82,7 +85,7 @@ def apply(op, x, other):
     if not recording:
         write(op, x, OPERATIONS[op](Variable(x.data, requires_grad=False), other).data)
         return x
-    if x._base is not None:
+    if x.view_record is not None:
         refresh_view(x)
     # The old value, if the gradient of `other` needs it (mul_, div_), is copied first, as PyTorch
     # does: writing into x's array would otherwise change the tensor the function saved.
@@ -96,7 +99,7 @@ def zero_(x):
     if not (Config.enable_backprop and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
         return x
-    if x._base is not None:
+    if x.view_record is not None:
         refresh_view(x)
     return record("zero_", x, Zero()(alias(x)))
 
@@ -104,7 +107,7 @@ def zero_(x):
 def record(op, x, y):
     """Write y (the recorded out-of-place result) into x, and give x y's place in the graph; a view moves its base."""
     write(op, x, y.data)
-    if x._base is None:
+    if x.view_record is None:
         take_place(x, y)
     else:
         rebase_view(x, y)
@@ -148,18 +151,28 @@ class ViewScatter(Function):
 
 def rebase_view(v, y):
     """View v was changed in place to y's value: move its base, then v, to their new places in the graph."""
-    base = v._base
-    new_base = ViewScatter(v._view_fn)(alias(base), y)
+    base, fn = v.view_record.base, v.view_record.fn
+    new_base = ViewScatter(fn)(alias(base), y)
     take_place(base, new_base)
-    take_place(v, v._view_fn(base))
+    take_place(v, fn(base))
 
 
 def refresh_view(v):
     """If v's base changed in place since v's graph was made, make v's graph again from the base."""
-    if v._view_version != v._version_counter.value and (v._base.requires_grad or v.requires_grad):
+    view = v.view_record
+    if view.version != v._version and (view.base.requires_grad or v.requires_grad):
         with enable_grad():
-            fresh = v._view_fn(v._base)
+            fresh = view.fn(view.base)
         take_place(v, fresh)
+
+
+class View:
+    """What a view remembers (step 36): its base, how it is made from the base, and the base's version then."""
+
+    __slots__ = ("base", "fn", "version")
+
+    def __init__(self, base, fn, version):
+        self.base, self.fn, self.version = base, fn, version
 
 
 def track_view(f, x, y):
@@ -169,11 +182,10 @@ def track_view(f, x, y):
     """
     if not cuda.get_array_module(y.data).may_share_memory(y.data, x.data):
         return  # a copy after all (NumPy's reshape of a non-contiguous array, advanced indexing)
-    y._version_counter = x._version_counter
+    share_version_counter(y, x.version_counter)
     own = f.view_fn()
-    if x._base is None:
-        y._base, y._view_fn = x, own
+    if x.view_record is None:
+        y.view_record = View(x, own, x._version)
     else:
-        parent = x._view_fn
-        y._base, y._view_fn = x._base, (lambda t: own(parent(t)))
-    y._view_version = x._version_counter.value
+        parent = x.view_record.fn
+        y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)

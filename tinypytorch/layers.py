@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda
+from tinypytorch import cuda, recomputation
 from tinypytorch import functions as F
 from tinypytorch.core import Variable, as_variable
 from tinypytorch.cuda import get_array_module
@@ -214,7 +214,8 @@ class BatchNorm1d(Layer):  # step 41
         x = as_variable(x, "BatchNorm1d")
         if x.ndim != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"BatchNorm1d: expected an input of shape (N, {self.num_features}), got {x.shape}")
-        cuda.check_same_device("batchnorm1d", [x.data, self.weight.data, self.running_mean])  # step 44
+        # step 44: the buffers are raw arrays, which no operation checks: a model left on the CPU fails here
+        cuda.check_same_device("batchnorm1d", [x.data, self.weight.data, self.running_mean])
         if not self.training:
             xp = get_array_module(x)
             scale = (1.0 / xp.sqrt(self.running_var + self.eps)).astype(x.dtype)
@@ -227,9 +228,7 @@ class BatchNorm1d(Layer):  # step 41
         centred = x - mean
         var = (centred * centred).sum(axis=0) / n
         y = centred / (var + self.eps) ** 0.5 * self.weight + self.bias
-        from tinypytorch.utils import checkpoint  # imported here: utils imports layers' users
-
-        if not checkpoint.is_recomputing():  # step 41: a recomputation must not count the batch twice
+        if not recomputation.is_recomputing():  # step 41: a recomputation must not count the batch twice
             self.num_batches_tracked += 1
             # momentum None: a cumulative average of every batch so far, as in PyTorch
             m = 1.0 / self.num_batches_tracked if self.momentum is None else self.momentum

@@ -12,22 +12,14 @@ the graph recorded, backpropagate through it, drop it. Random numbers are replay
 checkpointing, and the parameters' gradients are returned through the graph, so
 `autograd.grad` with respect to them works.
 """
-import contextlib
-
-from tinypytorch import autograd, random
+from tinypytorch import random
 from tinypytorch.autograd import engine
-from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
+from tinypytorch.core import (Config, Function, Variable, as_variable, enable_grad, gradient_edge, increment_version,
+                              no_grad)
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import concatenate, sum_to
 from tinypytorch.layers import Layer, Parameter
-from tinypytorch.utils.checkpoint import _replaying
-
-
-@contextlib.contextmanager
-def _replay(state):
-    """Draw as at the time `state` was taken; count as a recomputation (batch norm must not update twice)."""
-    with _replaying(state):
-        yield
+from tinypytorch.recomputation import replaying
 
 
 class _Gradients:
@@ -62,18 +54,41 @@ class _Gradients:
         return [self.returned.get(id(p)) for p in self.function.params]
 
 
-@contextlib.contextmanager
-def _hooks_held(params):
-    """The parameters' gradient hooks held back during an inner pass: its gradients go on to the outer
-    pass through the Function's edges, and the parameters' hooks run there, once."""
-    held = [(p, p._hooks) for p in params]
-    for p in params:
-        p._hooks = None
-    try:
-        yield
-    finally:
-        for p, hooks in held:
-            p._hooks = hooks
+def _inner_grad(output, wrt, gy):
+    """The gradients of `output` (weighted by gy) with respect to `wrt`, by a backward pass inside the running one.
+
+    The leaves' hooks do not run in it: its gradients go on to the outer pass through the
+    Function's edges, and the parameters' hooks run there, once.
+    """
+    gy = gy if isinstance(gy, Variable) else Variable(gy, requires_grad=False)
+    captured = engine.run_backward([output], [gy], retain_graph=False, create_graph=False, inputs=wrt,
+                                   leaf_hooks=False)
+    return [captured.get(x) for x in wrt]
+
+
+def _refuse_unknown_inputs(output, known, since, what, remedy):
+    """Raise unless the graph recorded behind `output` reads, of what requires grad, only the Variables in `known`.
+
+    A block run again in backward gets the gradients of its input leaf and its parameters
+    (`known`) and nothing else. A plain function that closes over a layer hides that layer's
+    weights from `params()`: the gradient meant for them would be lost without a word. So the
+    recomputed graph is walked (its functions were recorded after the reversible Function,
+    `since`, its sequence number): a leaf not in `known`, or a function recorded before it (a
+    Variable computed outside the block), is refused.
+    """
+    known = {id(gradient_edge(v)[0]) for v in known}
+    seen, todo = set(), [gradient_edge(output)[0]]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Variable) and id(node) in known:
+            continue
+        if isinstance(node, Variable) or node.sequence_nr <= since:
+            raise RuntimeError(f"{what} uses a Variable that requires grad but is not among its parameters, so "
+                               f"backward could not give it a gradient; {remedy}")
+        todo.extend(n for n, _ in node.edges)
 
 
 # ----- step 42: RevNet's additive coupling --------------------------------------------------------
@@ -125,7 +140,7 @@ class AdditiveCoupling(Layer):
         return concatenate([x1, x2], axis=-1)
 
 
-class ReversibleFunction(Function):
+class ReversibleSequentialFunction(Function):  # step 42
     """A stack of invertible blocks as one node: its inputs are x and every parameter of the blocks."""
 
     first_param_input = 1  # inputs: x, then the parameters
@@ -148,19 +163,27 @@ class ReversibleFunction(Function):
         y = y.data
         grads = _Gradients(self, [list(block.params()) for block in self.blocks])
         with random.fork_rng():  # the outer random stream continues as if backward drew nothing
-            for k, block, states in reversed(list(zip(range(len(self.blocks)), self.blocks, self.states))):
-                with _replay(None), no_grad():
-                    x = block.inverse(Variable(y, requires_grad=False), replay=states).data
-                leaf = Variable(x, requires_grad=True)
-                params = list(block.params())
-                with _replay(None), enable_grad():
-                    output = block.forward(leaf, replay=states)
-                with _hooks_held(params):
-                    results = autograd.grad(output, [leaf, *params], grad_outputs=gy, allow_unused=True)
-                gy = results[0]
-                grads.add(k, params, results[1:])  # each block's complete gradients go on now
-                y = x
+            for k in reversed(range(len(self.blocks))):
+                y, gy, param_grads = self.block_backward(k, y, gy)
+                grads.add(k, list(self.blocks[k].params()), param_grads)  # each block's complete gradients go on now
         return (gy, *grads.result())
+
+    def block_backward(self, k, y, gy):
+        """Block k, given its output y and y's gradient gy: its input x computed back, the block run again from
+        x with the graph recorded, and backpropagated. Returns x, x's gradient and the parameters' gradients."""
+        block, states = self.blocks[k], self.states[k]
+        with replaying(None), no_grad():
+            x = block.inverse(Variable(y, requires_grad=False), replay=states).data
+        leaf = Variable(x, requires_grad=True)
+        params = list(block.params())
+        with replaying(None), enable_grad():
+            output = block.forward(leaf, replay=states)
+        _refuse_unknown_inputs(output, [leaf, *params], self.sequence_nr,
+                              f"ReversibleSequential: block {k} ({type(block).__name__})",
+                              "make f and g Layers, whose parameters are registered, not plain functions that "
+                              "close over layers")
+        results = _inner_grad(output, [leaf, *params], gy)
+        return x, results[0], results[1:]
 
 
 class ReversibleSequential(Layer):
@@ -184,7 +207,7 @@ class ReversibleSequential(Layer):
             for block in self.blocks:  # no graph wanted: just the blocks
                 x = block(x)
             return x
-        return ReversibleFunction(self.blocks, params)(x, *params)
+        return ReversibleSequentialFunction(self.blocks, params)(x, *params)
 
 
 # ----- step 43: RevCol's reversible columns --------------------------------------------------------
@@ -201,7 +224,7 @@ def clamp_alpha(alpha):
     if xp.any(xp.abs(alpha.data) < ALPHA_MIN):  # changed in place only when needed, as an in-place op (step 36)
         with no_grad():
             alpha.data[...] = xp.sign(alpha.data) * xp.maximum(xp.abs(alpha.data), ALPHA_MIN)
-        alpha._version_counter.value += 1
+        increment_version(alpha)  # a change in place, as an optimizer step's
 
 
 class RevColumn(Layer):
@@ -241,7 +264,7 @@ class RevColumn(Layer):
         params = [p for i in range(len(self.levels)) for p in self.level_params(i)]
         if not self.reversible or not Config.enable_backprop:
             return tuple(self.plain(x, cs))
-        function = ReverseFunction(self)
+        function = RevColumnFunction(self)
         outputs = function(x, *cs, *self.alphas, *params)
         return tuple(outputs) if isinstance(outputs, list) else (outputs,)
 
@@ -270,12 +293,41 @@ def _column_forward(column, x, cs, alphas, states):
     return new
 
 
-def _column_backward(column, x, new, states, gys):
+_LEVEL_REMEDY = "make each level a Layer, whose parameters are registered, not a plain function that closes over layers"
+
+
+def _level_backward(column, i, below, above, total, state, since, where):
+    """Level i run again from fresh leaves `below` and `above` (arrays; above None for the top level), drawing
+    as from `state`, with the graph recorded, and backpropagated from `total`, the whole gradient of c_i'.
+
+    Returns the level's output (an array) and the gradients of below, of above (None for the top level)
+    and of the level's parameters, as (parameter, gradient) pairs.
+    """
+    below = Variable(below, requires_grad=True)
+    above = None if above is None else Variable(above, requires_grad=True)
+    params = column.level_params(i)
+    with replaying(state), enable_grad():
+        out = column.levels[i](below, above)
+    wrt = [below] + ([above] if above is not None else []) + params
+    _refuse_unknown_inputs(out, wrt, since, f"{where}: level {i} ({type(column.levels[i]).__name__})", _LEVEL_REMEDY)
+    results = _inner_grad(out, wrt, total)
+    g_above = results[1] if above is not None else None
+    return out.data, results[0], g_above, list(zip(params, results[len(wrt) - len(params):]))
+
+
+def _accumulate(grads, p, g):
+    """grads[id(p)] += g (g None: nothing)."""
+    if g is not None:
+        grads[id(p)] = g if id(p) not in grads else grads[id(p)] + g
+
+
+def _column_backward(column, x, new, states, gys, since, where="RevColumn"):
     """One column's backward, top level down (RevCol's ReverseFunction.backward).
 
     x, new: arrays (the column's input and its new c's); gys: the gradients of the new c's (arrays or
-    None). Returns the gradient of x (a Variable or None), of each old c (arrays), a dict id(parameter) ->
-    gradient for the alphas and the levels' parameters, and the old c's computed back.
+    None); since: the sequence number of the Function running it. Returns the gradient of x (a Variable
+    or None), of each old c (arrays), a dict id(parameter) -> gradient for the alphas and the levels'
+    parameters, and the old c's computed back.
     """
     n = len(column.levels)
     alphas = [a.data for a in column.alphas]
@@ -284,29 +336,18 @@ def _column_backward(column, x, new, states, gys):
     old = [None] * n  # the old c's, computed back
     g_old_from_below = [xp.zeros_like(c) for c in new]  # gradient of old c_i through level i - 1
     grads, g_x = {}, None
-
-    def accumulate(p, g):
-        if g is not None:
-            grads[id(p)] = g if id(p) not in grads else grads[id(p)] + g
-
     with random.fork_rng():
         for i in reversed(range(n)):
-            below = Variable(x if i == 0 else new[i - 1], requires_grad=True)
-            above = Variable(old[i + 1], requires_grad=True) if i + 1 < n else None
-            params = column.level_params(i)
-            with _replay(states[i]), enable_grad():
-                out = column.levels[i](below, above)
-            wrt = [below] + ([above] if above is not None else []) + params
-            with _hooks_held(params):
-                results = autograd.grad(out, wrt, grad_outputs=Variable(total[i], requires_grad=False),
-                                        allow_unused=True)
-            old[i] = (new[i] - out.data) / alphas[i]  # c_i = (c_i' - l_i(.)) / alpha_i
-            if above is not None and results[1] is not None:
-                g_old_from_below[i + 1] = g_old_from_below[i + 1] + results[1].data
-            for p, g in zip(params, results[1 + (above is not None):]):
-                accumulate(p, g)
-            accumulate(column.alphas[i], sum_to(Variable(total[i] * old[i]), alphas[i].shape))  # d c_i'/d alpha_i = c_i
-            g_below = results[0]
+            above = old[i + 1] if i + 1 < n else None
+            out, g_below, g_above, param_grads = _level_backward(column, i, x if i == 0 else new[i - 1], above,
+                                                                 total[i], states[i], since, where)
+            old[i] = (new[i] - out) / alphas[i]  # c_i = (c_i' - l_i(.)) / alpha_i
+            if g_above is not None:
+                g_old_from_below[i + 1] = g_old_from_below[i + 1] + g_above.data
+            for p, g in param_grads:
+                _accumulate(grads, p, g)
+            g_alpha = sum_to(Variable(total[i] * old[i]), alphas[i].shape)  # d c_i'/d alpha_i = c_i
+            _accumulate(grads, column.alphas[i], g_alpha)
             if i > 0:
                 total[i - 1] = total[i - 1] + (0 if g_below is None else g_below.data)
             else:
@@ -315,8 +356,8 @@ def _column_backward(column, x, new, states, gys):
     return g_x, g_old, grads, old
 
 
-class ReverseFunction(Function):
-    """RevCol's ReverseFunction: the column's levels bottom-up in forward, top-down in backward."""
+class RevColumnFunction(Function):  # step 43
+    """One RevColumn as one node (RevCol's ReverseFunction): levels bottom-up in forward, top-down in backward."""
 
     def __init__(self, column):
         self.column = column
@@ -331,7 +372,7 @@ class ReverseFunction(Function):
     def backward(self, *gys):
         x, *new = [s.data for s in self.saved_tensors]
         gys = [None if g is None else g.data for g in gys]
-        g_x, g_old, grads, old = _column_backward(self.column, x, new, self.states, gys)
+        g_x, g_old, grads, old = _column_backward(self.column, x, new, self.states, gys, self.sequence_nr)
         self.reconstructed = old  # what the column computed back: c of the column before (a step prints it)
         column, n = self.column, len(self.column.levels)
         params = [*column.alphas, *[p for i in range(n) for p in column.level_params(i)]]
@@ -398,12 +439,13 @@ class ReversibleColumnsFunction(Function):
         grads, g_x = _Gradients(self, columns), None
         for k in reversed(range(len(columns))):
             column = self.stack.columns[k]
-            g, gys, column_grads, new = _column_backward(column, x, new, self.states[k], gys)
+            g, gys, column_grads, new = _column_backward(column, x, new, self.states[k], gys, self.sequence_nr,
+                                                        f"ReversibleColumns: column {k}")
             g_x = g if g_x is None else (g_x if g is None else g_x + g)
             grads.add(k, columns[k], [column_grads.get(id(p)) for p in columns[k]])  # this column's go on now
         self.reconstructed = new  # the first column's old c's, computed back (they were zeros in RevCol)
         return (g_x, *map(Variable, gys), *grads.result())
 
 
-__all__ = ["AdditiveCoupling", "ReversibleSequential", "ReversibleFunction", "RevColumn", "ReverseFunction",
+__all__ = ["AdditiveCoupling", "ReversibleSequential", "ReversibleSequentialFunction", "RevColumn", "RevColumnFunction",
            "ReversibleColumns", "ReversibleColumnsFunction", "clamp_alpha", "ALPHA_MIN"]

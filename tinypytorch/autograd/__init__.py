@@ -2,68 +2,15 @@
 
     engine     the backward pass: dependency counting and a ready queue (step 33)
     hooks      hooks on a variable's gradient: register_hook, RemovableHandle (step 34)
-    grad       gradients of outputs with respect to chosen inputs, returned instead of stored
+    gradients  grad: gradients of outputs with respect to chosen inputs, returned instead of stored
     graph      saved tensors (step 35), saved_tensors_hooks and save_on_cpu (step 37)
     anomaly    detect_anomaly, set_detect_anomaly (step 38)
     gradcheck  gradcheck, gradgradcheck (step 38)
 """
-from collections.abc import Iterable
-
-from tinypytorch import cuda
-from tinypytorch.core import Variable, using_config
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
+from tinypytorch.autograd.gradients import grad
 from tinypytorch.autograd.anomaly import detect_anomaly, set_detect_anomaly
 from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
-
-
-def _variables(value, what):
-    """A Variable or an iterable of Variables (a list, or a generator such as Layer.params()), as a tuple."""
-    if isinstance(value, Variable):
-        values = (value,)
-    elif isinstance(value, Iterable) and not isinstance(value, (str, *cuda.array_types)):
-        values = tuple(value)
-    else:
-        values = None
-    if values is None or not all(isinstance(v, Variable) for v in values):
-        raise TypeError(f"grad: {what} must be a Variable or a sequence of Variables, got {type(value).__name__}")
-    return values
-
-
-def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
-    """The gradients of `outputs` with respect to `inputs`, as a tuple; no leaf's `.grad` changes (step 33).
-
-    outputs, inputs: a Variable or a sequence of Variables. With several outputs the
-        gradients of all of them are added up, as if their sum were differentiated.
-    grad_outputs: d(loss)/d(output) for each output; None means ones (step 09).
-    retain_graph: keep the saved tensors for another pass (step 35); defaults to create_graph.
-    create_graph: record the computation of the gradients, so that they can be
-        differentiated again (step 27).
-    allow_unused: an input the outputs do not depend on gets None instead of an error.
-    """
-    outputs, inputs = _variables(outputs, "outputs"), _variables(inputs, "inputs")
-    if not inputs:
-        raise ValueError("grad: inputs is empty; there is nothing to differentiate with respect to")
-    if grad_outputs is None:
-        grad_outputs = [None] * len(outputs)
-    else:
-        grad_outputs = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs]
-        if len(grad_outputs) != len(outputs):
-            raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
-    for i, y in enumerate(outputs):
-        if not y.requires_grad:
-            raise RuntimeError(f"grad: element {i} of outputs does not require grad and does not have a grad_fn")
-    for i, x in enumerate(inputs):
-        if not x.requires_grad:
-            raise RuntimeError(f"grad: the differentiated Variable at index {i} does not require grad")
-    seeds = [engine.seed(y, g, "grad") for y, g in zip(outputs, grad_outputs)]
-    retain_graph = create_graph if retain_graph is None else retain_graph  # step 35
-    with using_config("enable_backprop", create_graph):  # step 27, as in Variable.backward
-        captured = engine.execute(outputs, seeds, retain_graph, inputs=inputs)
-    for i, x in enumerate(inputs):
-        if x not in captured and not allow_unused:
-            raise RuntimeError(f"grad: the differentiated Variable at index {i} appears to not have been used "
-                               "in the graph. Set allow_unused=True if this is the desired behavior.")
-    return tuple(captured.get(x) for x in inputs)
 
 
 __all__ = ["grad", "engine", "hooks", "graph", "anomaly", "detect_anomaly", "set_detect_anomaly",

@@ -17,23 +17,21 @@ import itertools
 
 from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
-from tinypytorch.core import Function, Variable, as_variable, gradient_edge
+from tinypytorch.core import Function, Variable, as_variable, gradient_edge, using_config
 from tinypytorch.functions import astype
 from tinypytorch.cuda import get_array_module
 
 
-_running = []  # step 39: the backward passes running now, innermost last, as (id, capture)
-_pass_ids = itertools.count()
+_running = []  # step 39: the backward passes running now, innermost last (a backward may run one inside it)
 
 
 def current_pass():
-    """(id, capture) of the innermost backward pass running now, or None (PyTorch: the graph task).
+    """The innermost backward pass running now (a GraphTask), or None.
 
-    A backward may run another backward inside it (reentrant checkpointing, step 39); the id
-    tells passes apart (checkpointing recomputes once per pass, step 40), and `capture` says
-    whether it is an autograd.grad pass.
+    Checkpointing asks it which pass is unpacking (it recomputes once per pass, step 40) and
+    whether the pass captures (reentrant checkpointing cannot serve autograd.grad, step 39).
     """
-    return _running[-1][:2] if _running else None
+    return _running[-1] if _running else None
 
 
 def send_early(function, i, gradient):
@@ -47,7 +45,7 @@ def send_early(function, i, gradient):
     """
     if not _running:
         return False
-    _running[-1][2](function, i, gradient)
+    _running[-1].send(function, i, gradient)
     return True
 
 
@@ -147,88 +145,115 @@ def checked_gradient(f, i, gx):
     return gx
 
 
-def execute(roots, seeds, retain_graph=False, retain_grad=False, inputs=None):
+def run_backward(roots, seeds, retain_graph, create_graph, retain_grad=False, inputs=None, leaf_hooks=True):
     """Backpropagate `seeds`, one gradient per root, through the graph behind `roots` (step 33).
 
-    With `inputs=None` (`Variable.backward`) every leaf that requires grad adds its gradient
-    into `.grad`; with `retain_grad=True` every other variable that still exists keeps its
-    gradient too (step 18). With `inputs` (`autograd.grad`) only the functions leading to
-    them run, no leaf's `.grad` changes, and the result is {input: gradient} for the inputs
-    reached. Either way a variable's hooks run once its gradient is complete (step 34).
-    Unless `retain_graph`, each function frees its saved tensors once its backward has run
-    (step 35). Whether the pass records a graph of its own is the caller's choice (step 27).
+    `Variable.backward` and `autograd.grad` both start a pass here. With `inputs=None` every leaf
+    that requires grad adds its gradient into `.grad`; with `inputs` (autograd.grad) the result is
+    {input: gradient} and no `.grad` changes. create_graph: the pass records a graph of its own,
+    so that the gradients can be differentiated again (step 27). retain_graph: the functions keep
+    their saved tensors (step 35). leaf_hooks=False: the leaves' hooks do not run in this pass
+    (a reversible block's inner pass, whose gradients go on to the outer one, step 42).
     """
-    dependencies = count_dependencies(roots)
-    capture = inputs is not None
-    targets = {gradient_edge(x): x for x in inputs} if capture else {}  # where each input's gradient arrives
-    leading = functions_leading_to(targets, roots) if capture else None
-    buffers = {}  # node -> the gradients it has received so far in this pass, one per output
-    ready = []  # functions whose every gradient has arrived, as a heap: the newest runs first
-    captured = {}
+    task = GraphTask(roots, retain_graph, retain_grad, inputs, leaf_hooks)
+    with using_config("enable_backprop", create_graph):
+        return task.run(roots, seeds)
 
-    def wanted(edge):  # does this pass send a gradient along this edge?
-        return edge[0] is not None and (not capture or edge in targets or edge[0] in leading)
 
-    def receive(node, nr, g):  # g may be None: nothing to add, but one dependency fewer all the same
-        buffer = buffers.get(node)
+class GraphTask:
+    """One backward pass (PyTorch's GraphTask): what it counts, where its gradients wait, what it hands back.
+
+    A first walk counts how many gradients each node will receive (`dependencies`); a node
+    runs once its count reaches zero, the newest function first (`ready`, a heap on the
+    creation order). Gradients wait in `buffers`, which belong to the pass, not in `.grad`.
+    A pass that captures (autograd.grad) runs only the functions leading to its inputs.
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, roots, retain_graph, retain_grad=False, inputs=None, leaf_hooks=True):
+        self.id = next(self._ids)  # step 39: tells nested passes apart
+        self.capture = inputs is not None
+        self.retain_graph, self.retain_grad, self.leaf_hooks = retain_graph, retain_grad, leaf_hooks
+        self.dependencies = count_dependencies(roots)
+        self.targets = {gradient_edge(x): x for x in inputs} if self.capture else {}  # where each input's arrives
+        self.leading = functions_leading_to(self.targets, roots) if self.capture else None
+        self.buffers = {}  # node -> the gradients it has received so far, one per output
+        self.ready = []  # functions whose every gradient has arrived
+        self.captured = {}  # input -> its gradient (autograd.grad)
+        self.sent = {}  # function -> the inputs whose gradients its backward sent early (step 42)
+
+    def run(self, roots, seeds):
+        _running.append(self)
+        try:
+            for root, gy in zip(roots, seeds, strict=True):
+                self.receive(*gradient_edge(root), gy)
+            while self.ready:
+                self.run_function(heapq.heappop(self.ready)[1])
+        finally:
+            _running.pop()
+        return self.captured
+
+    def run_function(self, f):
+        """f has all its gradients: its outputs' hooks, its backward, its inputs' gradients sent on."""
+        gys = [self.finish_output(f, nr, gy) for nr, gy in enumerate(self.buffers.pop(f))]
+        if self.capture and f not in self.leading:
+            return  # reached only to hand back the gradient of a target it created
+        gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
+        if not self.retain_graph:
+            f.release_saved()  # step 35: this pass was the last to need them
+        early = self.sent.pop(f, ()) if self.sent else ()
+        capture, receive = self.capture, self.receive  # (read once: every edge of every function passes here)
+        for i, (edge, gx) in enumerate(zip(f.edges, gxs)):
+            if edge[0] is not None and (not capture or self.wanted(edge)) and i not in early:
+                receive(*edge, gx)
+
+    def wanted(self, edge):
+        """Does this pass send a gradient along `edge`?"""
+        return edge[0] is not None and (not self.capture or edge in self.targets or edge[0] in self.leading)
+
+    def receive(self, node, nr, g):
+        """Gradient g (None: nothing to add, one dependency fewer all the same) arrives at output nr of node."""
+        buffer = self.buffers.get(node)
         if buffer is None:
-            buffer = buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
+            buffer = self.buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
         if g is not None:
             buffer[nr] = g if buffer[nr] is None else buffer[nr] + g  # step 14: contributions add up
+        dependencies = self.dependencies
         dependencies[node] -= 1
         if dependencies[node] == 0:  # that was the last one
             if isinstance(node, Function):
-                heapq.heappush(ready, (-node.sequence_nr, node))
+                heapq.heappush(self.ready, (-node.sequence_nr, node))
             else:
-                finish_leaf(node, buffers.pop(node)[0])  # a leaf: nothing more to run
+                self.finish_leaf(node, self.buffers.pop(node)[0])  # a leaf: nothing more to run
 
-    def finish_leaf(x, gx):  # x's gradient is complete: hooks, then keep it or hand it back
+    def finish_leaf(self, x, gx):
+        """x's gradient is complete: its hooks, then into `.grad`, or handed back."""
         if gx is None or not x.requires_grad:  # nothing arrived; or switched off after x was used (step 33)
             return
-        gx = call_hooks(x._hooks, gx, x.shape)  # step 34
-        if (x, 0) in targets:
-            captured[x] = gx
-        if not capture:
+        if self.leaf_hooks:
+            gx = x.run_hooks(gx)  # step 34: a hook may replace the gradient
+        if (x, 0) in self.targets:
+            self.captured[x] = gx
+        if not self.capture:
             x.grad = gx if x.grad is None else x.grad + gx  # step 14: .grad adds up over passes
 
-    def finish_output(f, nr, gy):  # the gradient of f's output nr is complete
-        if gy is None:  # an output that received nothing (unused) gets None
+    def finish_output(self, f, nr, gy):
+        """The gradient of f's output nr is complete: its hooks, kept or handed back; None if nothing arrived."""
+        if gy is None:
             return None
         hooks = f.output_hooks and f.output_hooks.get(nr)
         gy = call_hooks(hooks, gy, f.output_meta[nr][0])  # step 34; kept by f (step 35)
-        target = targets.get((f, nr))
+        target = self.targets.get((f, nr))
         if target is not None:
-            captured[target] = gy
+            self.captured[target] = gy
         y = f.outputs[nr]()  # step 17: a weak reference; the variable may be gone (step 35)
-        if y is not None and (y.retains_grad or (retain_grad and not capture)):
+        if y is not None and (y.retains_grad or (self.retain_grad and not self.capture)):
             y.grad = gy if y.grad is None else y.grad + gy
         return gy
 
-    sent = {}  # function -> the inputs whose gradients its backward sent early (send_early)
-
-    def send(f, i, gx):
-        sent.setdefault(f, set()).add(i)
-        if wanted(f.edges[i]):
-            receive(*f.edges[i], checked_gradient(f, i, gx))
-
-    _running.append((next(_pass_ids), capture, send))  # step 39: which pass this is, while it runs
-    try:
-        for root, gy in zip(roots, seeds, strict=True):
-            receive(*gradient_edge(root), gy)
-        while ready:
-            f = heapq.heappop(ready)[1]
-            gys = [finish_output(f, nr, gy) for nr, gy in enumerate(buffers.pop(f))]
-            if capture and f not in leading:
-                continue  # reached only to hand back the gradient of a target it created
-            gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
-            if not retain_graph:
-                f.release_saved()  # step 35: this pass was the last to need them
-            early = sent.pop(f, ()) if sent else ()
-            for i, (edge, gx) in enumerate(zip(f.edges, gxs)):
-                # (wanted's first test inlined: the common pass captures nothing)
-                if edge[0] is not None and (not capture or wanted(edge)) and i not in early:
-                    receive(*edge, gx)
-            gys = gxs = gx = None  # the buffers hold what is still needed; these would keep f's gradients alive
-    finally:
-        _running.pop()
-    return captured
+    def send(self, f, i, gx):
+        """f's backward hands input i's gradient on before it returns (send_early)."""
+        self.sent.setdefault(f, set()).add(i)
+        if self.wanted(f.edges[i]):
+            self.receive(*f.edges[i], checked_gradient(f, i, gx))

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 
+from tinypytorch.autograd.gradients import grad
 from tinypytorch.core import Variable, as_variable, enable_grad, no_grad
 from tinypytorch.cuda import as_numpy, get_array_module
 
@@ -68,8 +69,6 @@ def numerical_jacobian(fn, inputs, eps):
 
 def analytical_jacobian(fn, inputs):
     """{(i, j): the Jacobian from backward}: row k of output j's one-hot gradient, one pass per element."""
-    from tinypytorch import autograd  # imported here: autograd imports this module
-
     wrt = [x for x in inputs if x.requires_grad]
     outputs = _outputs(fn, inputs)
     jacobians = {(i, j): np.zeros((x.size, y.size)) for i, x in enumerate(inputs) if x.requires_grad
@@ -81,7 +80,7 @@ def analytical_jacobian(fn, inputs):
         for k in range(y.size):
             seed = xp.zeros(y.size, dtype=y.dtype)
             seed[k] = 1
-            grads = autograd.grad(y, wrt, grad_outputs=seed.reshape(y.shape), retain_graph=True, allow_unused=True)
+            grads = grad(y, wrt, grad_outputs=seed.reshape(y.shape), retain_graph=True, allow_unused=True)
             for x, g in zip(wrt, grads):
                 if g is not None:
                     jacobians[(inputs.index(x), j)][:, k] = as_numpy(g.data).reshape(-1)
@@ -94,14 +93,12 @@ def zero_gradient_gives_zero(fn, inputs):
     A backward that forgets to multiply by its incoming gradient passes the Jacobian test when
     every output has one element (the one-hot seed is 1); a zero seed exposes it.
     """
-    from tinypytorch import autograd
-
     wrt = [x for x in inputs if x.requires_grad]
     outputs = [y for y in _outputs(fn, inputs) if y.requires_grad]
     if not outputs:
         return True
     zeros = [get_array_module(y.data).zeros_like(y.data) for y in outputs]
-    grads = autograd.grad(outputs, wrt, grad_outputs=zeros, allow_unused=True)
+    grads = grad(outputs, wrt, grad_outputs=zeros, allow_unused=True)
     return all(g is None or not get_array_module(g.data).any(g.data) for g in grads)
 
 
@@ -140,8 +137,6 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
     with grad_outputs, with respect to the inputs that require grad: its Jacobian holds every
     second derivative. grad_outputs default to random values (seeded), as in PyTorch.
     """
-    from tinypytorch import autograd
-
     inputs = _checked_inputs(inputs, "gradgradcheck")
     outputs = _outputs(fn, inputs)
     if grad_outputs is None:
@@ -156,7 +151,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
         wrt = [x for x in xs if x.requires_grad]
         with enable_grad():  # numerical_jacobian calls this under no_grad, but the gradients need fn's graph
             ys = _outputs(fn, xs)
-            grads = autograd.grad(ys, wrt, grad_outputs=list(gs), create_graph=True, allow_unused=True)
+            grads = grad(ys, wrt, grad_outputs=list(gs), create_graph=True, allow_unused=True)
         return tuple(g if g is not None else Variable(get_array_module(x.data).zeros_like(x.data),
                                                       requires_grad=False) for x, g in zip(wrt, grads))
 

@@ -13,7 +13,8 @@ import contextlib
 import weakref
 
 from tinypytorch import cuda
-from tinypytorch.core import Variable, no_grad
+# increment_version is here too, as in PyTorch (torch.autograd.graph.increment_version)
+from tinypytorch.core import Variable, increment_version, no_grad, share_version_counter  # noqa: F401
 
 BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -104,10 +105,10 @@ class SavedTensor:
         self.variable = self.data = self.packed = self.unpack_hook = self.leaf = self.creator = None
         self.data_ref = self.variable_ref = None
         self.freed = False
-        self.counter = variable._version_counter  # step 36: shared with every view of the same data
+        self.counter = variable.version_counter  # step 36: shared with every view of the same data
         self.version = self.counter.value
-        self.output_nr = variable._output_nr
-        self.requires_grad = variable._requires_grad
+        self.output_nr = variable.output_nr
+        self.requires_grad = variable.requires_grad
         if _hooks_stack:  # current_hooks(), without the call: every saved tensor asks
             self._pack(variable, function, is_output, *_hooks_stack[-1])
         elif is_output:
@@ -165,9 +166,9 @@ class SavedTensor:
     def _rebuild(self, data, function):
         """A Variable around `data` that sends its gradient where the saved Variable's went."""
         v = Variable(data, requires_grad=self.requires_grad)
-        v._version_counter = self.counter
+        share_version_counter(v, self.counter)
         if self.leaf is not None:
-            v._grad_leaf = self.leaf  # step 37: a leaf's saved tensor, unpacked: its gradient goes to the leaf
+            v.grad_leaf = self.leaf  # step 37: a leaf's saved tensor, unpacked: its gradient goes to the leaf
         elif self.creator is not None:
             v.set_creator(self.creator, self.output_nr)
         elif self.requires_grad:  # an output of `function` itself (step 35)
@@ -177,7 +178,7 @@ class SavedTensor:
     def _modified_message(self, function, data):
         variable = self.variable if self.variable is not None else self.variable_ref and self.variable_ref()
         if variable is not None:  # a saved input: named by what made it now, as PyTorch does
-            creator, output_nr = variable.creator, variable._output_nr
+            creator, output_nr = variable.creator, variable.output_nr
         else:  # a saved output of `function`, or a tensor packed by a hook
             creator, output_nr = (None if self.leaf is not None else self.creator or function), self.output_nr
         made_by = "a leaf" if creator is None else f"output {output_nr} of {type(creator).__name__}"
@@ -240,8 +241,8 @@ def save(function, values, inputs, raw_outputs, outputs):
             else:
                 raise TypeError(f"{type(function).__name__}.save_for_backward: expected arrays or Variables, "
                                 f"got {type(value).__name__}")
-        saved.append(variable if variable._wrapped_number else SavedTensor(variable, function, is_output))
+        saved.append(variable if variable.wrapped_number else SavedTensor(variable, function, is_output))
     return tuple(saved)
 
 
-__all__ = ["SavedTensor", "saved_tensors_hooks", "save_on_cpu", "current_hooks", "BACKWARD_TWICE"]
+__all__ = ["SavedTensor", "saved_tensors_hooks", "save_on_cpu", "current_hooks", "increment_version", "BACKWARD_TWICE"]

@@ -83,7 +83,7 @@ def functions_in_graph(y):
 
 def saved_tensors(y):
     """What the graph behind `y` keeps for backward (step 35): (function, SavedTensor) pairs, in walk order."""
-    return [(f, s) for f in functions_in_graph(y) for s in f._saved if isinstance(s, autograd.graph.SavedTensor)]
+    return [(f, s) for f in functions_in_graph(y) for s in f.saved if isinstance(s, autograd.graph.SavedTensor)]
 
 
 def _dot_string(lines):
@@ -145,7 +145,7 @@ def get_dot_graph(y, verbose=False, show_saved=False):
         return ids[key]
 
     def key_of(v):
-        return (v.creator, v._output_nr) if v.creator is not None else v
+        return (v.creator, v.output_nr) if v.creator is not None else v
 
     output_keys = {key_of(v) for v in outputs}
 
@@ -195,7 +195,7 @@ def get_dot_graph(y, verbose=False, show_saved=False):
             lines.append(f"  {input_of(f, i)} -> {f_id}")  # once per use: add(x, x) draws two arrows
             enqueue(node_)
         if show_saved:
-            for saved in f._saved:
+            for saved in f.saved:
                 if isinstance(saved, autograd.graph.SavedTensor):
                     saved_count += 1
                     s_id = node(saved, "saved", _saved_label(saved))

@@ -16,37 +16,16 @@ is untouched). Two ways to do that, as in PyTorch:
   recomputes the function (stopping as soon as every needed tensor is back), and checks
   that it saved what the first run saved.
 """
-import contextlib
 import functools
 import numbers
 import warnings
 import weakref
 
 from tinypytorch import cuda, random
+from tinypytorch.recomputation import replaying
 from tinypytorch.autograd import engine
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
 from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
-
-_recomputing = [0]  # step 41: how many recomputations are running now (batch norm must not update twice)
-
-
-def is_recomputing():
-    """True while a checkpointed function runs again for backward (steps 39-41)."""
-    return _recomputing[0] > 0
-
-
-@contextlib.contextmanager
-def _replaying(rng_state):
-    """Run a recomputation: the RNG where it was at the first run (if saved), the outer stream untouched."""
-    with random.fork_rng(enabled=rng_state is not None):
-        if rng_state is not None:
-            random.set_all_states(rng_state)
-        _recomputing[0] += 1
-        try:
-            yield
-        finally:
-            _recomputing[0] -= 1
-
 
 class CheckpointError(RuntimeError):
     """A recomputation did not save what the first run saved (PyTorch's CheckpointError)."""
@@ -99,19 +78,19 @@ class CheckpointFunction(Function):
 
     def backward(self, *gys):
         current = engine.current_pass()
-        if current is not None and current[1]:
+        if current is not None and current.capture:
             raise RuntimeError("When use_reentrant=True, tinypytorch.utils.checkpoint is incompatible with "
                                "autograd.grad(). To resolve this error, you can either set use_reentrant=False, "
                                "or call .backward().")
         # fresh leaves holding the saved inputs: the recomputed graph starts at them
         inputs = [Variable(x.data, requires_grad=r) for x, r in zip(self.saved_tensors, self.requires)]
-        with _replaying(self.rng_state), enable_grad():
+        with replaying(self.rng_state), enable_grad():
             outputs = _as_outputs(self.function(*self.merge(inputs)), "the checkpointed function")
         pairs = [(y, gy) for y, gy in zip(outputs, gys) if y.requires_grad and gy is not None]
         if not pairs:
             raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
-        with no_grad():  # a backward pass inside this one; parameters of the function get their .grad here
-            engine.execute([y for y, _ in pairs], [gy for _, gy in pairs], retain_graph=False)
+        # a backward pass inside this one; parameters of the function get their .grad here
+        engine.run_backward([y for y, _ in pairs], [gy for _, gy in pairs], retain_graph=False, create_graph=False)
         return tuple(x.grad for x in inputs)
 
 
@@ -159,7 +138,7 @@ class _Frame:
 
     def unpack(self, holder):
         current = engine.current_pass()
-        pass_id = current[0] if current is not None else object()  # outside backward: a pass of its own
+        pass_id = current.id if current is not None else object()  # outside backward: a pass of its own
         if pass_id not in self.recomputed:
             self.recompute(pass_id)
         value = holder.values.get(pass_id)
@@ -174,7 +153,7 @@ class _Frame:
         self.recomputed[pass_id] = []
         args = self.merge([saved.unpack(None) for saved in self.inputs])
         try:
-            with _replaying(self.rng_state), enable_grad(), \
+            with replaying(self.rng_state), enable_grad(), \
                     saved_tensors_hooks(lambda x: self.repack(x, pass_id), lambda x: x):
                 self.function(*args)
         except _StopRecomputation:

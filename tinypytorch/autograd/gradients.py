@@ -1,0 +1,55 @@
+"""`autograd.grad` (step 33): gradients of outputs with respect to chosen inputs, returned, not stored."""
+from collections.abc import Iterable
+
+from tinypytorch import cuda
+from tinypytorch.autograd import engine
+from tinypytorch.core import Variable
+
+
+def _variables(value, what):
+    """A Variable or an iterable of Variables (a list, or a generator such as Layer.params()), as a tuple."""
+    if isinstance(value, Variable):
+        values = (value,)
+    elif isinstance(value, Iterable) and not isinstance(value, (str, *cuda.array_types)):
+        values = tuple(value)
+    else:
+        values = None
+    if values is None or not all(isinstance(v, Variable) for v in values):
+        raise TypeError(f"grad: {what} must be a Variable or a sequence of Variables, got {type(value).__name__}")
+    return values
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, allow_unused=False):
+    """The gradients of `outputs` with respect to `inputs`, as a tuple; no leaf's `.grad` changes (step 33).
+
+    outputs, inputs: a Variable or a sequence of Variables. With several outputs the
+        gradients of all of them are added up, as if their sum were differentiated.
+    grad_outputs: d(loss)/d(output) for each output; None means ones (step 09).
+    retain_graph: keep the saved tensors for another pass (step 35); defaults to create_graph.
+    create_graph: record the computation of the gradients, so that they can be
+        differentiated again (step 27).
+    allow_unused: an input the outputs do not depend on gets None instead of an error.
+    """
+    outputs, inputs = _variables(outputs, "outputs"), _variables(inputs, "inputs")
+    if not inputs:
+        raise ValueError("grad: inputs is empty; there is nothing to differentiate with respect to")
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    else:
+        grad_outputs = list(grad_outputs) if isinstance(grad_outputs, (list, tuple)) else [grad_outputs]
+        if len(grad_outputs) != len(outputs):
+            raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    for i, y in enumerate(outputs):
+        if not y.requires_grad:
+            raise RuntimeError(f"grad: element {i} of outputs does not require grad and does not have a grad_fn")
+    for i, x in enumerate(inputs):
+        if not x.requires_grad:
+            raise RuntimeError(f"grad: the differentiated Variable at index {i} does not require grad")
+    seeds = [engine.seed(y, g, "grad") for y, g in zip(outputs, grad_outputs)]
+    retain_graph = create_graph if retain_graph is None else retain_graph  # step 35: PyTorch's default
+    captured = engine.run_backward(outputs, seeds, retain_graph, create_graph, inputs=inputs)
+    for i, x in enumerate(inputs):
+        if x not in captured and not allow_unused:
+            raise RuntimeError(f"grad: the differentiated Variable at index {i} appears to not have been used "
+                               "in the graph. Set allow_unused=True if this is the desired behavior.")
+    return tuple(captured.get(x) for x in inputs)

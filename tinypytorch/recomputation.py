@@ -1,0 +1,32 @@
+"""Running a forward computation again for backward (steps 39-43): checkpointing and reversible blocks.
+
+Checkpointing (steps 39-41) recomputes a segment it did not keep; a reversible block (steps
+42-43) recomputes each block from the input it computed back. Both must draw the same random
+numbers as the first run, without moving the streams outside, and both must tell layers
+with running state that this run is a repeat: BatchNorm counts a batch once (step 41).
+"""
+import contextlib
+
+from tinypytorch import random
+
+_depth = 0  # how many recomputations are running now, one inside another
+
+
+def is_recomputing():
+    """True while a forward computation runs again for backward."""
+    return _depth > 0
+
+
+@contextlib.contextmanager
+def replaying(rng_states):
+    """Run a recomputation: every generator where `rng_states` found it (None: as they are), the outer streams
+    untouched afterwards (`random.get_all_states()` takes such a snapshot)."""
+    global _depth
+    with random.fork_rng(enabled=rng_states is not None):
+        if rng_states is not None:
+            random.set_all_states(rng_states)
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
