@@ -6,92 +6,15 @@
 Each row times one small piece of work that a change in "How tinypytorch is made fast" (the book)
 makes cheaper. The two versions of the package run in separate processes, one round each in
 turn (before, after, before, ...), so that the machine's load falls on both alike; a row's time is
-the best of its rounds. Written to bench/results/changes.md (bench/_out/ with --quick).
+the best of its rounds. Written to bench/results/changes.md (bench/_out/ with --quick). The pieces
+and their timing: speed_changes.py.
 """
 import argparse
-import datetime
 import json
-import os
 import pathlib
-import statistics
-import subprocess
-import sys
-import timeit
 
-ROOT = pathlib.Path(__file__).resolve().parent
-
-# name: (what is timed, the setup, the statement, calls per round)
-PIECES = {
-    "number": ("a Python number meets a 0-d array: as_variable(2.0, ..., like=x)",
-               "x = Variable(np.array(0.5))", "as_variable(2.0, 'mul', np, x)", 20_000),
-    "op with a number": ("x * 2.0 on a 0-d x that requires grad (recorded)",
-                         "x = Variable(np.array(0.5))", "x * 2.0", 20_000),
-    "recorded op": ("sin(x) on a 0-d x that requires grad (recorded, one saved tensor)",
-                    "x = Variable(np.array(0.5))", "tinypytorch.sin(x)", 20_000),
-    "backward of one node": ("backward through sin(x), 0-d (retain_graph: the same graph each call)",
-                             "x = Variable(np.array(0.5)); y = tinypytorch.sin(x)",
-                             "y.backward(retain_graph=True)", 10_000),
-    "x ** 2, large": ("sum(x ** 2) forward + backward, 10^6 elements",
-                      "x = Variable(np.random.default_rng(0).uniform(-1, 1, 10**6))",
-                      "tinypytorch.sum(x ** 2).backward()", 20),
-    # the benchmark's workloads (bench_autograd.py), timed the same way
-    "Goldstein-Price": ("Goldstein–Price forward + backward on 0-d values (bench_autograd's scalar graph)",
-                        "from tinypytorch.testfunctions import goldstein_price\n"
-                        "def gp():\n    x, y = Variable(np.array(1.0)), Variable(np.array(1.0))\n"
-                        "    goldstein_price(x, y).backward()", "gp()", 1000),
-    "chain": ("a chain of 1,000 sin functions, forward + backward",
-              "def chain():\n    x = y = Variable(np.array(0.5))\n    for _ in range(1000):\n"
-              "        y = tinypytorch.sin(y)\n    y.backward()", "chain()", 10),
-    "large arrays": ("sum(exp(x) * x + x ** 2) forward + backward, 10^6 elements (bench_autograd's)",
-                     "x0 = np.random.default_rng(0).uniform(-1, 1, 10**6)\n"
-                     "def arrays():\n    x = Variable(x0)\n    tinypytorch.sum(tinypytorch.exp(x) * x + x ** 2).backward()",
-                     "arrays()", 10),
-}
-QUICK_DIVISOR = 20
-
-
-def measure(quick):
-    """One round in this process: {piece: seconds per call}, best of 3 repeats."""
-    import numpy as np  # noqa: F401 (used by the statements)
-
-    import tinypytorch
-    from tinypytorch import Variable  # noqa: F401
-    from tinypytorch.core import as_variable  # noqa: F401
-
-    times = {}
-    for name, (_, setup, statement, number) in PIECES.items():
-        number = max(1, number // QUICK_DIVISOR) if quick else number
-        namespace = {"np": np, "tinypytorch": tinypytorch, "Variable": Variable, "as_variable": as_variable}
-        exec(setup, namespace)
-        times[name] = min(timeit.repeat(statement, globals=namespace, number=number, repeat=3)) / number
-        if "10^6" in PIECES[name][0]:  # large arrays: fresh pages from the OS per call, once warm
-            times[name + " faults"] = page_faults(statement, namespace, number)
-    return times
-
-
-def page_faults(statement, namespace, calls):
-    """Minor page faults per call (each a fresh, zeroed 4 KiB page from the OS); 0 off Unix."""
-    try:
-        import resource
-    except ImportError:
-        return 0.0
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    exec(f"for _ in range({calls}):\n    {statement}", namespace)
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
-
-
-def run_round(package_dir, quick):
-    env = dict(os.environ, PYTHONPATH=str(package_dir), OPENBLAS_NUM_THREADS="1")
-    command = [sys.executable, __file__, "--round"] + (["--quick"] if quick else [])
-    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
-def format_time(seconds):
-    for unit, scale in (("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+import speed_changes
+from writing import ROOT, output_folder, write_results
 
 
 def main(argv=None):
@@ -102,40 +25,12 @@ def main(argv=None):
     parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)  # one round, as JSON
     args = parser.parse_args(argv)
     if args.round:
-        print(json.dumps(measure(args.quick)))
+        print(json.dumps(speed_changes.measure(args.quick)))
         return
     if args.before is None or not (args.before / "tinypytorch" / "__init__.py").exists():
         parser.error("--before must name a folder with the package before the changes (a tinypytorch/ inside)")
-    after = ROOT.parent
-    rounds = {"before": [], "after": []}
-    for _ in range(2 if args.quick else args.rounds):
-        rounds["before"].append(run_round(args.before, args.quick))
-        rounds["after"].append(run_round(after, args.quick))
-    best = {label: {name: min(r[name] for r in rs) for name in rs[0]} for label, rs in rounds.items()}
-    spread = {label: {name: statistics.median(r[name] for r in rs) / best[label][name] for name in PIECES}
-              for label, rs in rounds.items()}
-    lines = ["# What each speed change saves", "",
-             f"Written by `python bench/bench_changes.py{' --quick' if args.quick else ''}` on "
-             f"{datetime.date.today().isoformat()}: each piece of work timed in the package before the changes and "
-             "after, in separate processes taking turns; best of the rounds (the median is within the factor in the "
-             "last column of the best).", "",
-             "| piece of work | before | after | after / before | median / best (before, after) |",
-             "|---|---|---|---|---|"]
-    for name, (description, *_) in PIECES.items():
-        b, a = best["before"][name], best["after"][name]
-        lines.append(f"| {description} | {format_time(b)} | {format_time(a)} | {a / b:.2f} | "
-                     f"{spread['before'][name]:.2f}, {spread['after'][name]:.2f} |")
-    faults = [name for name in PIECES if name + " faults" in best["after"]]
-    lines += ["", "Large arrays, minor page faults per call (fresh 4 KiB pages from the OS; one 10^6-element array is "
-              "1,953 pages), fewest over the rounds, before → after: "
-              + "; ".join(f"{PIECES[n][0].split(',')[0]}: {best['before'][n + ' faults']:,.0f} → "
-                          f"{best['after'][n + ' faults']:,.0f}" for n in faults) + "."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = ROOT / ("_out" if args.quick else "results")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "changes.md").write_text(text)
-    print(f"written: {out / 'changes.md'}")
+    best, spread = speed_changes.run(args.before, ROOT.parent, args.quick, 2 if args.quick else args.rounds)
+    write_results(output_folder(None, args.quick), "changes", speed_changes.report(best, spread, args.quick))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""bench/bench_autograd.py: every measured function computes the gradient PyTorch (or maths) gives.
+"""bench/bench_autograd.py (autograd_workloads, speed_autograd) and bench/bench_changes.py (speed_changes): every
+measured function computes the gradient PyTorch (or maths) gives.
 
 Small sizes only; nothing here looks at a timing. The benchmark itself runs with
 `python bench/bench_autograd.py` (or `--quick`).
 """
-import importlib.util
 import math
 import pathlib
 import sys
@@ -16,11 +16,16 @@ from hypothesis import strategies as st
 
 pytestmark = [pytest.mark.torch]
 
-_path = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bench_autograd.py"
-_spec = importlib.util.spec_from_file_location("bench_autograd", _path)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+# bench/ is a folder of scripts whose modules import one another by name, as `python bench/...` sees them
+BENCH = str(pathlib.Path(__file__).resolve().parent.parent / "bench")
+if BENCH not in sys.path:
+    sys.path.insert(0, BENCH)
+
+import autograd_workloads as workloads  # noqa: E402 (bench/ on the path first)
+import bench_changes  # noqa: E402
+import speed_autograd  # noqa: E402
+import speed_changes  # noqa: E402
+import timing  # noqa: E402
 
 
 def goldstein_price_grad_torch(a, b):
@@ -32,7 +37,7 @@ def goldstein_price_grad_torch(a, b):
     return np.array([x.grad.item(), y.grad.item()])
 
 
-GP = [bench.gp_tinypytorch, bench.gp_torch, bench.gp_numpy]
+GP = [workloads.gp_tinypytorch, workloads.gp_torch, workloads.gp_numpy]
 
 
 @pytest.mark.parametrize("gp", GP, ids=lambda f: f.__name__)
@@ -60,28 +65,28 @@ def wide_gradient(coefficients, x=0.5):
     return total
 
 
-@pytest.mark.parametrize("build", [bench.wide_tinypytorch, bench.wide_torch, bench.wide_numpy],
+@pytest.mark.parametrize("build", [workloads.wide_tinypytorch, workloads.wide_torch, workloads.wide_numpy],
                          ids=lambda f: f.__name__)
 @given(seed=st.integers(0, 2**32 - 1), branches=st.integers(1, 40))
 def test_wide_graph_gradient_equals_the_chain_rule(build, seed, branches):
-    coefficients = bench.wide_coefficients(branches, seed=seed)
+    coefficients = workloads.wide_coefficients(branches, seed=seed)
     assert coefficients.shape == (branches, 5)
     np.testing.assert_allclose(build(coefficients)(), wide_gradient(coefficients), rtol=1e-12)
 
 
 def test_wide_graph_of_the_benchmark_has_2000_branches_of_10_operations():
-    coefficients = bench.wide_coefficients(bench.SETTINGS["full"]["wide_branches"])
+    coefficients = workloads.wide_coefficients(speed_autograd.SETTINGS["full"]["wide_branches"])
     assert coefficients.shape == (2000, 5)  # five times sin(c * h): ten operations per branch
     expected = wide_gradient(coefficients)
-    for build in (bench.wide_tinypytorch, bench.wide_torch, bench.wide_numpy):
+    for build in (workloads.wide_tinypytorch, workloads.wide_torch, workloads.wide_numpy):
         np.testing.assert_allclose(build(coefficients)(), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("f", [bench.arrays_tinypytorch, bench.arrays_torch, bench.arrays_numpy],
+@pytest.mark.parametrize("f", [workloads.arrays_tinypytorch, workloads.arrays_torch, workloads.arrays_numpy],
                          ids=lambda f: f.__name__)
 @given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 2000))
 def test_large_array_gradient_equals_the_derivative(f, seed, size):
-    a = bench.arrays_input(size, seed=seed)
+    a = workloads.arrays_input(size, seed=seed)
     # d/dx (e^x x + x^2) = (1 + x) e^x + 2x
     np.testing.assert_allclose(f(a), (1 + a) * np.exp(a) + 2 * a, rtol=1e-12, atol=1e-15)
     assert a.shape == (size,)  # the input is left alone
@@ -92,23 +97,24 @@ def test_chain_gradient_is_the_product_of_cosines(n):
     y, expected = 0.5, 1.0
     for _ in range(n):
         y, expected = math.sin(y), expected * math.cos(y)
-    for build in (bench.chain_tinypytorch, bench.chain_torch, bench.chain_numpy):
+    for build in (workloads.chain_tinypytorch, workloads.chain_torch, workloads.chain_numpy):
         np.testing.assert_allclose(build(n)(), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("f", [bench.ratio_tinypytorch, bench.ratio_torch, bench.ratio_numpy],
+@pytest.mark.parametrize("f", [workloads.ratio_tinypytorch, workloads.ratio_torch, workloads.ratio_numpy],
                          ids=lambda f: f.__name__)
 @given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 2000))
 def test_tanh_and_division_gradient_equals_torch(f, seed, size):
-    a = bench.arrays_input(size, seed=seed) * 3.0
+    a = workloads.arrays_input(size, seed=seed) * 3.0
     x = torch.from_numpy(a.copy()).requires_grad_()
     (torch.tanh(x) / (1 + x**2)).sum().backward()  # written out here, not taken from the benchmark
     np.testing.assert_allclose(f(a), x.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
 def test_mlp_step_gives_torchs_gradients_and_updates_in_all_three():
-    x, target, layers = bench.mlp_data(batch=8, sizes=(12, 7, 3))
-    steps = [build(x, target, layers) for build in (bench.mlp_tinypytorch, bench.mlp_torch, bench.mlp_numpy)]
+    x, target, layers = workloads.mlp_data(batch=8, sizes=(12, 7, 3))
+    builds = (workloads.mlp_tinypytorch, workloads.mlp_torch, workloads.mlp_numpy)
+    steps = [build(x, target, layers) for build in builds]
     for _ in range(3):  # Adam's update shows from the second step on: later gradients depend on it
         grads = [step() for step in steps]
         assert all(g.dtype == np.float32 for gs in grads for g in gs)
@@ -119,7 +125,7 @@ def test_mlp_step_gives_torchs_gradients_and_updates_in_all_three():
 
 
 def test_mlp_workload_is_the_issues_network():
-    x, target, layers = bench.mlp_data()
+    x, target, layers = workloads.mlp_data()
     assert x.shape == (64, 784) and target.shape == (64, 10) and x.dtype == np.float32
     assert [W.shape for W, _ in layers] == [(256, 784), (10, 256)]
 
@@ -127,7 +133,7 @@ def test_mlp_workload_is_the_issues_network():
 @pytest.mark.parametrize("framework", ["tinypytorch", "torch", "numpy"])
 @pytest.mark.parametrize("recorded", [True, False])
 def test_one_operation_computes_sin_and_records_only_when_asked(framework, recorded):
-    y = bench.one_operation(framework, recorded)()
+    y = workloads.one_operation(framework, recorded)()
     assert float(y.item() if hasattr(y, "item") else y) == math.sin(0.5)
     if framework == "tinypytorch":
         assert (y.creator is not None) == recorded == y.requires_grad
@@ -137,7 +143,7 @@ def test_one_operation_computes_sin_and_records_only_when_asked(framework, recor
 
 @pytest.mark.parametrize("n", [2, 3, 10, 1001])
 def test_fan_gradient_is_the_number_of_sines_times_cos_x(n):
-    for build in (bench.fan_tinypytorch, bench.fan_torch):
+    for build in (workloads.fan_tinypytorch, workloads.fan_torch):
         np.testing.assert_allclose(build(n)(), (n // 2) * math.cos(0.5), rtol=1e-12)
 
 
@@ -150,7 +156,7 @@ def test_measure_prepares_before_each_repeat_calls_number_times_and_takes_turns(
             return lambda: calls.append(name)
         return prepare
 
-    timed = bench.measure({"a": contender("a"), "b": contender("b")}, number=2, repeats=3)
+    timed = timing.in_turns({"a": contender("a"), "b": contender("b")}, number=2, repeats=3)
     assert calls == ["prepare a", "a", "a", "prepare b", "b", "b"] * 3
     assert set(timed) == {"a", "b"} and all(0 < best <= median for median, best in timed.values())
 
@@ -158,11 +164,11 @@ def test_measure_prepares_before_each_repeat_calls_number_times_and_takes_turns(
 @pytest.mark.parametrize("power", [1.0, 2.0, 0.5])
 def test_fitted_slope_recovers_the_power_of_a_power_law(power):
     sizes = [1000, 3000, 10_000, 30_000, 100_000]
-    assert bench.fitted_slope(sizes, [2e-6 * n**power for n in sizes]) == pytest.approx(power, rel=1e-9)
+    assert speed_autograd.fitted_slope(sizes, [2e-6 * n**power for n in sizes]) == pytest.approx(power, rel=1e-9)
 
 
 def test_report_computes_ratios_and_verdicts_and_the_plot_is_written(tmp_path):
-    settings = bench.SETTINGS["quick"]
+    settings = speed_autograd.SETTINGS["quick"]
     results = {"scalar graph": {"tinypytorch": (3.0, 2.0), "torch": (2.0, 1.0), "numpy": (1.0, 1.0)},
                "chain": {"tinypytorch": (1.0, 1.0), "torch": (1.0, 1.0), "numpy": (0.1, 0.1)},
                "wide graph": {"tinypytorch": (7.0, 7.0), "torch": (2.0, 2.0), "numpy": (0.5, 0.5)},
@@ -173,31 +179,25 @@ def test_report_computes_ratios_and_verdicts_and_the_plot_is_written(tmp_path):
     sizes = settings["sizes"]
     scaling = {("chain", "tinypytorch"): [1e-5 * n for n in sizes], ("chain", "torch"): [1e-6 * n for n in sizes],
                ("wide", "tinypytorch"): [1e-9 * n**2 for n in sizes], ("wide", "torch"): [1e-6 * n for n in sizes]}
-    text, slopes, verdicts = bench.report(results, scaling, settings, "quick")
+    text, slopes, verdicts = speed_autograd.report(results, scaling, settings, "quick")
     assert verdicts == {"scalar graph": False, "chain": True, "wide graph": False, "large arrays": True,
                         "large arrays, tanh and division": False, "MLP training step": True,
                         "linear backward (chain)": True, "linear backward (wide)": False}
     assert "| 1.50 | 3.00 |" in text and "| 3.50 | 14.00 |" in text and "| 1.09 | 1.20 |" in text
     assert slopes["wide", "tinypytorch"] == pytest.approx(2.0)
     assert "CPU: " in text and f"NumPy: {np.__version__}" in text
-    bench.plot(results, scaling, slopes, sizes, tmp_path / "autograd.png")
+    speed_autograd.plot(results, scaling, slopes, sizes, tmp_path / "autograd.png")
     assert (tmp_path / "autograd.png").read_bytes().startswith(b"\x89PNG")
 
 
-_changes_path = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bench_changes.py"
-_changes_spec = importlib.util.spec_from_file_location("bench_changes", _changes_path)
-changes = importlib.util.module_from_spec(_changes_spec)
-_changes_spec.loader.exec_module(changes)
-
-
 def test_bench_changes_times_every_piece_and_counts_page_faults_for_large_arrays():
-    times = changes.measure(quick=True)
-    assert set(changes.PIECES) <= set(times)
-    assert all(times[name] > 0 for name in changes.PIECES)
-    large = {name for name, (description, *_) in changes.PIECES.items() if "10^6" in description}
+    times = speed_changes.measure(quick=True)
+    assert set(speed_changes.PIECES) <= set(times)
+    assert all(times[name] > 0 for name in speed_changes.PIECES)
+    large = {name for name, (description, *_) in speed_changes.PIECES.items() if "10^6" in description}
     assert large and {name[:-len(" faults")] for name in times if name.endswith(" faults")} == large
 
 
 def test_bench_changes_needs_the_package_before_the_changes(tmp_path):
     with pytest.raises(SystemExit):
-        changes.main(["--before", str(tmp_path)])
+        bench_changes.main(["--before", str(tmp_path)])

@@ -1,11 +1,11 @@
-"""bench/bench_gpu.py: its workloads compute what they should, on the strict stand-in for CuPy.
+"""bench/bench_gpu.py (speed_gpu, gpu_crossover, memory_gpu): its workloads compute what they should, on the strict
+stand-in for CuPy.
 
 CI has no GPU: every measuring function takes the array module and PyTorch's device, so here
 they run on tests/strict_cupy.py (installed as the device backend) and PyTorch on the CPU, at
 tiny sizes. Nothing here looks at a timing. The benchmark itself runs with
 `python bench/bench_gpu.py` (`make bench-gpu`) on a machine with an NVIDIA GPU.
 """
-import importlib.util
 import pathlib
 import subprocess
 import sys
@@ -22,10 +22,17 @@ pytestmark = [pytest.mark.torch, pytest.mark.step44]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _path = ROOT / "bench" / "bench_gpu.py"
-_spec = importlib.util.spec_from_file_location("bench_gpu", _path)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+# bench/ is a folder of scripts whose modules import one another by name, as `python bench/...` sees them
+if str(ROOT / "bench") not in sys.path:
+    sys.path.insert(0, str(ROOT / "bench"))
+
+import bench_gpu  # noqa: E402 (bench/ on the path first)
+import gpu_crossover  # noqa: E402
+import memory_gpu  # noqa: E402
+import networks  # noqa: E402
+import ports  # noqa: E402
+import speed_gpu  # noqa: E402
+import timing  # noqa: E402
 
 
 @pytest.fixture
@@ -49,10 +56,10 @@ def host(a):
 # ----- elementwise ----------------------------------------------------------------------------------
 
 def test_elementwise_gradient_by_hand_equals_tinypytorchs_and_torchs(cp):
-    x = bench.elementwise_input(1000)
-    y, gx = bench.elementwise_tinypytorch(cp.asarray(x))
-    y_hand, gx_hand = bench.elementwise_by_hand(cp.asarray(x), cp)
-    y_torch, gx_torch = bench.elementwise_torch(torch.from_numpy(x))
+    x = speed_gpu.elementwise_input(1000)
+    y, gx = speed_gpu.elementwise_tinypytorch(cp.asarray(x))
+    y_hand, gx_hand = speed_gpu.elementwise_by_hand(cp.asarray(x), cp)
+    y_torch, gx_torch = speed_gpu.elementwise_torch(torch.from_numpy(x))
     assert isinstance(gx, cp.ndarray) and isinstance(gx_hand, cp.ndarray)  # computed on the device
     assert gx.dtype == gx_hand.dtype == np.float32
     x64 = x.astype(np.float64)
@@ -69,11 +76,11 @@ def test_elementwise_gradient_by_hand_equals_tinypytorchs_and_torchs(cp):
 @pytest.mark.parametrize("p", [0.5, 0.2])
 def test_every_dropout_keeps_about_the_expected_fraction_and_scales_what_it_keeps(cp, p):
     n = 2**14
-    x = bench.elementwise_input(n) + np.float32(2)  # no zero among them: a zero in y is a dropped element
+    x = speed_gpu.elementwise_input(n) + np.float32(2)  # no zero among them: a zero in y is a dropped element
     gy = np.random.default_rng(3).uniform(1, 2, n).astype(np.float32)
-    runs = {"tinypytorch": bench.dropout_tinypytorch(cp.asarray(x), cp.asarray(gy), p),
-            "by hand": bench.dropout_by_hand(cp.asarray(x), cp.asarray(gy), p, cp),
-            "torch": bench.dropout_torch(torch.from_numpy(x), torch.from_numpy(gy), p)}
+    runs = {"tinypytorch": speed_gpu.dropout_tinypytorch(cp.asarray(x), cp.asarray(gy), p),
+            "by hand": speed_gpu.dropout_by_hand(cp.asarray(x), cp.asarray(gy), p, cp),
+            "torch": speed_gpu.dropout_torch(torch.from_numpy(x), torch.from_numpy(gy), p)}
     scale = np.float32(1 / (1 - p))
     for name, (y, gx) in runs.items():
         y, gx = host(y), host(gx)
@@ -87,8 +94,8 @@ def test_every_dropout_keeps_about_the_expected_fraction_and_scales_what_it_keep
 
 
 def test_tinypytorchs_dropout_draws_its_mask_on_the_device(cp):
-    x = cp.asarray(bench.elementwise_input(64))
-    y, gx = bench.dropout_tinypytorch(x, cp.ones_like(x), 0.5)
+    x = cp.asarray(speed_gpu.elementwise_input(64))
+    y, gx = speed_gpu.dropout_tinypytorch(x, cp.ones_like(x), 0.5)
     assert isinstance(y, cp.ndarray) and isinstance(gx, cp.ndarray)
 
 
@@ -96,10 +103,10 @@ def test_tinypytorchs_dropout_draws_its_mask_on_the_device(cp):
 
 def test_mlp_step_on_the_device_follows_pytorchs_step_by_step(cp):
     width, batch = 16, 8
-    step, model = bench.mlp_tinypytorch(cp, width, batch)
+    step, model = speed_gpu.mlp_tinypytorch(cp, width, batch)
     assert all(isinstance(p.data, cp.ndarray) and p.data.dtype == np.float32 for p in model.params())
-    assert len(model.layers) == bench.MLP_LAYERS
-    step_t, net = bench.mlp_torch("cpu", model, width, batch)
+    assert len(model.layers) == speed_gpu.MLP_LAYERS
+    step_t, net = speed_gpu.mlp_torch("cpu", model, width, batch)
     for _ in range(3):  # three Adam steps: the losses agree, so the updates did too
         loss, loss_t = step(), step_t()
         assert isinstance(loss.data, cp.ndarray)
@@ -111,12 +118,12 @@ def test_mlp_step_on_the_device_follows_pytorchs_step_by_step(cp):
 # ----- the crossover ------------------------------------------------------------------------------------
 
 def test_every_crossover_runner_computes_exp_and_the_same_gradient(cp):
-    runners = bench.crossover_runners(cp, "cpu")
+    runners = gpu_crossover.crossover_runners(cp, "cpu")
     assert set(runners) == {"NumPy", "tinypytorch, CPU", "tinypytorch, GPU", "CuPy by hand", "PyTorch, CPU",
                             "PyTorch, CUDA"}
     assert {name for name, r in runners.items() if r.gpu} == {"tinypytorch, GPU", "CuPy by hand", "PyTorch, CUDA"}
-    x = bench.elementwise_input(256)
-    reference = bench.elementwise_by_hand(x, np)[1]
+    x = speed_gpu.elementwise_input(256)
+    reference = speed_gpu.elementwise_by_hand(x, np)[1]
     for name, r in runners.items():
         a = r.to_input(x)
         e = r.op(a)
@@ -130,16 +137,16 @@ def test_every_crossover_runner_computes_exp_and_the_same_gradient(cp):
 def test_overtakes_is_the_size_from_which_the_fast_one_stays_faster():
     sizes = [1, 2, 4, 8, 16]
     slow = dict(zip(sizes, [1, 2, 4, 8, 16]))
-    assert bench.overtakes(sizes, slow, dict(zip(sizes, [3, 3, 5, 5, 6]))) == 8
-    assert bench.overtakes(sizes, slow, dict(zip(sizes, [0.5, 3, 5, 5, 6]))) == 8  # a win below, lost again
-    assert bench.overtakes(sizes, slow, dict(zip(sizes, [0.5] * 5))) == 1
-    assert bench.overtakes(sizes, slow, dict(zip(sizes, [0.5, 1, 2, 4, 20]))) is None
+    assert gpu_crossover.overtakes(sizes, slow, dict(zip(sizes, [3, 3, 5, 5, 6]))) == 8
+    assert gpu_crossover.overtakes(sizes, slow, dict(zip(sizes, [0.5, 3, 5, 5, 6]))) == 8  # a win below, lost again
+    assert gpu_crossover.overtakes(sizes, slow, dict(zip(sizes, [0.5] * 5))) == 1
+    assert gpu_crossover.overtakes(sizes, slow, dict(zip(sizes, [0.5, 1, 2, 4, 20]))) is None
 
 
 def test_time_call_synchronises_before_the_clock_stops():
     calls = []
-    seconds = bench.time_call(lambda: calls.append("call"), lambda: calls.append("sync"), repeats=3, warmup=1,
-                              number=2)
+    seconds = timing.time_call(lambda: calls.append("call"), lambda: calls.append("sync"), repeats=3, warmup=1,
+                               number=2)
     assert len(seconds) == 3 and all(s >= 0 for s in seconds)
     assert calls == ["call", "sync"] + ["call", "call", "sync"] * 3
 
@@ -149,9 +156,9 @@ def test_time_call_synchronises_before_the_clock_stops():
 def peaks(cp, depths, configuration, width=64, batch=16):
     result = {}
     for depth in depths:
-        net, x, target = bench.coupling_workload(depth, width, batch)
+        net, x, target = memory_gpu.coupling_workload(depth, width, batch)
         net.to("cuda")
-        result[depth] = bench.peak_tinypytorch(net, cp.asarray(x), cp.asarray(target), configuration, cp)
+        result[depth] = memory_gpu.peak_tinypytorch(net, cp.asarray(x), cp.asarray(target), configuration, cp)
         assert all(p.grad is None for p in net.params())
     return result
 
@@ -174,13 +181,13 @@ def test_peak_counts_what_the_graph_holds(cp):
     assert 2.5 <= growth < 2.5 + 0.05
 
 
-@pytest.mark.parametrize("configuration", list(bench.COUPLING_CONFIGURATIONS))
+@pytest.mark.parametrize("configuration", list(networks.COUPLING_CONFIGURATIONS))
 def test_pytorchs_loss_on_the_device_is_tinypytorchs(cp, configuration):
-    net, x, target = bench.coupling_workload(4, 16, 8)
-    twin = bench.bench_memory.torch_coupling_twin(net)
-    expected = bench.loss_coupling_torch(twin, torch.from_numpy(x), torch.from_numpy(target), configuration)
+    net, x, target = memory_gpu.coupling_workload(4, 16, 8)
+    twin = ports.torch_coupling_twin(net)
+    expected = memory_gpu.loss_coupling_torch(twin, torch.from_numpy(x), torch.from_numpy(target), configuration)
     net.to("cuda")
-    loss = bench.bench_memory.loss_coupling_tinypytorch(net, cp.asarray(x), cp.asarray(target), configuration)
+    loss = networks.loss_coupling_tinypytorch(net, cp.asarray(x), cp.asarray(target), configuration)
     assert isinstance(loss.data, cp.ndarray)
     np.testing.assert_allclose(float(host(loss.data)), expected.item(), rtol=1e-5)
 
@@ -192,19 +199,19 @@ TINY = {"mlp": [(8, 4), (1024, 2)], "elementwise": 2**6, "dropout": 2**6, "cross
 
 
 def test_the_run_reports_every_table_and_target_and_plots(cp, monkeypatch, tmp_path):
-    monkeypatch.setattr(bench, "TARGET_SECONDS", 0.0)  # one call a repeat: nothing here is timed for its figure
+    monkeypatch.setattr(timing, "TARGET_SECONDS", 0.0)  # one call a repeat: nothing here is timed for its figure
 
     def peak_torch_on_the_cpu(twin, x, target, configuration, device):
         """PyTorch's pass as peak_torch runs it; its CUDA allocator's statistics are not here: a stand-in figure."""
         assert device == "cpu" and x.device.type == "cpu" and next(twin.parameters()).device.type == "cpu"
-        bench.loss_coupling_torch(twin, x, target, configuration).backward()
+        memory_gpu.loss_coupling_torch(twin, x, target, configuration).backward()
         twin.zero_grad(set_to_none=True)
         return 1000
 
-    monkeypatch.setattr(bench, "peak_torch", peak_torch_on_the_cpu)
-    results = bench.run(TINY, cp, "cpu")
+    monkeypatch.setattr(memory_gpu, "peak_torch", peak_torch_on_the_cpu)
+    results = bench_gpu.run(TINY, cp, "cpu")
     about = {"GPU": "the strict stand-in", "CuPy": "none"}
-    text, targets, crossings = bench.report(results, TINY, "full", about)
+    text, targets, crossings = bench_gpu.report(results, TINY, "full", about)
     assert set(targets) == {"mlp", "elementwise", "dropout", "reversible flat", "reversible vs PyTorch"}
     for title in ("## 1. MLP training step", "## 2. Elementwise", "## 3. Dropout", "## 4. The crossover",
                   "## 5. Peak device memory", "## Targets"):
@@ -213,7 +220,7 @@ def test_the_run_reports_every_table_and_target_and_plots(cp, monkeypatch, tmp_p
     assert text.count("Target: ") == 5
     assert "| 1,024 | 2 |" in text and "| 2^8 |" in text and "| 4 | reversible |" in text
     assert set(crossings) == {"exp", "graph"}
-    bench.plot(results, TINY, crossings, tmp_path / "gpu.png")
+    bench_gpu.plot(results, TINY, crossings, tmp_path / "gpu.png")
     assert (tmp_path / "gpu.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -228,19 +235,19 @@ def test_report_says_met_and_not_met():
                 crossover[name, what, 16] = 1e-5 if gpu else 1e-6
                 crossover[name, what, 64] = 1e-5 if gpu else 1e-4
         memory = {(d, c): {"tinypytorch": 100.0 * (growth if d == 128 else 1), "torch": 100.0}
-                  for d in (8, 128) for c in bench.COUPLING_CONFIGURATIONS}
+                  for d in (8, 128) for c in networks.COUPLING_CONFIGURATIONS}
         return {"mlp": {(256, 64): {"tinypytorch": [3.0], "torch": [1.0]},
                         (1024, 256): {"tinypytorch": [ratio], "torch": [1.0]}},
                 "elementwise": {"tinypytorch": [ratio], "by hand": [1.0], "torch": [1.0]},
                 "dropout": {"tinypytorch": [ratio], "by hand": [1.0], "torch": [1.0]},
                 "crossover": crossover, "memory": memory}
 
-    text, targets, crossings = bench.report(results(1.1, 1.05), s, "full", {})
+    text, targets, crossings = bench_gpu.report(results(1.1, 1.05), s, "full", {})
     assert all(targets.values())  # the width of 256 at 3x is no part of the target
     assert "Target: at most 1.2× PyTorch CUDA at width ≥ 1,024: met." in text
     assert crossings["exp"]["tinypytorch on the GPU against NumPy"] == 64
     assert "tinypytorch on the GPU against NumPy, 2^6 = 64" in text
-    text, targets, _ = bench.report(results(1.3, 1.25), s, "full", {})
+    text, targets, _ = bench_gpu.report(results(1.3, 1.25), s, "full", {})
     assert not any(targets.values())
     assert "NOT met (missed at width 1,024 (1.30))" in text
     assert "at most 1.1× the peak at N = 8, tinypytorch: NOT met (1.250;" in text

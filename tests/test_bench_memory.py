@@ -1,11 +1,11 @@
-"""bench/bench_memory.py: what it counts is what the graphs hold, in both frameworks.
+"""bench/bench_memory.py's parts (memory_saved, memory_checkpoint, memory_reversible): what they count is what
+the graphs hold, in both frameworks.
 
 Small sizes only; nothing here looks at a timing. The benchmark itself runs with
 `python bench/bench_memory.py` (or `--quick`).
 """
 import functools
 import gc
-import importlib.util
 import pathlib
 import sys
 import weakref
@@ -21,19 +21,27 @@ from tinypytorch.utils.checkpoint import _Frame
 
 pytestmark = [pytest.mark.torch]
 
-_path = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bench_memory.py"
-_spec = importlib.util.spec_from_file_location("bench_memory", _path)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench
-_spec.loader.exec_module(bench)
+# bench/ is a folder of scripts whose modules import one another by name, as `python bench/...` sees them
+BENCH = str(pathlib.Path(__file__).resolve().parent.parent / "bench")
+if BENCH not in sys.path:
+    sys.path.insert(0, BENCH)
+
+import memory_checkpoint as checkpointing  # noqa: E402 (bench/ on the path first)
+import memory_measures as measures  # noqa: E402
+import memory_reversible as reversible  # noqa: E402
+import memory_reversible_report as reversible_report  # noqa: E402
+import memory_saved  # noqa: E402
+import networks  # noqa: E402
+import ports  # noqa: E402
+import timing  # noqa: E402
 
 WIDTH, BATCH = 6, 4
 DTYPES = [np.float32, np.float64]
 
 
 def workload(depth, dtype, width=WIDTH, batch=BATCH):
-    model = bench.build_mlp(depth, width, dtype)
-    x, target = bench.batch_and_target(batch, width, dtype)
+    model = networks.build_mlp(depth, width, dtype)
+    x, target = networks.batch_and_target(batch, width, dtype)
     return model, x, target
 
 
@@ -65,7 +73,7 @@ def saved_in_tinypytorch_graph(loss, existing):
     the benchmark or from tinypytorch.utils, so that a mistake in either shows."""
     total, count, new_arrays = 0, 0, {}
     for f in walk_tinypytorch_graph(loss):
-        for s in f._saved:
+        for s in f.saved:
             if isinstance(s, SavedTensor):
                 total, count = total + s.nbytes(), count + 1
                 data = s.data if s.variable is None else s.variable.data
@@ -91,8 +99,8 @@ def saved_in_torch_graph(loss):
 @pytest.mark.parametrize("depth", [1, 2, 3, 5])
 def test_the_hook_counts_what_the_tinypytorch_graph_saves(depth, dtype):
     model, x, target = workload(depth, dtype)
-    counted = bench.saved_tinypytorch(model, x, target)
-    loss = bench.loss_tinypytorch(model, x, target)  # no hooks: the SavedTensors hold their arrays
+    counted = memory_saved.saved_tinypytorch(model, x, target)
+    loss = networks.loss_tinypytorch(model, x, target)  # no hooks: the SavedTensors hold their arrays
     existing = [p.data for p in model.params()] + [x, target]
     assert saved_in_tinypytorch_graph(loss, existing) == (counted.bytes, counted.count, counted.activations)
     # the hidden tanh outputs and the network's output: depth arrays of batch x width
@@ -104,9 +112,9 @@ def test_the_hook_counts_what_the_tinypytorch_graph_saves(depth, dtype):
 @pytest.mark.parametrize("depth", [1, 2, 4])
 def test_the_hook_counts_what_the_torch_graph_saves(depth, dtype):
     model, x, target = workload(depth, dtype)
-    twin = bench.torch_twin(model)
-    counted = bench.saved_torch(twin, x, target)
-    assert saved_in_torch_graph(bench.loss_torch(twin, x, target)) == (counted.bytes, counted.count)
+    twin = ports.torch_twin(model)
+    counted = memory_saved.saved_torch(twin, x, target)
+    assert saved_in_torch_graph(ports.loss_torch(twin, x, target)) == (counted.bytes, counted.count)
     assert all(p.grad is None for p in twin.parameters())
 
 
@@ -114,15 +122,16 @@ def test_the_hook_counts_what_the_torch_graph_saves(depth, dtype):
 @pytest.mark.parametrize("depth", [1, 2, 3, 4, 7])
 def test_both_frameworks_save_the_same_bytes_and_tensors(depth, dtype):
     model, x, target = workload(depth, dtype)
-    ours, theirs = bench.saved_tinypytorch(model, x, target), bench.saved_torch(bench.torch_twin(model), x, target)
+    ours = memory_saved.saved_tinypytorch(model, x, target)
+    theirs = memory_saved.saved_torch(ports.torch_twin(model), x, target)
     assert ours == theirs
-    assert (ours.bytes, ours.count) == bench.expected_saved(depth, WIDTH, BATCH, np.dtype(dtype).itemsize)
+    assert (ours.bytes, ours.count) == memory_saved.expected_saved(depth, WIDTH, BATCH, np.dtype(dtype).itemsize)
 
 
 def test_expected_saved_by_hand():
     # depth 1: the batch, the output, the target; depth 2 adds a tanh output (twice: tanh, next Linear) and W
-    assert bench.expected_saved(1, 10, 3, 8) == (3 * 3 * 10 * 8, 3)
-    assert bench.expected_saved(2, 10, 3, 4) == ((5 * 3 * 10 + 10 * 10) * 4, 6)
+    assert memory_saved.expected_saved(1, 10, 3, 8) == (3 * 3 * 10 * 8, 3)
+    assert memory_saved.expected_saved(2, 10, 3, 4) == ((5 * 3 * 10 + 10 * 10) * 4, 6)
 
 
 # ----- the twin -----------------------------------------------------------------------------------
@@ -130,14 +139,14 @@ def test_expected_saved_by_hand():
 @pytest.mark.parametrize("depth", [1, 2, 4])
 def test_torch_twin_has_the_weights_and_gives_the_loss_and_gradients(depth):
     model, x, target = workload(depth, np.float64, width=7, batch=5)
-    twin = bench.torch_twin(model)
+    twin = ports.torch_twin(model)
     params = list(model.params())
     assert len(params) == len(list(twin.parameters())) == 2 * depth
     for p, pt in zip(params, twin.parameters(), strict=True):
         assert pt.dtype == torch.float64 and pt.shape == p.data.shape
         np.testing.assert_array_equal(pt.detach().numpy(), p.data)
     assert [type(m).__name__ for m in twin][:2] == (["Linear", "Tanh"] if depth > 1 else ["Linear"])
-    loss, loss_t = bench.loss_tinypytorch(model, x, target), bench.loss_torch(twin, x, target)
+    loss, loss_t = networks.loss_tinypytorch(model, x, target), ports.loss_torch(twin, x, target)
     loss.backward()
     loss_t.backward()
     assert loss.data.dtype == np.float64 and loss_t.dtype == torch.float64
@@ -148,10 +157,10 @@ def test_torch_twin_has_the_weights_and_gives_the_loss_and_gradients(depth):
 
 def test_float32_workload_is_float32_throughout():
     model, x, target = workload(2, np.float32)
-    twin = bench.torch_twin(model)
+    twin = ports.torch_twin(model)
     assert {p.data.dtype for p in model.params()} == {np.dtype(np.float32)} and x.dtype == target.dtype == np.float32
     assert {p.dtype for p in twin.parameters()} == {torch.float32}
-    loss, loss_t = bench.loss_tinypytorch(model, x, target), bench.loss_torch(twin, x, target)
+    loss, loss_t = networks.loss_tinypytorch(model, x, target), ports.loss_torch(twin, x, target)
     assert loss.data.dtype == np.float32 and loss_t.dtype == torch.float32
     np.testing.assert_allclose(loss.data, loss_t.item(), rtol=1e-5)
 
@@ -171,8 +180,8 @@ def check_memory(memory, saved, params_bytes, itemsize):
 @pytest.mark.parametrize("depth", [1, 3])
 def test_tinypytorch_frees_the_saved_tensors_in_backward(depth, dtype):
     model, x, target = workload(depth, dtype, width=32, batch=16)
-    saved = bench.saved_tinypytorch(model, x, target)
-    memory = bench.memory_tinypytorch(model, x, target)
+    saved = memory_saved.saved_tinypytorch(model, x, target)
+    memory = memory_saved.memory_tinypytorch(model, x, target)
     itemsize = np.dtype(dtype).itemsize
     check_memory(memory, saved, sum(p.data.nbytes for p in model.params()), itemsize)
     assert memory.output == itemsize  # the loss: one number
@@ -184,9 +193,9 @@ def test_tinypytorch_frees_the_saved_tensors_in_backward(depth, dtype):
 @pytest.mark.parametrize("depth", [1, 3])
 def test_torch_frees_the_saved_tensors_in_backward(depth, dtype):
     model, x, target = workload(depth, dtype, width=32, batch=16)
-    twin = bench.torch_twin(model)
-    saved = bench.saved_torch(twin, x, target)
-    memory = bench.memory_torch(twin, x, target)
+    twin = ports.torch_twin(model)
+    saved = memory_saved.saved_torch(twin, x, target)
+    memory = memory_saved.memory_torch(twin, x, target)
     check_memory(memory, saved, sum(p.data.nbytes for p in model.params()), np.dtype(dtype).itemsize)
     assert all(p.grad is None for p in twin.parameters())
 
@@ -194,36 +203,36 @@ def test_torch_frees_the_saved_tensors_in_backward(depth, dtype):
 def test_tinypytorch_measure_sees_what_retain_graph_keeps(monkeypatch):
     """The same measure, with backward(retain_graph=True): the activations stay until the loss is dropped."""
     model, x, target = workload(3, np.float64, width=32, batch=16)
-    saved = bench.saved_tinypytorch(model, x, target)
+    saved = memory_saved.saved_tinypytorch(model, x, target)
     monkeypatch.setattr(tinypytorch.Variable, "backward",
                         functools.partialmethod(tinypytorch.Variable.backward, retain_graph=True))
-    memory = bench.memory_tinypytorch(model, x, target)
+    memory = memory_saved.memory_tinypytorch(model, x, target)
     assert memory.after_backward == memory.gradients + memory.output + saved.activations
     assert memory.after_drop == memory.gradients
 
 
 def test_torch_measure_sees_what_retain_graph_keeps(monkeypatch):
     model, x, target = workload(3, np.float64, width=32, batch=16)
-    twin = bench.torch_twin(model)
-    saved = bench.saved_torch(twin, x, target)
+    twin = ports.torch_twin(model)
+    saved = memory_saved.saved_torch(twin, x, target)
     monkeypatch.setattr(torch.Tensor, "backward", functools.partialmethod(torch.Tensor.backward, retain_graph=True))
-    memory = bench.memory_torch(twin, x, target)
+    memory = memory_saved.memory_torch(twin, x, target)
     assert memory.after_backward == memory.gradients + memory.output + saved.activations
     assert memory.after_drop == memory.gradients
 
 
 def test_tinypytorch_peak_counts_a_temporary_array(monkeypatch):
     model, x, target = workload(1, np.float64, width=32, batch=16)
-    plain = bench.memory_tinypytorch(model, x, target)
+    plain = memory_saved.memory_tinypytorch(model, x, target)
     big = 10 * 2**20
-    original = bench.loss_tinypytorch
+    original = networks.loss_tinypytorch
 
     def with_temporary(*args):
         np.ones(big, dtype=np.uint8)  # allocated and freed during the forward pass
         return original(*args)
 
-    monkeypatch.setattr(bench, "loss_tinypytorch", with_temporary)
-    measured = bench.memory_tinypytorch(model, x, target)
+    monkeypatch.setattr(memory_saved, "loss_tinypytorch", with_temporary)
+    measured = memory_saved.memory_tinypytorch(model, x, target)
     assert measured.peak >= big > plain.peak
     assert measured.after_forward == plain.after_forward
 
@@ -234,21 +243,21 @@ def fake_results(saved_torch_bytes=300):
     results = {}
     for dtype, size in [("float32", 1), ("float64", 2)]:
         for depth in (1, 2):
-            saved = bench.Saved(100 * depth * size, 3 * depth, 40 * size)
-            memory = bench.Memory(peak=1000 * size, after_forward=40 * size + 8, output=8,
-                                  after_backward=500 * size + 8, gradients=500 * size, after_drop=500 * size,
-                                  overhead=2048)
-            memory_t = bench.Memory(peak=500 * size, after_forward=40 * size + 64, output=64,
-                                    after_backward=500 * size + 64, gradients=500 * size, after_drop=500 * size)
-            saved_t = bench.Saved(saved_torch_bytes * depth * size if saved_torch_bytes else saved.bytes, 3 * depth,
-                                  40 * size)
+            saved = measures.Saved(100 * depth * size, 3 * depth, 40 * size)
+            memory = measures.Memory(peak=1000 * size, after_forward=40 * size + 8, output=8,
+                                     after_backward=500 * size + 8, gradients=500 * size, after_drop=500 * size,
+                                     overhead=2048)
+            memory_t = measures.Memory(peak=500 * size, after_forward=40 * size + 64, output=64,
+                                       after_backward=500 * size + 64, gradients=500 * size, after_drop=500 * size)
+            saved_t = measures.Saved(saved_torch_bytes * depth * size if saved_torch_bytes else saved.bytes, 3 * depth,
+                                     40 * size)
             results[depth, dtype] = {"tinypytorch": (saved, memory), "torch": (saved_t, memory_t)}
     return results
 
 
 def test_report_puts_ratios_side_by_side_and_the_plot_is_written(tmp_path):
     settings = {"depths": [1, 2], "width": 10, "batch": 3}
-    text, equal = bench.report(fake_results(saved_torch_bytes=None), settings, "quick")
+    text, equal = memory_saved.report(fake_results(saved_torch_bytes=None), settings, "quick")
     assert equal and "ratio of exactly 1.00: met" in text and "profiler figures pass the same checks" in text
     assert "= activations saved: tinypytorch yes, PyTorch yes;" in text
     assert text.count("| 1.00 | 3 | 3 |") == 2 and "| 2.00 |" in text  # saved ratio 1, peak ratio 1000 / 500
@@ -257,24 +266,24 @@ def test_report_puts_ratios_side_by_side_and_the_plot_is_written(tmp_path):
         assert len(rows) == 4 and all(row[6] == row[9] == "0" for row in rows)  # the differences that should be 0
         assert section == "## PyTorch" or all(row[11] == "2.0 |" for row in rows)  # graph objects: 2 KiB
     assert "CPU: " in text and f"NumPy: {np.__version__}" in text and "PyTorch: " in text
-    text, equal = bench.report(fake_results(saved_torch_bytes=300), settings, "quick")
+    text, equal = memory_saved.report(fake_results(saved_torch_bytes=300), settings, "quick")
     assert not equal and "NOT met" in text and "| 0.33 |" in text
     results = fake_results()
     results[1, "float32"]["tinypytorch"][1].after_forward += 8  # one stray array of 8 bytes shows
-    text = bench.report(results, settings, "quick")[0]
+    text = memory_saved.report(results, settings, "quick")[0]
     assert "| 1 | float32 | 0.00 | 0.00 | 8 B | 0.00 | +8 B | 0.00 | 0.00 | 0 | 0.00 | 2.0 |" in text
     assert "= activations saved: tinypytorch NO, PyTorch yes;" in text
     assert "= gradients: tinypytorch yes, PyTorch yes" in text
     results[2, "float64"]["torch"][1].after_drop += 64
-    text = bench.report(results, settings, "quick")[0]
+    text = memory_saved.report(results, settings, "quick")[0]
     assert "= gradients: tinypytorch yes, PyTorch NO" in text and "figures fail a check" in text
-    bench.plot(results, tmp_path / "memory.png")
+    memory_saved.plot(results, tmp_path / "memory.png")
     assert (tmp_path / "memory.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_full_settings_are_the_issues_sizes():
-    assert bench.SETTINGS["full"] == {"depths": [4, 8, 16, 32], "width": 1024, "batch": 256}
-    assert set(bench.DTYPES) == {"float32", "float64"}
+    assert memory_saved.SETTINGS["full"] == {"depths": [4, 8, 16, 32], "width": 1024, "batch": 256}
+    assert set(networks.DTYPES) == {"float32", "float64"}
 
 
 # ----- checkpointing ------------------------------------------------------------------------------
@@ -290,7 +299,7 @@ def held_by_tinypytorch_graph(loss):
     the benchmark, so that a mistake in either shows."""
     total, count, frames = 0, 0, {}
     for f in walk_tinypytorch_graph(loss):
-        for s in f._saved:
+        for s in f.saved:
             if not isinstance(s, SavedTensor):
                 continue
             frame = getattr(s.unpack_hook, "__self__", None)
@@ -307,8 +316,8 @@ def held_by_tinypytorch_graph(loss):
 
 def test_layer_functions_are_the_networks_layers():
     model, x, _ = workload(3, np.float64)
-    twin = bench.torch_twin(model)
-    functions, modules = bench.layer_functions(model), bench.torch_layer_functions(twin)
+    twin = ports.torch_twin(model)
+    functions, modules = networks.layer_functions(model), ports.torch_layer_functions(twin)
     assert len(functions) == len(modules) == 3
     assert [type(m).__name__ for m in modules] == ["Sequential", "Sequential", "Linear"]
     y, y_t = tinypytorch.Variable(x), torch.from_numpy(x)
@@ -320,48 +329,52 @@ def test_layer_functions_are_the_networks_layers():
 
 
 def test_segments_and_counts_by_hand():
-    assert bench.segments_for("plain", 128) is None
-    assert [bench.segments_for("sqrt", n) for n in (8, 16, 32, 64, 128)] == [3, 4, 6, 8, 11]
-    assert bench.segments_for("every", 32) == 32
-    assert bench.segment_layout(128, 11) == (11, 11, 18)  # PyTorch's rule: the last segment takes the remainder
-    assert bench.segment_layout(8, 3) == (3, 2, 4) and bench.segment_layout(8, 8) == (8, 1, 1)
-    assert bench.segment_layout(8, None) == (1, 8, 8)
+    assert networks.segments_for("plain", 128) is None
+    assert [networks.segments_for("sqrt", n) for n in (8, 16, 32, 64, 128)] == [3, 4, 6, 8, 11]
+    assert networks.segments_for("every", 32) == 32
+    assert networks.segment_layout(128, 11) == (11, 11, 18)  # PyTorch's rule: the last segment takes the remainder
+    assert networks.segment_layout(8, 3) == (3, 2, 4) and networks.segment_layout(8, 8) == (8, 1, 1)
+    assert networks.segment_layout(8, None) == (1, 8, 8)
     # depth 8 in 3 segments: 2 checkpoint inputs; the last 4 layers save 4 inputs, 4 weights, 3 tanh outputs;
     # the loss 2 operands
-    assert bench.expected_saved_checkpointed(8, 3, 10, 3, 4) == (((2 + 4 + 3 + 2) * 3 * 10 + 4 * 10 * 10) * 4, 15)
+    assert checkpointing.expected_saved_checkpointed(8, 3, 10, 3, 4) == (
+        ((2 + 4 + 3 + 2) * 3 * 10 + 4 * 10 * 10) * 4, 15)
     # every layer: 7 inputs; the last Linear its input and weight; the loss 2
-    assert bench.expected_saved_checkpointed(8, 8, 10, 3, 8) == (((7 + 1 + 2) * 3 * 10 + 10 * 10) * 8, 11)
+    assert checkpointing.expected_saved_checkpointed(8, 8, 10, 3, 8) == (((7 + 1 + 2) * 3 * 10 + 10 * 10) * 8, 11)
     for depth in (1, 2, 5):  # no checkpoint, or one segment (run plainly): as without checkpointing
-        assert bench.expected_saved_checkpointed(depth, None, 10, 3, 8) == bench.expected_saved(depth, 10, 3, 8)
-        assert bench.expected_saved_checkpointed(depth, 1, 10, 3, 8) == bench.expected_saved(depth, 10, 3, 8)
-    assert [bench.held_activations(128, s) for s in (None, 11, 128)] == [128, 28, 128]
-    assert bench.held_activations(16, 4) == 7  # inputs of segments 2 and 3, the last segment's input, 3 tanh, output
-    assert bench.predicted_activations(16, 4) == 8 and bench.predicted_activations(16, None) == 17
-    assert bench.recomputed_layers(128, 11) == 110 and bench.recomputed_layers(8, 8) == 7
-    assert bench.recomputed_layers(8, None) == 0
-    assert bench.working_memory(1024, 256) == 1024 * 1024 + 2 * 256 * 1024
+        plain = memory_saved.expected_saved(depth, 10, 3, 8)
+        assert checkpointing.expected_saved_checkpointed(depth, None, 10, 3, 8) == plain
+        assert checkpointing.expected_saved_checkpointed(depth, 1, 10, 3, 8) == plain
+    assert [checkpointing.held_activations(128, s) for s in (None, 11, 128)] == [128, 28, 128]
+    # inputs of segments 2 and 3, the last segment's input, 3 tanh, output
+    assert checkpointing.held_activations(16, 4) == 7
+    assert checkpointing.predicted_activations(16, 4) == 8 and checkpointing.predicted_activations(16, None) == 17
+    assert checkpointing.recomputed_layers(128, 11) == 110 and checkpointing.recomputed_layers(8, 8) == 7
+    assert checkpointing.recomputed_layers(8, None) == 0
+    assert checkpointing.working_memory(1024, 256) == 1024 * 1024 + 2 * 256 * 1024
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("depth", "segments"), CHECKPOINTED)
 def test_checkpointed_saved_bytes_are_the_count_by_hand_in_both_frameworks(depth, segments, dtype):
     model, x, target = workload(depth, dtype)
-    ours = bench.saved_tinypytorch(model, x, target, segments)
-    theirs = bench.saved_torch(bench.torch_twin(model), x, target, segments)
+    ours = memory_saved.saved_tinypytorch(model, x, target, segments)
+    theirs = memory_saved.saved_torch(ports.torch_twin(model), x, target, segments)
     itemsize = np.dtype(dtype).itemsize
-    assert (ours.bytes, ours.count) == bench.expected_saved_checkpointed(depth, segments, WIDTH, BATCH, itemsize)
+    expected = checkpointing.expected_saved_checkpointed(depth, segments, WIDTH, BATCH, itemsize)
+    assert (ours.bytes, ours.count) == expected
     assert ours == theirs
     # new memory among what the hook saw: the checkpoint inputs but the batch, the last segment's activations
-    assert ours.activations == bench.held_activations(depth, segments) * BATCH * WIDTH * itemsize
-    plain = bench.saved_tinypytorch(model, x, target)
+    assert ours.activations == checkpointing.held_activations(depth, segments) * BATCH * WIDTH * itemsize
+    plain = memory_saved.saved_tinypytorch(model, x, target)
     assert ours.bytes < plain.bytes if segments > 1 else ours == plain
 
 
 @pytest.mark.parametrize(("depth", "segments"), CHECKPOINTED)
 def test_the_hook_counts_what_the_checkpointed_tinypytorch_graph_keeps(depth, segments):
     model, x, target = workload(depth, np.float64)
-    counted = bench.saved_tinypytorch(model, x, target, segments)
-    loss = bench.loss_tinypytorch(model, x, target, segments)  # no outer hooks: kept tensors hold their arrays
+    counted = memory_saved.saved_tinypytorch(model, x, target, segments)
+    loss = networks.loss_tinypytorch(model, x, target, segments)  # no outer hooks: kept tensors hold their arrays
     total, count, frames = held_by_tinypytorch_graph(loss)
     assert (total, count) == (counted.bytes, counted.count)
     assert len(frames) == segments - 1  # every segment but the last is checkpointed
@@ -376,7 +389,7 @@ def test_the_hook_counts_what_the_checkpointed_tinypytorch_graph_keeps(depth, se
 
 
 def gradients_tinypytorch(model, x, target, segments):
-    loss = bench.loss_tinypytorch(model, x, target, segments)
+    loss = networks.loss_tinypytorch(model, x, target, segments)
     loss.backward()
     grads = [p.grad.data.copy() for p in model.params()]
     model.cleargrads()
@@ -384,7 +397,7 @@ def gradients_tinypytorch(model, x, target, segments):
 
 
 def gradients_torch(twin, x, target, segments):
-    loss = bench.loss_torch(twin, x, target, segments)
+    loss = ports.loss_torch(twin, x, target, segments)
     loss.backward()
     grads = [p.grad.numpy().copy() for p in twin.parameters()]
     twin.zero_grad(set_to_none=True)
@@ -394,7 +407,7 @@ def gradients_torch(twin, x, target, segments):
 @pytest.mark.parametrize(("depth", "segments"), CHECKPOINTED)
 def test_checkpointed_gradients_equal_the_plain_runs_and_the_torch_twins(depth, segments):
     model, x, target = workload(depth, np.float64, width=7, batch=5)
-    twin = bench.torch_twin(model)
+    twin = ports.torch_twin(model)
     loss, plain = gradients_tinypytorch(model, x, target, None)
     loss_c, checkpointed = gradients_tinypytorch(model, x, target, segments)
     loss_t, plain_t = gradients_torch(twin, x, target, None)
@@ -410,7 +423,7 @@ def test_checkpointed_gradients_equal_the_plain_runs_and_the_torch_twins(depth, 
 
 def check_checkpointed_memory(memory, depth, segments, activation, extra):
     """What the schedule holds: (k + m - 1) activations after forward (plus `extra`), nothing of it after backward."""
-    assert memory.after_forward - memory.output == bench.held_activations(depth, segments) * activation + extra
+    assert memory.after_forward - memory.output == checkpointing.held_activations(depth, segments) * activation + extra
     assert memory.after_backward == memory.gradients + memory.output
     assert memory.after_drop == memory.gradients
     assert memory.peak > memory.after_forward
@@ -420,15 +433,15 @@ def check_checkpointed_memory(memory, depth, segments, activation, extra):
 def test_tinypytorch_checkpointed_memory_follows_the_schedule(depth, segments):
     model, x, target = workload(depth, np.float64, width=32, batch=16)
     params_bytes = sum(p.data.nbytes for p in model.params())
-    bench.saved_tinypytorch(model, x, target, segments)  # the warm-up the benchmark does too
-    kept = bench.memory_tinypytorch(model, x, target, segments)
-    dropped = bench.memory_tinypytorch(model, x, target, segments, drop_gradients=True)
+    memory_saved.saved_tinypytorch(model, x, target, segments)  # the warm-up the benchmark does too
+    kept = memory_saved.memory_tinypytorch(model, x, target, segments)
+    dropped = memory_saved.memory_tinypytorch(model, x, target, segments, drop_gradients=True)
     activation = 16 * 32 * 8
     check_checkpointed_memory(kept, depth, segments, activation, 0)
     check_checkpointed_memory(dropped, depth, segments, activation, 0)
     assert kept.gradients == params_bytes and dropped.gradients == 0 and dropped.after_backward == dropped.output
     assert dropped.peak < kept.peak
-    plain = bench.memory_tinypytorch(model, x, target)
+    plain = memory_saved.memory_tinypytorch(model, x, target)
     assert plain.after_forward - plain.output == depth * activation  # every layer's output
     assert all(p.grad is None and not p._hooks for p in model.params())  # no gradient, no hook left behind
     assert gradients_tinypytorch(model, x, target, segments)[1][0].any()  # and the next backward gives gradients
@@ -438,10 +451,10 @@ def test_tinypytorch_checkpointed_memory_follows_the_schedule(depth, segments):
 def test_torch_checkpointed_memory_follows_the_schedule(depth, segments):
     model, x, target = workload(depth, np.float64, width=32, batch=16)
     params_bytes = sum(p.data.nbytes for p in model.params())
-    twin = bench.torch_twin(model)
-    bench.saved_torch(twin, x, target, segments)
-    kept = bench.memory_torch(twin, x, target, segments)
-    dropped = bench.memory_torch(twin, x, target, segments, drop_gradients=True)
+    twin = ports.torch_twin(model)
+    memory_saved.saved_torch(twin, x, target, segments)
+    kept = memory_saved.memory_torch(twin, x, target, segments)
+    dropped = memory_saved.memory_torch(twin, x, target, segments, drop_gradients=True)
     rng_states = (segments - 1) * torch.get_rng_state().nbytes  # each checkpoint keeps the generator's state
     check_checkpointed_memory(kept, depth, segments, 16 * 32 * 8, rng_states)
     check_checkpointed_memory(dropped, depth, segments, 16 * 32 * 8, rng_states)
@@ -462,7 +475,7 @@ def test_time_passes_takes_turns_and_clears_after_each():
             calls.append(("backward", self.name))
 
     passes = {name: (lambda name=name: calls.append(("forward", name)) or Loss(name)) for name in ("a", "b")}
-    times = bench.time_passes(passes, lambda: calls.append(("clear",)), repeats=3)
+    times = timing.time_passes(passes, lambda: calls.append(("clear",)), repeats=3)
     assert calls == [("forward", "a"), ("backward", "a"), ("clear",), ("forward", "b"), ("backward", "b"),
                      ("clear",)] * 3
     assert {name: len(t) for name, t in times.items()} == {"a": 3, "b": 3}
@@ -472,33 +485,34 @@ def fake_checkpoint_results(s, saved_extra=0, peak_scale=1.0, slow=1.0):
     """Results shaped like run_checkpoint's, consistent with the schedule: the report's checks must say yes."""
     itemsize = 4
     a = s["batch"] * s["width"] * itemsize
-    c = bench.working_memory(s["width"], s["batch"]) * itemsize
+    c = checkpointing.working_memory(s["width"], s["batch"]) * itemsize
     rng_bytes = torch.get_rng_state().nbytes
     results = {}
     for depth in s["depths"]:
-        for conf in bench.CONFIGURATIONS:
-            segments = bench.segments_for(conf, depth)
-            k = bench.segment_layout(depth, segments)[0]
+        for conf in checkpointing.CONFIGURATIONS:
+            segments = networks.segments_for(conf, depth)
+            k = networks.segment_layout(depth, segments)[0]
             row = {}
             for framework in ("tinypytorch", "torch"):
-                n, count = bench.expected_saved_checkpointed(depth, segments, s["width"], s["batch"], itemsize)
+                n, count = checkpointing.expected_saved_checkpointed(depth, segments, s["width"], s["batch"], itemsize)
                 n += saved_extra if framework == "tinypytorch" else 0
-                held = bench.held_activations(depth, segments) * a + (k - 1) * rng_bytes * (framework == "torch")
+                held = (checkpointing.held_activations(depth, segments) * a
+                        + (k - 1) * rng_bytes * (framework == "torch"))
                 gradients = depth * (s["width"] ** 2 + s["width"]) * itemsize
                 scale = peak_scale if conf == "sqrt" and framework == "tinypytorch" else 1.0
-                dropped = bench.Memory(peak=int((held + c) * scale), after_forward=held + 4, output=4,
-                                       after_backward=4, gradients=0, after_drop=0)
-                kept = bench.Memory(peak=gradients + 2 * a, after_forward=held + 4, output=4,
-                                    after_backward=gradients + 4, gradients=gradients, after_drop=gradients)
+                dropped = measures.Memory(peak=int((held + c) * scale), after_forward=held + 4, output=4,
+                                          after_backward=4, gradients=0, after_drop=0)
+                kept = measures.Memory(peak=gradients + 2 * a, after_forward=held + 4, output=4,
+                                       after_backward=gradients + 4, gradients=gradients, after_drop=gradients)
                 seconds = [1.0, 1.1, 0.9] if conf == "plain" else [1.3 * (slow if framework == "torch" else 1)] * 3
-                row[framework] = bench.Checkpointed(bench.Saved(n, count, held), kept, dropped, seconds)
+                row[framework] = checkpointing.Checkpointed(measures.Saved(n, count, held), kept, dropped, seconds)
             results[depth, conf] = row
     return results
 
 
 def test_report_checkpoint_states_each_target_and_the_plot_is_written(tmp_path):
     s = {"depths": [8, 16], "width": 1024, "batch": 256, "dtype": "float32", "repeats": {8: 3, 16: 3}}
-    text, targets = bench.report_checkpoint(fake_checkpoint_results(s), s, "quick")
+    text, targets = checkpointing.report_checkpoint(fake_checkpoint_results(s), s, "quick")
     assert targets == {"saved": True, "peak": {"tinypytorch": True, "torch": True},
                        "time": {"tinypytorch": True, "torch": True}}
     assert "saves no more than PyTorch in every configuration: met" in text
@@ -509,11 +523,11 @@ def test_report_checkpoint_states_each_target_and_the_plot_is_written(tmp_path):
     assert "at most 1.35× the plain run, PyTorch: met in every checkpointed row" in text
     assert "| 8 | 3 | √N segments | 4 | 1.300 | 1.30 | 1.44 |" in text  # medians 1.3 and 1.0, fastest 1.3 and 0.9
     assert "use_reentrant=False" in text and "float32" in text
-    bench.plot_checkpoint(fake_checkpoint_results(s), s, tmp_path / "checkpoint.png")
+    checkpointing.plot_checkpoint(fake_checkpoint_results(s), s, tmp_path / "checkpoint.png")
     assert (tmp_path / "checkpoint.png").read_bytes().startswith(b"\x89PNG")
 
-    text, targets = bench.report_checkpoint(fake_checkpoint_results(s, saved_extra=4, peak_scale=1.3, slow=1.1),
-                                            s, "quick")
+    text, targets = checkpointing.report_checkpoint(fake_checkpoint_results(s, saved_extra=4, peak_scale=1.3, slow=1.1),
+                                                    s, "quick")
     assert targets == {"saved": False, "peak": {"tinypytorch": False, "torch": True},
                        "time": {"tinypytorch": True, "torch": False}}
     assert "in every configuration: NOT met" in text and "bytes and tensors: NO" in text
@@ -522,27 +536,27 @@ def test_report_checkpoint_states_each_target_and_the_plot_is_written(tmp_path):
 
 
 def test_checkpoint_settings_are_the_issues_sizes():
-    full = bench.CHECKPOINT_SETTINGS["full"]
+    full = checkpointing.CHECKPOINT_SETTINGS["full"]
     assert {key: full[key] for key in ("depths", "width", "batch", "dtype")} == {
         "depths": [8, 16, 32, 64, 128], "width": 1024, "batch": 256, "dtype": "float32"}
     assert sorted(full["repeats"]) == full["depths"] and min(full["repeats"].values()) >= 3
-    quick = bench.CHECKPOINT_SETTINGS["quick"]
+    quick = checkpointing.CHECKPOINT_SETTINGS["quick"]
     assert sorted(quick["repeats"]) == quick["depths"]
-    assert set(bench.CONFIGURATIONS) == {"plain", "sqrt", "every"}
+    assert set(checkpointing.CONFIGURATIONS) == {"plain", "sqrt", "every"}
 
 
 # ----- reversible networks: the coupling stack and RevCol -----------------------------------------------------
 
 def coupling_workload(depth, dtype, width=WIDTH, batch=BATCH):
-    net = bench.build_coupling_stack(depth, width, dtype)
-    x, target = bench.batch_and_target(batch, width, dtype)
+    net = networks.build_coupling_stack(depth, width, dtype)
+    x, target = networks.batch_and_target(batch, width, dtype)
     return net, x, target
 
 
 def revcol_workload(columns, levels, dtype, width=WIDTH, batch=BATCH):
-    net = bench.RevColNet(columns, levels, width, dtype)
-    x, target = bench.batch_and_target(batch, width, dtype)
-    return net, x, bench.revcol_states(levels, batch, width, dtype), target
+    net = networks.RevColNet(columns, levels, width, dtype)
+    x, target = networks.batch_and_target(batch, width, dtype)
+    return net, x, networks.revcol_states(levels, batch, width, dtype), target
 
 
 def largest_relative_difference(grads, reference, zeros_exact=True):
@@ -594,18 +608,18 @@ REVERSIBLE_RTOL = 1e-12
 @pytest.mark.parametrize("depth", [1, 2, 5, 9])
 def test_coupling_stack_gives_the_plain_runs_loss_and_gradients_in_both_frameworks(depth):
     net, x, target = coupling_workload(depth, np.float64, width=8, batch=5)
-    twin = bench.torch_coupling_twin(net)
+    twin = ports.torch_coupling_twin(net)
     assert len(list(net.params())) == len(list(twin.parameters())) == 4 * depth
     for p, pt in zip(net.params(), twin.parameters(), strict=True):
         assert pt.dtype == torch.float64
         np.testing.assert_array_equal(pt.detach().numpy(), p.data)
-    ours = {c: tinypytorch_run(net, functools.partial(bench.loss_coupling_tinypytorch, net, x, target, c))
-            for c in bench.COUPLING_CONFIGURATIONS}
-    theirs = {c: torch_run(twin, functools.partial(bench.loss_coupling_torch, twin, x, target, c))
-              for c in bench.COUPLING_CONFIGURATIONS}
+    ours = {c: tinypytorch_run(net, functools.partial(networks.loss_coupling_tinypytorch, net, x, target, c))
+            for c in networks.COUPLING_CONFIGURATIONS}
+    theirs = {c: torch_run(twin, functools.partial(ports.loss_coupling_torch, twin, x, target, c))
+              for c in networks.COUPLING_CONFIGURATIONS}
     loss, plain = ours["plain"]
     assert all(np.any(g != 0) for g in plain)
-    for c in bench.COUPLING_CONFIGURATIONS:
+    for c in networks.COUPLING_CONFIGURATIONS:
         # the forward pass is the same arithmetic in every configuration: the same loss, to the bit
         assert ours[c][0] == loss and theirs[c][0] == theirs["plain"][0]
         np.testing.assert_allclose(theirs[c][0], loss, rtol=1e-12)
@@ -617,7 +631,7 @@ def test_coupling_stack_gives_the_plain_runs_loss_and_gradients_in_both_framewor
 def test_coupling_comparison_sees_a_wrong_gradient(monkeypatch):
     """The comparison above fails when the reversible backward is off: a wrong inverse (g's term dropped)."""
     net, x, target = coupling_workload(3, np.float64, width=8, batch=5)
-    _, plain = tinypytorch_run(net, functools.partial(bench.loss_coupling_tinypytorch, net, x, target, "plain"))
+    _, plain = tinypytorch_run(net, functools.partial(networks.loss_coupling_tinypytorch, net, x, target, "plain"))
     block_type = type(net.blocks[0])
     original = block_type.inverse
 
@@ -625,7 +639,7 @@ def test_coupling_comparison_sees_a_wrong_gradient(monkeypatch):
         return original(self, y, replay) * (1 + 1e-9)
 
     monkeypatch.setattr(block_type, "inverse", off_by_a_little)
-    _, wrong = tinypytorch_run(net, functools.partial(bench.loss_coupling_tinypytorch, net, x, target, "reversible"))
+    _, wrong = tinypytorch_run(net, functools.partial(networks.loss_coupling_tinypytorch, net, x, target, "reversible"))
     assert largest_relative_difference(wrong, plain) > REVERSIBLE_RTOL
 
 
@@ -633,17 +647,17 @@ def test_coupling_comparison_sees_a_wrong_gradient(monkeypatch):
 @pytest.mark.parametrize("columns", [1, 2, 5])
 def test_revcol_gives_the_non_reversible_runs_loss_and_gradients_in_both_frameworks(columns, levels):
     net, x, states, target = revcol_workload(columns, levels, np.float64, width=7, batch=5)
-    twin = bench.torch_revcol_twin(net)
-    pairs = bench.revcol_parameter_pairs(net, twin)
+    twin = ports.torch_revcol_twin(net)
+    pairs = ports.revcol_parameter_pairs(net, twin)
     assert len(pairs) == len(list(net.params())) == len(list(twin.parameters())) == columns * (5 * levels - 2)
     for p, pt in pairs:
         assert pt.dtype == torch.float64
         np.testing.assert_array_equal(pt.detach().numpy(), p.data)
     params, twin_params = [p for p, _ in pairs], [pt for _, pt in pairs]
-    ours = {c: tinypytorch_run(net, functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, c), params)
-            for c in bench.REVCOL_CONFIGURATIONS}
-    theirs = {c: torch_run(twin, functools.partial(bench.loss_revcol_torch, twin, x, states, target, c), twin_params)
-              for c in bench.REVCOL_CONFIGURATIONS}
+    ours = {c: tinypytorch_run(net, functools.partial(networks.loss_revcol_tinypytorch, net, x, states, target, c),
+                               params) for c in networks.REVCOL_CONFIGURATIONS}
+    theirs = {c: torch_run(twin, functools.partial(ports.loss_revcol_torch, twin, x, states, target, c), twin_params)
+              for c in networks.REVCOL_CONFIGURATIONS}
     loss, plain = ours["plain"]
     # every gradient is there; in the first column the alphas' and the upper Linears' weights' are zero (c = 0)
     first = 5 * levels - 2  # the parameters of a column
@@ -662,11 +676,11 @@ def test_revcol_one_function_keeps_the_columns_and_their_order():
     net, x, states, target = revcol_workload(3, 2, np.float64)
     assert net.joined.columns == net.columns
     assert len(list(net.params())) == 3 * (5 * 2 - 2)  # the joined columns' parameters are not counted twice
-    loss = bench.loss_revcol_tinypytorch(net, x, states, target, "one")
+    loss = networks.loss_revcol_tinypytorch(net, x, states, target, "one")
     functions = {type(f).__name__ for f in walk_tinypytorch_graph(loss)}
-    assert "ReversibleColumnsFunction" in functions and "ReverseFunction" not in functions
-    twin = bench.torch_revcol_twin(net)
-    loss = bench.loss_revcol_torch(twin, x, states, target, "one")
+    assert "ReversibleColumnsFunction" in functions and "RevColumnFunction" not in functions
+    twin = ports.torch_revcol_twin(net)
+    loss = ports.loss_revcol_torch(twin, x, states, target, "one")
     names = {f.name() for f in walk_torch_graph(loss)}
     assert any("TorchReversibleColumnsFunction" in n for n in names)
     assert not any("TorchReverseFunction" in n for n in names)
@@ -680,7 +694,7 @@ def test_first_states_back_is_the_reconstruction_error(dtype):
     back = {}
     for columns in (1, 2, 6):
         net, x, states, target = revcol_workload(columns, 4, dtype)
-        back[columns] = bench.first_states_back(net, x, states, target)
+        back[columns] = reversible.first_states_back(net, x, states, target)
         assert all(p.grad is None for p in net.params())
     eps = np.finfo(dtype).eps
     assert back[1] == 0 and 0 < back[2] < back[6] < 1e4 * eps
@@ -691,20 +705,20 @@ def test_revcol_comparison_sees_a_wrong_handover_between_columns(monkeypatch):
     column's own new c's instead (what a port that forgot to compute them back would do) and the comparison
     fails; so does an old c off by a part in a billion."""
     net, x, states, target = revcol_workload(3, 4, np.float64, width=7, batch=5)
-    twin = bench.torch_revcol_twin(net)
-    pairs = bench.revcol_parameter_pairs(net, twin)
-    _, plain = tinypytorch_run(net, functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, "plain"),
-                               [p for p, _ in pairs])
-    one = functools.partial(bench.loss_revcol_torch, twin, x, states, target, "one")
+    twin = ports.torch_revcol_twin(net)
+    pairs = ports.revcol_parameter_pairs(net, twin)
+    plain_loss = functools.partial(networks.loss_revcol_tinypytorch, net, x, states, target, "plain")
+    _, plain = tinypytorch_run(net, plain_loss, [p for p, _ in pairs])
+    one = functools.partial(ports.loss_revcol_torch, twin, x, states, target, "one")
     _, right = torch_run(twin, one, [pt for _, pt in pairs])
     assert largest_relative_difference(right, plain, zeros_exact=False) <= REVERSIBLE_RTOL
-    original = bench._torch_column_backward
+    original = ports.torch_column_backward
     for wrong_old in (lambda new, old: new, lambda new, old: [c * (1 + 1e-9) for c in old]):
         def handed_over(column, x_, new, gys, wrong_old=wrong_old):
             g_x, g_old, old = original(column, x_, new, gys)
             return g_x, g_old, wrong_old(new, old)
 
-        monkeypatch.setattr(bench, "_torch_column_backward", handed_over)
+        monkeypatch.setattr(ports, "torch_column_backward", handed_over)
         _, wrong = torch_run(twin, one, [pt for _, pt in pairs])
         assert largest_relative_difference(wrong, plain, zeros_exact=False) > REVERSIBLE_RTOL
 
@@ -712,10 +726,10 @@ def test_revcol_comparison_sees_a_wrong_handover_between_columns(monkeypatch):
 def test_revcol_comparison_sees_a_wrong_alpha_gradient(monkeypatch):
     """The torch port's alpha gradient is checked: halve it and the comparison fails."""
     net, x, states, target = revcol_workload(3, 4, np.float64, width=7, batch=5)
-    twin = bench.torch_revcol_twin(net)
-    pairs = bench.revcol_parameter_pairs(net, twin)
-    _, plain = tinypytorch_run(net, functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, "plain"),
-                               [p for p, _ in pairs])
+    twin = ports.torch_revcol_twin(net)
+    pairs = ports.revcol_parameter_pairs(net, twin)
+    plain_loss = functools.partial(networks.loss_revcol_tinypytorch, net, x, states, target, "plain")
+    _, plain = tinypytorch_run(net, plain_loss, [p for p, _ in pairs])
     original = torch.autograd.backward
 
     def halved(tensors, grad_tensors=None, *args, **kwargs):
@@ -724,16 +738,16 @@ def test_revcol_comparison_sees_a_wrong_alpha_gradient(monkeypatch):
         return original(tensors, grad_tensors, *args, **kwargs)
 
     monkeypatch.setattr(torch.autograd, "backward", halved)
-    _, wrong = torch_run(twin, functools.partial(bench.loss_revcol_torch, twin, x, states, target, "reversible"),
+    _, wrong = torch_run(twin, functools.partial(ports.loss_revcol_torch, twin, x, states, target, "reversible"),
                          [pt for _, pt in pairs])
     assert largest_relative_difference(wrong, plain) > 0.1
 
 
 def test_relative_error_is_per_parameter():
     reference = [np.array([1.0, -2.0]), np.array([100.0])]
-    assert bench.relative_error(reference, reference) == 0
-    assert bench.relative_error([np.array([1.0, -2.2]), np.array([100.0])], reference) == pytest.approx(0.1)
-    assert bench.relative_error([np.array([1.0, -2.0]), np.array([101.0])], reference) == pytest.approx(0.01)
+    assert reversible.relative_error(reference, reference) == 0
+    assert reversible.relative_error([np.array([1.0, -2.2]), np.array([100.0])], reference) == pytest.approx(0.1)
+    assert reversible.relative_error([np.array([1.0, -2.0]), np.array([101.0])], reference) == pytest.approx(0.01)
 
 
 # ----- reversible networks: what is saved, by hand ----------------------------------------------------------
@@ -742,21 +756,21 @@ def test_relative_error_is_per_parameter():
 @pytest.mark.parametrize("depth", [1, 2, 3, 5, 8])
 def test_coupling_saved_bytes_are_the_count_by_hand_in_both_frameworks(depth, dtype):
     net, x, target = coupling_workload(depth, dtype)
-    twin = bench.torch_coupling_twin(net)
+    twin = ports.torch_coupling_twin(net)
     itemsize = np.dtype(dtype).itemsize
     activation = BATCH * WIDTH * itemsize
-    for c in bench.COUPLING_CONFIGURATIONS:
-        ours = bench.count_saved_tinypytorch(functools.partial(bench.loss_coupling_tinypytorch, net, x, target, c),
-                                             net, [x, target])
-        theirs = bench.count_saved_torch(functools.partial(bench.loss_coupling_torch, twin, x, target, c), twin,
+    for c in networks.COUPLING_CONFIGURATIONS:
+        ours = measures.count_saved_tinypytorch(
+            functools.partial(networks.loss_coupling_tinypytorch, net, x, target, c), net, [x, target])
+        theirs = measures.count_saved_torch(functools.partial(ports.loss_coupling_torch, twin, x, target, c), twin,
                                          [x, target])
         assert ours == theirs
-        assert (ours.bytes, ours.count) == bench.expected_saved_coupling(depth, c, WIDTH, BATCH, itemsize)
-        assert ours.activations == bench.held_coupling(depth, c) * activation
+        assert (ours.bytes, ours.count) == reversible.expected_saved_coupling(depth, c, WIDTH, BATCH, itemsize)
+        assert ours.activations == reversible.held_coupling(depth, c) * activation
         if c == "reversible":  # the stack's output, and the loss's two operands (the output again, the target)
             assert (ours.bytes, ours.count, ours.activations) == (3 * activation, 3, activation)
         else:  # per block: x2, y1 and two tanh outputs (halves), two weights (f's not where x2 is the batch's)
-            k, _, m = bench.segment_layout(depth, bench.segments_for(c, depth))
+            k, _, m = networks.segment_layout(depth, networks.segments_for(c, depth))
             weights = (2 * m - (k == 1)) * (WIDTH // 2) ** 2 * itemsize
             assert ours.bytes == (k - 1) * activation + 2 * m * activation + weights + 2 * activation
     assert all(p.grad is None for p in net.params()) and all(p.grad is None for p in twin.parameters())
@@ -770,17 +784,17 @@ def test_the_hook_counts_what_the_reversible_tinypytorch_graph_saves(depth):
     net, x, target = coupling_workload(depth, np.float64)
     existing = [p.data for p in net.params()] + [x, target]
     for c in ("plain", "reversible"):
-        loss_fn = functools.partial(bench.loss_coupling_tinypytorch, net, x, target, c)
-        counted = bench.count_saved_tinypytorch(loss_fn, net, [x, target])
+        loss_fn = functools.partial(networks.loss_coupling_tinypytorch, net, x, target, c)
+        counted = measures.count_saved_tinypytorch(loss_fn, net, [x, target])
         walked = saved_in_tinypytorch_graph(loss_fn(), existing)
         assert walked[:2] == (counted.bytes, counted.count)
         if c == "reversible":  # one array: the output, no view
             assert walked[2] == counted.activations == x.nbytes
     net, x, states, target = revcol_workload(depth, 3, np.float64)
     existing = [p.data for p in net.params()] + [x, target, *states]
-    for c in bench.REVCOL_CONFIGURATIONS:
-        loss_fn = functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, c)
-        counted = bench.count_saved_tinypytorch(loss_fn, net, [x, target, *states])
+    for c in networks.REVCOL_CONFIGURATIONS:
+        loss_fn = functools.partial(networks.loss_revcol_tinypytorch, net, x, states, target, c)
+        counted = measures.count_saved_tinypytorch(loss_fn, net, [x, target, *states])
         assert saved_in_tinypytorch_graph(loss_fn(), existing) == (counted.bytes, counted.count, counted.activations)
 
 
@@ -793,15 +807,16 @@ def test_revcol_saved_bytes_are_the_count_by_hand_in_both_frameworks(columns, le
     counted = {}
     for n in (columns, columns + 1):
         net, x, states, target = revcol_workload(n, levels, dtype)
-        twin = bench.torch_revcol_twin(net)
-        for c in bench.REVCOL_CONFIGURATIONS:
-            ours = bench.count_saved_tinypytorch(
-                functools.partial(bench.loss_revcol_tinypytorch, net, x, states, target, c), net, [x, target, *states])
-            theirs = bench.count_saved_torch(
-                functools.partial(bench.loss_revcol_torch, twin, x, states, target, c), twin, [x, target, *states])
+        twin = ports.torch_revcol_twin(net)
+        for c in networks.REVCOL_CONFIGURATIONS:
+            ours = measures.count_saved_tinypytorch(
+                functools.partial(networks.loss_revcol_tinypytorch, net, x, states, target, c), net,
+                [x, target, *states])
+            theirs = measures.count_saved_torch(
+                functools.partial(ports.loss_revcol_torch, twin, x, states, target, c), twin, [x, target, *states])
             assert ours == theirs
-            assert (ours.bytes, ours.count) == bench.expected_saved_revcol(n, levels, c, WIDTH, BATCH, itemsize)
-            assert ours.activations == bench.held_revcol(n, levels, c) * activation
+            assert (ours.bytes, ours.count) == reversible.expected_saved_revcol(n, levels, c, WIDTH, BATCH, itemsize)
+            assert ours.activations == reversible.held_revcol(n, levels, c) * activation
             counted[n, c] = ours
     # one Function over the columns: x and the last column's L c's, and the loss's operands, at any number
     assert counted[columns + 1, "one"] == counted[columns, "one"]
@@ -818,26 +833,27 @@ def test_revcol_saved_bytes_are_the_count_by_hand_in_both_frameworks(columns, le
 
 def test_counts_by_hand():
     # one block, plain: x2, f's tanh, y1, g's tanh (4 halves = 2 activations), g's weight; the loss 2 operands
-    assert bench.expected_saved_coupling(1, "plain", 10, 3, 8) == ((2 + 2) * 3 * 10 * 8 + 5 * 5 * 8, 7)
-    assert bench.expected_saved_coupling(128, "reversible", 10, 3, 4) == (3 * 3 * 10 * 4, 3)
+    assert reversible.expected_saved_coupling(1, "plain", 10, 3, 8) == ((2 + 2) * 3 * 10 * 8 + 5 * 5 * 8, 7)
+    assert reversible.expected_saved_coupling(128, "reversible", 10, 3, 4) == (3 * 3 * 10 * 4, 3)
     # 8 blocks in 3 segments (2, 2, 4): 2 checkpoint inputs, 4 blocks of 6 tensors, the loss's 2
-    assert bench.expected_saved_coupling(8, "sqrt", 10, 3, 4) == ((2 + 8 + 2) * 3 * 10 * 4 + 8 * 25 * 4, 28)
-    assert [bench.held_coupling(8, c) for c in bench.COUPLING_CONFIGURATIONS] == [20, 2 + 10, 1]
+    assert reversible.expected_saved_coupling(8, "sqrt", 10, 3, 4) == ((2 + 8 + 2) * 3 * 10 * 4 + 8 * 25 * 4, 28)
+    assert [reversible.held_coupling(8, c) for c in networks.COUPLING_CONFIGURATIONS] == [20, 2 + 10, 1]
     # one column of 2 levels: level 0 x, zeros, tanh, c (4); top: c0', W, tanh, c (3 arrays and a weight)
-    assert bench.expected_saved_revcol(1, 2, "plain", 10, 3, 8) == ((7 + 2) * 3 * 10 * 8 + 100 * 8, 10)
+    assert reversible.expected_saved_revcol(1, 2, "plain", 10, 3, 8) == ((7 + 2) * 3 * 10 * 8 + 100 * 8, 10)
     # a second column: level 0 adds the upper weight and alpha; the top its alpha
-    assert bench.expected_saved_revcol(2, 2, "plain", 10, 3, 8) == (
+    assert reversible.expected_saved_revcol(2, 2, "plain", 10, 3, 8) == (
         (7 + 7 + 2) * 3 * 10 * 8 + (1 + 2) * 100 * 8 + 2 * 10 * 8, 10 + 11)
-    assert bench.expected_saved_revcol(16, 4, "reversible", 10, 3, 8) == ((16 * 5 + 2) * 3 * 10 * 8, 16 * 5 + 2)
-    assert bench.held_revcol(16, 4, "reversible") == 64 and bench.held_revcol(16, 4, "plain") == 128
+    assert reversible.expected_saved_revcol(16, 4, "reversible", 10, 3, 8) == ((16 * 5 + 2) * 3 * 10 * 8, 16 * 5 + 2)
+    assert reversible.held_revcol(16, 4, "reversible") == 64 and reversible.held_revcol(16, 4, "plain") == 128
     # one Function over 16 columns of 4 levels: x and 4 c's, the loss's 2 operands; held, the 4 c's
-    assert bench.expected_saved_revcol(16, 4, "one", 10, 3, 8) == ((1 + 4 + 2) * 3 * 10 * 8, 7)
-    assert bench.expected_saved_revcol(2, 4, "one", 10, 3, 8) == bench.expected_saved_revcol(16, 4, "one", 10, 3, 8)
-    assert bench.held_revcol(16, 4, "one") == bench.held_revcol(1, 4, "one") == 4
-    assert bench.CONCATENATE_BOUNDS == 3 * np.dtype(np.intp).itemsize
-    assert bench.held_coupling_extra(8, "plain", "tinypytorch") == 8 * bench.CONCATENATE_BOUNDS
-    assert bench.held_coupling_extra(8, "sqrt", "torch") == 2 * torch.get_rng_state().nbytes
-    assert bench.held_coupling_extra(8, "reversible", "tinypytorch") == bench.held_coupling_extra(
+    assert reversible.expected_saved_revcol(16, 4, "one", 10, 3, 8) == ((1 + 4 + 2) * 3 * 10 * 8, 7)
+    assert reversible.expected_saved_revcol(2, 4, "one", 10, 3, 8) == reversible.expected_saved_revcol(
+        16, 4, "one", 10, 3, 8)
+    assert reversible.held_revcol(16, 4, "one") == reversible.held_revcol(1, 4, "one") == 4
+    assert reversible.CONCATENATE_BOUNDS == 3 * np.dtype(np.intp).itemsize
+    assert reversible.held_coupling_extra(8, "plain", "tinypytorch") == 8 * reversible.CONCATENATE_BOUNDS
+    assert reversible.held_coupling_extra(8, "sqrt", "torch") == 2 * torch.get_rng_state().nbytes
+    assert reversible.held_coupling_extra(8, "reversible", "tinypytorch") == reversible.held_coupling_extra(
         8, "reversible", "torch") == 0
 
 
@@ -861,18 +877,18 @@ def test_coupling_stack_holds_the_same_after_forward_at_every_depth(framework):
         net, x, target = coupling_workload(depth, np.float64, width=32, batch=16)
         params_bytes = sum(p.data.nbytes for p in net.params())
         if framework == "torch":
-            net = bench.torch_coupling_twin(net)
-        loss = bench.loss_coupling_tinypytorch if framework == "tinypytorch" else bench.loss_coupling_torch
-        measure = bench.measure_tinypytorch if framework == "tinypytorch" else bench.measure_torch
-        for c in bench.COUPLING_CONFIGURATIONS:
+            net = ports.torch_coupling_twin(net)
+        loss = networks.loss_coupling_tinypytorch if framework == "tinypytorch" else ports.loss_coupling_torch
+        measure = measures.measure_tinypytorch if framework == "tinypytorch" else measures.measure_torch
+        for c in networks.COUPLING_CONFIGURATIONS:
             forward = functools.partial(loss, net, x, target, c)
             forward().backward()  # a warm-up, as the benchmark's counting pass
             net.zero_grad()
             kept, dropped = measure(forward, net), measure(forward, net, drop_gradients=True)
-            extra = bench.held_coupling_extra(depth, c, framework)
+            extra = reversible.held_coupling_extra(depth, c, framework)
             graph = extra if framework == "tinypytorch" else 0
-            check_reversible_memory(kept, bench.held_coupling(depth, c), activation, extra, graph)
-            check_reversible_memory(dropped, bench.held_coupling(depth, c), activation, extra, graph)
+            check_reversible_memory(kept, reversible.held_coupling(depth, c), activation, extra, graph)
+            check_reversible_memory(dropped, reversible.held_coupling(depth, c), activation, extra, graph)
             assert kept.gradients == params_bytes and dropped.gradients == 0
             held[depth, c], peaks[depth, c] = kept.after_forward, dropped.peak
         assert all(p.grad is None for p in net.parameters())
@@ -899,17 +915,17 @@ def test_revcol_holds_x_and_the_new_cs_of_every_column_after_forward(framework):
         net, x, states, target = revcol_workload(columns, 4, np.float64, width=32, batch=16)
         params_bytes = sum(p.data.nbytes for p in net.params())
         if framework == "torch":
-            net = bench.torch_revcol_twin(net)
-        loss = bench.loss_revcol_tinypytorch if framework == "tinypytorch" else bench.loss_revcol_torch
-        measure = bench.measure_tinypytorch if framework == "tinypytorch" else bench.measure_torch
-        for c in bench.REVCOL_CONFIGURATIONS:
+            net = ports.torch_revcol_twin(net)
+        loss = networks.loss_revcol_tinypytorch if framework == "tinypytorch" else ports.loss_revcol_torch
+        measure = measures.measure_tinypytorch if framework == "tinypytorch" else measures.measure_torch
+        for c in networks.REVCOL_CONFIGURATIONS:
             forward = functools.partial(loss, net, x, states, target, c)
             forward().backward()
             net.zero_grad()
             kept, dropped = measure(forward, net), measure(forward, net, drop_gradients=True)
             graph = reconstructed_after_backward(columns, 4, c, framework) * activation
-            check_reversible_memory(kept, bench.held_revcol(columns, 4, c), activation, graph=graph)
-            check_reversible_memory(dropped, bench.held_revcol(columns, 4, c), activation, graph=graph)
+            check_reversible_memory(kept, reversible.held_revcol(columns, 4, c), activation, graph=graph)
+            check_reversible_memory(dropped, reversible.held_revcol(columns, 4, c), activation, graph=graph)
             assert kept.gradients == params_bytes and dropped.gradients == 0
             held[columns, c] = kept.after_forward - kept.output
     # a reversible column holds its 4 new c's; a non-reversible one its tanh outputs too; one Function, 4 c's
@@ -937,9 +953,9 @@ def test_revcol_one_function_peak_does_not_grow_with_the_columns(framework):
         net, x, states, target = revcol_workload(columns, levels, np.float64, width=width, batch=batch)
         assert sum(p.data.nbytes for p in net.params()) == columns * column_gradients
         if framework == "torch":
-            net = bench.torch_revcol_twin(net)
-        loss = bench.loss_revcol_tinypytorch if framework == "tinypytorch" else bench.loss_revcol_torch
-        measure = bench.measure_tinypytorch if framework == "tinypytorch" else bench.measure_torch
+            net = ports.torch_revcol_twin(net)
+        loss = networks.loss_revcol_tinypytorch if framework == "tinypytorch" else ports.loss_revcol_torch
+        measure = measures.measure_tinypytorch if framework == "tinypytorch" else measures.measure_torch
         for c in ("reversible", "one"):
             forward = functools.partial(loss, net, x, states, target, c)
             forward().backward()
@@ -957,19 +973,19 @@ def test_revcol_one_function_peak_does_not_grow_with_the_columns(framework):
 
 def test_measure_gives_the_gradients_it_clears():
     net, x, target = coupling_workload(2, np.float64)
-    forward = functools.partial(bench.loss_coupling_tinypytorch, net, x, target, "plain")
+    forward = functools.partial(networks.loss_coupling_tinypytorch, net, x, target, "plain")
     collected = []
-    bench.measure_tinypytorch(forward, net, gradients_out=collected)
+    measures.measure_tinypytorch(forward, net, gradients_out=collected)
     assert len(collected) == 8 and all(p.grad is None for p in net.params())
     _, grads = tinypytorch_run(net, forward)
     for g, h in zip(collected, grads, strict=True):
         np.testing.assert_array_equal(g, h)
-    twin = bench.torch_coupling_twin(net)
+    twin = ports.torch_coupling_twin(net)
     collected_t = []
-    bench.measure_torch(functools.partial(bench.loss_coupling_torch, twin, x, target, "plain"), twin,
-                        gradients_out=collected_t)
+    measures.measure_torch(functools.partial(ports.loss_coupling_torch, twin, x, target, "plain"), twin,
+                           gradients_out=collected_t)
     assert len(collected_t) == 8 and all(p.grad is None for p in twin.parameters())
-    assert bench.relative_error(collected_t, collected) < 1e-12
+    assert reversible.relative_error(collected_t, collected) < 1e-12
 
 
 # ----- reversible networks: the report ----------------------------------------------------------------------
@@ -980,8 +996,8 @@ def fake_reversible_results(s, growth=1.0, slow=1.0):
     itemsize = 4
     results = {"coupling": {}, "revcol": {}}
     rng_bytes = torch.get_rng_state().nbytes
-    for part, sizes, names in [("coupling", s["coupling"]["depths"], bench.COUPLING_CONFIGURATIONS),
-                               ("revcol", s["revcol"]["columns"], bench.REVCOL_CONFIGURATIONS)]:
+    for part, sizes, names in [("coupling", s["coupling"]["depths"], networks.COUPLING_CONFIGURATIONS),
+                               ("revcol", s["revcol"]["columns"], networks.REVCOL_CONFIGURATIONS)]:
         p = s[part]
         a = p["batch"] * p["width"] * itemsize
         for i, n in enumerate(sizes):
@@ -989,24 +1005,25 @@ def fake_reversible_results(s, growth=1.0, slow=1.0):
                 row = {}
                 for framework in ("tinypytorch", "torch"):
                     if part == "coupling":
-                        nbytes, count = bench.expected_saved_coupling(n, conf, p["width"], p["batch"], itemsize)
-                        held = bench.held_coupling(n, conf) * a + bench.held_coupling_extra(n, conf, framework)
+                        nbytes, count = reversible.expected_saved_coupling(n, conf, p["width"], p["batch"], itemsize)
+                        held = (reversible.held_coupling(n, conf) * a
+                                + reversible.held_coupling_extra(n, conf, framework))
                     else:
-                        nbytes, count = bench.expected_saved_revcol(n, p["levels"], conf, p["width"], p["batch"],
-                                                                    itemsize)
-                        held = bench.held_revcol(n, p["levels"], conf) * a
+                        nbytes, count = reversible.expected_saved_revcol(n, p["levels"], conf, p["width"], p["batch"],
+                                                                         itemsize)
+                        held = reversible.held_revcol(n, p["levels"], conf) * a
                     held = int(held)
                     flat = conf == "reversible" if part == "coupling" else conf == "one"  # meant to be flat
                     scale = 1 + (growth - 1) * i / (len(sizes) - 1) if flat else 1
                     peak = int(10 * a * scale) if flat else held + 4 * a
                     gradients = 1000 * n
-                    dropped = bench.Memory(peak=peak, after_forward=held + 4, output=4, after_backward=4, gradients=0,
-                                           after_drop=0)
-                    kept = bench.Memory(peak=peak + gradients, after_forward=held + 4, output=4,
-                                        after_backward=gradients + 4, gradients=gradients, after_drop=gradients)
+                    dropped = measures.Memory(peak=peak, after_forward=held + 4, output=4, after_backward=4,
+                                              gradients=0, after_drop=0)
+                    kept = measures.Memory(peak=peak + gradients, after_forward=held + 4, output=4,
+                                           after_backward=gradients + 4, gradients=gradients, after_drop=gradients)
                     seconds = [1.0, 1.1, 0.9] if conf == "plain" else [1.6 * (slow if framework == "torch" else 1)] * 3
-                    row[framework] = bench.Measured(bench.Saved(nbytes, count, held), kept, dropped, seconds,
-                                                    0.0 if conf == "plain" else 2e-7)
+                    row[framework] = reversible.Measured(measures.Saved(nbytes, count, held), kept, dropped, seconds,
+                                                         0.0 if conf == "plain" else 2e-7)
                     if (part, conf, framework) == ("revcol", "one", "tinypytorch"):
                         row[framework].states_back = 1e-6 * n
                 results[part][n, conf] = row
@@ -1015,8 +1032,8 @@ def fake_reversible_results(s, growth=1.0, slow=1.0):
 
 
 def test_report_reversible_states_each_target_and_the_plot_is_written(tmp_path):
-    s = bench.REVERSIBLE_SETTINGS["quick"]
-    text, targets = bench.report_reversible(fake_reversible_results(s), s, "quick")
+    s = reversible.REVERSIBLE_SETTINGS["quick"]
+    text, targets = reversible_report.report_reversible(fake_reversible_results(s), s, "quick")
     met = {"tinypytorch": {"peak": True, "time": True}, "torch": {"peak": True, "time": True}}
     assert targets == {"coupling": met, "revcol": met}
     assert text.count("| yes |") == 3 * 3 + 2 * 3 and "| NO |" not in text  # every saved row as counted
@@ -1028,10 +1045,10 @@ def test_report_reversible_states_each_target_and_the_plot_is_written(tmp_path):
     assert "reversible at most 2× the plain run, PyTorch: met at every depth (ratios 1.60 to 1.60)" in text
     assert "| 8 | 2 | reversible | 1.600 | 1.60 | 1.78 |" in text  # medians 1.6 and 1.0, fastest 1.6 and 0.9
     assert "use_reentrant=False" in text and "float32" in text and "CPU: " in text
-    bench.plot_reversible(fake_reversible_results(s), s, tmp_path / "reversible.png")
+    reversible_report.plot_reversible(fake_reversible_results(s), s, tmp_path / "reversible.png")
     assert (tmp_path / "reversible.png").read_bytes().startswith(b"\x89PNG")
 
-    text, targets = bench.report_reversible(fake_reversible_results(s, growth=1.2, slow=1.3), s, "quick")
+    text, targets = reversible_report.report_reversible(fake_reversible_results(s, growth=1.2, slow=1.3), s, "quick")
     missed = {"tinypytorch": {"peak": False, "time": True}, "torch": {"peak": False, "time": False}}
     assert targets == {"coupling": missed, "revcol": missed}
     assert "from N = 2 to 8, tinypytorch: NOT met (max / min 1.200; N = 8 / N = 2: 1.200;" in text
@@ -1047,18 +1064,18 @@ def test_report_reversible_states_each_target_and_the_plot_is_written(tmp_path):
     assert "max |c| = 2.0e-06, 4.0e-06." in text and "It stays below 1e-2 at every number of columns here." in text
     results = fake_reversible_results(s)
     results["revcol"][4, "one"]["torch"].error = 0.5  # the one Function's gradients gone wrong at 4 columns
-    text = bench.report_reversible(results, s, "quick")[0]
+    text = reversible_report.report_reversible(results, s, "quick")[0]
     assert "PyTorch 2.0e-07, 5.0e-01;" in text
     assert "Where it passes 1e-2 (4 columns here), the first columns' gradients are no longer the network's" in text
     assert "usable in float32 up to 2 columns here." in text
     results = fake_reversible_results(s)
     results["revcol"][2, "reversible"]["tinypytorch"].dropped.after_forward += 8  # one stray array shows
-    text = bench.report_reversible(results, s, "quick")[0]
+    text = reversible_report.report_reversible(results, s, "quick")[0]
     assert "tinypytorch holds the count by hand in every row: NO; PyTorch: yes" in text
 
 
 def test_reversible_settings_are_the_issues_sizes():
-    full = bench.REVERSIBLE_SETTINGS["full"]
+    full = reversible.REVERSIBLE_SETTINGS["full"]
     assert full["dtype"] == "float32"
     coupling, revcol = full["coupling"], full["revcol"]
     assert {key: coupling[key] for key in ("depths", "width", "batch")} == {
@@ -1067,8 +1084,8 @@ def test_reversible_settings_are_the_issues_sizes():
     assert revcol["width"] in (256, 512)
     for part, sizes in [(coupling, coupling["depths"]), (revcol, revcol["columns"])]:
         assert sorted(part["repeats"]) == sizes and min(part["repeats"].values()) >= 3
-    quick = bench.REVERSIBLE_SETTINGS["quick"]
+    quick = reversible.REVERSIBLE_SETTINGS["quick"]
     assert sorted(quick["coupling"]["repeats"]) == quick["coupling"]["depths"]
     assert sorted(quick["revcol"]["repeats"]) == quick["revcol"]["columns"]
-    assert set(bench.COUPLING_CONFIGURATIONS) == {"plain", "sqrt", "reversible"}
-    assert set(bench.REVCOL_CONFIGURATIONS) == {"plain", "reversible", "one"}
+    assert set(networks.COUPLING_CONFIGURATIONS) == {"plain", "sqrt", "reversible"}
+    assert set(networks.REVCOL_CONFIGURATIONS) == {"plain", "reversible", "one"}

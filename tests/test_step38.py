@@ -689,3 +689,14 @@ def test_no_input_requiring_grad_raises_a_value_error_as_in_torch(check):
 def test_inputs_that_are_not_variables_are_refused():
     with pytest.raises(TypeError, match="gradcheck: input 0 must be a Variable"):
         gradcheck(tinypytorch.tanh, np.ones(3))
+
+
+def test_the_creation_stack_stops_before_function_call_and_what_it_calls():
+    # the stack ends at the call of the Function (in the user's code, or in a function such as log that makes
+    # it), never inside Function.__call__ or the method that records the graph
+    with anomaly.detect_anomaly():
+        y = tinypytorch.log(Variable(np.array([1.0, 2.0])))  # the user's line
+    stack = y.creator.creation_stack
+    assert "y = tinypytorch.log(Variable(np.array([1.0, 2.0])))" in stack
+    assert stack.strip().splitlines()[-1].strip() == "return Log()(x)"
+    assert "self.record(" not in stack and "core.py" not in stack

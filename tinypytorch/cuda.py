@@ -64,7 +64,7 @@ def as_numpy(x):
 def as_cupy(x):
     """`x` (an array, a Variable or a number) as a CuPy array on the current GPU."""
     if not GPU:
-        raise RuntimeError(f"as_cupy: CuPy with a usable GPU is required ({_why_no_gpu()})")
+        raise RuntimeError(f"as_cupy: CuPy with a usable GPU is required ({why_unavailable()})")
     return cupy.asarray(_array_of(x))
 
 
@@ -75,7 +75,7 @@ def _array_of(x):
     return getattr(x, "data", x)
 
 
-def _why_no_gpu():
+def why_unavailable():
     if cupy is None:
         return "CuPy is not installed: pip install -e .[gpu] (README: which CuPy for which driver)"
     return "CuPy is installed but finds no usable CUDA device"
@@ -141,7 +141,7 @@ def to_device(array, where, op="to"):
     if where.type == "cpu":
         return cupy.asnumpy(array)
     if not GPU:
-        raise RuntimeError(f"{op}: cannot move to {where}: {_why_no_gpu()}")
+        raise RuntimeError(f"{op}: cannot move to {where}: {why_unavailable()}")
     with cupy.cuda.Device(where.index or 0):
         return cupy.asarray(array)
 

@@ -52,8 +52,8 @@ class detect_anomaly(set_detect_anomaly):  # noqa: N801 (PyTorch's name)
 
 
 def record_creation(function):
-    """Keep where `function` was made: the stack of the forward call, without this frame and Function.__call__."""
-    stack = traceback.extract_stack()[:-2]  # drop this function and Function.__call__
+    """Keep where `function` was made: the stack of the forward call, without the package's own frames."""
+    stack = traceback.extract_stack()[:-3]  # drop this function, Function.record and Function.__call__
     function.creation_stack = "".join(traceback.format_list(stack))
 
 
