@@ -26,7 +26,7 @@ side by side:
   CuPy, CuPy by hand, PyTorch on the CPU and on CUDA; the size from which the GPU is faster than NumPy.
   The CPU columns run on one thread (PyTorch too, as in bench_autograd.py: NumPy's elementwise
   functions use one).
-- peak device memory of forward + backward of a RevNet stack (bench_memory.py's, from networks.py:
+- peak device memory of forward + backward of a RevNet stack (reversible.md's, from networks.py:
   N AdditiveCoupling blocks on 1,024 features, a batch of 256, float32) at depths N = 8 to 128,
   plain, in round(sqrt(N)) checkpointed segments (checkpoint_sequential, use_reentrant=False) and
   reversible (ReversibleSequential); each parameter's gradient let go as soon as it is complete, as
