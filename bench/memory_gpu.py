@@ -100,13 +100,14 @@ def memory_section(memory, s, targets):
     """Section 5: the peaks at each depth in both frameworks, and the two targets."""
     depths = s["memory"]["depths"]
     lines = ["", "## 5. Peak device memory: plain, √N-checkpointed and reversible", "",
-             f"the RevNet stack of reversible.md (bench/networks.py): N AdditiveCoupling blocks on {s['memory']['width']:,} features, "
+             "the RevNet stack of reversible.md (bench/networks.py): N AdditiveCoupling blocks on "
+             f"{s['memory']['width']:,} features, "
              f"a batch of {s['memory']['batch']:,}, float32; forward + backward, each parameter's gradient let go "
              "as soon as it is complete; √N: checkpoint_sequential with round(√N) segments, use_reentrant=False. "
              "tinypytorch: "
              "CuPy's memory pool (`tinypytorch.cuda.max_memory_allocated`); PyTorch: "
-             "`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, the ports of bench/ports.py. MiB above "
-             "what was held before.", "",
+             "`torch.cuda.max_memory_allocated` after `reset_peak_memory_stats`, the ports of bench/ports.py. "
+             "MiB above what was held before.", "",
              "| N | configuration | tinypytorch, MiB | PyTorch CUDA, MiB | tinypytorch / PyTorch |",
              "|---|---|---|---|---|"]
     for depth in depths:
