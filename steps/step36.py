@@ -131,7 +131,7 @@ t = b.reshape(3, 1)
 c = b[[0, 2]]
 v.mul_(10.0)
 print("b =", b, " versions: b", b._version, " v", v._version, " t", t._version, " b[[0, 2]]", c._version)
-print("the counter object is shared:", v._version_counter is b._version_counter is t._version_counter)
+print("the counter object is shared:", v.version_counter is b.version_counter is t.version_counter)
 
 # %% [markdown]
 # A view changed in place while gradients are recorded has one more thing to

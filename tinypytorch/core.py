@@ -60,7 +60,7 @@ class VersionCounter:
 def share_version_counter(y, counter):
     """y's data is memory that `counter` already counts (a view's base, a detached copy's original, a saved
     tensor's): one counter then counts the changes made through any of them (step 36)."""
-    y._version_counter = counter
+    y.version_counter = counter
 
 
 def increment_version(x):
@@ -69,7 +69,7 @@ def increment_version(x):
     In-place operations call it (step 36); so does code that writes into `x.data` itself, such as
     RevCol's clamp of alpha (step 43), so that a graph that saved the old value refuses to use it.
     """
-    x._version_counter.value += 1
+    x.version_counter.value += 1
 
 
 class Variable:
@@ -96,10 +96,10 @@ class Variable:
         self._requires_grad = requires_grad
         self._hooks = None  # step 34: {handle id: hook}, made by the first register_hook
         self._retains_grad = False  # step 34: retain_grad() was called on this non-leaf
-        self._version_counter = VersionCounter()  # step 36: shared with views of the same data
+        self.version_counter = VersionCounter()  # step 36: shared with views of the same data
 
     # Rarely set, so class-level defaults rather than one more attribute on every Variable:
-    _output_nr = 0  # step 35: which output of its creator this variable is
+    output_nr = 0  # step 35: which output of its creator this variable is (PyTorch's name)
     wrapped_number = False  # step 35: a Python number that Function.__call__ wrapped (PyTorch's wrapped number)
     grad_leaf = None  # step 37: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
@@ -108,26 +108,19 @@ class Variable:
     @property
     def _version(self):
         """How many in-place changes this variable's data has seen (step 36; PyTorch's `_version`)."""
-        return self._version_counter.value
+        return self.version_counter.value
 
     @property
     def _base(self):
         """For a view, the variable whose memory it shares; else None (step 36; PyTorch's `_base`)."""
         return None if self.view_record is None else self.view_record.base
 
-    @property
-    def version_counter(self):
-        """The counter of in-place changes (step 36), one object shared by this variable and its views."""
-        return self._version_counter
-
     def run_hooks(self, grad):
         """This variable's hooks (step 34) on its complete gradient, in the order registered: the gradient after them."""
+        if not self._hooks:  # most variables have none
+            return grad
         return autograd.hooks.call_hooks(self._hooks, grad, self.data.shape)
 
-    @property
-    def output_nr(self):
-        """Which output of its creator this variable is (PyTorch's `output_nr`)."""
-        return self._output_nr
 
     # step 36: in-place operations, PyTorch's names (tinypytorch.inplace says how they work)
     def add_(self, other):
@@ -299,7 +292,7 @@ class Variable:
     def set_creator(self, func, output_nr=0):
         self.creator = func
         self.generation = func.generation + 1  # step 16: one more than the function that made it
-        self._output_nr = output_nr  # step 35: the gradient of output i goes to slot i of func
+        self.output_nr = output_nr  # step 35: the gradient of output i goes to slot i of func
 
     def cleargrad(self):
         self.grad = None  # step 13: start a new computation from zero
@@ -354,7 +347,7 @@ class Variable:
     def detach(self):
         """A new leaf that shares this variable's data (and its version counter, step 36) and does not require grad."""
         detached = Variable(self.data, requires_grad=False)
-        share_version_counter(detached, self._version_counter)
+        share_version_counter(detached, self.version_counter)
         return detached
 
     # step 34: hooks on the gradient
@@ -373,7 +366,7 @@ class Variable:
         if self._hooks is None:
             self._hooks = {}
             if self.creator is not None:  # step 35: the hooks outlive the variable, as PyTorch's do
-                self.creator.keep_output_hooks(self._output_nr, self._hooks)
+                self.creator.keep_output_hooks(self.output_nr, self._hooks)
         handle = autograd.hooks.RemovableHandle(self._hooks)
         self._hooks[handle.id] = hook
         return handle
@@ -451,7 +444,7 @@ def gradient_edge(x):
     variable that needs no gradient (a constant) has no edge: (None, 0).
     """
     if x.creator is not None:
-        return x.creator, x._output_nr
+        return x.creator, x.output_nr
     if not x.requires_grad:
         return None, 0
     return (x if x.grad_leaf is None else x.grad_leaf), 0
@@ -525,9 +518,9 @@ class Function:
         A number goes to the device (NumPy or CuPy) of the other inputs, since CuPy will not mix
         with NumPy arrays (step 23).
         """
-        xp = cuda.get_array_module(*inputs)
+        xp, op = cuda.get_array_module(*inputs), self.op_name()
         like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
-        return tuple([as_variable(x, self.op_name(), xp, like[0] if like else None) for x in inputs])
+        return tuple([as_variable(x, op, xp, like[0] if like else None) for x in inputs])
 
     def record(self, inputs, ys, outputs):  # step 35
         """What the graph keeps of this call: where each input's gradient goes, what the gradients must look

@@ -188,15 +188,17 @@ class GraphTask:
         try:
             for root, gy in zip(roots, seeds, strict=True):
                 self.receive(*gradient_edge(root), gy)
-            while self.ready:
-                self.run_function(heapq.heappop(self.ready)[1])
+            ready, run_function = self.ready, self.run_function  # (read once: the loop runs every function)
+            while ready:
+                run_function(heapq.heappop(ready)[1])
         finally:
             _running.pop()
         return self.captured
 
     def run_function(self, f):
         """f has all its gradients: its outputs' hooks, its backward, its inputs' gradients sent on."""
-        gys = [self.finish_output(f, nr, gy) for nr, gy in enumerate(self.buffers.pop(f))]
+        finish_output = self.finish_output
+        gys = [finish_output(f, nr, gy) for nr, gy in enumerate(self.buffers.pop(f))]
         if self.capture and f not in self.leading:
             return  # reached only to hand back the gradient of a target it created
         gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
@@ -214,9 +216,10 @@ class GraphTask:
 
     def receive(self, node, nr, g):
         """Gradient g (None: nothing to add, one dependency fewer all the same) arrives at output nr of node."""
-        buffer = self.buffers.get(node)
+        buffers = self.buffers
+        buffer = buffers.get(node)
         if buffer is None:
-            buffer = self.buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
+            buffer = buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
         if g is not None:
             buffer[nr] = g if buffer[nr] is None else buffer[nr] + g  # step 14: contributions add up
         dependencies = self.dependencies
@@ -225,7 +228,7 @@ class GraphTask:
             if isinstance(node, Function):
                 heapq.heappush(self.ready, (-node.sequence_nr, node))
             else:
-                self.finish_leaf(node, self.buffers.pop(node)[0])  # a leaf: nothing more to run
+                self.finish_leaf(node, buffers.pop(node)[0])  # a leaf: nothing more to run
 
     def finish_leaf(self, x, gx):
         """x's gradient is complete: its hooks, then into `.grad`, or handed back."""
