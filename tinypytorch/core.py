@@ -488,7 +488,7 @@ class Function:
         for x in inputs:
             if x.view_record is not None:
                 inplace.refresh_view(x)  # step 36: if its base was changed in place since, a view's graph is redone
-        if cuda.cupy is not None and len(inputs) > 1:  # step 44: one device per operation, as in PyTorch
+        if len(inputs) > 1 and cuda.cupy is not None:  # step 44: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
         # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
         # flow to some input (step 33). Only then do the outputs require grad. (The attribute behind

@@ -170,6 +170,8 @@ class GraphTask:
     """
 
     _ids = itertools.count()
+    __slots__ = ("id", "capture", "retain_graph", "retain_grad", "leaf_hooks", "dependencies", "targets", "leading",
+                 "buffers", "ready", "captured", "sent")
 
     def __init__(self, roots, retain_graph, retain_grad=False, inputs=None, leaf_hooks=True):
         self.id = next(self._ids)  # step 39: tells nested passes apart
