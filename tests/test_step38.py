@@ -694,7 +694,7 @@ def test_inputs_that_are_not_variables_are_refused():
 def test_the_creation_stack_stops_before_function_call_and_what_it_calls():
     # the stack ends at the call of the Function (in the user's code, or in a function such as log that makes
     # it), never inside Function.__call__ or the method that records the graph
-    with anomaly.detect_anomaly():
+    with autograd.set_detect_anomaly(True):
         y = tinypytorch.log(Variable(np.array([1.0, 2.0])))  # the user's line
     stack = y.creator.creation_stack
     assert "y = tinypytorch.log(Variable(np.array([1.0, 2.0])))" in stack
