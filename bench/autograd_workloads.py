@@ -83,6 +83,15 @@ def wide_coefficients(branches, depth=10, seed=0):
     return np.random.default_rng(seed).uniform(0.5, 1.5, (branches, depth // 2))
 
 
+def runner(graph, framework, name):
+    """graph(size, framework, x0) as a function of (size, x0) named `name`: one builder serves each framework."""
+    def run(size, x0=0.5):
+        return graph(size, framework, x0)
+
+    run.__name__ = run.__qualname__ = name
+    return run
+
+
 def wide_graph(coefficients, framework, x0=0.5):
     """Build the graph in `framework` (TINYPYTORCH or TORCH); return a function that runs backward and returns dy/dx."""
     x = framework.leaf(x0)
@@ -95,12 +104,8 @@ def wide_graph(coefficients, framework, x0=0.5):
     return framework.backward(total, x)
 
 
-def wide_tinypytorch(coefficients, x0=0.5):
-    return wide_graph(coefficients, TINYPYTORCH, x0)
-
-
-def wide_torch(coefficients, x0=0.5):
-    return wide_graph(coefficients, TORCH, x0)
+wide_tinypytorch = runner(wide_graph, TINYPYTORCH, "wide_tinypytorch")
+wide_torch = runner(wide_graph, TORCH, "wide_torch")
 
 
 def wide_numpy(coefficients, x0=0.5):
@@ -286,12 +291,8 @@ def chain_graph(n, framework, x0=0.5):
     return framework.backward(y, x)
 
 
-def chain_tinypytorch(n, x0=0.5):
-    return chain_graph(n, TINYPYTORCH, x0)
-
-
-def chain_torch(n, x0=0.5):
-    return chain_graph(n, TORCH, x0)
+chain_tinypytorch = runner(chain_graph, TINYPYTORCH, "chain_tinypytorch")
+chain_torch = runner(chain_graph, TORCH, "chain_torch")
 
 
 def chain_numpy(n, x0=0.5):
@@ -317,9 +318,5 @@ def fan_graph(n, framework, x0=0.5):
     return framework.backward(s, x)
 
 
-def fan_tinypytorch(n, x0=0.5):
-    return fan_graph(n, TINYPYTORCH, x0)
-
-
-def fan_torch(n, x0=0.5):
-    return fan_graph(n, TORCH, x0)
+fan_tinypytorch = runner(fan_graph, TINYPYTORCH, "fan_tinypytorch")
+fan_torch = runner(fan_graph, TORCH, "fan_torch")

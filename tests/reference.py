@@ -11,6 +11,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
+from tinypytorch import Variable, mean_squared_error
+
 # ----- arrays -------------------------------------------------------------------------------
 
 
@@ -150,6 +152,19 @@ def torch_twin(model, activation=torch.nn.Sigmoid, dtype=torch.float64):
         for p, pt in zip(model.params(), twin.parameters(), strict=True):
             pt.copy_(torch.tensor(p.data))
     return twin
+
+
+def train_twins(model, twin, optimizer, optimizer_t, x, y, steps, device="cpu"):
+    """`steps` steps of mean-squared-error training of `model` (ours, its data on `device`) and `twin` (torch, on the
+    CPU), each with its own optimizer, on the same NumPy inputs x and targets y."""
+    xv, yv = (Variable(a, requires_grad=False).to(device) for a in (x, y))
+    for _ in range(steps):
+        optimizer.zero_grad()
+        mean_squared_error(model(xv), yv).backward()
+        optimizer.step()
+        optimizer_t.zero_grad()
+        torch.nn.functional.mse_loss(twin(torch.tensor(x)), torch.tensor(y)).backward()
+        optimizer_t.step()
 
 
 # ----- running the snapshot steps (pass the step's module or classes in) -----------------------

@@ -238,24 +238,6 @@ class ndarray:  # noqa: N801 (CuPy's name)
     def __iter__(self):
         return (_wrap(row) for row in self._a)
 
-    def __bool__(self):
-        return bool(self._a)
-
-    def __float__(self):
-        return float(self._a)
-
-    def __int__(self):
-        return int(self._a)
-
-    def __complex__(self):
-        return complex(self._a)
-
-    def __repr__(self):
-        return repr(self._a)
-
-    def __str__(self):
-        return str(self._a)
-
     def __format__(self, spec):
         return format(self._a.item() if self._a.ndim == 0 else self._a, spec)
 
@@ -316,6 +298,19 @@ class ndarray:  # noqa: N801 (CuPy's name)
 
     def fill(self, value):
         self._a.fill(_unwrap(value))
+
+
+def _conversion(convert):
+    """A conversion to a Python object (bool, float, ..., str), as the NumPy array inside gives it (CuPy's, with a sync)."""
+    def method(self):
+        return convert(self._a)
+
+    return method
+
+
+for _name, _convert in (("__bool__", bool), ("__float__", float), ("__int__", int), ("__complex__", complex),
+                        ("__repr__", repr), ("__str__", str)):
+    setattr(ndarray, _name, _conversion(_convert))
 
 
 def _method(name):

@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 import tinypytorch
 import tinypytorch.functions as F
-from reference import torch_twin
+from reference import torch_twin, train_twins
 from steploader import load_step
 from tinypytorch import Parameter, Variable
 from tinypytorch.layers import MLP, Layer, Linear
@@ -257,14 +257,8 @@ def run_twins(our_class, torch_class, kwargs, steps, seed, sizes=(2, 4, 1)):
     model = MLP(sizes, rng=np.random.default_rng(seed))
     twin = torch_twin(model)
     optimizer, optimizer_t = our_class(model.params(), **kwargs), torch_class(twin.parameters(), **kwargs)
-    x, y = uniform(seed, (8, sizes[0])), uniform(seed + 1, (8, sizes[-1]))
-    for _ in range(steps):
-        optimizer.zero_grad()
-        F.mean_squared_error(model(x), y).backward()
-        optimizer.step()
-        optimizer_t.zero_grad()
-        torch.nn.functional.mse_loss(twin(torch.tensor(x)), torch.tensor(y)).backward()
-        optimizer_t.step()
+    train_twins(model, twin, optimizer, optimizer_t, uniform(seed, (8, sizes[0])), uniform(seed + 1, (8, sizes[-1])),
+                steps)
     return model, twin
 
 

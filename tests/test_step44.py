@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import tinypytorch
+from reference import torch_twin, train_twins
 from tinypytorch import Variable, cuda, random
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import save_on_cpu
@@ -125,24 +126,13 @@ def test_training_steps_with_each_optimizer_equal_torchs(optimizer, xp):
     rng = np.random.default_rng(0)
     model = MLP((3, 8, 2), activation=F.tanh, rng=rng)
     x, target = rng.standard_normal((16, 3)), rng.standard_normal((16, 2))
-    twin = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2)).double()
-    with torch.no_grad():
-        for layer, t in zip(model.layers, [twin[0], twin[2]]):
-            t.weight.copy_(torch.tensor(layer.weight.data))
-            t.bias.copy_(torch.tensor(layer.bias.data))
+    twin = torch_twin(model, torch.nn.Tanh)
     model.to(on(xp))
-    opt = SGD(model.params(), lr=0.1) if optimizer == "SGD" else Adam(model.params(), lr=0.01)
-    opt_t = torch.optim.SGD(twin.parameters(), lr=0.1) if optimizer == "SGD" else \
-        torch.optim.Adam(twin.parameters(), lr=0.01)
-    xd, td = Variable(xp.asarray(x), requires_grad=False), Variable(xp.asarray(target), requires_grad=False)
-    for _ in range(5):
-        opt.zero_grad()
-        F.mean_squared_error(model(xd), td).backward()
-        opt.step()
-        opt_t.zero_grad()
-        torch.nn.functional.mse_loss(twin(torch.tensor(x)), torch.tensor(target)).backward()
-        opt_t.step()
-    for p, t in zip(model.params(), [twin[0].weight, twin[0].bias, twin[2].weight, twin[2].bias]):
+    make, make_t = (SGD, torch.optim.SGD) if optimizer == "SGD" else (Adam, torch.optim.Adam)
+    lr = 0.1 if optimizer == "SGD" else 0.01
+    opt = make(model.params(), lr=lr)
+    train_twins(model, twin, opt, make_t(twin.parameters(), lr=lr), x, target, 5, on(xp))
+    for p, t in zip(model.params(), twin.parameters(), strict=True):
         assert cuda.get_array_module(p.data) is xp
         np.testing.assert_allclose(host(p.data), t.detach().numpy(), rtol=1e-12, atol=1e-14)
     if optimizer == "Adam":
