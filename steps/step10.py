@@ -337,7 +337,7 @@ except AttributeError as error:
 # - A `Function` object remembers only its latest call, so it must not appear
 #   twice in one graph; `square` and `exp` create a fresh one per call.
 # - `numerical_diff` and `gradient_check` shift all elements at once and hold
-#   only for element-wise functions; step 38 checks one element at a time.
+#   only for element-wise functions; step 40 checks one element at a time.
 # - `numerical_diff` builds `Variable(x.data - eps)` without `as_array`. For a
 #   0-dimensional `x`, NumPy returns a scalar there, which the type check of
 #   step 09 rejects; a one-element array works, and step 11 adds the missing

@@ -114,8 +114,8 @@ for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
 # run `forward` on their arrays, wrap the results, and record the graph only
 # when `Config.enable_backprop` is on and some input requires a gradient. It
 # is short enough to read whole; three lines belong to later steps and are
-# each one call (views and in-place changes, step 36; one device per
-# operation, step 44), and what the graph keeps is one method of its own,
+# each one call (views and in-place changes, step 37; one device per
+# operation, step 48), and what the graph keeps is one method of its own,
 # `record`, which step 35 reads.
 
 # %%
@@ -301,7 +301,7 @@ print(inspect.getsource(tinypytorch.functions.Exp))
 # the line in `Function.__call__`: in `x + 1.0` with `x` on the GPU, the
 # number must become a CuPy array, since CuPy refuses to mix its arrays with
 # NumPy's. Operators such as `*` and `**` need nothing: they dispatch to the
-# right library by themselves. Step 44 runs the framework on a GPU.
+# right library by themselves. Step 48 runs the framework on a GPU.
 
 # %%
 x = Variable(np.array([1.0, 2.0]))

@@ -188,8 +188,8 @@ for node, count in engine.count_dependencies([y]).items():
 # step 34 and then store the gradient in `.grad` where it belongs (leaves,
 # and every variable with `retain_grad=True`). The parts for `autograd.grad`
 # (`capture`, `targets`, `leading`) come later in this step, `anomaly` in
-# step 38, `release_saved` in step 35, and `send` (a gradient a function
-# hands on before its backward has returned) in step 42.
+# step 39, `release_saved` in step 35, and `send` (a gradient a function
+# hands on before its backward has returned) in step 46.
 
 # %%
 print(inspect.getsource(engine.run_backward))
@@ -236,7 +236,7 @@ print(f"two passes, intermediate grads kept: x.grad = {x.grad:.1f}, a.grad = {a.
 #
 # `run_function` calls each function's backward through `call_backward`, which
 # checks the result: one gradient per input, and, in `checked_gradient`,
-# each of its input's shape (and dtype, step 41). A
+# each of its input's shape (and dtype, step 43). A
 # mistake in a user-written `Function`, such as forgetting to broadcast a
 # gradient back to the input's shape, is reported where it happens, naming
 # the function, instead of surfacing later as a wrong gradient or a

@@ -298,7 +298,7 @@ except TypeError as error:
 # ## Check against PyTorch
 #
 # - **What each operation saves.** PyTorch calls a pack hook
-#   (`torch.autograd.graph.saved_tensors_hooks`, step 37) once for every
+#   (`torch.autograd.graph.saved_tensors_hooks`, step 38) once for every
 #   tensor an operation saves; the same expression in tinypytorch is counted
 #   through its `SavedTensor`s. For every differentiable operation of the
 #   package, with every input requiring a gradient and with only one, the

@@ -1,739 +1,767 @@
 # %% [markdown]
-# # Step 39: Randomness, and checkpointing by recomputation
+# # Step 39: Debugging gradients: anomaly mode and gradcheck
 #
-# Steps 35 to 37 looked at what the backward pass keeps: the tensors each
-# function saves, and hooks that decide how they wait. This step keeps fewer
-# of them. **Gradient checkpointing** runs part of a network without saving
-# anything inside it, keeps only that part's inputs, and runs the part again
-# during the backward pass, when its saved tensors are needed. Memory is
-# traded for computation.
+# Two kinds of bug live in a backward pass. The loud kind stops the program or
+# fills the gradients with NaN: a `backward` raises, returns a wrong shape, or
+# divides zero by zero. The error then comes from deep inside the engine,
+# long after the forward pass, and says little about *which* operation of
+# the model caused it. The quiet kind returns numbers of the right shape that
+# are simply wrong: the model trains badly and nothing tells you why.
 #
-# Running a forward pass a second time is only correct if the second run
-# computes exactly what the first computed. Most operations do so by
-# themselves. Random ones do not: dropout draws a new mask on every call. So
-# before checkpointing, the framework needs random numbers of its own, whose
-# state it can save and restore. The step has two halves:
+# PyTorch has a tool for each, and so does the package from this step on:
 #
-# - the framework's random numbers: `manual_seed`, the generator's state,
-#   `fork_rng`, and dropout with training and evaluation modes;
-# - checkpointing in PyTorch's first, *reentrant* form: what it saves, how it
-#   recomputes, why it must restore the random state, and where it stops
-#   working.
+# - **anomaly mode** (`detect_anomaly`, `set_detect_anomaly`) records, for
+#   every operation of the forward pass, where in the program it was called;
+#   an error in its backward, or a NaN it returns, is reported with that
+#   place;
+# - **`gradcheck`** compares the whole Jacobian that `backward` computes with
+#   a numerical one, element by element;
+# - **`gradgradcheck`** does the same one order up, for the second derivatives
+#   of step 27.
 
 # %%
-import functools
 import inspect
+import re
+import time
 import warnings
 
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Config, Variable, autograd, random, recomputation
-from tinypytorch import functions as F
-from tinypytorch.autograd import engine
-from tinypytorch.autograd.graph import saved_tensors_hooks
-from tinypytorch.layers import Dropout, Layer, Linear
-from tinypytorch.utils import checkpoint as checkpoint_module
-from tinypytorch.utils.checkpoint import checkpoint
-
-
-def show(a, decimals=4):
-    """An array with fixed decimals, printed the same way on every machine."""
-    return np.array2string(np.asarray(a), precision=decimals, floatmode="fixed", separator=", ")
-
+from tinypytorch import Function, Variable, autograd
+from tinypytorch.autograd import GradcheckError, anomaly, gradcheck, gradgradcheck
+from tinypytorch.autograd.gradcheck import analytical_jacobian, numerical_jacobian
 
 # %% [markdown]
-# ## Random numbers the framework owns
+# ## Where a NaN comes from
 #
-# Dropout needs random numbers. It could take them from anywhere: NumPy's
-# global `np.random`, a generator the user passes in, the clock. But the
-# framework must be able to answer one question: *what will the next draw
-# be, and can the same draws be made again?* Checkpointing reruns a forward
-# pass during backward, and a dropout inside it must draw the mask it drew
-# the first time. Otherwise backward differentiates a network the forward
-# pass never ran.
+# A NaN in a gradient does not need a NaN, or even an infinity, in the
+# loss. Take $x = (0, 1)$ and keep only the second element of $\log x$:
 #
-# So, like PyTorch, tinypytorch has one **default generator** from which
-# everything random in the package draws. It is NumPy's `Generator` on the
-# PCG64 bit generator, in `tinypytorch.random`. Its state is a handful of
-# integers that can be read, copied and written back. It starts from a fixed
-# seed, 67280421310721 (the default seed in PyTorch's C++ source), so a
-# program that never seeds still draws the same numbers on every run.
-# `manual_seed` starts it again from a seed of your choice:
+# $$y = \log x = (-\infty, 0), \qquad \text{loss} = y_1 = 0$$
+#
+# (elements numbered from 0, as in Python).
+#
+# The loss is a finite number. Backward sends $(0, 1)$ to $y$ (the first
+# element was dropped, so its gradient is $0$), and `Log.backward` divides
+# it by $x$: $0/0 = \text{NaN}$ for the first element. From there the NaN
+# spreads to everything the gradient reaches. NumPy warns "divide by zero
+# encountered in log" in the forward pass and "invalid value encountered in
+# divide" in the backward pass, which say *what* happened, but not in which
+# of the model's thousands of operations. (Those NumPy warnings are silenced
+# below with `np.errstate`, so that only what the framework says is shown.)
 
 # %%
-print(inspect.getsource(random.manual_seed))
-print("initial seed:", random.initial_seed())
-
-# %%
-tinypytorch.manual_seed(0)
-first = random.default_generator().random(4)
-tinypytorch.manual_seed(0)
-again = random.default_generator().random(4)
-print("after manual_seed(0):", show(first))
-print("after manual_seed(0):", show(again))
+x = Variable(np.array([0.0, 1.0]), name="x")
+with np.errstate(divide="ignore", invalid="ignore"):
+    y = tinypytorch.log(x)
+    loss = y[1:].sum()
+    loss.backward()
+print("y =", y)
+print(f"loss = {loss:.1f}")
+print("x.grad =", x.grad)
 
 # %% [markdown]
-# PCG64 is integer arithmetic, and turning its 64-bit integers into floats in
-# $[0, 1)$ is exact, so these numbers are the same on every machine. The
-# printed decimals are safe.
+# ## Anomaly mode
 #
-# ### The state, saved and restored
+# In anomaly mode two things change:
 #
-# Seeding goes back to the very beginning of a stream. Checkpointing needs
-# something finer: note where the stream is *now*, and come back to that
-# place later. `get_rng_state` returns a snapshot (NumPy's state dictionary,
-# a copy), and `set_rng_state` puts the generator back there:
+# - every function recorded in the forward pass keeps `creation_stack`, the
+#   Python stack of the call that made it, as `traceback` formats it;
+# - the engine runs each `backward` through `checked_backward`: an exception
+#   raised inside gets a *note* (Python's `add_note`, printed under the
+#   traceback) with that stack, and a gradient containing NaN raises a
+#   `RuntimeError` naming the function and which of its outputs (gradients,
+#   one per input) it was, with the same note.
 
 # %%
-print(inspect.getsource(random.get_rng_state))
-print(inspect.getsource(random.set_rng_state))
+print(inspect.getsource(anomaly.record_creation))
+print(inspect.getsource(anomaly.checked_backward))
+
+# %% [markdown]
+# `tinypytorch.autograd.detect_anomaly()` turns the mode on for a `with`
+# block, and warns that it is slow, as PyTorch's does. The forward pass must
+# run inside the block too: that is when the stacks are recorded.
+#
+# A note is text with file paths and line numbers, which differ from one
+# machine to the next (and between this script and its notebook). The
+# helper below reads each frame's function and line of source out of such a
+# text, which is what we print.
 
 # %%
-tinypytorch.manual_seed(0)
-random.default_generator().random(10)  # the stream has moved on
-state = tinypytorch.get_rng_state()
-print("the snapshot holds:", sorted(state))
-print("three draws:          ", show(random.default_generator().random(3)))
-tinypytorch.set_rng_state(state)
-print("the same three again: ", show(random.default_generator().random(3)))
+FRAME = re.compile(r'^  File "[^"]*", line \d+, in (.+)\n    (.+)$', re.MULTILINE)
+
+
+def forward_frames(text):
+    """[(function, line of source)] for each frame of a traceback's text (paths and line numbers left out)."""
+    return FRAME.findall(text)
+
+
+x = Variable(np.array([0.0, 1.0]), name="x")
+with warnings.catch_warnings(record=True) as caught, np.errstate(divide="ignore", invalid="ignore"):
+    warnings.simplefilter("always")
+    with autograd.detect_anomaly():
+        y = tinypytorch.log(x)
+        loss = y[1:].sum()
+        try:
+            loss.backward()
+        except RuntimeError as error:
+            nan_error = error
+print("warning:", caught[0].message)
+print("RuntimeError:", nan_error)
+note = nan_error.__notes__[0]
+print(note.splitlines()[0])
+for function, line in forward_frames(note)[-2:]:
+    print(f"    in {function}: {line}")
 
 # %% [markdown]
-# ### `fork_rng`: draws that leave no trace
+# The error names `Log`, its 0th output (the gradient of its only input),
+# and the line of the forward pass that called it, `y = tinypytorch.log(x)`,
+# followed by the package's own `log`, which made the `Log` node. The real
+# note lists the whole stack with files and line numbers, as any traceback.
+# PyTorch says the same for this example, with its own name for the node,
+# `LogBackward0` (see the check at the end).
 #
-# Setting the state back is not the whole story. When the backward pass
-# recomputes a forward pass, it sets the generator to the state of the first
-# run, and the recomputation moves the generator on. Afterwards the stream
-# must continue from wherever it was *before* the recomputation. Otherwise
-# the next training step would draw different masks with checkpointing than
-# without. `fork_rng` (PyTorch's `torch.random.fork_rng`) does this: whatever
-# is drawn inside it, the state outside continues as if nothing had been
-# drawn. It restores the state even when the block raises.
+# The stacks are recorded in the forward pass. With anomaly mode turned on
+# around `backward` only, the NaN is still caught and named, but there is no
+# place to show (PyTorch: "No forward pass information available"):
 
 # %%
-print(inspect.getsource(random.fork_rng))
+x = Variable(np.array([0.0, 1.0]), name="x")
+with np.errstate(divide="ignore", invalid="ignore"):
+    loss = tinypytorch.log(x)[1:].sum()
+    with autograd.set_detect_anomaly(True):
+        try:
+            loss.backward()
+        except RuntimeError as error:
+            print("RuntimeError:", error)
+            print(error.__notes__[0])
+
+# %% [markdown]
+# Why NaN and not also infinity? An infinite gradient is not always a bug:
+# the gradient of $\log$ at $0$ *is* $+\infty$, and PyTorch gives it. NaN has
+# no such reading. `check_nan=False` keeps the recorded stacks but skips the
+# NaN test (it costs a pass over every gradient):
 
 # %%
-tinypytorch.manual_seed(0)
-plain = random.default_generator().random(2)
-tinypytorch.manual_seed(0)
-with random.fork_rng():
-    inside = random.default_generator().random(5)
-after = random.default_generator().random(2)
-print("two draws, no fork:          ", show(plain))
-print("five draws inside fork_rng:  ", show(inside))
-print("two draws after the fork:    ", show(after))
+x = Variable(np.array([0.0, 1.0]), name="x")
+with np.errstate(divide="ignore", invalid="ignore"), autograd.set_detect_anomaly(True, check_nan=False):
+    tinypytorch.log(x)[1:].sum().backward()
+print("with check_nan=False, no error: x.grad =", x.grad)
 
 # %% [markdown]
-# ## Dropout
+# ### Any error in a backward
 #
-# Dropout (Srivastava et al., 2014) is the reason this step needs random
-# numbers. During training it sets each element of its input to zero with
-# probability $p$, independently, and divides the survivors by $1 - p$:
-#
-# $$
-# y_i = \frac{m_i\, x_i}{1 - p}, \qquad
-# m_i = \begin{cases} 1 & \text{with probability } 1 - p \\ 0 & \text{with probability } p \end{cases}
-# $$
-#
-# The division keeps the expected value unchanged, $\mathbb{E}[y_i] = x_i$, so
-# the layer can simply be switched off after training ("inverted dropout",
-# what PyTorch does). The derivative is the mask again, scaled:
-# $\partial y_i / \partial x_i = m_i / (1 - p)$. The backward pass needs the
-# mask, so `Dropout` saves it (a boolean array, one byte an element, step 35).
-# The mask is drawn from the default generator: element $i$ is kept when the
-# generator's uniform draw $u_i$ satisfies $u_i \ge p$, which happens with
-# probability $1 - p$.
+# The note is added to *every* exception raised by a backward, not only to
+# NaN. Here is a user-written function with a bug: the sum of each row of a
+# matrix, whose backward forgets to spread the gradient back over the row.
+# Its gradient has shape $(n, 1)$ instead of $(n, m)$, which happens to be
+# right when $m = 1$. A model uses it twice, on a $(3, 1)$ and a $(3, 2)$
+# matrix:
 
 # %%
-print(inspect.getsource(F.Dropout))
-print(inspect.getsource(F.dropout))
+class RowSum(Function):
+    """The sum of each row: (n, m) -> (n,). Its backward has a bug."""
+
+    def forward(self, x):
+        return x.sum(axis=1)
+
+    def backward(self, gy):
+        return gy.reshape(-1, 1)  # bug: should be broadcast to (n, m), the shape of x
+
+
+def model(a, b):
+    s = RowSum()(a)
+    t = RowSum()(b)
+    return (s * t).sum()
+
+
+rng = np.random.default_rng(38)
+narrow = Variable(rng.standard_normal((3, 1)), name="narrow")
+wide = Variable(rng.standard_normal((3, 2)), name="wide")
+try:
+    model(narrow, wide).backward()
+except ValueError as error:
+    print("ValueError:", error)
+    print("notes:", getattr(error, "__notes__", None))
 
 # %% [markdown]
-# On a matrix of ones, the output shows the mask directly: each element is
-# $0$ or $1/(1 - p) = 2$. The gradient of the sum is the same mask, scaled.
-# The mask can also be recomputed by hand, from a fresh PCG64 generator with
-# the same seed:
+# The engine checks the shape of every gradient, so it catches the bug and
+# names `RowSum`. But `RowSum` is called twice, and in a real model it may be
+# called in fifty places. In anomaly mode the same error says which call
+# made the node that failed:
 
 # %%
-tinypytorch.manual_seed(0)
-x = Variable(np.ones((2, 6)), name="x")
-y = F.dropout(x, p=0.5)
-y.sum().backward()
-print("y =\n" + show(y.data, 1))
-print("x.grad =\n" + show(x.grad.data, 1))
-by_hand = np.random.Generator(np.random.PCG64(0)).random((2, 6)) >= 0.5
-print("kept, by hand =\n" + show(by_hand))
+with autograd.set_detect_anomaly(True):
+    try:
+        model(narrow, wide).backward()
+    except ValueError as error:
+        print("ValueError:", error)
+        note = error.__notes__[0]
+        print(note.splitlines()[0])
+        function, line = forward_frames(note)[-1]
+        print(f"    in {function}: {line}")
 
 # %% [markdown]
-# Over many elements the fraction kept approaches $1 - p$, and the mean of the
-# output approaches the mean of the input:
+# The same holds for an exception a `backward` raises itself, a typo that
+# reads a missing attribute for instance.
+#
+# ### Turning it on and off, and what it costs
+#
+# `set_detect_anomaly(mode, check_nan=True)` sets the mode at once, for the
+# rest of the program; used in a `with` statement it gives the old mode
+# back at the end, as `detect_anomaly` does:
 
 # %%
-tinypytorch.manual_seed(0)
-y = F.dropout(Variable(np.ones(100_000)), p=0.3)
-print(f"kept: {np.count_nonzero(y.data) / y.size:.3f}   (1 - p = 0.7)")
-print(f"mean of the output: {y.data.mean():.3f}   (mean of the input: 1)")
+autograd.set_detect_anomaly(True)
+print("after set_detect_anomaly(True):", anomaly.enabled())
+autograd.set_detect_anomaly(False)
+print("after set_detect_anomaly(False):", anomaly.enabled())
+with autograd.set_detect_anomaly(True):
+    print("inside a with block:", anomaly.enabled())
+print("after the block:", anomaly.enabled())
 
 # %% [markdown]
-# ### Training and evaluation mode
-#
-# After training, a network should give the same answer every time it is
-# asked, so dropout must stop dropping. PyTorch switches every module of a
-# model at once: `model.train()` sets the `training` flag of the model and of
-# all its sub-modules, and `model.eval()` clears it. `Layer` now has the same
-# two methods, and the `Dropout` layer passes its input through when
-# `training` is off:
+# Outside anomaly mode a function keeps no stack at all. Inside, every
+# recorded operation stores one, a string built by walking and formatting
+# the whole Python stack, and every gradient is scanned for NaN:
 
 # %%
-print(inspect.getsource(Layer.train))
-print(inspect.getsource(Layer.eval))
-print(inspect.getsource(Dropout))
+x = Variable(np.array([0.5, 1.0]), name="x")
+y = tinypytorch.tanh(x)
+print("outside anomaly mode, Tanh has creation_stack:", hasattr(y.creator, "creation_stack"))
+with autograd.set_detect_anomaly(True):
+    y = tinypytorch.tanh(x)
+print("inside anomaly mode, Tanh has creation_stack: ", hasattr(y.creator, "creation_stack"))
 
 # %% [markdown]
-# The network used for the rest of this step is built from blocks of
-# `Linear`, `tanh` and `Dropout`:
+# How much slower a small graph gets (the figure depends on the machine and
+# on how deep the Python stack is, which is why this cell's output is not
+# compared):
+
+# %% tags=["nbval-ignore-output"]
+def forward_backward(steps=300):
+    x = Variable(np.array([0.5, 1.0, 1.5]))
+    y = x
+    for _ in range(steps):
+        y = tinypytorch.tanh(y) * 1.01
+    y.sum().backward()
+
+
+def seconds(repeat=5):
+    start = time.perf_counter()
+    for _ in range(repeat):
+        forward_backward()
+    return (time.perf_counter() - start) / repeat
+
+
+plain = seconds()
+with autograd.set_detect_anomaly(True):
+    slow = seconds()
+print(f"600 operations: {plain * 1e3:.1f} ms plain, {slow * 1e3:.1f} ms in anomaly mode ({slow / plain:.0f}x)")
+
+# %% [markdown]
+# So anomaly mode is for finding a bug, not for training: turn it on, run the
+# failing step once, read the note, turn it off.
 #
-# $$h_{k+1} = \operatorname{dropout}\bigl(\tanh(h_k W_k^\top + b_k)\bigr)$$
+# ## `gradcheck`: is the backward right?
 #
-# Its weights come from a seeded NumPy generator of its own (step 32). Only
-# dropout draws from the default generator.
+# Anomaly mode finds errors that announce themselves. A backward that returns
+# wrong numbers of the right shape announces nothing. Step 10 caught such
+# bugs by comparing `backward` with a numerical derivative, but only for
+# element-wise functions (it moved every element of $x$ at once) and only
+# with the seed gradient of ones, which let a backward that forgot its `gy`
+# pass. `gradcheck` compares the whole **Jacobian**. For a function with
+# inputs $x$ (flattened, $n$ elements) and output $y$ ($m$ elements), it is
+# the $n \times m$ matrix
+#
+# $$J_{ij} = \frac{\partial y_j}{\partial x_i},$$
+#
+# one row per input element and one column per output element, the layout
+# PyTorch's `gradcheck` prints. It is computed twice:
+#
+# - **numerically**, one row at a time: move input element $i$ by
+#   $\pm\varepsilon$ and take the central difference of step 04,
+#   $J_{i\cdot} \approx \big(y(x + \varepsilon e_i) - y(x - \varepsilon e_i)\big)/2\varepsilon$;
+#   that is $2n$ evaluations of the function;
+# - **analytically**, one column at a time: a backward pass whose incoming
+#   gradient is $e_j$ (1 at output element $j$, 0 elsewhere) returns
+#   $\partial y_j / \partial x$, column $j$; that is $m$ backward passes.
+#
+# They must agree element by element, $|J^{\text{ana}} - J^{\text{num}}| \le
+# \text{atol} + \text{rtol}\,|J^{\text{num}}|$, with PyTorch's defaults
+# $\varepsilon = 10^{-6}$, $\text{atol} = 10^{-5}$, $\text{rtol} = 10^{-3}$.
+# With a function of several inputs and outputs there is one such block per
+# (input that requires grad, output) pair. The cost ($2n$ forward and $m$
+# backward passes) makes it a tool for small test inputs, not for a model's
+# real ones.
 
 # %%
-class Net(Layer):
-    """`depth` blocks of Linear(width, width), tanh and Dropout(p)."""
-
-    def __init__(self, width, depth, p, seed=0):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        self.blocks = []
-        for k in range(depth):
-            setattr(self, f"linear{k}", Linear(width, width, rng=rng))
-            setattr(self, f"dropout{k}", Dropout(p))
-            self.blocks.append((getattr(self, f"linear{k}"), getattr(self, f"dropout{k}")))
-
-    def block(self, k, h):
-        linear, drop = self.blocks[k]
-        return drop(tinypytorch.tanh(linear(h)))
-
-    def forward(self, h):
-        for k in range(len(self.blocks)):
-            h = self.block(k, h)
-        return h
-
-
-net = Net(width=4, depth=2, p=0.5)
-x = Variable(np.full((1, 4), 0.5), name="x")
-print("training flags:", [type(m).__name__ + ("" if m.training else " (eval)") for m in net.modules()])
-tinypytorch.manual_seed(0)
-print("training:  ", show(net(x).data))
-net.eval()
-print("training flags:", [type(m).__name__ + ("" if m.training else " (eval)") for m in net.modules()])
-state = tinypytorch.get_rng_state()
-print("evaluation:", show(net(x).data))
-print("evaluation drew no random numbers:", tinypytorch.get_rng_state() == state)
-net.train()
-print("back in training:", all(m.training for m in net.modules()))
+print(inspect.getsource(numerical_jacobian))
+print(inspect.getsource(analytical_jacobian))
+print(inspect.getsource(gradcheck))
 
 # %% [markdown]
-# In training mode some outputs are zero and the rest are doubled. In
-# evaluation mode the network is deterministic, and it leaves the random
-# stream alone, as PyTorch's dropout does.
-
-# %% [markdown]
-# ## Checkpointing: keep the inputs, recompute the rest
+# ### Why float64, and why these tolerances
 #
-# A network of $N$ blocks keeps, for its backward pass, the activations of
-# all $N$ blocks (step 35). If each block saves $a$ bytes, that is $N a$
-# bytes, waiting from the forward pass until backward reaches them.
+# Step 04 worked out the error of a central difference: a truncation part
+# $\frac{\varepsilon^2}{6}|f'''|$ and a rounding part about $uR/\varepsilon$,
+# with $u$ the unit roundoff and $R$ the size of the values involved. In
+# float64, $u = 2^{-53} \approx 1.1 \times 10^{-16}$, so at
+# $\varepsilon = 10^{-6}$ the truncation part is about $10^{-13}|f'''|$ and
+# the rounding part about $10^{-10} R$: for functions of moderate size, some
+# five orders of magnitude inside `atol`. A wrong backward is usually off by
+# far more. In float32, $u = 2^{-24} \approx 6 \times 10^{-8}$:
+# the rounding part becomes $0.06\,R$, and on top of that $x \pm \varepsilon$
+# itself is rounded, so the step is not even $\varepsilon$. The numerical
+# Jacobian is then too poor to judge anything.
 #
-# A **checkpoint** around a segment of blocks changes this. The segment runs
-# in the forward pass without saving anything, and only its input is kept.
-# When the backward pass arrives at the segment, it runs the segment's
-# forward pass again, this time saving what backward needs, and
-# backpropagates through it at once. During the forward pass only the
-# segment's input waits. During the backward pass the segment's activations
-# exist again, but only until its own backward is done. The price is one more
-# forward pass of the segment (Chen et al., 2016, "Training deep nets with
-# sublinear memory cost").
-#
-# `checkpoint(function, *args)` has PyTorch's signature, from
-# `torch.utils.checkpoint`. The function can be any callable, such as a
-# layer. How much does it save? A pack hook (step 37) sees every tensor that
-# is saved. This one records each array once, and leaves out the parameters
-# and the network's input, which stay in memory anyway. The network has four
-# blocks of width 64, on a batch of 32, in float64, with dropout $p = 0.2$.
-# It is run three ways: plainly, with one checkpoint around the whole
-# network, and with a checkpoint around each block.
+# To see it with numbers that are the same on every machine, take
+# $f(x) = x^3$ built from multiplications only (IEEE 754 rounds each one
+# correctly, so every CPU gets the same bits) at points that float32 holds
+# exactly, and compare the numerical derivative with $3x^2$:
 
 # %%
-def saved_bytes(run, net, batch):
-    """Bytes of the distinct arrays saved for backward: by the forward pass and loss, then by the backward pass."""
-    x = Variable(batch, name="x")
-    leave_out = {id(p.data) for p in net.params()} | {id(x.data)}
-    arrays = {}
-
-    def pack(v):
-        if id(v.data) not in leave_out:
-            arrays[id(v.data)] = v.data
-        return v
-
-    with saved_tensors_hooks(pack, lambda v: v):
-        y = run(x)
-        loss = (y * y).sum()
-    forward = sum(a.nbytes for a in arrays.values())
-    arrays.clear()
-    with saved_tensors_hooks(pack, lambda v: v):  # catches what a recomputation saves
-        loss.backward()
-    return forward, sum(a.nbytes for a in arrays.values())
+def cube(v):
+    return v * v * v
 
 
-def every_block(net):
-    def run(x):
-        for k in range(len(net.blocks)):
-            x = checkpoint(functools.partial(net.block, k), x)
-        return x
-    return run
-
-
-net = Net(width=64, depth=4, p=0.2)
-batch = np.random.default_rng(1).standard_normal((32, 64))
-runs = {"plain": net, "one checkpoint": lambda x: checkpoint(net, x), "a checkpoint per block": every_block(net)}
-print(f"{'':24} {'saved by forward':>17} {'saved during backward':>22}")
-for name, run in runs.items():
-    tinypytorch.manual_seed(0)
-    forward, backward = saved_bytes(run, net, batch)
-    print(f"{name:24} {forward:17,} {backward:22,}")
+points = np.array([0.5, -1.25, 2.0])
+for dtype in (np.float64, np.float32):
+    x = Variable(points.astype(dtype))
+    numerical = np.diag(numerical_jacobian(cube, (x,), eps=1e-6)[(0, 0)])
+    print(f"{np.dtype(dtype).name}: largest error of the numerical derivative "
+          f"{np.abs(numerical - 3 * points**2).max():.0e}")
 
 # %% [markdown]
-# Each plain block saves its `tanh` output (16,384 bytes), its dropout mask
-# (2,048 bytes), and the dropout output, which the next `Linear` saves as its
-# input (the loss saves the last one). That makes $4 \times 34{,}816 =
-# 139{,}264$ bytes. With one checkpoint around the whole network, only the
-# network's output is saved, by the loss, outside the checkpoint. The
-# checkpoint itself saves its input $x$, which was left out of the count. The
-# functions inside ran with recording switched off, so they saved nothing.
-# With a checkpoint per block, each block's input is kept: three activations
-# and the output.
-#
-# The second column is the other side of the trade. The saved-tensor hooks
-# around `backward` catch the tensors that the recomputations save: 122,880
-# bytes either way, which is everything the plain forward pass saved inside
-# the network (the output, saved by the loss outside the checkpoint, is not
-# recomputed). With one checkpoint these tensors are all in memory together
-# during backward, so the peak is the same as without checkpointing: the
-# memory was only moved from the forward pass to the backward pass. With a
-# checkpoint per block, each block's tensors are freed by its own backward
-# pass before the next block is recomputed. Segments are what lower the peak,
-# and choosing them so that both the kept inputs and one segment's inside
-# stay small is the $\sqrt{N}$ schedule of step 41.
-
-# %% [markdown]
-# ## The reentrant implementation
-#
-# PyTorch's original checkpoint, `use_reentrant=True`, is a single autograd
-# `Function`, `CheckpointFunction`. It is what PyTorch 2.13 still runs when
-# `use_reentrant` is not given (with a warning asking you to choose), and it is
-# tinypytorch's default too. Its forward and backward are these:
+# Hence `gradcheck` warns, as PyTorch's does, when an input that requires
+# grad is not float64, and the check then fails even for a right backward:
 
 # %%
-print(inspect.getsource(checkpoint_module.CheckpointFunction))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = gradcheck(cube, Variable(points.astype(np.float32)), raise_exception=False)
+print("gradcheck on float32:", result)
+print(f"{caught[0].category.__name__}: {caught[0].message}")
 
 # %% [markdown]
-# **Forward.** `checkpoint` makes one `CheckpointFunction` node, whose inputs
-# are the checkpoint's arguments. Its `forward`:
+# ### Functions of the package pass
 #
-# 1. saves the random state (when `preserve_rng_state`, the default);
-# 2. saves the inputs with `save_for_backward`: this is all it keeps;
-# 3. runs the function under `no_grad`, on Variables that need no gradient,
-#    so that nothing inside records a graph or saves a tensor.
-#
-# The outputs therefore have one creator, the `CheckpointFunction`, with one
-# edge per input. The parameters used inside are not inputs of the node and
-# have no edge.
-#
-# **Backward.** When the engine reaches the node, its `backward`:
-#
-# 1. makes fresh leaves holding the saved inputs;
-# 2. inside `fork_rng`, sets the random state back to the one saved by
-#    forward (`recomputation.replaying`, below), so that dropout draws the
-#    same masks;
-# 3. runs the function again under `enable_grad`, which records a graph:
-#    the recomputation;
-# 4. runs a whole backward pass through that graph, from the recomputed
-#    outputs, seeded with the gradients it received. This is a backward pass
-#    *inside* a backward pass, which is why the form is called reentrant.
-#    This inner pass fills the `.grad` of the parameters inside the function
-#    as a side effect, like any `backward()`, and the `.grad` of the fresh
-#    leaves;
-# 5. returns the leaves' `.grad` as the gradients of its inputs, and the
-#    outer pass carries on.
+# `gradcheck(fn, inputs)` takes a function of Variables and a Variable or a
+# tuple of them; it checks the inputs that require grad. It returns `True`
+# or raises. Below: $\tanh$, a matrix product, and a layer
+# $\tanh(X W^\top + b)$ whose input $X$ is data (`requires_grad=False`), so
+# only $W$ and $b$ are checked.
 
 # %%
-print(inspect.getsource(recomputation.replaying))
-print(inspect.getsource(checkpoint_module._checkpoint_reentrant))
+def layer(X, W, b):
+    return tinypytorch.tanh(tinypytorch.linear(X, W, b))
+
+
+rng = np.random.default_rng(0)
+x = Variable(rng.standard_normal(4), name="x")
+A, B = Variable(rng.standard_normal((2, 3)), name="A"), Variable(rng.standard_normal((3, 4)), name="B")
+X = Variable(rng.standard_normal((5, 3)), name="X", requires_grad=False)
+W, b = Variable(rng.standard_normal((2, 3)), name="W"), Variable(rng.standard_normal(2), name="b")
+print("gradcheck(tanh, x):          ", gradcheck(tinypytorch.tanh, x))
+print("gradcheck(matmul, (A, B)):   ", gradcheck(tinypytorch.matmul, (A, B)))
+print("gradcheck(layer, (X, W, b)): ", gradcheck(layer, (X, W, b)))
 
 # %% [markdown]
-# To watch this happen, wrap the network in a function that records each
-# call: whether recording was on, and whether a backward pass was running
-# (`engine.current_pass()`, which the engine keeps for this purpose):
+# For $\tanh$, an element-wise function, the Jacobian is diagonal:
+# $1 - \tanh^2 x_i$ on the diagonal, exactly $0$ elsewhere (moving $x_i$
+# leaves the other outputs unchanged to the last bit). Both Jacobians, to six
+# decimals:
 
 # %%
-calls = []
-
-
-def watched(h):
-    calls.append(f"call {len(calls) + 1}: recording {'on' if Config.enable_backprop else 'off'}, "
-                 f"inside a backward pass: {engine.current_pass() is not None}")
-    return net(h)
-
-
-net = Net(width=3, depth=2, p=0.5)
-x = Variable(np.random.default_rng(2).standard_normal((2, 3)), name="x")
-y = checkpoint(watched, x)
-print(f"after forward:  {len(calls)} call(s)")
-print("the node:", type(y.creator).__name__, " its edges go to:",
-      [n.name if isinstance(n, Variable) else type(n).__name__ for n, _ in y.creator.edges])
-(y * y).sum().backward()
-print(f"after backward: {len(calls)} call(s)")
-print("\n".join(calls))
-print("every parameter has a gradient:", all(p.grad is not None for p in net.params()))
+with np.printoptions(precision=6, suppress=True):
+    print("numerical:\n", numerical_jacobian(tinypytorch.tanh, (x,), eps=1e-6)[(0, 0)])
+    print("analytical:\n", analytical_jacobian(tinypytorch.tanh, (x,))[(0, 0)])
 
 # %% [markdown]
-# The function ran twice: once in the forward pass, with recording off, and
-# once inside the backward pass, with recording on. The node has a single
-# edge, to `x`, and yet all four parameters received gradients. They came
-# from the inner backward pass.
+# ### A wrong backward fails
 #
-# ## Dropout inside a checkpoint
-#
-# Now the experiment this step has been preparing for. The network has six
-# blocks of width 16 with dropout $p = 0.3$, on a batch of 8, in float64.
-# The gradients of one training step are computed three ways, each from
-# `manual_seed(0)`:
-#
-# - **plain**: no checkpoint;
-# - **preserved**: one checkpoint around the network, `preserve_rng_state=True`;
-# - **not preserved**: the same, `preserve_rng_state=False`.
-#
-# After each backward pass, the gradients of the input and of every
-# parameter are compared with the plain run, and the generator is asked for
-# one more number. That number is where the next training step's masks would
-# start.
+# The classic slip in a linear map $y = W x$: its backward must return
+# $W^\top g_y$, and returns $W g_y$. For a square $W$ both have the right
+# shape, so no shape check can notice, and for a symmetric $W$ the result
+# would even be right. Below $x$ is a column, a $(3, 1)$ matrix, and $W$ is
+# data, not checked.
 
 # %%
-def one_step(net, batch, run):
-    """From manual_seed(0): y = run(x), sum(y^2).backward(); the gradients (x first) and the next draw."""
-    net.cleargrads()
-    tinypytorch.manual_seed(0)
-    x = Variable(batch.copy(), name="x")
-    y = run(x)
-    (y * y).sum().backward()
-    return [x.grad.data] + [p.grad.data for p in net.params()], random.default_generator().random()
+class MatVec(Function):
+    """y = W x, for a matrix W and a column x; W gets no gradient."""
+
+    def forward(self, W, x):
+        self.save_for_backward(W)
+        return W @ x
+
+    def backward(self, gy):
+        (W,) = self.saved_tensors
+        return None, W.T @ gy
 
 
-net = Net(width=16, depth=6, p=0.3)
-batch = np.random.default_rng(3).standard_normal((8, 16))
-plain, plain_next = one_step(net, batch, net)
-preserved, preserved_next = one_step(net, batch, lambda x: checkpoint(net, x))
-shifted, shifted_next = one_step(net, batch, lambda x: checkpoint(net, x, preserve_rng_state=False))
+class MatVecBuggy(MatVec):
+    def backward(self, gy):
+        (W,) = self.saved_tensors
+        return None, W @ gy  # bug: W instead of W^T
 
 
-def compare(grads, reference):
-    """(largest |difference|, every array bitwise equal, how many entries differ)."""
-    largest = max(np.abs(g - r).max() for g, r in zip(grads, reference))
-    equal = all(np.array_equal(g, r) for g, r in zip(grads, reference))
-    differ = sum(np.count_nonzero(g != r) for g, r in zip(grads, reference))
-    return largest, equal, differ
-
-
-entries = sum(g.size for g in plain)
-print(f"{'':14} {'max |difference|':>17} {'bitwise equal':>14} {'entries that differ':>20} {'next draw':>10}")
-print(f"{'plain':14} {'':>17} {'':>14} {'':>20} {plain_next:10.4f}")
-for name, grads, following in [("preserved", preserved, preserved_next), ("not preserved", shifted, shifted_next)]:
-    largest, equal, differ = compare(grads, plain)
-    print(f"{name:14} {largest:17.2g} {str(equal):>14} {f'{differ} of {entries}':>20} {following:10.4f}")
+Wc = Variable(np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [4.0, 0.0, 1.0]]), name="W", requires_grad=False)
+xc = Variable(rng.standard_normal((3, 1)), name="x")
+print("right backward:", gradcheck(lambda W, x: MatVec()(W, x), (Wc, xc)))
+try:
+    gradcheck(lambda W, x: MatVecBuggy()(W, x), (Wc, xc))
+except GradcheckError as error:
+    print("GradcheckError:", error)
 
 # %% [markdown]
-# With the random state preserved, the gradients are **bitwise equal** to the
-# plain run's: the largest difference is exactly zero. This is float64
-# arithmetic, the same operations in the same order on the same arrays, so
-# nothing less would be right. The generator also ends where the plain run
-# left it, because the recomputation drew its masks inside `fork_rng`.
+# The numerical Jacobian is $J_{ij} = \partial y_j / \partial x_i = W_{ji}$,
+# that is $W^\top$; the analytical one is $W$: the transposition shows at a
+# glance. (`GradcheckError` is a `RuntimeError`, as in PyTorch.) Input 1 is
+# `x`, the second of `(W, x)`.
 #
-# Without preservation, the recomputation drew *new* masks from wherever the
-# stream happened to be. The output and the loss were computed with the first
-# masks, but the backward pass differentiated a network with other masks.
-# Every gradient entry but one is wrong, many of them by about as much as the
-# gradient itself. (The entry that agrees is zero under both sets of masks.)
-# Nothing raises or warns, and training still runs, only on wrong gradients,
-# so the bug is easy to miss. The recomputation's draws were also not
-# forked, so the stream has moved on: every later mask of the training run
-# differs from the plain run's.
-#
-# PyTorch behaves the same way. Here is the same experiment with
-# `torch.utils.checkpoint.checkpoint(..., use_reentrant=True)`, PyTorch's own
-# generator (`torch.manual_seed`) and its dropout, on a copy of the network
-# (PyTorch's masks come from a different generator, so its numbers differ
-# from ours; the comparison is between its own runs):
+# PyTorch's `gradcheck` judges the same bug written as a
+# `torch.autograd.Function` the same way, and prints the same two matrices.
+# One difference in wording: PyTorch numbers only the inputs that require
+# grad, so for it `x` is input 0.
 
 # %%
 import torch
-import torch.utils.checkpoint
+from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 
-def torch_twin(net, masks=None):
-    """net in torch.nn (float64), the same weights. With `masks`, each block multiplies by a fixed mask instead."""
-    modules = []
-    for k, (linear, drop) in enumerate(net.blocks):
-        twin = torch.nn.Linear(linear.weight.shape[1], linear.weight.shape[0], dtype=torch.float64)
-        with torch.no_grad():
-            twin.weight.copy_(torch.from_numpy(linear.weight.data))
-            twin.bias.copy_(torch.from_numpy(linear.bias.data))
-        last = torch.nn.Dropout(drop.p) if masks is None else FixedMask(masks[k], drop.p)
-        modules += [twin, torch.nn.Tanh(), last]
-    return torch.nn.Sequential(*modules)
+class MatVecBuggyTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, W, x):
+        ctx.save_for_backward(W)
+        return W @ x
+
+    @staticmethod
+    def backward(ctx, gy):
+        (W,) = ctx.saved_tensors
+        return None, W @ gy  # the same bug
 
 
-class FixedMask(torch.nn.Module):
-    """Dropout with a mask given in advance: x * keep * (1 / (1 - p)), as tinypytorch computes it."""
+Wt, xt = torch.tensor(Wc.data), torch.tensor(xc.data, requires_grad=True)
+try:
+    torch.autograd.gradcheck(MatVecBuggyTorch.apply, (Wt, xt))
+except TorchGradcheckError as error:
+    print("torch GradcheckError:", error)
 
-    def __init__(self, keep, p):
-        super().__init__()
-        self.keep, self.scale = torch.from_numpy(keep.astype(np.float64)), 1.0 / (1.0 - p)
+# %% [markdown]
+# Step 10's forgotten `gy` is caught too. There, the broken function passed
+# whenever it came last, because its `gy` was the seed, all ones. The seeds of
+# `gradcheck` are one-hot, so column $j$ of the Jacobian comes out as
+# $e^{x}$ in *every* row instead of only in row $j$:
 
+# %%
+class ForgetfulExp(Function):
     def forward(self, x):
-        return x * self.keep * self.scale
+        y = np.exp(x)
+        self.save_for_backward(y)
+        return y
+
+    def backward(self, gy):
+        (y,) = self.saved_tensors
+        return y  # bug: should be gy * y
 
 
-def torch_one_step(twin, batch, run):
-    """one_step in PyTorch, from torch.manual_seed(0)."""
-    twin.zero_grad()
-    torch.manual_seed(0)
-    x = torch.tensor(batch, requires_grad=True)
-    y = run(x)
-    (y * y).sum().backward()
-    return [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in twin.parameters()], torch.rand(1).item()
+def forgetful_exp(x):
+    return ForgetfulExp()(x)
 
 
-twin = torch_twin(net)
-t_plain, t_plain_next = torch_one_step(twin, batch, twin)
-t_preserved, t_preserved_next = torch_one_step(
-    twin, batch, lambda x: torch.utils.checkpoint.checkpoint(twin, x, use_reentrant=True))
-t_shifted, t_shifted_next = torch_one_step(
-    twin, batch, lambda x: torch.utils.checkpoint.checkpoint(twin, x, use_reentrant=True, preserve_rng_state=False))
-print(f"PyTorch        {'bitwise equal':>14} {'next draw equal':>16}")
-for name, grads, following in [("preserved", t_preserved, t_preserved_next),
-                               ("not preserved", t_shifted, t_shifted_next)]:
-    print(f"{name:14} {str(compare(grads, t_plain)[1]):>14} {str(following == t_plain_next):>16}")
+print("ForgetfulExp:", gradcheck(forgetful_exp, x, raise_exception=False))
 
 # %% [markdown]
-# The same picture: bitwise equal gradients and an untouched stream with the
-# state preserved, wrong gradients and a shifted stream without it.
-# `preserve_rng_state=False` exists because saving and restoring the state
-# costs a little time. It is safe only when the checkpointed function draws
-# no random numbers at all.
-
-# %% [markdown]
-# ## The limits of the reentrant form
+# ### Bad input
 #
-# Because it is one node whose backward runs a backward pass of its own, the
-# reentrant checkpoint has two limits, both inherited from PyTorch.
-#
-# ### When no input requires a gradient
-#
-# The `CheckpointFunction` node records a graph only if one of its inputs
-# requires a gradient. The parameters used inside are not inputs. So if the
-# input is plain data, as the first segment of a network usually receives,
-# the output requires no gradient, there is no node, and the parameters
-# inside will never receive gradients. PyTorch warns, and so does
-# tinypytorch, with PyTorch's words. A `backward()` from that output then
-# fails, because nothing behind it requires a gradient:
-
-# %%
-net = Net(width=3, depth=2, p=0.0)
-data = np.random.default_rng(4).standard_normal((2, 3))
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    y = checkpoint(net, Variable(data, requires_grad=False))
-print("UserWarning:", caught[0].message)
-print("the output requires grad:", y.requires_grad)
-try:
-    (y * y).sum().backward()
-except RuntimeError as error:
-    print("RuntimeError:", error)
-print("gradients of the parameters:", [p.grad for p in net.params()])
-
-# %%
-twin = torch_twin(net)
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    y_t = torch.utils.checkpoint.checkpoint(twin, torch.tensor(data), use_reentrant=True)
-print("PyTorch, UserWarning:", caught[0].message)
-print("PyTorch, the output requires grad:", y_t.requires_grad)
-try:
-    (y_t * y_t).sum().backward()
-except RuntimeError as error:
-    print("PyTorch, RuntimeError:", error)
-print("PyTorch, gradients of the parameters:", [p.grad for p in twin.parameters()])
-
-# %% [markdown]
-# The usual repair is to set `requires_grad=True` on the input, although its
-# gradient is not wanted, or to leave the first layers outside the
-# checkpoint.
-#
-# ### `autograd.grad`
-#
-# `autograd.grad` (step 33) returns the gradients of the inputs it is asked
-# about and leaves every `.grad` alone. A reentrant checkpoint cannot obey
-# either rule. Its inner backward pass is an ordinary `backward()`, which
-# writes into the `.grad` of the parameters inside. And the outer pass cannot
-# ask the node for a parameter's gradient, because the parameters are not
-# its inputs. Rather than return wrong or missing gradients, the node refuses
-# when its backward runs in an `autograd.grad` pass:
-
-# %%
-x = Variable(data, name="x")
-y = checkpoint(net, x)
-try:
-    autograd.grad((y * y).sum(), x)
-except RuntimeError as error:
-    print("RuntimeError:", error)
-
-x_t = torch.tensor(data, requires_grad=True)
-y_t = torch.utils.checkpoint.checkpoint(twin, x_t, use_reentrant=True)
-try:
-    torch.autograd.grad((y_t * y_t).sum(), x_t)
-except RuntimeError as error:
-    print("PyTorch, RuntimeError:", error)
-
-# %% [markdown]
-# PyTorch now recommends `use_reentrant=False`. That form is built on the
-# saved-tensor hooks of step 37 rather than on a node with a backward pass
-# of its own, and it has neither limit. It is step 40.
-
-# %% [markdown]
-# ## Bad input
-#
-# `checkpoint` wants something it can call, and dropout a probability:
+# With nothing to differentiate there is nothing to check, and that is an
+# error, not a pass:
 
 # %%
 try:
-    checkpoint("net", Variable(data))
-except TypeError as error:
-    print("TypeError:", error)
-for p in (-0.1, 1.5):
-    try:
-        F.dropout(Variable(data), p=p)
-    except ValueError as error:
-        print("ValueError:", error)
-try:
-    Dropout(p=2)
+    gradcheck(tinypytorch.tanh, Variable(np.ones(3), requires_grad=False))
 except ValueError as error:
     print("ValueError:", error)
 
 # %% [markdown]
-# The generator refuses seeds and states that are not its own:
+# ## `gradgradcheck`: second derivatives
+#
+# Steps 27 and 28 differentiated gradients: `create_graph=True` records the
+# backward pass as a graph of its own, which works only if every `backward`
+# on the way computes with Variable operations. A `backward` that computes
+# on arrays (`x.data`) returns the right numbers, but as a constant: the
+# graph of the gradient is cut there, and every derivative through it is
+# silently $0$.
+#
+# `gradgradcheck(fn, inputs)` checks this. The backward pass with incoming
+# gradient $v$ computes a function of $x$ and $v$,
+#
+# $$g(x, v) = J(x)\,v, \qquad g_i = \sum_j v_j \frac{\partial y_j}{\partial x_i},$$
+#
+# and `gradgradcheck` runs `gradcheck` on $g$. The Jacobian of $g$ holds the
+# second derivatives ($\partial g_i / \partial x_k = \sum_j v_j\,
+# \partial^2 y_j / \partial x_i \partial x_k$) and $J$ once more
+# ($\partial g_i / \partial v_j$). Its analytical side is the backward of the
+# backward; $v$ is random (seeded), as in PyTorch.
+
+# %%
+print(inspect.getsource(gradgradcheck))
+
+# %% [markdown]
+# $x^3$ twice, as a user-written function: once with a backward written with
+# Variables, once with the same formula on arrays.
+
+# %%
+class Cube(Function):
+    def forward(self, x):
+        self.save_for_backward(x)
+        return x * x * x
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        return 3 * x * x * gy  # Variables: this computation is recorded under create_graph
+
+
+class CubeOnArrays(Cube):
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        return 3 * x.data * x.data * gy.data  # the same numbers, as an array: a constant
+
+
+x3 = Variable(points, name="x")
+for function in (Cube, CubeOnArrays):
+    def fn(v, function=function):
+        return function()(v)
+
+    first = gradcheck(fn, x3, raise_exception=False)
+    second = gradgradcheck(fn, x3, raise_exception=False)
+    print(f"{function.__name__:13} gradcheck: {first}   gradgradcheck: {second}")
+
+# %% [markdown]
+# `CubeOnArrays` passes `gradcheck` (its gradient is right) and fails
+# `gradgradcheck`. The failure shows why: the numerical second derivatives
+# are $6 x_i v_i$ on the diagonal, the analytical ones all $0$.
 
 # %%
 try:
-    tinypytorch.manual_seed(-1)
-except ValueError as error:
-    print("ValueError:", error)
+    gradgradcheck(lambda v: CubeOnArrays()(v), x3)
+except GradcheckError as error:
+    print("GradcheckError:", error)
+
+# %% [markdown]
+# Why this matters: when the cut gradient is one term among others, nothing
+# raises, and a second derivative is silently wrong. Differentiate
+# $\sum_i g_i + \sum_i x_i^2$, where $g$ is the gradient of $\sum_i x_i^3$;
+# the right answer is $6x + 2x$:
+
+# %%
+for function in (Cube, CubeOnArrays):
+    x3 = Variable(points, name="x")
+    (g,) = autograd.grad(function()(x3).sum(), x3, create_graph=True)
+    (gg,) = autograd.grad(g.sum() + (x3 * x3).sum(), x3)
+    print(f"{function.__name__:13} d/dx (sum(g) + sum(x^2)) = {gg.data}   (8x = {8 * points})")
+
+# %% [markdown]
+# PyTorch's `gradgradcheck` agrees: the same function with a backward that
+# calls `.detach()` (PyTorch's way of leaving the graph) passes `gradcheck`
+# and fails `gradgradcheck`. PyTorch words it differently: it sees that the
+# gradient does not depend on $x$ in the graph, so it expects the numerical
+# second derivative to be zero, and it is not.
+
+# %%
+class CubeDetachedTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved_tensors
+        return 3 * x.detach() * x.detach() * gy.detach()
+
+
+torch.manual_seed(0)
+x3t = torch.tensor(points, requires_grad=True)
+print("torch gradcheck:", torch.autograd.gradcheck(CubeDetachedTorch.apply, x3t))
 try:
-    tinypytorch.set_rng_state(np.random.MT19937(0).state)
-except TypeError as error:
-    print("TypeError:", error)
+    torch.autograd.gradgradcheck(CubeDetachedTorch.apply, x3t)
+except TorchGradcheckError as error:
+    print("torch gradgradcheck, GradcheckError:", str(error).splitlines()[0])
+
+# %% [markdown]
+# One more thing `gradgradcheck` does *not* do: it checks the backward of the
+# backward against the backward, not against the true derivative. The buggy
+# `MatVecBuggy` computes $g = W v$, a function whose own derivatives its
+# (differentiable) backward gets right, so `gradgradcheck` passes, in both
+# frameworks. Run `gradcheck` first; `gradgradcheck` only adds the second
+# order.
+
+# %%
+print("MatVecBuggy, gradgradcheck:      ", gradgradcheck(lambda W, x: MatVecBuggy()(W, x), (Wc, xc)))
+print("MatVecBuggy, torch gradgradcheck:", torch.autograd.gradgradcheck(MatVecBuggyTorch.apply, (Wt, xt)))
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# - **Dropout, given the same mask.** tinypytorch draws its masks from
-#   PCG64, PyTorch from its own generator, so the same seed gives different
-#   masks. The mask is therefore redrawn by hand from PCG64 and applied in
-#   PyTorch. Outputs and gradients are bitwise equal: multiplying by 0 or 1
-#   and then by $1/(1-p)$ rounds the same way in both.
-# - **A checkpointed network.** The six-block network with dropout is
-#   checkpointed in tinypytorch. Its PyTorch copy applies the masks that
-#   tinypytorch drew, as fixed multipliers, and is checkpointed with
-#   `torch.utils.checkpoint` (`use_reentrant=True`). The losses and all
-#   gradients agree. Both also equal their plain runs bitwise.
-# - **The random state.** With `preserve_rng_state`, the gradients are
-#   bitwise equal to the plain run's and the next draw is the same. Without
-#   it, both differ, in both frameworks.
-# - **The limits.** Both frameworks warn when no input requires a gradient,
-#   and both raise for `autograd.grad`.
+# - **The NaN case.** $\log$ of $(0, 1)$, second element kept, in anomaly
+#   mode: both raise, naming the function (`Log`, `LogBackward0`) and its 0th
+#   output, and both tracebacks of the forward call (our note, PyTorch's
+#   warning) point at the same line of `nan_case`.
+# - **An error in a backward.** `RowSum`'s wrong shape: both raise, and both
+#   point at the second call, `t = row_sum(b)`.
+# - **gradcheck and gradgradcheck** give torch's verdicts for every function
+#   of this step, with right and wrong backwards: `tanh`, `matmul`, the
+#   layer, `Cube`, `CubeOnArrays`, `ForgetfulExp`, `MatVec`, `MatVecBuggy`
+#   (torch versions of the user functions written the same way, `.detach()`
+#   for `.data`).
+# - **The Jacobians.** Our analytical Jacobian of each function equals
+#   `torch.autograd.functional.jacobian` of its torch version (same backward,
+#   right or wrong); our numerical Jacobian equals it where the backward is
+#   right.
 
 # %%
-rng = np.random.default_rng(5)
-for p in (0.1, 0.5, 0.9):
-    values, weights = rng.standard_normal((3, 7)), rng.standard_normal((3, 7))
-    tinypytorch.manual_seed(11)
-    x = Variable(values.copy())
-    y = F.dropout(x, p=p)
-    (y * weights).sum().backward()
-    keep = np.random.Generator(np.random.PCG64(11)).random((3, 7)) >= p
-    x_t = torch.tensor(values, requires_grad=True)
-    y_t = FixedMask(keep, p)(x_t)
-    (y_t * torch.from_numpy(weights)).sum().backward()
-    np.testing.assert_array_equal(y.data, y_t.detach().numpy())
-    np.testing.assert_array_equal(x.grad.data, x_t.grad.numpy())
-print("dropout with p = 0.1, 0.5, 0.9: outputs and gradients bitwise equal to PyTorch's with the same mask")
-
-net = Net(width=16, depth=6, p=0.3)
-tinypytorch.manual_seed(0)
-generator = np.random.Generator(np.random.PCG64(0))
-masks = [generator.random(batch.shape) >= 0.3 for _ in net.blocks]  # one per block, in the order drawn
-x = Variable(batch.copy())
-y = checkpoint(net, x)
-loss = (y * y).sum()
-loss.backward()
-grads = [x.grad.data] + [p.grad.data for p in net.params()]
-twin = torch_twin(net, masks)
-x_t = torch.tensor(batch, requires_grad=True)
-y_t = torch.utils.checkpoint.checkpoint(twin, x_t, use_reentrant=True)
-loss_t = (y_t * y_t).sum()
-loss_t.backward()
-grads_t = [x_t.grad.numpy()] + [p.grad.numpy() for p in twin.parameters()]
-np.testing.assert_allclose(loss.data, loss_t.item(), rtol=1e-12)
-for g, g_t in zip(grads, grads_t, strict=True):
-    np.testing.assert_allclose(g, g_t, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(g_t).max()))
-np.testing.assert_array_equal(grads[0], plain[0])
-assert compare(grads, plain)[1] and compare(t_preserved, t_plain)[1]
-print(f"checkpointed network with dropout: loss {loss.item():.4f} and {len(grads)} gradients equal PyTorch's",
-      "with tinypytorch's masks; both equal their plain runs bitwise")
-
-assert compare(preserved, plain)[1] and preserved_next == plain_next
-assert compare(t_preserved, t_plain)[1] and t_preserved_next == t_plain_next
-assert not compare(shifted, plain)[1] and shifted_next != plain_next
-assert not compare(t_shifted, t_plain)[1] and t_shifted_next != t_plain_next
-print("preserve_rng_state=True: bitwise equal gradients, same next draw; False: both differ; in both frameworks")
+from torch.autograd.functional import jacobian
 
 
-def limits(m):
-    """(the warning for an input that needs no gradient, the error of autograd.grad) in tinypytorch or torch."""
-    net = Net(width=3, depth=2, p=0.0)
-    module = net if m is tinypytorch else torch_twin(net)
-    run = checkpoint if m is tinypytorch else functools.partial(torch.utils.checkpoint.checkpoint,
-                                                                use_reentrant=True)
-    make = (lambda a, r: Variable(a, requires_grad=r)) if m is tinypytorch else \
-        (lambda a, r: torch.tensor(a, requires_grad=r))
-    with warnings.catch_warnings(record=True) as caught:
+def nan_case(m, x):
+    y = m.log(x)
+    return y[1:].sum()
+
+
+def rowsum_case(row_sum, a, b):
+    s = row_sum(a)
+    t = row_sum(b)
+    return (s * t).sum()
+
+
+def frame_of(function, text):
+    """The line of source that the traceback `text` shows for `function`."""
+    return [line for name, line in forward_frames(text) if name == function]
+
+
+def ours_anomaly(case, *args):
+    with np.errstate(divide="ignore", invalid="ignore"), autograd.set_detect_anomaly(True):
+        try:
+            case(*args).backward()
+        except (RuntimeError, ValueError) as error:
+            return str(error), error.__notes__[0]
+    raise AssertionError("no error in anomaly mode")
+
+
+def torch_anomaly(case, *args):
+    with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly():
         warnings.simplefilter("always")
-        y = run(module, make(data, False))
-    assert not y.requires_grad
-    x = make(data, True)
-    try:
-        (autograd.grad if m is tinypytorch else torch.autograd.grad)(run(module, x).sum(), x)
-    except RuntimeError as error:
-        return str(caught[0].message), str(error)
-    raise AssertionError("autograd.grad through a reentrant checkpoint should have raised")
+        try:
+            case(*args).backward()
+        except RuntimeError as error:
+            notes = [str(w.message) for w in caught if "Traceback of forward call" in str(w.message)]
+            return str(error), notes[0]
+    raise AssertionError("no error in anomaly mode")
 
 
-(warning, error), (warning_t, error_t) = limits(tinypytorch), limits(torch)
-assert warning == warning_t == "None of the inputs have requires_grad=True. Gradients will be None"
-assert error.startswith("When use_reentrant=True, tinypytorch.utils.checkpoint is incompatible with autograd.grad()")
-assert error_t.startswith("When use_reentrant=True, torch.utils.checkpoint is incompatible with .grad()")
-print("no input requiring grad: the same warning; autograd.grad: RuntimeError in both")
-print("PyTorch check passed: dropout, a checkpointed network's gradients, RNG preservation "
-      "and the reentrant limits as in torch")
+message, note = ours_anomaly(nan_case, tinypytorch, Variable(np.array([0.0, 1.0])))
+message_t, note_t = torch_anomaly(nan_case, torch, torch.tensor([0.0, 1.0], dtype=torch.float64, requires_grad=True))
+NAN = re.compile(r"Function '(\w+)' returned nan values in its (\d+)th output\.")
+assert NAN.fullmatch(message).groups() == ("Log", "0") and NAN.fullmatch(message_t).groups() == ("LogBackward0", "0")
+assert note.startswith("Error detected in Log.") and note_t.startswith("Error detected in LogBackward0.")
+assert frame_of("nan_case", note) == frame_of("nan_case", note_t) == ["y = m.log(x)"]
+print(f"NaN case: {message}  |  torch: {message_t}")
+print(f"  both forward tracebacks point at nan_case: {frame_of('nan_case', note)[0]}")
+
+
+class RowSumTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.sum(dim=1)
+
+    @staticmethod
+    def backward(ctx, gy):
+        return gy.reshape(-1, 1)  # the same bug
+
+
+def row_sum(x):
+    return RowSum()(x)
+
+
+message, note = ours_anomaly(rowsum_case, row_sum, narrow, wide)
+message_t, note_t = torch_anomaly(rowsum_case, RowSumTorch.apply, *[torch.tensor(v.data, requires_grad=True)
+                                                                    for v in (narrow, wide)])
+assert "RowSum" in message and "(3, 1)" in message and "(3, 2)" in message
+assert "RowSumTorch" in message_t and "[3, 1]" in message_t and "[3, 2]" in message_t
+assert frame_of("rowsum_case", note) == frame_of("rowsum_case", note_t) == ["t = row_sum(b)"]
+print("wrong shape in RowSum: both raise; both forward tracebacks point at rowsum_case: t = row_sum(b)")
+
+
+class CubeTorch(CubeDetachedTorch):
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * gy
+
+
+class ForgetfulExpTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.exp(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved_tensors
+        return y
+
+
+class MatVecTorch(MatVecBuggyTorch):
+    @staticmethod
+    def backward(ctx, gy):
+        (W,) = ctx.saved_tensors
+        return None, W.T @ gy
+
+
+def layer_torch(X, W, b):
+    return torch.tanh(torch.nn.functional.linear(X, W, b))
+
+
+CASES = {  # name: (ours, torch's, inputs, whether the backward is right)
+    "tanh": (tinypytorch.tanh, torch.tanh, (x,), True),
+    "matmul": (tinypytorch.matmul, torch.matmul, (A, B), True),
+    "layer": (layer, layer_torch, (X, W, b), True),
+    "Cube": (lambda v: Cube()(v), CubeTorch.apply, (x3,), True),
+    "CubeOnArrays": (lambda v: CubeOnArrays()(v), CubeDetachedTorch.apply, (x3,), True),
+    "ForgetfulExp": (forgetful_exp, ForgetfulExpTorch.apply, (x,), False),
+    "MatVec": (lambda W, x: MatVec()(W, x), MatVecTorch.apply, (Wc, xc), True),
+    "MatVecBuggy": (lambda W, x: MatVecBuggy()(W, x), MatVecBuggyTorch.apply, (Wc, xc), False),
+}
+print(f"{'':14}{'gradcheck':>18}{'gradgradcheck':>22}")
+print(f"{'':14}{'ours':>10}{'torch':>8}{'ours':>14}{'torch':>8}")
+for name, (ours, theirs, inputs, right) in CASES.items():
+    tensors = tuple(torch.tensor(v.data, requires_grad=v.requires_grad) for v in inputs)
+    verdicts = (gradcheck(ours, inputs, raise_exception=False),
+                torch.autograd.gradcheck(theirs, tensors, raise_exception=False),
+                gradgradcheck(ours, inputs, raise_exception=False),
+                torch.autograd.gradgradcheck(theirs, tensors, raise_exception=False))
+    assert verdicts[0] == verdicts[1] == right and verdicts[2] == verdicts[3], (name, verdicts)
+    print(f"{name:14}{verdicts[0]!s:>10}{verdicts[1]!s:>8}{verdicts[2]!s:>14}{verdicts[3]!s:>8}")
+
+    checked = [i for i, v in enumerate(inputs) if v.requires_grad]
+
+    def of_checked(*ts, theirs=theirs, tensors=tensors, checked=checked):
+        full = list(tensors)
+        for i, t in zip(checked, ts):
+            full[i] = t
+        return theirs(*full)
+
+    expected = jacobian(of_checked, tuple(tensors[i] for i in checked))
+    analytical, numerical = analytical_jacobian(ours, inputs), numerical_jacobian(ours, inputs, 1e-6)
+    for i, J in zip(checked, expected):
+        J = J.reshape(-1, inputs[i].size).T.numpy()  # torch: (output, input) -> ours: (input, output)
+        np.testing.assert_allclose(analytical[(i, 0)], J, rtol=1e-12, atol=1e-14)
+        if right:
+            np.testing.assert_allclose(numerical[(i, 0)], J, rtol=1e-6, atol=1e-8)
+print(f"Jacobians: analytical equal torch.autograd.functional.jacobian in all {len(CASES)} cases,",
+      f"numerical too in the {sum(right for *_, right in CASES.values())} with a right backward")
+print("PyTorch check passed: anomaly mode names the NaN and the failing call; gradcheck and gradgradcheck verdicts "
+      "and Jacobians equal torch's")

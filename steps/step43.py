@@ -1,1067 +1,977 @@
 # %% [markdown]
-# # Step 43: Reversible columns (RevCol)
+# # Step 43: Checkpointing on saved-tensor hooks
 #
-# Step 42 made a stack of blocks reversible: a block's input can be
-# computed from its output, so the stack keeps no activations for backward
-# and recomputes them on the way down. This step applies the idea to a
-# network of another shape, the reversible column network RevCol (Cai et
-# al., "Reversible Column Networks", ICLR 2023).
+# Step 42 checkpointed a function the reentrant way. The whole function became
+# one node of the graph: its forward ran with recording off, and its backward
+# ran the function again, this time recording, and then started a backward pass
+# of its own inside the outer one. Step 42 ended with the limits of that form.
+# When no input requires a gradient, there is no node, and the parameters
+# inside get no gradient. `autograd.grad` cannot use it, because the inner pass
+# writes into `.grad` instead of handing gradients back. And the function
+# always runs to the end, even when backward needs only part of it.
 #
-# A RevCol network is made of $N$ **columns**, each a small network of $L$
-# **levels** (in the paper, four feature scales of an image). Column $k$
-# takes the input $x$ and the $L$ states $c_0, \dots, c_{L-1}$ of column
-# $k - 1$ and returns $L$ new states for column $k + 1$. A column is built
-# so that its input states can be computed back from its output states.
-# RevCol's `ReverseFunction` uses this: a column keeps only $x$ and its new
-# states, and backward recomputes everything else.
-#
-# We read the package's version, check its gradients against a plain run
-# and against PyTorch (a plain column, and a port of RevCol's own
-# `ReverseFunction`), and then measure what reversibility costs and where it
-# breaks: memory against the number of columns, rounding errors that grow
-# when they are divided by a small $\alpha$, and random numbers that must be
-# drawn again identically.
+# PyTorch recommends another form, `checkpoint(..., use_reentrant=False)`. It
+# is built on step 38's saved-tensor hooks. The function runs normally, so
+# its graph is recorded as usual, but every tensor it saves goes through a
+# pack hook that keeps a small placeholder instead of the tensor. When backward
+# needs one of those tensors, the unpack hook runs the function again and
+# fills in every placeholder at once. The graph is the ordinary one; only
+# *where the saved tensors come from* has changed. This step reads that code,
+# counts what it recomputes, and looks at the errors it raises when the second
+# run does not match the first.
 
 # %%
-import gc
 import inspect
-import math
 import tracemalloc
 
-import matplotlib.pyplot as plt
 import numpy as np
-import torch
 
 import tinypytorch
-from tinypytorch import Parameter, Variable, autograd, random
+from tinypytorch import Function, Variable, autograd, recomputation
+from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
-from tinypytorch.layers import Layer, Linear
-from tinypytorch.reversible import (RevColumn, RevColumnFunction, ReversibleColumns, ReversibleColumnsFunction,
-                                    _column_backward, _column_forward, _level_backward, clamp_alpha)
-
-torch.set_num_threads(1)  # arrays this small gain nothing from threads
-
-
-def show(a, decimals=4):
-    """An array with fixed decimals, printed the same way on every machine."""
-    return np.array2string(np.asarray(a), precision=decimals, floatmode="fixed", separator=", ")
+from tinypytorch.layers import MLP, Parameter
+from tinypytorch.utils import checkpoint as checkpoint_module
+from tinypytorch.utils import saved_tensors
+from tinypytorch.utils.checkpoint import CheckpointError, checkpoint
 
 
-def bounded(value, bound):
-    """'< 1eK' after checking that value is below bound = 1eK; '0' for a value that must be exactly 0.
-
-    Rounding errors differ from one CPU to another (BLAS kernels, NumPy's vectorised tanh), by a small
-    factor, so the step prints a power of ten the error stays below, never the error itself."""
-    if bound == 0:
-        assert value == 0, value
-        return "0"
-    assert value < bound, (value, bound)
-    return f"< 1e{round(math.log10(bound))}"
+def show(a):
+    """An array with 4 decimals, printed the same way on every machine."""
+    return np.array2string(np.asarray(a), precision=4, floatmode="fixed", separator=", ")
 
 
 # %% [markdown]
-# ## The level equation
+# ## A function that says when it runs
 #
-# Write $c_i$ for the state of level $i$ that a column receives and $c_i'$
-# for the state it returns. A column computes its levels from the bottom
-# up:
+# The function below applies six operations to its input. A helper `run`
+# writes each operation's name into a log before running it, and adds
+# "(again)" when the operation runs inside a recomputation
+# (`recomputation.is_recomputing()`).
 #
-# $$
-# c_i' = l_i\bigl(c_{i-1}',\ c_{i+1}\bigr) + \alpha_i\, c_i, \qquad i = 0, \dots, L - 1,
-# $$
-#
-# with $c_{-1}' = x$ (level 0 reads the input) and no $c_L$ (the top level
-# reads only the level below). $l_i$ is any function with parameters; in
-# RevCol it *fuses* the new state of the level below with the old state of
-# the level above and runs a few ConvNeXt blocks on the result. $\alpha_i$
-# is a learnable scale, one number per channel, which RevCol starts at 0.5,
-# and $\alpha_i c_i$ is a shortcut from the same level of the previous
-# column. For four levels:
-#
-# $$
-# c_0' = l_0(x, c_1) + \alpha_0 c_0, \quad
-# c_1' = l_1(c_0', c_2) + \alpha_1 c_1, \quad
-# c_2' = l_2(c_1', c_3) + \alpha_2 c_2, \quad
-# c_3' = l_3(c_2') + \alpha_3 c_3.
-# $$
-#
-# ### Why a column can be inverted
-#
-# Solve each equation for the old state:
-#
-# $$
-# c_i = \frac{c_i' - l_i\bigl(c_{i-1}',\ c_{i+1}\bigr)}{\alpha_i}.
-# $$
-#
-# The right-hand side needs $c_i'$ and $c_{i-1}'$, outputs of the column,
-# and $c_{i+1}$, an *old* state. So the inverse runs from the top down: the
-# top level needs no old state, so $c_3$ comes first, then $c_2$ from it,
-# and so on down to $c_0$. $l_i$ need not be invertible: it never sees
-# $c_i$, which reaches $c_i'$ only through the shortcut. This is step 42's
-# additive coupling with a scale on the shortcut, and the inverse divides
-# by that scale. So $\alpha_i$ must never be 0, and, as we shall measure,
-# had better not be small.
-#
-# ### Columns
-#
-# A network stacks $N$ columns. Every column receives the same input $x$,
-# and the states one column returns are those the next one receives. The
-# first column has no previous column and starts from zeros (RevCol passes
-# the integer 0; here they are arrays of zeros).
-#
-# ## The package: `RevColumn`
-#
-# `RevColumn(levels, alphas)` is one column. `levels[i]` is a callable of
-# `(below, above)`, usually a `Layer`, returning an array shaped like
-# $c_i$ (`above` is `None` for the top level); `alphas[i]` is a `Parameter`
-# that broadcasts against $c_i$. Called with $x$ and the old states, it
-# returns the new ones:
+# Only the first three operations save tensors for backward (step 35): `sin`
+# saves its input, since $\sin' = \cos$ needs it; the square $h \cdot h$ saves
+# both factors; `tanh` saves its output, since $\tanh' = 1 - \tanh^2$. Adding
+# 1, multiplying by 3 and negating save nothing: their derivatives are
+# constants. So the function saves four tensors, and the last of them is saved
+# by the third operation.
 
 # %%
-print(inspect.getsource(RevColumn.forward))
-print(inspect.getsource(RevColumn.plain))
+log = []
+
+
+def run(name, operation, h):
+    log.append(name + (" (again)" if recomputation.is_recomputing() else ""))
+    return operation(h)
+
+
+def f(x, m=tinypytorch):
+    """Six operations; m is the module that provides sin and tanh (tinypytorch here, torch in the check)."""
+    h = run("sin", m.sin, x)
+    h = run("square", lambda h: h * h, h)
+    h = run("tanh", m.tanh, h)
+    h = run("add 1", lambda h: h + 1.0, h)
+    h = run("times 3", lambda h: h * 3.0, h)
+    return run("neg", lambda h: -h, h)
+
+
+x0 = np.array([0.5, 1.0, 2.0])
+x = Variable(x0.copy(), name="x")
+y = checkpoint(f, x, use_reentrant=False).sum()
+print("forward: ", log)
+log.clear()
+y.backward()
+print("backward:", log)
+print("x.grad =", show(x.grad))
 
 # %% [markdown]
-# `forward` checks that it got one state per level and keeps every $\alpha$
-# away from 0 (`clamp_alpha`, below). Then there are two paths:
+# The forward pass ran the six operations once. The backward pass ran three of
+# them again: `sin`, the square and `tanh`. The last three were not repeated,
+# because nothing they would compute is needed. This is **early stop**, and a
+# later section counts it more carefully.
 #
-# - with `reversible=False`, or with recording switched off, `plain`
-#   computes the level equations with ordinary operations and the graph
-#   records everything. This is RevCol's `_forward_nonreverse`, the
-#   reference the reversible path must reproduce;
-# - otherwise one `RevColumnFunction` node (RevCol's `ReverseFunction`)
-#   computes the whole column. Its
-#   inputs are $x$, the old states, the $\alpha$'s and every parameter of
-#   the levels, so the parameters' gradients come back through the graph
-#   like any other gradient.
-#
-# ### Forward
-#
-# `RevColumnFunction` is a thin shell around two functions on arrays, one
-# column's forward and backward, which the next section will reuse:
+# The gradient is the same as without the checkpoint, down to the last bit,
+# since the same operations ran on the same numbers:
 
 # %%
-print(inspect.getsource(RevColumnFunction))
-print(inspect.getsource(_column_forward))
+x_plain = Variable(x0.copy())
+f(x_plain).sum().backward()
+print("plain x.grad =", show(x_plain.grad))
+print("bitwise equal:", np.array_equal(x.grad.data, x_plain.grad.data))
 
 # %% [markdown]
-# Under `no_grad` nothing inside the levels is recorded. Before each level
-# the generator's state is noted (step 39), one snapshot per level, because
-# a level may draw random numbers (RevCol's blocks use DropPath) and
-# backward must draw the same ones again. Each level must return an array
-# of its state's shape. Then `save_for_backward(x, *new)` keeps $x$ and the
-# $L$ new states and nothing else, whatever the levels compute inside.
+# ## Placeholders instead of tensors
 #
-# ### Backward
-#
-# Backward receives $\bar g_i = \partial\mathcal{L}/\partial c_i'$, the
-# gradients of the new states from whatever used them. Two facts organise
-# it. First, $c_i'$ is used outside the column *and* by level $i + 1$ as
-# `below`, so its whole gradient is
-#
-# $$
-# T_i = \bar g_i + \Bigl(\frac{\partial l_{i+1}}{\partial\,\text{below}}\Bigr)^{\!\top} T_{i+1},
-# $$
-#
-# which needs level $i + 1$ done first: backward runs from the top down,
-# the order in which the inverse recovers the old states. Second,
-# everything else follows from $T_i$:
-#
-# $$
-# \frac{\partial\mathcal{L}}{\partial c_i} = \alpha_i T_i + \Bigl(\frac{\partial l_{i-1}}{\partial\,\text{above}}\Bigr)^{\!\top} T_{i-1},
-# \qquad
-# \frac{\partial\mathcal{L}}{\partial \alpha_i} = \sum_{\text{rows}} T_i \odot c_i,
-# \qquad
-# \frac{\partial\mathcal{L}}{\partial \theta_i} = \Bigl(\frac{\partial l_i}{\partial \theta_i}\Bigr)^{\!\top} T_i,
-# \qquad
-# \frac{\partial\mathcal{L}}{\partial x} = \Bigl(\frac{\partial l_0}{\partial\,\text{below}}\Bigr)^{\!\top} T_0.
-# $$
-#
-# The old $c_i$ gets the shortcut's share and what level $i - 1$ sends back
-# (it read $c_i$ as `above`); $\alpha_i$'s gradient needs the old $c_i$,
-# which backward must compute back first.
+# What did the graph keep? Step 35's `saved_tensors(y)` lists the functions
+# behind `y` with the tensors they saved. Under the checkpoint, every one of
+# them was packed by a hook, and what the hook kept is a `_Holder`, an empty
+# object:
 
 # %%
-print(inspect.getsource(_column_backward))
+log.clear()
+x = Variable(x0.copy(), name="x")
+y = checkpoint(f, x, use_reentrant=False).sum()
+for function, saved in saved_tensors(y):
+    holder = saved.packed
+    print(f"{type(function).__name__:5} keeps a {type(holder).__name__}, whose values are {holder.values}")
 
 # %% [markdown]
-# The work on one level is `_level_backward`'s:
+# The hooks are methods of a `_Frame`, one object per checkpointed call. The
+# frame remembers how to run the function again: the function, its inputs and
+# the random state (step 41). It also keeps, for each holder, the shape, dtype
+# and device of the tensor the holder stands for. That metadata is what
+# the determinism check below compares.
 
 # %%
-print(inspect.getsource(_level_backward))
+frame = saved_tensors(y)[0][1].unpack_hook.__self__
+print(type(frame).__name__, "with", len(frame.holders), "holders, in the order the tensors were saved:")
+for meta in frame.metadata:
+    print("  ", meta)
 
 # %% [markdown]
-# For each level, from the top:
-#
-# 1. **Recompute.** Fresh leaves hold `below` ($c_{i-1}'$, or $x$) and
-#    `above` (the old $c_{i+1}$, computed back by the previous iteration).
-#    The level runs again with recording on, inside `replaying`, which sets
-#    the generator to this level's snapshot: step 39's recomputation, for
-#    one level.
-# 2. **Check** that the recomputed graph reads, of what requires grad, only
-#    `below`, `above` and the level's parameters (`_refuse_unknown_inputs`,
-#    step 42): a weight the column cannot list would get no gradient.
-# 3. **Backpropagate** in a backward pass inside the running one
-#    (`_inner_grad`), seeded with $T_i$: the gradient of `below` (added into
-#    $T_{i-1}$, or $x$'s for level 0), of `above`, and of the level's
-#    parameters, all at once.
-# 4. **Invert.** `old[i] = (new[i] - out.data) / alphas[i]` is the `above`
-#    of the next iteration, and gives $\alpha_i$'s gradient (`sum_to` folds
-#    $T_i \odot c_i$ to $\alpha_i$'s shape).
-#
-# The loop runs inside `fork_rng`, so the generator outside continues as if
-# backward drew nothing. The old states computed back are kept in
-# `reconstructed`, for us to look at.
-#
-# RevCol's backward does the same arithmetic but only *adds* the
-# parameters' and $\alpha$'s gradients to their `.grad` (the check at the
-# end shows the consequence); here they are returned, so `autograd.grad`
-# with respect to an $\alpha$ or a weight works.
-#
-# ## A model to test on
-#
-# Each level is RevCol's level with linear layers for convolutions. A
-# fusion adds a linear map of the state below and one of the state above
-# and squashes the sum with $\tanh$; one block follows, RevCol's ConvNeXt
-# block reduced to its shape: four times wider, $\tanh$, back, added to its
-# input. An optional DropPath on the block's branch is used later.
+# Here is the code. `checkpoint(..., use_reentrant=False)` comes to
+# `_checkpoint_hooks`. Its tensor arguments are the ones to keep; any other
+# argument (a flag, a number) is passed to the function as it is. Under
+# `no_grad` nothing would be saved, so it just runs the function. Otherwise it
+# makes a frame and runs the function under the frame's hooks:
 
 # %%
-def drop_path(h, p, training):
-    """timm's DropPath, as RevCol's blocks use it: each row's branch dropped with probability p, the rest scaled
-    by 1 / (1 - p); the mask drawn from the framework's generator."""
-    if not training or p == 0.0:
-        return h
-    keep = random.default_generator().random((h.shape[0], 1)) >= p
-    return h * (keep / (1.0 - p)).astype(h.dtype)
-
-
-class Level(Layer):
-    """l_i(below, above) = f + block(f), f = tanh(down(below) + up(above)): RevCol's fusion and one block."""
-
-    def __init__(self, n_below, n, n_above, rng, drop=0.0):
-        super().__init__()
-        self.down = Linear(n_below, n, rng=rng)  # from the new state below (RevCol: a strided convolution)
-        self.up = Linear(n_above, n, bias=False, rng=rng) if n_above else None  # from the old state above
-        self.expand = Linear(n, 4 * n, rng=rng)  # the block: 4x wider, tanh, and back
-        self.project = Linear(4 * n, n, rng=rng)
-        self.drop = drop
-
-    def forward(self, below, above):
-        fused = self.down(below) if above is None else self.down(below) + self.up(above)
-        f = tinypytorch.tanh(fused)
-        return f + drop_path(self.project(tinypytorch.tanh(self.expand(f))), self.drop, self.training)
-
+print(inspect.getsource(checkpoint_module._checkpoint_hooks))
+print(inspect.getsource(checkpoint_module._Frame.__init__))
 
 # %% [markdown]
-# Four levels whose widths grow upwards, as RevCol's channels do; every
-# $\alpha_i$ starts at 0.5 with one entry per channel, shape $(1, d_i)$.
-# `run` computes a stack of columns in one of three ways: **plain**
-# (everything recorded), **chained** (reversible `RevColumn`s one after
-# another) and **one Function** (`ReversibleColumns`, introduced in the
-# memory section). It returns the last column's states and the node that
-# made the first column's.
+# The frame saves the inputs as `SavedTensor`s (step 35), exactly as a
+# function saves a tensor. So the inputs are kept, and an in-place change to
+# one of them after the forward pass is caught by step 36's version check.
+#
+# The pack hook makes a holder, keeps a *weak* reference to it and records the
+# tensor's metadata. Autograd keeps the holder itself in the `SavedTensor`:
 
 # %%
-D_IN, WIDTHS, ROWS = 8, (8, 12, 16, 20), 16
-L = len(WIDTHS)
-WAYS = ("plain", "chained", "one Function")
-
-
-def make_stack(n_columns, alpha=0.5, seed=0, drop=0.0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    columns = []
-    for _ in range(n_columns):
-        levels = [Level(D_IN if i == 0 else WIDTHS[i - 1], WIDTHS[i], WIDTHS[i + 1] if i + 1 < L else 0, rng, drop)
-                  for i in range(L)]
-        columns.append(RevColumn(levels, [Parameter(np.full((1, d), alpha)) for d in WIDTHS]))
-        for p in columns[-1].params():
-            p.data = p.data.astype(dtype)
-    return columns
-
-
-def run(columns, x, way):
-    """(the last column's new states, the node that made the first column's), the first column from zeros."""
-    for column in columns:
-        column.reversible = way != "plain"
-    cs = [Variable(np.zeros((x.shape[0], d), x.dtype), requires_grad=False) for d in WIDTHS]
-    if way == "one Function":
-        cs = ReversibleColumns(*columns)(x, *cs)
-        return cs, cs[0].creator
-    first = None
-    for column in columns:
-        cs = column(x, *cs)
-        first = first or cs[0].creator
-    return cs, first
-
-
-rng = np.random.default_rng(1)
-X = rng.standard_normal((ROWS, D_IN))
-LOSS_WEIGHTS = [rng.standard_normal((256, d)) for d in WIDTHS]  # 256 rows: the memory section uses more
-OLD = [np.random.default_rng(2).standard_normal((ROWS, d)) for d in WIDTHS]  # old states for one column
-
-
-def loss_of(cs):
-    """A loss that uses every level of the last column: sum_i sum(c_i * w_i)."""
-    return sum((c * w[:c.shape[0]].astype(c.dtype, copy=False)).sum() for c, w in zip(cs, LOSS_WEIGHTS))
-
-
-stack = make_stack(3)
-print("one column:", [sum(p.size for p in level.params()) for level in stack[0].levels], "weights in its levels,",
-      "alphas of shapes", [a.shape for a in stack[0].alphas])
-outputs = {}
-for way in WAYS:
-    cs, _ = run(stack, Variable(X), way)
-    outputs[way] = [c.data for c in cs]
-    print(f"{way:12}: made by {type(cs[0].creator).__name__:25} c_3'[0, :4] = {show(cs[3].data[0, :4])}")
-print("outputs bitwise equal:", all(np.array_equal(a, b) for way in WAYS for a, b in zip(outputs[way],
-                                                                                         outputs["plain"])))
+print(inspect.getsource(checkpoint_module._Holder))
+print(inspect.getsource(checkpoint_module._Frame.pack))
+print(inspect.getsource(checkpoint_module._metadata))
 
 # %% [markdown]
-# The outputs are the same bits: the reversible forward runs the same
-# operations on the same arrays in the same order, and only records nothing.
+# The frame holds its holders weakly so that it does not keep them alive. When
+# a backward pass frees a function's saved tensors (step 35), the holders go
+# with them.
 #
-# ## Gradients equal the plain run
+# ### Recomputing on the first unpack
 #
-# The gradients are computed differently (the old $c_{i+1}$ comes from the
-# inversion, not from memory), so they should agree with the plain run to
-# rounding. First one column, with random old states that require
-# gradients, so that every gradient of the column is there to compare:
+# Nothing happens until backward asks for a saved tensor. Then the unpack hook
+# runs. Every backward pass has an id (`engine.current_pass()`). The first
+# unpack in a pass finds no recomputation for that id and starts one. Later
+# unpacks in the same pass find the tensors already in their holders:
 
 # %%
-def largest_difference(ours, theirs):
-    """max |ours - theirs| over a list of arrays, relative to the largest |theirs|."""
-    return max(np.abs(a - b).max() for a, b in zip(ours, theirs, strict=True)) / max(np.abs(b).max() for b in theirs)
-
-
-def column_gradients(column, reversible):
-    column.reversible = reversible
-    column.cleargrads()
-    x, cs = Variable(X), [Variable(c) for c in OLD]
-    loss_of(column(x, *cs)).backward()
-    return {"x": [x.grad.data], "old c's": [c.grad.data for c in cs], "alphas": [a.grad.data for a in column.alphas],
-            "level weights": [p.grad.data for i in range(L) for p in column.levels[i].params()]}
-
-
-ours, plain = column_gradients(stack[1], True), column_gradients(stack[1], False)
-for what in plain:
-    print(f"{what:14} {len(plain[what]):2} arrays: difference {bounded(largest_difference(ours[what], plain[what]), 1e-14)}"
-          " of the largest gradient")
-
+print(inspect.getsource(checkpoint_module._Frame.unpack))
 
 # %% [markdown]
-# Then the stack of three columns, where the gradients of one column's old
-# states are the incoming gradients of the column before, computed chained
-# and as one Function:
+# The recomputation unpacks the saved inputs (this is where the version check
+# runs) and calls the function again, with recording on. It restores the
+# random state first, and it runs under a second pair of hooks, with
+# `repack` as the pack hook:
 
 # %%
-def stack_gradients(columns, x0, way):
-    """[x's gradient, every parameter's in params() order], and the node that made the first column's states."""
-    for column in columns:
-        column.cleargrads()
-    x = Variable(x0)
-    cs, first = run(columns, x, way)
-    loss_of(cs).backward()
-    return [x.grad.data] + [p.grad.data for column in columns for p in column.params()], first
-
-
-plain, _ = stack_gradients(stack, X, "plain")
-for way in WAYS[1:]:
-    grads, _ = stack_gradients(stack, X, way)
-    print(f"{way:12}: {len(grads)} gradient arrays, difference from the plain run "
-          f"{bounded(largest_difference(grads, plain), 1e-14)} of the largest")
+print(inspect.getsource(checkpoint_module._Frame.recompute))
 
 # %% [markdown]
-# ### `autograd.grad` with respect to $\alpha$ and the weights
+# The second run saves its tensors in the same order as the first run did. So
+# the $k$-th tensor saved now belongs in the $k$-th holder. `repack` puts it
+# there, detached: the values are needed, not the graph of the second run.
+# The real graph is the one recorded in the forward pass, and its functions
+# send their gradients to the same places as before.
 #
-# Because the node returns its parameters' gradients, `autograd.grad` can
-# ask for them, and leaves every `.grad` alone (step 33):
+# Once the $k$-th tensor is in place, where $k$ is the number of tensors the
+# first run saved, nothing the rest of the function computes can be needed.
+# `repack` then raises `_StopRecomputation` from inside the pack hook. The
+# exception unwinds out of the function, and `recompute` catches it:
 
 # %%
-for column in stack:
-    column.cleargrads()
-params = [p for column in stack for p in column.params()]
-wanted = [stack[2].alphas[3], stack[1].levels[0].down.weight]
-for way in WAYS[1:]:
-    g_alpha, g_weight = autograd.grad(loss_of(run(stack, Variable(X), way)[0]), wanted)
-    for g, p in zip([g_alpha, g_weight], wanted):
-        index = next(i for i, q in enumerate(params) if q is p)
-        np.testing.assert_allclose(g.data, plain[1 + index], rtol=1e-12, atol=1e-14)  # plain[0] is x's
-    print(f"{way:12}: d loss / d alpha_3 of the last column {show(g_alpha.data[0, :4])} ..., as plain; "
-          f"every .grad still None: {all(p.grad is None for p in params)}")
+print(inspect.getsource(checkpoint_module._Frame.repack))
 
 # %% [markdown]
-# ## The first column computes back to zero
+# Each tensor is handed out once per pass. `unpack` replaces it by `None` as
+# soon as it has given it away, so a recomputed tensor lives only until the
+# function that needs it has run its backward. This is true even with
+# `retain_graph=True`: a second pass recomputes again.
 #
-# During backward each column computes its old states back. For the first
-# column these are the zeros it started from. RevCol's code has a
-# commented-out `print` of this value, a cheap probe of how exact the
-# inversion is:
+# We can watch the holders fill and empty. The function below registers a
+# gradient hook (step 34) on an intermediate value. During the backward pass,
+# that hook runs after `tanh`'s backward has asked for its saved output, and
+# before the backward of the product has asked for anything. A holder is
+# *empty* before the recomputation, *filled* after it and *handed out* once
+# its tensor has been unpacked:
 
 # %%
-for way, bound in [("chained", 0), ("one Function", 1e-13)]:
-    _, first = stack_gradients(stack, X, way)
-    print(f"{way:12}: largest |first column's states computed back| "
-          f"{bounded(max(np.abs(c).max() for c in first.reconstructed), bound)}")
+def state(holder_ref):
+    values = list(holder_ref().values.values())
+    return "empty" if not values else "handed out" if values[-1] is None else "filled"
+
+
+def g(x):
+    h = tinypytorch.sin(x) * x  # Sin saves x; Mul saves sin(x) and x
+    if not recomputation.is_recomputing():
+        h.register_hook(lambda grad: print("during backward:", [state(r) for r in frame.holders]))
+    return tinypytorch.tanh(h)  # saves its output
+
+
+x = Variable(x0.copy(), name="x")
+y = checkpoint(g, x, use_reentrant=False).sum()
+frame = saved_tensors(y)[0][1].unpack_hook.__self__
+print("after forward:  ", [state(r) for r in frame.holders])
+y.backward(retain_graph=True)
+print("after backward: ", [state(r) for r in frame.holders])
 
 # %% [markdown]
-# In the chained run the zeros come back *exactly*: in forward $c_i' =
-# l_i(\cdot) + \alpha_i \cdot 0$ is exactly $l_i(\cdot)$, and backward
-# recomputes $l_i$ from the same arrays, gets the same bits and subtracts
-# them to 0. Each `RevColumn` inverts from its *own* saved states, so one
-# column's errors never reach another. With one Function only the last
-# column's states were saved, each column is inverted from what the column
-# after it computed back, and the zeros come back as rounding noise. Why
-# accept that, and what it costs, is the subject of the memory and drift
-# sections.
+# Holders 0 to 2 belong to `sin` and the product, holder 3 to `tanh`. When the
+# hook runs, the recomputation has filled all four, and only `tanh`'s tensor
+# has been used. At the end of the pass every tensor has been used and
+# dropped. The arrays they held are gone, although the graph was retained.
+
+# %% [markdown]
+# ## What is recomputed: early stop
 #
-# ## $\alpha$: learnable, and kept away from 0
-#
-# $\alpha_i$ is trained with the rest, and training could drive it towards
-# 0, where the inverse divides by 0. Before every forward pass RevCol calls
-# `_clamp_abs(alpha.data, 1e-3)`: take the sign, clamp $|\alpha|$ to at
-# least $10^{-3}$, put the sign back. `clamp_alpha` does the same, in place
-# and only when a value needs it (an in-place change bumps the version
-# counter, step 36):
+# The count of operations that run again depends on where the last saving
+# operation is, not on the length of the function. `checkpoint` takes
+# `early_stop=True` by default. With `early_stop=False` the recomputation
+# always runs to the end. Here is `f` again, counting each operation's runs,
+# with both settings:
 
 # %%
-print(inspect.getsource(clamp_alpha))
-alpha = Parameter(np.array([[0.5, 2e-4, -2e-4, -1e-3, -0.25]]))
-clamp_alpha(alpha)
-print("clamped:", show(alpha.data), "version", alpha._version)
-clamp_alpha(alpha)
-print("clamped again: version", alpha._version, "(nothing needed clamping: no write)")
+def count_runs(early_stop):
+    log.clear()
+    x = Variable(x0.copy())
+    y = checkpoint(f, x, use_reentrant=False, early_stop=early_stop).sum()
+    forward = len(log)
+    y.backward()
+    again = [name.removesuffix(" (again)") for name in log[forward:]]
+    return forward, again, x.grad
+
+
+for early_stop in (True, False):
+    forward, again, grad = count_runs(early_stop)
+    print(f"early_stop={early_stop!s:5}: {forward} operations in forward, {len(again)} again in backward:", again)
+    print(f"                   x.grad = {show(grad)}")
+
+# %% [markdown]
+# Early stop saves three operations out of six here, and changes nothing in
+# the gradient. PyTorch stops at the same place. The check at the end compares
+# the counts. A function often ends with operations that save nothing, such as
+# a residual addition, a reshape or a sum. With early stop, those are never
+# rerun.
+
+# %% [markdown]
+# ## When the second run differs: the determinism check
+#
+# Everything above relies on the second run saving the same tensors as the
+# first, in the same order. That is the case when the function is
+# deterministic. If the second run takes another branch, the tensors no longer
+# match their holders. The frame checks what it can:
+#
+# - the **number** of tensors saved, after the recomputation;
+# - the **metadata** (shape, dtype, device) of each tensor, as it is saved.
+#
+# To see each error, `h` below reads a global setting that changes what it does.
+# The forward pass runs with `CHANGE = None`. Then `CHANGE` is set before
+# backward, and so only the recomputation sees it. The dtype change uses the
+# package's `astype`, a differentiable cast whose backward casts the gradient
+# back (step 44 has more to say about gradients and dtypes).
+
+# %%
+CHANGE = None
+
+
+def h(x):
+    a = tinypytorch.sin(x)  # saves x
+    if CHANGE == "float32":
+        a = tinypytorch.functions.astype(a, np.float32)
+    if CHANGE != "one op fewer":
+        a = a * a  # saves a twice
+    b = tinypytorch.tanh(a)  # saves its output
+    if CHANGE == "one op more":
+        b = tinypytorch.exp(b)  # saves its output: a fifth tensor
+    return b * 3.0
+
+
+def backward_after_change(change, **options):
+    """Forward with CHANGE = None, backward with CHANGE = change: x's gradient, or the error."""
+    global CHANGE
+    x = Variable(x0.copy())
+    CHANGE = None
+    y = checkpoint(h, x, use_reentrant=False, **options).sum()
+    CHANGE = change
+    try:
+        y.backward()
+        return f"no error, x.grad = {show(x.grad)}"
+    except CheckpointError as error:
+        return f"CheckpointError: {error}"
+    finally:
+        CHANGE = None
+
+
+print("nothing changed:", backward_after_change(None))
+
+# %% [markdown]
+# ### Fewer tensors
+#
+# Without the product, the recomputation saves two tensors instead of four.
+# It runs to the end without stopping early, and the count is then
+# compared:
+
+# %%
+print(backward_after_change("one op fewer"))
+
+# %% [markdown]
+# ### Another dtype
+#
+# With the cast, the product saves float32 arrays where the first run saved
+# float64 ones. The recomputed tensor would still fill its holder, but the
+# metadata differs, and `repack` raises at the first tensor that differs:
+
+# %%
+print(backward_after_change("float32"))
+
+# %% [markdown]
+# PyTorch compares the metadata after the recomputation and lists every tensor
+# that differs (here, positions 1 to 3). tinypytorch stops at the first one.
+#
+# ### More tensors, and what early stop hides
+#
+# With the extra `exp`, the recomputation saves a fifth tensor. With early
+# stop, the recomputation never gets there. It stops when the fourth tensor is
+# back, and the extra operation after it is never run, so nothing is seen.
+# With `early_stop=False` the fifth tensor has no holder:
+
+# %%
+print("early_stop=True: ", backward_after_change("one op more"))
+print("early_stop=False:", backward_after_change("one op more", early_stop=False))
+
+# %% [markdown]
+# In the first line the gradient is the one of the forward pass, which had no
+# `exp`. That is right, since the graph being differentiated is the one from
+# the forward pass.
+#
+# Early stop can also hide a change that matters. Say the extra operation
+# comes *before* the last saving operation: here an extra `sin` of the
+# product, between the product and `tanh`. It saves one tensor, so the fourth
+# tensor of the recomputation is the product (the input of `sin`), not the
+# output of `tanh`. The recomputation stops there, and `tanh`'s holder gets the
+# wrong array. Its shape and dtype are right, so no check notices:
+
+# %%
+def h2(x, m=tinypytorch):
+    a = m.sin(x)
+    a = a * a
+    if CHANGE == "extra sin":
+        a = m.sin(a)  # saves a: the fourth tensor is now the product
+    return m.tanh(a) * 3.0
+
+
+def h2_gradient(change, **options):
+    """Forward with CHANGE = None, backward with CHANGE = change: x's gradient (an array), or the error."""
+    global CHANGE
+    x = Variable(x0.copy())
+    CHANGE = None
+    y = checkpoint(h2, x, use_reentrant=False, **options).sum()
+    CHANGE = change
+    try:
+        y.backward()
+        return x.grad.data
+    except CheckpointError as error:
+        return error
+    finally:
+        CHANGE = None
+
+
+print("the right gradient:         ", show(h2_gradient(None)))
+print("extra sin, early_stop=True: ", show(h2_gradient("extra sin")))
+print("extra sin, early_stop=False: CheckpointError:", h2_gradient("extra sin", early_stop=False))
 
 
 # %% [markdown]
-# The sign is kept: $-2 \cdot 10^{-4}$ becomes $-10^{-3}$. One value slips
-# through RevCol's clamp: exactly 0, whose sign is 0, so the clamped value
-# multiplied back by the sign is 0 again. PyTorch shows it:
+# The second gradient is wrong, and nothing was raised. PyTorch computes the
+# same wrong gradient (the check at the end compares them). The checks count
+# tensors and compare their metadata. They cannot compare values, because
+# keeping the values would defeat the purpose. A function whose behaviour
+# depends on state that may change between forward and backward (a global
+# flag, a counter, a training step number) is a bug in checkpointed code.
+# Random numbers are the common case, which is why `preserve_rng_state=True`
+# restores the random state (step 41). `early_stop=False` catches more of
+# these bugs but always runs the whole function again.
+#
+# `determinism_check="none"` turns the metadata comparison off. The float32
+# recomputation is then accepted, and backward computes with values that were
+# rounded to float32. The gradient comes out close to the right one, but not
+# equal to it:
 
 # %%
-def revcol_clamp_abs(data, value):
-    """RevCol's SubNet._clamp_abs, as in models/revcol.py."""
-    with torch.no_grad():
-        sign = data.sign()
-        data.abs_().clamp_(value)
-        data *= sign
+print(backward_after_change("float32", determinism_check="none"))
+rounded = Variable(x0.copy())
+y = checkpoint(h, rounded, use_reentrant=False, determinism_check="none").sum()
+CHANGE = "float32"
+y.backward()
+CHANGE = None
+exact = Variable(x0.copy())
+h(exact).sum().backward()
+difference = np.abs(rounded.grad.data - exact.grad.data).max()
+print("bitwise equal to the float64 gradient:", np.array_equal(rounded.grad.data, exact.grad.data),
+      "  within 1e-6:", bool(difference < 1e-6))
+
+# %% [markdown]
+# ## What hooks make possible
+#
+# The reentrant checkpoint is one node whose backward runs a backward pass of
+# its own. The hook-based one leaves the graph as it was, and only changes
+# where the saved tensors come from. That makes everything that works on an
+# ordinary graph work here too.
+#
+# ### When no input requires a gradient
+#
+# The first segment of a network usually receives plain data, which requires
+# no gradient. Step 42's reentrant checkpoint then recorded no node, and the
+# parameters inside got no gradient. Here the function's own operations are
+# recorded as usual, and the parameters are among their inputs:
+
+# %%
+layer_model = MLP((3, 4, 2), activation=F.tanh, rng=np.random.default_rng(0))
+data = Variable(np.random.default_rng(1).standard_normal((5, 3)), requires_grad=False)
+(checkpoint(layer_model, data, use_reentrant=False) ** 2).sum().backward()
+checkpointed_grads = [p.grad.data for p in layer_model.params()]
+layer_model.cleargrads()
+(layer_model(data) ** 2).sum().backward()
+print("parameter gradients bitwise equal to the plain run's:",
+      all(np.array_equal(g, p.grad.data) for g, p in zip(checkpointed_grads, layer_model.params())))
+
+# %% [markdown]
+# ### `autograd.grad` and second derivatives
+#
+# `autograd.grad` (step 33) hands gradients back instead of adding them into
+# `.grad`. Step 42's reentrant checkpoint refused it. With hooks, a backward
+# pass of `autograd.grad` is a backward pass like any other. With
+# `create_graph=True` (step 27) the first derivative is itself a graph, which a
+# second pass can differentiate. Below, `calls` counts the runs of
+# $u(x) = \sin(x)\, e^{x}$. Its derivatives are
+# $u' = (\cos x + \sin x)\, e^x$ and $u'' = 2 \cos(x)\, e^x$:
+
+# %%
+calls = [0]
 
 
-data = torch.tensor([0.5, 2e-4, -2e-4, 0.0], dtype=torch.float64)
-revcol_clamp_abs(data, 1e-3)
-print("RevCol's clamp:", show(data.numpy()))
-zero = make_stack(1)[0]
-zero.alphas[2].data[0, 5] = 0.0
+def u(x, m=tinypytorch):
+    calls[0] += 1
+    return m.sin(x) * m.exp(x)
+
+
+x = Variable(x0.copy())
+y = checkpoint(u, x, use_reentrant=False).sum()
+(du,) = autograd.grad(y, x, create_graph=True)
+(d2u,) = autograd.grad(du.sum(), x)
+print("u'  =", show(du), "  (cos x + sin x) e^x =", show((np.cos(x0) + np.sin(x0)) * np.exp(x0)))
+print("u'' =", show(d2u), "  2 cos(x) e^x        =", show(2 * np.cos(x0) * np.exp(x0)))
+print("u ran", calls[0], "times")
+
+# %% [markdown]
+# `u` ran three times: once in forward, and once for each of the two backward
+# passes. The second pass goes through the first derivative's graph, which
+# refers to the tensors `u` saved. Those are holders, so they are recomputed
+# again.
+#
+# ### Nested checkpoints
+#
+# A checkpointed function may itself call `checkpoint`. The inner call
+# creates a frame whose hooks are innermost, so they pack what the inner
+# function saves (step 38: the innermost pair wins). The outer frame sees only
+# the inner frame's inputs. When the outer recomputation runs the outer
+# function, the inner checkpoint runs again under the outer `repack`, and the
+# inner function is recomputed later, when backward reaches it.
+
+# %%
+runs = {"outer": 0, "inner": 0}
+
+
+def inner(h):
+    runs["inner"] += 1
+    return tinypytorch.tanh(h) * h
+
+
+def outer(x):
+    runs["outer"] += 1
+    return tinypytorch.sin(checkpoint(inner, tinypytorch.exp(x), use_reentrant=False))
+
+
+def nested(x):
+    return tinypytorch.sin(inner(tinypytorch.exp(x)))
+
+
+x, x_plain = Variable(x0.copy()), Variable(x0.copy())
+checkpoint(outer, x, use_reentrant=False).sum().backward()
+print("runs:", runs)
+nested(x_plain).sum().backward()
+print("x.grad =", show(x.grad), "  bitwise equal to the plain run:", np.array_equal(x.grad.data, x_plain.grad.data))
+
+# %% [markdown]
+# The outer function ran twice: in forward and in the outer recomputation.
+# The inner one ran three times: in forward, inside the outer recomputation, and
+# in its own recomputation. Each level of nesting saves memory and costs one
+# more run of everything inside it.
+#
+# ### The inputs are version-checked
+#
+# The frame keeps its inputs as saved tensors, so step 36's rule holds. If a
+# checkpoint's input is changed in place after the forward pass, the
+# recomputation would run on the new values. Backward refuses:
+
+# %%
+x = Variable(x0.copy())
+a = x * 2.0
+y = checkpoint(u, a, use_reentrant=False).sum()
+a.add_(1.0)
 try:
-    zero(Variable(X), *[Variable(c) for c in OLD])
-except ValueError as error:
-    print("ValueError:", error)
+    y.backward()
+except RuntimeError as error:
+    print("RuntimeError:", error)
 
 # %% [markdown]
-# With $\alpha_i = 0$ a column forgets $c_i$: $c_i' = l_i(\cdot)$, and there
-# is nothing to compute back. RevCol's inverse would divide by zero and
-# carry on with infinities and NaNs; `clamp_alpha` refuses before the
-# column runs.
+# ### Backward twice, and `retain_graph`
 #
-# ### What a small $\alpha$ costs
-#
-# Why $10^{-3}$ and not smaller? An error $\varepsilon$ in $c_i' -
-# l_i(\cdot)$ becomes $\varepsilon / \alpha_i$ in $c_i$. The levels are
-# coupled: the old $c_{i+1}$ computed back, with its error, is the `above`
-# of level $i$, so its error passes through $l_i$ and is divided by
-# $\alpha_i$ again. Over $L$ levels the error grows like $1/\alpha^L$. And
-# there is an error to begin with: $c_i' = l_i + \alpha_i c_i$ was rounded,
-# and a small $\alpha_i c_i$ added to a larger $l_i$ keeps only some of its
-# digits.
-#
-# One column, every $\alpha$ set to the same value, old states from a
-# standard normal: the largest error of the states computed back, relative
-# to the largest state.
+# The holders are saved tensors like any others. A backward pass frees them,
+# and a second pass raises step 35's error. With `retain_graph=True` they stay,
+# and every pass recomputes:
 
 # %%
-ALPHA_SWEEP = [0.5, 0.1, 0.01, 0.001]
-
-
-def inversion_error(alpha, dtype):
-    column = make_stack(1, alpha=alpha, dtype=dtype)[0]
-    old = [c.astype(dtype) for c in OLD]
-    cs = column(Variable(X.astype(dtype)), *[Variable(c) for c in old])
-    loss_of(cs).backward()
-    back = cs[0].creator.reconstructed
-    return max(np.abs(r.astype(np.float64) - c).max() for r, c in zip(back, old)) / max(np.abs(c).max() for c in old)
-
-
-INVERSION = {(a, dtype): inversion_error(a, dtype) for a in ALPHA_SWEEP for dtype in (np.float64, np.float32)}
-INVERSION_BOUNDS = {0.5: (1e-14, 1e-6), 0.1: (1e-12, 1e-4), 0.01: (1e-9, 1.0), 0.001: (1e-5, 1e4)}
-print(f"{'alpha':>6} {'float64':>9} {'float32':>9}   (relative error of the old states computed back)")
-for a in ALPHA_SWEEP:
-    print(f"{a:6} {bounded(INVERSION[a, np.float64], INVERSION_BOUNDS[a][0]):>9}"
-          f" {bounded(INVERSION[a, np.float32], INVERSION_BOUNDS[a][1]):>9}")
-
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for dtype, marker in [(np.float64, "o-"), (np.float32, "s-")]:
-    ax.plot(ALPHA_SWEEP, [INVERSION[a, dtype] for a in ALPHA_SWEEP], marker, label=dtype.__name__)
-ax.plot(ALPHA_SWEEP, [1e-16 * (0.5 / a) ** L for a in ALPHA_SWEEP], "k:", label="proportional to $1/\\alpha^4$")
-ax.set(xscale="log", yscale="log", xlabel="alpha (every level)", ylabel="relative error of the old states",
-       title="One column inverted: error against alpha")
-ax.invert_xaxis()
-ax.legend()
-plt.show()
+calls[0] = 0
+x = Variable(x0.copy())
+y = checkpoint(u, x, use_reentrant=False).sum()
+print("after forward:                   u ran", calls[0], "time")
+y.backward(retain_graph=True)
+print("after backward(retain_graph=True): u ran", calls[0], "times")
+y.backward()
+print("after backward():                 u ran", calls[0], "times")
+try:
+    y.backward()
+except RuntimeError as error:
+    print("a third backward: RuntimeError:", str(error)[:56], "...")
 
 # %% [markdown]
-# Once $\alpha$ is small, each tenfold decrease multiplies the error by
-# about $10^4 = 10^L$. At $\alpha = 10^{-3}$ float64 keeps about six correct
-# digits of the old states; float32, which starts with seven, returns
-# states hundreds of times larger than they were. RevCol's floor of
-# $10^{-3}$ protects against a division by zero, not against this: a column
-# whose $\alpha$'s train towards the floor computes its backward from wrong
-# states, and nothing raises. (The plot shows the values measured on the
-# machine that ran it; the table, bounds that hold on every CPU.)
+# ### Each tensor is unpacked once per pass
 #
-# ## Memory against the number of columns
-#
-# ### Why a chain of columns grows
-#
-# Each `RevColumn` saves $x$ and its $L$ new states. $x$ is one array shared
-# by all columns, but the states are new arrays in every column: a chain of
-# $N$ columns keeps $N L$ states. Yet column $k$'s new states are the old
-# states of column $k + 1$, which column $k + 1$'s backward *computes back*
-# anyway. Saving them is redundant: only the last column's are needed.
-#
-# A chain cannot drop them by itself: each column is a separate node of the
-# graph, and a node cannot hand its saved arrays to another. So the package
-# runs all the columns as **one** Function, `ReversibleColumns(*columns)`.
-# Its forward runs `_column_forward` column after column and saves $x$ and
-# the last column's states; its backward runs `_column_backward` from the
-# last column to the first, and hands each column's computed-back old
-# states to the column before as *its* new states:
+# A holder hands its tensor out once per backward pass. A custom `Function`
+# whose backward reads `saved_tensors` twice works in an ordinary graph, but
+# not under this checkpoint:
 
 # %%
-print(inspect.getsource(ReversibleColumnsFunction))
+class SquareReadingTwice(Function):
+    def forward(self, x):
+        self.save_for_backward(x)
+        return x * x
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        (x_again,) = self.saved_tensors  # a second unpack of the same tensor
+        return 2.0 * x_again * gy
+
+
+x = Variable(x0.copy())
+SquareReadingTwice()(x).sum().backward()
+print("without checkpoint: x.grad =", show(x.grad))
+y = checkpoint(lambda x: SquareReadingTwice()(x), x, use_reentrant=False).sum()
+try:
+    y.backward()
+except CheckpointError as error:
+    print("CheckpointError:", error)
 
 # %% [markdown]
-# The gradients of the old states that one column returns are the incoming
-# gradients of the column before, and $x$'s gradient is the sum over the
-# columns, since every column reads $x$. Each column's parameter gradients
-# are sent on to the running backward pass as soon as that column is done
-# (`engine.send_early`, as in step 42). `reconstructed` now holds the
-# first column's old states, computed back through every column.
+# ### Under `no_grad`, just a call
 #
-# ### Saved bytes and peak, measured
-#
-# A pack hook (step 37) around the columns sees every array they save; we
-# add up the distinct ones that are not parameters. The peak comes during
-# backward: as in step 41, `tracemalloc` (filtered to NumPy's domain) gives
-# the bytes of every array alive, sampled by a wrapper around each level
-# after every call and when backward reaches the level's output (a gradient
-# hook, step 34). From the largest sample, the bytes held since the start,
-# we take away the parameters' gradients, which every run holds at the end
-# (one Function holds them all inside its backward, until it returns
-# them). A batch of 256 rows makes the activations weigh more than the
-# weights, as in RevCol's image models. The unit of the peaks is one
-# column's $L$ states.
+# Nothing is saved when the graph is not recorded, so there is nothing to
+# recompute. `checkpoint` then simply calls the function:
 
 # %%
-MEMORY_ROWS = 256
-X_MEMORY = np.random.default_rng(3).standard_normal((MEMORY_ROWS, D_IN))
-STATES = MEMORY_ROWS * sum(WIDTHS) * 8  # one column's L states, float64
+calls[0] = 0
+with tinypytorch.no_grad():
+    y = checkpoint(u, Variable(x0.copy()), use_reentrant=False)
+print("u ran", calls[0], "time; the result requires grad:", y.requires_grad)
+
+# %% [markdown]
+# ### Dropout
+#
+# Step 42 saved the random state with each checkpoint and replayed it in the
+# recomputation. The hook-based form does the same (`preserve_rng_state=True`
+# by default, the `recomputation.replaying` context in `recompute`). A float64 network with
+# dropout gets the same gradients, bit for bit, with and without the
+# checkpoint:
+
+# %%
+drop_model = MLP((4, 16, 16, 1), activation=F.tanh, rng=np.random.default_rng(0))
+drop_batch = np.random.default_rng(1).standard_normal((8, 4))
 
 
-def saved_bytes(columns, way):
-    """Bytes of the distinct non-parameter arrays that the columns save for backward."""
-    arrays = {}
+def dropped(h):
+    for layer in drop_model.layers[:-1]:
+        h = F.dropout(tinypytorch.tanh(layer(h)), p=0.3)
+    return h
+
+
+def dropout_gradients(use_checkpoint, **options):
+    drop_model.cleargrads()
+    tinypytorch.manual_seed(0)
+    x = Variable(drop_batch.copy())
+    hidden = checkpoint(dropped, x, use_reentrant=False, **options) if use_checkpoint else dropped(x)
+    (drop_model.layers[-1](hidden) ** 2).sum().backward()
+    return [p.grad.data for p in drop_model.params()] + [x.grad.data]
+
+
+plain = dropout_gradients(False)
+same = all(np.array_equal(a, b) for a, b in zip(plain, dropout_gradients(True)))
+differ = not all(np.array_equal(a, b) for a, b in zip(plain, dropout_gradients(True, preserve_rng_state=False)))
+print("preserve_rng_state=True:  every gradient bitwise equal to the plain run:", same)
+print("preserve_rng_state=False: the gradients differ:", differ)
+
+# %% [markdown]
+# ## Memory
+#
+# What does the checkpoint keep between forward and backward? Step 38's trick
+# answers that: a pack hook around the whole computation that records every
+# array it is given. Under the checkpoint the frame's hooks are innermost, so
+# they pack everything the checkpointed function saves. The outer hook sees
+# only what is saved outside the checkpoint, and the checkpoint's inputs,
+# which the frame saves as ordinary saved tensors.
+#
+# The network is an `MLP` with eight hidden layers of width 256 and `tanh`,
+# and a batch of 256 float64 inputs. So each hidden activation is
+# $256 \times 256 \times 8$ bytes, 0.5 MiB. The eight hidden layers are
+# checkpointed as one function; the output layer and the loss are not. The
+# hook skips parameters, which the model keeps anyway, and counts each array
+# once.
+
+# %%
+model = MLP((64,) + (256,) * 8 + (1,), activation=F.tanh, rng=np.random.default_rng(0))
+batch = np.random.default_rng(1).standard_normal((256, 64))
+ACTIVATION = 256 * 256 * 8  # bytes
+
+
+def hidden_layers(h):
+    for layer in model.layers[:-1]:
+        h = tinypytorch.tanh(layer(h))
+    return h
+
+
+def loss_of(use_checkpoint):
+    x = Variable(batch, requires_grad=False)
+    h = checkpoint(hidden_layers, x, use_reentrant=False) if use_checkpoint else hidden_layers(x)
+    return (model.layers[-1](h) ** 2).sum()
+
+
+def bytes_held(use_checkpoint):
+    arrays = {}  # id -> array: each array counted once, and held so that its id stays unique
 
     def pack(v):
         if not isinstance(v, Parameter):
             arrays[id(v.data)] = v.data
-        return v.data
+        return v
 
-    with saved_tensors_hooks(pack, lambda data: data):
-        cs, _ = run(columns, Variable(X_MEMORY), way)
+    with saved_tensors_hooks(pack, lambda v: v):
+        loss = loss_of(use_checkpoint)
     held = sum(a.nbytes for a in arrays.values())
     arrays.clear()
-    loss_of(cs).backward()
-    for column in columns:
-        column.cleargrads()
+    model.cleargrads()
+    loss.backward()
     return held
 
 
-def numpy_bytes():
-    numpy_only = tracemalloc.DomainFilter(inclusive=True, domain=np.lib.tracemalloc_domain)
-    return sum(trace.size for trace in tracemalloc.take_snapshot().filter_traces([numpy_only]).traces)
+plain_bytes, checkpointed_bytes = bytes_held(False), bytes_held(True)
+for name, held in [("plain", plain_bytes), ("checkpointed", checkpointed_bytes)]:
+    print(f"{name:12}: {held:9,} bytes held for backward ({held / ACTIVATION:.2f} activations)")
 
+# %% [markdown]
+# Without the checkpoint the graph holds the eight `tanh` outputs (each is
+# also the next layer's input), the input batch (a quarter of an activation,
+# 64 columns) and the network's output, which the square in the loss saves.
+# With the checkpoint it holds the batch, which is the checkpoint's input, the
+# last hidden activation, which the output layer saves, and the output.
+#
+# `tracemalloc` measures the same thing from the allocator's side. It also
+# shows the other half of the story, the peak during the backward pass. Both
+# are printed in activations of 0.5 MiB, rounded to a whole number, since the
+# allocator also counts small Python objects:
 
-class Sampled(Layer):
-    """A level that records the bytes held after each call, and when backward reaches its output."""
-
-    def __init__(self, level, samples):
-        super().__init__()
-        self.level, self.samples = level, samples
-
-    def sample(self, *_):
-        self.samples.append(numpy_bytes() - self.samples[0])
-
-    def forward(self, below, above):
-        out = self.level(below, above)
-        self.sample()
-        if out.requires_grad:
-            out.register_hook(self.sample)
-        return out
-
-
-def peak_bytes(columns, way):
-    """The largest sample during one forward and backward pass, less the parameters' gradients."""
-    gc.collect()
-    gc.disable()  # what the graph frees, it frees by reference counting alone (step 17)
+# %%
+def traced_memory(use_checkpoint):
+    model.cleargrads()
     tracemalloc.start()
-    try:
-        samples = [numpy_bytes()]
-        sampled = [RevColumn([Sampled(level, samples) for level in column.levels], column.alphas)
-                   for column in columns]
-        loss_of(run(sampled, Variable(X_MEMORY), way)[0]).backward()
-    finally:
-        tracemalloc.stop()
-        gc.enable()
-    for column in columns:
-        column.cleargrads()
-    return max(samples[1:]) - sum(p.data.nbytes for column in columns for p in column.params())
-
-
-COLUMNS = [1, 2, 4, 8]
-SAVED, PEAK = {}, {}
-print(f"x: {X_MEMORY.nbytes:,} bytes; one column's {L} states: {STATES:,} bytes (the unit below)")
-print(f"{'':>6}" + "".join(f"{way + ': saved':>21}{'peak':>6}" for way in WAYS))
-for n in COLUMNS:
-    columns = make_stack(n)
-    for way in WAYS:
-        SAVED[way, n], PEAK[way, n] = saved_bytes(columns, way), peak_bytes(columns, way)
-    print(f"N = {n:2}" + "".join(f"{SAVED[way, n]:21,}{PEAK[way, n] / STATES:6.1f}" for way in WAYS))
-assert [SAVED["chained", n] for n in COLUMNS] == [X_MEMORY.nbytes + n * STATES for n in COLUMNS]
-assert {SAVED["one Function", n] for n in COLUMNS} == {X_MEMORY.nbytes + STATES}
-assert [PEAK["chained", b] - PEAK["chained", a] for a, b in zip(COLUMNS[1:], COLUMNS[2:])] == [2 * STATES, 4 * STATES]
-assert 0 <= PEAK["one Function", 4] - PEAK["one Function", 2] <= X_MEMORY.nbytes  # x's gradient, summed
-assert PEAK["one Function", 4] == PEAK["one Function", 8]
-plain_column = (SAVED["plain", 2] - SAVED["plain", 1]) / STATES
-print(f"each column adds: plain {plain_column:.1f} states, chained exactly 1, one Function nothing")
-
-# %%
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for way, marker in zip(WAYS, "os^"):
-    ax.plot(COLUMNS, [PEAK[way, n] / STATES for n in COLUMNS], marker + "-", label=f"{way}: peak")
-    ax.plot(COLUMNS, [SAVED[way, n] / STATES for n in COLUMNS], marker + ":", color=ax.lines[-1].get_color(),
-            label=f"{way}: saved")
-ax.set_xscale("log", base=2)
-ax.set_xticks(COLUMNS, [str(n) for n in COLUMNS])
-ax.set(xlabel="columns N", ylabel="bytes, in units of one column's states", title="Memory of forward + backward")
-ax.legend(fontsize=8)
-plt.show()
-
-# %% [markdown]
-# A plain column keeps everything its levels computed: the inputs of the
-# linear layers and the outputs of the $\tanh$'s, among them the block's
-# four-times-wider one, six times the states. A chained reversible column
-# saves $x$ and its new states, so the chain's saved bytes, and its peak,
-# grow by exactly one column's states per column. One Function saves $x$
-# and one column's states however many columns there are, and its peak is
-# flat: from 4 columns on the same number of bytes, and at 2 less only by
-# one array of $x$'s size (the gradient of $x$, summed over the columns).
-#
-# What remains in the peak is the working memory of backward: one level's
-# recomputed graph, the gradients in flight, the states computed back, and
-# from two columns on the hand-over from one column to the one before.
-# With one column the reversible peak is nearly a plain column's; the
-# saving is in the slope, and grows with the blocks in a level (RevCol's
-# levels hold several ConvNeXt blocks). The price is time: every level runs
-# twice, in forward and again in backward (timings are in
-# `bench/results/reversible.md`, measured by `bench/bench_memory.py`).
-#
-# ## Drift
-#
-# One Function keeps memory flat, but changes where its inversions start.
-# A chained `RevColumn` inverts from its own saved states and goes back
-# through one column: its error is one column's rounding. With one
-# Function, the last column computes back the states of the column before,
-# which computes back those of the column before it from these, and so on:
-# each inversion starts from the previous one's errors, divides them by
-# $\alpha$ at every level and passes them on. This is the situation of a
-# RevCol network whose memory does not grow with its columns, and the
-# first-column probe measures it.
-#
-# For $\alpha = 0.5$ and $0.25$, 1 to 16 columns, float64 and float32: the
-# gradients of both reversible ways against the plain run (relative to the
-# largest gradient), and the first column's states as one Function
-# computes them back (0 is right; the chained run gives exactly 0, checked).
-
-# %%
-def drift(n, alpha, dtype):
-    columns = make_stack(n, alpha=alpha, dtype=dtype)
-    x0 = X.astype(dtype)
-    plain, _ = stack_gradients(columns, x0, "plain")
-    chained, first = stack_gradients(columns, x0, "chained")
-    assert not any(c.any() for c in first.reconstructed)
-    one, first = stack_gradients(columns, x0, "one Function")
-    return {"chained: gradients": largest_difference(chained, plain),
-            "one Function: gradients": largest_difference(one, plain),
-            "one Function: first states": max(np.abs(c).max() for c in first.reconstructed)}
-
-
-DRIFT_COLUMNS, DRIFT_ALPHAS, DTYPES = [1, 2, 4, 8, 16], [0.5, 0.25], [np.float64, np.float32]
-DRIFT = {(dtype, a, n): drift(n, a, dtype) for dtype in DTYPES for a in DRIFT_ALPHAS for n in DRIFT_COLUMNS}
-# Powers of ten for N = 2, 4, 8, 16 (N = 1: exactly 0) that the errors stay below on every CPU setting we tried,
-# by a factor of 3 or more: chained gradients, one Function's gradients, one Function's first states.
-DRIFT_BOUNDS = {(np.float64, 0.5): ([-14] * 4, [-14, -13, -12, -9], [-14, -12, -10, -6]),
-                (np.float64, 0.25): ([-14] * 4, [-13, -12, -9, -3], [-12, -10, -6, 1]),
-                (np.float32, 0.5): ([-5] * 4, [-6, -5, -3, -1], [-5, -4, -1, 2]),
-                (np.float32, 0.25): ([-5] * 4, [-5, -3, 0, 0], [-4, -2, 2, 7])}
-print(f"{'':49}" + "".join(f"{f'N = {n}' if n == 1 else n:>9}" for n in DRIFT_COLUMNS))
-for dtype in DTYPES:
-    for a in DRIFT_ALPHAS:
-        rows = {what: [0] + [10.0 ** k for k in exponents] for what, exponents in
-                zip(["chained: gradients", "one Function: gradients", "one Function: first states"],
-                    DRIFT_BOUNDS[dtype, a])}
-        for what, row in rows.items():
-            cells = [bounded(DRIFT[dtype, a, n][what], bound) for n, bound in zip(DRIFT_COLUMNS, row)]
-            print(f"{dtype.__name__ + ', alpha = ' + str(a):21} {what:27}" + "".join(f"{c:>9}" for c in cells))
-
-# %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-shown = DRIFT_COLUMNS[1:]  # with one column every error is exactly 0
-for ax, dtype in zip(axes, DTYPES):
-    for a, colour in zip(DRIFT_ALPHAS, ["C0", "C1"]):
-        for what, marker in [("one Function: first states", "o-"), ("one Function: gradients", "s--"),
-                             ("chained: gradients", "^:")]:
-            ax.plot(shown, [DRIFT[dtype, a, n][what] for n in shown], marker, color=colour,
-                    label=f"{what}, alpha = {a}")
-    ax.set(yscale="log", xlabel="columns N", title=dtype.__name__)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(shown, [str(n) for n in shown])
-axes[0].set_ylabel("error (gradients: relative)")
-axes[1].legend(fontsize=7)
-plt.show()
-
-# %% [markdown]
-# The chained columns' error does not grow with $N$: every column inverts
-# from its own saved states, so the error is one column's rounding, in
-# float64 and float32 alike.
-#
-# One Function's error grows geometrically with $N$: each column multiplies
-# the error it inherits by roughly the same factor, here about 3 a column
-# at $\alpha = 0.5$ and about 10 at $\alpha = 0.25$ (the slopes of the plot).
-# In float64 at $\alpha = 0.5$, 16 columns still leave the gradients good to
-# about ten digits; at $\alpha = 0.25$ the first column's zeros come back as
-# numbers the size of the states. Float32 starts with seven digits instead
-# of sixteen: with $\alpha = 0.25$ the gradients are wrong in their first
-# digit after 8 columns, and then the error cannot grow much further, being
-# as large as the gradients it is measured against. The research notes'
-# table (four levels of Linear and $\tanh$, width 16) tells the same story:
-# about $10^{-13}$ at 8 columns and $10^{-11}$ at 16 for float64 with
-# $\alpha = 0.5$; $10^{-2}$ at 16 columns for float32; a first-column probe
-# of about 7 for float32, $\alpha = 0.5$, $N = 16$.
-#
-# RevCol's largest models have 16 columns. Flat memory and exact
-# reconstructions cannot both be had: one Function trades a few states per
-# column for drift that depends on $\alpha$, $N$ and the float type, and the
-# first-column probe is the cheap way to watch it during training.
-#
-# ## Randomness: DropPath inside the levels
-#
-# A level that draws random numbers computes something else when it is run
-# again, unless it draws the same numbers. `_column_forward` snapshots the
-# generator before each level, and `_column_backward` restores the snapshot
-# before recomputing it: one snapshot per level, because the levels are
-# recomputed one at a time and in reverse order (step 39's checkpoint needs
-# one: it reruns its function from the start). To see that they matter,
-# here is `RevColumnFunction` with its snapshots thrown away before backward,
-# as `preserve_rng_state=False` does for a checkpoint:
-
-# %%
-class ForgetfulRevColumnFunction(RevColumnFunction):
-    """RevColumnFunction without its RNG snapshots: each level is recomputed with whatever the generator draws."""
-
-    def backward(self, *gys):
-        self.states = [None] * len(self.states)
-        return super().backward(*gys)
-
-
-def dropout_run(columns, way):
-    """(gradients of x and every parameter, the first column's states computed back, the next draw)."""
-    tinypytorch.manual_seed(0)
-    if way != "forgetful":
-        grads, first = stack_gradients(columns, X, way)
-        return grads, getattr(first, "reconstructed", None), random.default_generator().random()
-    for column in columns:
-        column.cleargrads()
-    x, cs, first = Variable(X), [Variable(np.zeros((ROWS, d)), requires_grad=False) for d in WIDTHS], None
-    for column in columns:  # what RevColumn.forward does, with the forgetful Function
-        params = [p for i in range(L) for p in column.level_params(i)]
-        cs = ForgetfulRevColumnFunction(column)(x, *cs, *column.alphas, *params)
-        first = first or cs[0].creator
-    loss_of(cs).backward()
-    grads = [x.grad.data] + [p.grad.data for column in columns for p in column.params()]
-    return grads, first.reconstructed, random.default_generator().random()
-
-
-dropped = make_stack(3, drop=0.2)
-plain, _, next_plain = dropout_run(dropped, "plain")
-for way in ("chained", "one Function", "forgetful"):
-    grads, back, next_draw = dropout_run(dropped, way)
-    d, b = largest_difference(grads, plain), max(np.abs(c).max() for c in back)
-    if way == "forgetful":  # other masks: errors the size of the values themselves
-        assert d > 0.1 and b > 0.1
-    print(f"{way:12}: gradients vs plain {'> 1e-1' if way == 'forgetful' else bounded(d, 1e-14):>7}; first column's "
-          f"states back {'> 1e-1' if way == 'forgetful' else bounded(b, 1e-13 if way == 'one Function' else 0):>7}; "
-          f"next draw as after the plain run: {next_draw == next_plain}")
-
-# %% [markdown]
-# With the snapshots, DropPath draws the same masks when each level is
-# recomputed, in both reversible ways: the gradients equal the plain run's
-# to rounding. Without them, every recomputed level drops other rows: the
-# gradients are those of a network that never ran, and the inversion
-# subtracts the wrong $l_i(\cdot)$, so the first column's "zeros" come back
-# the size of the states. Nothing raises; RevCol's hard-coded
-# `preserve_rng_state = True` prevents exactly this. In every run the next
-# draw is the plain run's: backward runs inside `fork_rng`, so its draws
-# leave no trace outside.
-#
-# ## Bad input
-#
-# A column refuses what it could not invert, before it computes anything:
-# an $\alpha$ of exactly 0, a different number of levels and $\alpha$'s or
-# of states, an $\alpha$ that is not a `Parameter` (its gradient would have
-# nowhere to go), a level whose output is not its state's shape (the
-# inverse subtracts it from $c_i'$), and, in `ReversibleColumns`, a column
-# that is not a `RevColumn`:
-
-# %%
-column = make_stack(1)[0]
-attempts = {
-    "alpha = 0": lambda: RevColumn(column.levels, column.alphas[:3] + [Parameter(np.zeros((1, 20)))]),
-    "3 alphas for 4 levels": lambda: RevColumn(column.levels, column.alphas[:3]),
-    "3 states for 4 levels": lambda: column,
-    "alpha not a Parameter": lambda: RevColumn(column.levels, column.alphas[:3] + [np.full((1, 20), 0.5)]),
-    "level 1 returns its below": lambda: RevColumn([column.levels[0], lambda below, above: below,
-                                                    *column.levels[2:]], column.alphas),
-    "a Level among the columns": lambda: ReversibleColumns(column, column.levels[0]),
-}
-for what, make in attempts.items():
-    states = OLD[:3] if what.startswith("3 states") else OLD
-    try:
-        make()(Variable(X), *[Variable(c) for c in states])
-        print(f"{what}: no error")
-    except (ValueError, TypeError) as error:
-        print(f"{what}: {type(error).__name__}: {error}")
-
-# %% [markdown]
-# A level with weights must be a `Layer`, as in step 42: a plain function
-# that closes over a level, `lambda below, above: level(below, above)`,
-# hides the level's weights from the column. The plain column trains them
-# all the same; the reversible column, which computes the gradients of the
-# parameters it can list and no others, refuses in backward rather than
-# leave them without a gradient, both alone and in `ReversibleColumns`:
-
-# %%
-hiding = [lambda below, above, level=level: level(below, above) for level in column.levels]
-for name, layer in [("plain column", RevColumn(hiding, column.alphas, reversible=False)),
-                    ("RevColumn", RevColumn(hiding, column.alphas)),
-                    ("ReversibleColumns", ReversibleColumns(RevColumn(hiding, column.alphas)))]:
-    column.cleargrads()
-    try:
-        loss_of(layer(Variable(X), *[Variable(c) for c in OLD])).backward()
-        print(f"{name}: every weight got a gradient:", all(p.grad is not None for p in column.params()))
-    except RuntimeError as error:
-        print(f"{name}: RuntimeError: {error}")
-
-# %% [markdown]
-# The plain path would not catch the wrong shape: it adds $l_i(\cdot) +
-# \alpha_i c_i$, and NumPy broadcasts where it can. Backward through the
-# columns a second time fails as any graph does after its saved tensors
-# were freed (step 35); with `retain_graph=True` the gradients add up to
-# exactly twice the first ones:
-
-# %%
-x = Variable(X)
-loss = loss_of(run(stack, x, "one Function")[0])
-loss.backward(retain_graph=True)
-once = x.grad.data.copy()
-loss.backward()
-print("with retain_graph, the second backward doubles the gradient:", np.array_equal(x.grad.data, 2 * once))
-try:
+    start = tracemalloc.get_traced_memory()[0]
+    loss = loss_of(use_checkpoint)
+    after_forward = tracemalloc.get_traced_memory()[0] - start
+    tracemalloc.reset_peak()
     loss.backward()
-except RuntimeError as error:
-    print("RuntimeError:", str(error).split(". ")[0])
+    peak = tracemalloc.get_traced_memory()[1] - start
+    tracemalloc.stop()
+    return after_forward, peak
+
+
+for use_checkpoint in (False, True):
+    after_forward, peak = traced_memory(use_checkpoint)
+    name = "checkpointed" if use_checkpoint else "plain"
+    print(f"{name:12}: activations held after forward ~{after_forward / ACTIVATION:.0f}, "
+          f"at the peak of backward ~{peak / ACTIVATION:.0f}")
+
+# %% [markdown]
+# Between forward and backward the checkpoint holds one activation instead of
+# eight. During backward, though, the peak is the same. The first unpack
+# recomputes all eight activations at once, and they are released one by one as
+# the backward pass uses them. One checkpoint around everything only moves the
+# memory from *between* the passes to *during* backward. To lower the peak, the
+# network is cut into segments, each checkpointed on its own, so that only one
+# segment is recomputed at a time. That is step 44's `checkpoint_sequential`
+# and its $\sqrt{N}$ schedule.
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# The same columns in PyTorch, float64, with the weights copied:
+# The same functions checkpointed with
+# `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`, in float64:
 #
-# - a **plain column**, RevCol's `_forward_nonreverse` in torch operations;
-# - a **port of RevCol's `ReverseFunction`** to `torch.autograd.Function`
-#   for any number of levels, written as RevCol writes it: forward under
-#   `no_grad` saving $x$, the new states and an RNG state per level;
-#   backward from the top level down, with `torch.autograd.backward` inside.
-#
-# For one column (gradients of $x$, of every old state, $\alpha$ and weight)
-# and for a stack of three (run plain, chained and as one Function here,
-# plain and ported there), the outputs and gradients must agree. Then the
-# port's side effect.
+# - the six-operation function `f`: its gradient, and the operations run in
+#   forward and again in backward, with and without early stop;
+# - $u = \sin(x)\, e^x$: `autograd.grad` with `create_graph`, the second
+#   derivative and how often $u$ ran; then two passes with `retain_graph`: the
+#   runs, the doubled gradient and the error of a third pass;
+# - the nested checkpoint: its gradient and run counts;
+# - the three determinism errors, matched on their wording; the gradient with
+#   an extra operation after the last save; the wrong gradient that early stop
+#   lets through; the in-place change of an input;
+# - dropout, where PyTorch's gradients with and without the checkpoint are
+#   bitwise equal too, and the bytes the MLP holds for backward.
 
 # %%
-def twin(linear):
-    """torch.nn.Linear (float64) with a tinypytorch Linear's weights."""
-    out_size, in_size = linear.weight.shape
-    module = torch.nn.Linear(in_size, out_size, bias=linear.bias is not None, dtype=torch.float64)
-    with torch.no_grad():
-        module.weight.copy_(torch.from_numpy(linear.weight.data))
-        if linear.bias is not None:
-            module.bias.copy_(torch.from_numpy(linear.bias.data))
-    return module
+import functools
+
+import torch
+import torch.utils.checkpoint as torch_checkpoint
 
 
-class TorchLevel(torch.nn.Module):
-    def __init__(self, level):
-        super().__init__()
-        self.down, self.up = twin(level.down), twin(level.up) if level.up is not None else None
-        self.expand, self.project = twin(level.expand), twin(level.project)
-
-    def forward(self, below, above):
-        f = torch.tanh(self.down(below) if above is None else self.down(below) + self.up(above))
-        return f + self.project(torch.tanh(self.expand(f)))
+def torch_leaf(values):
+    return torch.tensor(values, dtype=torch.float64, requires_grad=True)
 
 
-class TorchColumn(torch.nn.Module):
-    """The twin of a RevColumn; ordered() lists its parameters in RevColumn.params()'s order (alphas first)."""
-
-    def __init__(self, column):
-        super().__init__()
-        self.levels = torch.nn.ModuleList([TorchLevel(level) for level in column.levels])
-        self.alphas = torch.nn.ParameterList([torch.nn.Parameter(torch.from_numpy(a.data.copy()))
-                                              for a in column.alphas])
-
-    def ordered(self):
-        return [*self.alphas, *[p for level in self.levels for p in level.parameters()]]
-
-    def plain(self, x, cs):
-        new = []
-        for i, (level, alpha) in enumerate(zip(self.levels, self.alphas)):
-            new.append(alpha * cs[i] + level(x if i == 0 else new[-1], cs[i + 1] if i + 1 < len(cs) else None))
-        return new
-
-    def reverse(self, x, cs):
-        return TorchReverseFunction.apply(list(self.levels), list(self.alphas), x, *cs)[1:]
+def torch_checkpointed(function, **options):
+    return functools.partial(torch_checkpoint.checkpoint, function, use_reentrant=False, **options)
 
 
-class TorchReverseFunction(torch.autograd.Function):
-    """RevCol's ReverseFunction (models/revcol_function.py), its four levels written as a loop."""
+# f: the gradient and the operations run, with and without early stop
+for early_stop in (True, False):
+    forward, again, grad = count_runs(early_stop)
+    log.clear()
+    xt = torch_leaf(x0)
+    yt = torch_checkpointed(functools.partial(f, m=torch), early_stop=early_stop)(xt).sum()
+    forward_t = len(log)
+    yt.backward()
+    assert (forward, again) == (forward_t, log[forward_t:]), (again, log)
+    np.testing.assert_allclose(grad.data, xt.grad.numpy(), rtol=1e-14)
+    print(f"f, early_stop={early_stop}: {forward} operations in forward and {len(again)} again in backward "
+          "in both; gradients equal")
 
-    @staticmethod
-    def forward(ctx, run_functions, alpha, x, *cs):
-        ctx.run_functions, ctx.alpha, ctx.cpu_states, new = run_functions, alpha, [], []
-        n = len(run_functions)
-        with torch.no_grad():
-            for i, level in enumerate(run_functions):
-                ctx.cpu_states.append(torch.get_rng_state())
-                new.append(level(x if i == 0 else new[-1], cs[i + 1] if i + 1 < n else None) + cs[i] * alpha[i])
-        ctx.save_for_backward(x, *new)
-        return (x, *new)
-
-    @staticmethod
-    def backward(ctx, gx_right, *g_right):
-        x, *c = [t.detach().requires_grad_() for t in ctx.saved_tensors]  # RevCol's detach_and_grad
-        levels, alpha, n = ctx.run_functions, ctx.alpha, len(ctx.run_functions)
-        g_up, g_left, left = [None] * n, [None] * n, None  # left: the old c_{i+1}, computed back
-        with torch.enable_grad(), torch.random.fork_rng():
-            for i in reversed(range(n)):
-                g_up[i] = g_right[i] if i == n - 1 else g_right[i] + c[i].grad  # T_i
-                g_left[i] = g_up[i] * alpha[i]  # "shortcut"
-                torch.set_rng_state(ctx.cpu_states[i])
-                oup = levels[i](x if i == 0 else c[i - 1], left)
-                torch.autograd.backward(oup, g_up[i], retain_graph=True)  # .grad of weights, below, left
-                if left is not None:
-                    left.requires_grad = False
-                    torch.autograd.backward(left * alpha[i + 1], g_up[i + 1])  # "alpha update": into alpha.grad
-                    g_left[i + 1] = g_left[i + 1] + left.grad  # "fusion"
-                with torch.no_grad():
-                    left = (1 / alpha[i]) * (c[i] - oup)  # "feature reverse"
-                left = left.detach().requires_grad_()
-            left.requires_grad = False
-            torch.autograd.backward(left * alpha[0], g_up[0])
-        return (None, None, x.grad, *g_left)
+# u: autograd.grad with create_graph, the second derivative, the runs
+calls[0] = 0
+x = Variable(x0.copy())
+(du,) = autograd.grad(checkpoint(u, x, use_reentrant=False).sum(), x, create_graph=True)
+(d2u,) = autograd.grad(du.sum(), x)
+calls_ours, calls[0] = calls[0], 0
+xt = torch_leaf(x0)
+(du_t,) = torch.autograd.grad(torch_checkpointed(functools.partial(u, m=torch))(xt).sum(), xt, create_graph=True)
+(d2u_t,) = torch.autograd.grad(du_t.sum(), xt)
+np.testing.assert_allclose(du.data, du_t.detach().numpy(), rtol=1e-14)
+np.testing.assert_allclose(d2u.data, d2u_t.numpy(), rtol=1e-14)
+assert calls_ours == calls[0] == 3, (calls_ours, calls)
+print("u: autograd.grad with create_graph and the second derivative equal PyTorch's; u ran 3 times in both")
 
 
-def assert_close(ours, theirs, what):
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(theirs).max()), err_msg=what)
+def two_passes(m, x, checkpointed):
+    """Runs of u after forward and after two passes (the first retained), x.grad, and a third pass's error."""
+    calls[0] = 0
+    y = checkpointed(functools.partial(u, m=m))(x).sum()
+    counts = [calls[0]]
+    for retain in (True, False):
+        y.backward(retain_graph=retain)
+        counts.append(calls[0])
+    try:
+        y.backward()
+    except RuntimeError as error:
+        return counts, np.asarray(x.grad.numpy() if m is torch else x.grad.data), str(error)[:60]
 
 
-def torch_loss(cs):
-    return sum((c * torch.from_numpy(w[:c.shape[0]])).sum() for c, w in zip(cs, LOSS_WEIGHTS))
+ours = two_passes(tinypytorch, Variable(x0.copy()), lambda fn: functools.partial(checkpoint, fn, use_reentrant=False))
+theirs = two_passes(torch, torch_leaf(x0), torch_checkpointed)
+assert ours[0] == theirs[0] == [1, 2, 3] and ours[2] == theirs[2], (ours, theirs)
+np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-14)
+np.testing.assert_allclose(theirs[1], 2 * (np.cos(x0) + np.sin(x0)) * np.exp(x0), rtol=1e-14)
+print("u, two passes: runs [1, 2, 3] and doubled gradients in both; a third pass:", repr(theirs[2] + "..."))
+
+# nesting: the gradient and the runs
+runs.update(outer=0, inner=0)
+x = Variable(x0.copy())
+checkpoint(outer, x, use_reentrant=False).sum().backward()
+runs_t = {"outer": 0, "inner": 0}
 
 
-# %%
-column, twin_column = stack[1], TorchColumn(stack[1])
-for torch_way in ("plain", "reverse"):
-    x_t, old_t = torch.tensor(X, requires_grad=True), [torch.tensor(c, requires_grad=True) for c in OLD]
-    new_t = getattr(twin_column, torch_way)(x_t, old_t)
-    torch_loss(new_t).backward()
-    for reversible in (True, False):
-        column.reversible = reversible
-        column.cleargrads()
-        x, old = Variable(X), [Variable(c) for c in OLD]
-        new = column(x, *old)
-        loss_of(new).backward()
-        for ours, theirs in [*zip(new, new_t), (x.grad, x_t.grad), *zip([c.grad for c in old], [c.grad for c in old_t]),
-                             *zip([p.grad for p in column.params()], [p.grad for p in twin_column.ordered()])]:
-            assert_close(ours.data, theirs.detach().numpy(), f"one column, torch {torch_way}")
-    twin_column.zero_grad()
-print(f"one column: new states, gradients of x, {L} old states, {L} alphas and "
-      f"{sum(len(list(level.params())) for level in column.levels)} weights equal torch's, plain and ported")
+def inner_t(h):
+    runs_t["inner"] += 1
+    return torch.tanh(h) * h
 
-twins = [TorchColumn(column) for column in stack]
-for torch_way in ("plain", "reverse"):
-    x_t = torch.tensor(X, requires_grad=True)
-    cs_t = [torch.zeros(ROWS, d, dtype=torch.float64) for d in WIDTHS]
-    for twin_column in twins:
-        cs_t = getattr(twin_column, torch_way)(x_t, cs_t)
-    torch_loss(cs_t).backward()
-    theirs = [x_t.grad.numpy()] + [p.grad.numpy() for t in twins for p in t.ordered()]
-    for way in WAYS:
-        cs, _ = run(stack, Variable(X), way)
-        for c, c_t in zip(cs, cs_t, strict=True):
-            assert_close(c.data, c_t.detach().numpy(), f"stack, {way}, torch {torch_way}")
-        for g, g_t in zip(stack_gradients(stack, X, way)[0], theirs, strict=True):
-            assert_close(g, g_t, f"stack, {way}, torch {torch_way}")
-    for t in twins:
-        t.zero_grad()
-print(f"stack of 3 columns, plain, chained and one Function: states and gradients of x and of all "
-      f"{len(theirs) - 1} parameters equal torch's, plain and ported")
 
-# %% [markdown]
-# The port's weights and $\alpha$'s are not inputs of its node: RevCol
-# passes them in Python lists, and its backward reaches them by calling
-# `torch.autograd.backward` itself. So `torch.autograd.grad` with respect to
-# them finds nothing, and yet, running the port's backward to reach $x$,
-# fills their `.grad`:
+def outer_t(x):
+    runs_t["outer"] += 1
+    return torch.sin(torch_checkpointed(inner_t)(torch.exp(x)))
 
-# %%
-twin_column = TorchColumn(stack[1])
-x_t = torch.tensor(X, requires_grad=True)
-loss_t = torch_loss(twin_column.reverse(x_t, [torch.tensor(c) for c in OLD]))
-params_t = twin_column.ordered()
+
+xt = torch_leaf(x0)
+torch_checkpointed(outer_t)(xt).sum().backward()
+assert runs == runs_t == {"outer": 2, "inner": 3}, (runs, runs_t)
+np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-14)
+print("nested checkpoints: gradients equal, runs", runs_t, "in both")
+
+
+# the determinism checks
+def h_t(x):
+    a = torch.sin(x)
+    if CHANGE == "float32":
+        a = a.to(torch.float32)
+    if CHANGE != "one op fewer":
+        a = a * a
+    b = torch.tanh(a)
+    if CHANGE == "one op more":
+        b = torch.exp(b)
+    return b * 3.0
+
+
+def torch_after_change(function, change, **options):
+    """As backward_after_change, in PyTorch: the gradient (an array) or the error's message."""
+    global CHANGE
+    xt = torch_leaf(x0)
+    CHANGE = None
+    yt = torch_checkpointed(function, **options)(xt).sum()
+    CHANGE = change
+    try:
+        yt.backward()
+        return xt.grad.numpy()
+    except torch_checkpoint.CheckpointError as error:
+        return f"CheckpointError: {error}"
+    finally:
+        CHANGE = None
+
+
+for change, options, expected in [
+    ("one op fewer", {}, ["A different number of tensors was saved during the original forward and recomputation.",
+                          "Number of tensors saved during forward: 4\n"
+                          "Number of tensors saved during recomputation: 2."]),
+    ("float32", {}, ["Recomputed values for the following tensors have different metadata than during the forward "
+                     "pass.\ntensor at position 1:\nsaved metadata: {", "float64",
+                     "recomputed metadata: {", "float32"]),
+    ("one op more", {"early_stop": False}, ["trying to save more tensors during recomputation than during the "
+                                            "original forward pass."]),
+]:
+    ours, theirs = backward_after_change(change, **options), torch_after_change(h_t, change, **options)
+    for text in expected:
+        assert text in ours and text in theirs, (text, ours, theirs)
+    print(f"{change}: CheckpointError in both, {expected[0][:60]}...")
+
+right = 3 * (1 - np.tanh(np.sin(x0) ** 2) ** 2) * 2 * np.sin(x0) * np.cos(x0)  # d/dx 3 tanh(sin(x)^2)
+assert backward_after_change("one op more") == f"no error, x.grad = {show(right)}"
+np.testing.assert_allclose(torch_after_change(h_t, "one op more"), right, rtol=1e-14)
+print("one op more, early stop: no error in either, and the gradient of what the forward pass computed")
+
+wrong, wrong_t = h2_gradient("extra sin"), torch_after_change(functools.partial(h2, m=torch), "extra sin")
+np.testing.assert_allclose(wrong, wrong_t, rtol=1e-14)
+assert not np.allclose(wrong_t, right)
+print("extra sin before the last save, early stop: the same wrong gradient in both,", show(wrong_t))
+
+xt = torch_leaf(x0)
+at = xt * 2.0
+yt = torch_checkpointed(functools.partial(u, m=torch))(at).sum()
+at.add_(1.0)
 try:
-    torch.autograd.grad(loss_t, [x_t, *params_t], retain_graph=True)
+    yt.backward()
+    raise AssertionError("PyTorch did not raise")
 except RuntimeError as error:
-    print("torch.autograd.grad:", str(error).splitlines()[0])
-twin_column.zero_grad()
-grads_t = torch.autograd.grad(loss_t, [x_t, *params_t], allow_unused=True)
-print(f"with allow_unused=True: {sum(g is not None for g in grads_t[1:])} of {len(params_t)} weights' and alphas' "
-      f"gradients returned, yet all their .grad filled: {all(p.grad is not None for p in params_t)}")
+    assert "modified by an inplace operation" in str(error) and "is at version 1; expected version 0" in str(error)
+x = Variable(x0.copy())
+a = x * 2.0
+y = checkpoint(u, a, use_reentrant=False).sum()
+a.add_(1.0)
+try:
+    y.backward()
+    raise AssertionError("tinypytorch did not raise")
+except RuntimeError as error:
+    assert "modified by an inplace operation" in str(error) and "is at version 1; expected version 0" in str(error)
+print("an input changed in place after forward: both raise, naming versions 1 and 0")
 
-column = stack[1]
-column.reversible = True
-grads = autograd.grad(loss_of(column(Variable(X), *[Variable(c) for c in OLD])), list(column.params()))
-for g, p_t in zip(grads, params_t, strict=True):
-    assert_close(g.data, p_t.grad.numpy(), "autograd.grad")
-print(f"tinypytorch's autograd.grad returns all {len(grads)}, equal to the port's .grad")
-print("PyTorch check passed: RevColumn and ReversibleColumns states, grads of x, states, weights and alphas equal "
-      "a torch column and a port of RevCol's ReverseFunction")
+# dropout, in PyTorch (the weights of drop_model)
+linears = []
+for layer in drop_model.layers:
+    linears.append(torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=torch.float64))
+    with torch.no_grad():
+        linears[-1].weight.copy_(torch.from_numpy(layer.weight.data))
+        linears[-1].bias.copy_(torch.from_numpy(layer.bias.data))
+
+
+def dropped_t(h):
+    for linear in linears[:-1]:
+        h = torch.nn.functional.dropout(torch.tanh(linear(h)), p=0.3)
+    return h
+
+
+def dropout_gradients_t(use_checkpoint):
+    for linear in linears:
+        linear.zero_grad()
+    torch.manual_seed(0)
+    xt = torch_leaf(drop_batch)
+    hidden = torch_checkpointed(dropped_t)(xt) if use_checkpoint else dropped_t(xt)
+    (linears[-1](hidden) ** 2).sum().backward()
+    return [p.grad.clone() for linear in linears for p in linear.parameters()] + [xt.grad]
+
+
+assert all(torch.equal(a, b) for a, b in zip(dropout_gradients_t(False), dropout_gradients_t(True)))
+assert all(np.array_equal(a, b) for a, b in zip(dropout_gradients(False), dropout_gradients(True)))
+print("dropout: gradients with and without the checkpoint bitwise equal, in both")
+
+# the bytes held for backward by the MLP
+layers_t = []
+for layer in model.layers:
+    linear = torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=torch.float64)
+    with torch.no_grad():
+        linear.weight.copy_(torch.from_numpy(layer.weight.data))
+        linear.bias.copy_(torch.from_numpy(layer.bias.data))
+    layers_t.append(linear)
+parameters_t = {p.data_ptr() for linear in layers_t for p in linear.parameters()}
+
+
+def bytes_held_t(use_checkpoint):
+    storages = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in parameters_t:
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    def hidden_layers_t(h):
+        for linear in layers_t[:-1]:
+            h = torch.tanh(linear(h))
+        return h
+
+    xt = torch.from_numpy(batch)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        h = torch_checkpointed(hidden_layers_t)(xt) if use_checkpoint else hidden_layers_t(xt)
+        loss = (layers_t[-1](h) ** 2).sum()
+    held = sum(storages.values())
+    loss.backward()
+    return held, loss.item()
+
+
+(plain_t, loss_plain_t), (checkpointed_t, loss_t) = bytes_held_t(False), bytes_held_t(True)
+assert (plain_bytes, checkpointed_bytes) == (plain_t, checkpointed_t), (plain_t, checkpointed_t)
+np.testing.assert_allclose(float(loss_of(True).data), loss_t, rtol=1e-12)
+print(f"MLP: {plain_t:,} bytes held plain and {checkpointed_t:,} checkpointed, in both")
+print("PyTorch check passed: non-reentrant checkpoint grads, recompute counts, early stop, determinism errors "
+      "and held bytes as torch's")

@@ -77,7 +77,7 @@ def _torch_dropout(a):
 
 
 def _torch_dropout_device(a):
-    """The mask as the device's generator draws it (seeded with 0; tests/test_step44.py checks that generator
+    """The mask as the device's generator draws it (seeded with 0; tests/test_step48.py checks that generator
     against SplitMix64 written out), applied in torch."""
     keep = tinypytorch.random.CounterGenerator(0).random(tuple(a.shape), np) >= 0.5
     return a * torch.tensor(keep) * 2.0
@@ -152,12 +152,12 @@ OPERATIONS = [
 
 
 # Function subclasses that are not operations but wrap a user's function, each tested where it is taught
-NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step39.py (reentrant checkpointing)",
-                  "ReversibleSequentialFunction": "tests/test_step42.py (reversible blocks)",
-                  "RevColumnFunction": "tests/test_step43.py (reversible columns)",
-                  "ReversibleColumnsFunction": "tests/test_step43.py (reversible columns, one Function for all)",
+NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step42.py (reentrant checkpointing)",
+                  "ReversibleSequentialFunction": "tests/test_step46.py (reversible blocks)",
+                  "RevColumnFunction": "tests/test_step47.py (reversible columns)",
+                  "ReversibleColumnsFunction": "tests/test_step47.py (reversible columns, one Function for all)",
                   # a move needs two devices: the stand-in's (tests/strict_cupy.py) and the CPU
-                  "ToDevice": "tests/test_step44.py (x.to(device): gradients go back to the source device)"}
+                  "ToDevice": "tests/test_step48.py (x.to(device): gradients go back to the source device)"}
 
 
 def package_functions():

@@ -18,7 +18,7 @@ import torch
 import strict_cupy
 from tinypytorch import cuda
 
-pytestmark = [pytest.mark.torch, pytest.mark.step44]
+pytestmark = [pytest.mark.torch, pytest.mark.step48]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _path = ROOT / "bench" / "bench_gpu.py"

@@ -108,7 +108,7 @@ def test_every_operation_on_each_backend_equals_torch(operation, xp):
 @pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.name)
 def test_float32_operands_give_float32_values_and_gradients_as_in_torch(operation, monkeypatch):
     # Every backward must compute in float32 itself, as torch's do: the engine's cast of a gradient to its
-    # input's dtype (step 41) is for inputs that met float64, and would hide a backward that promotes.
+    # input's dtype (step 43) is for inputs that met float64, and would hide a backward that promotes.
     casts = []
     monkeypatch.setattr(engine, "astype", lambda g, dtype: casts.append((g.dtype, dtype)) or F.astype(g, dtype))
     values = [v.astype(np.float32) for v in

@@ -1,702 +1,633 @@
-"""Step 38: anomaly mode (detect_anomaly, set_detect_anomaly), gradcheck and gradgradcheck, against torch."""
-import re
-import warnings
+"""Step 38: saved-tensor hooks (saved_tensors_hooks, save_on_cpu, a float16 compression hook), against torch."""
+import contextlib
+import gc
+import weakref
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
-from torch.autograd.functional import jacobian
-from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import tinypytorch
-from reference import values_and_seeds
+from reference import evaluate, float_arrays, operation_lists, torch_leaf, torch_twin
 from steploader import load_step
-from tinypytorch import Function, Variable, autograd
-from tinypytorch.autograd import GradcheckError, anomaly, gradcheck, gradgradcheck
-from tinypytorch.autograd.gradcheck import analytical_jacobian, numerical_jacobian
+from tinypytorch import Config, Variable, autograd, cuda, no_grad
+from tinypytorch import functions as F
+from tinypytorch.autograd.graph import current_hooks, save_on_cpu, saved_tensors_hooks
+from tinypytorch.layers import MLP
 
 pytestmark = [pytest.mark.step38, pytest.mark.torch]
 step = load_step(38)
 
-NAN_MESSAGE = re.compile(r"Function '(\w+)' returned nan values in its (\d+)th output\.")
+TORCH_HOOKS = torch.autograd.graph.saved_tensors_hooks
+MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
 
 
-@pytest.fixture(autouse=True)
-def anomaly_mode_left_as_found():
-    """Every test starts with anomaly mode off in both frameworks and leaves it so."""
-    assert not anomaly.enabled() and anomaly.is_anomaly_check_nan_enabled()
-    assert not torch.is_anomaly_enabled()
-    yield
-    autograd.set_detect_anomaly(False)
-    torch.autograd.set_detect_anomaly(False)
+def hooks_of(m):
+    return TORCH_HOOKS if m is torch else saved_tensors_hooks
 
 
-def tensor(array, requires_grad=True):
-    return torch.tensor(np.asarray(array, dtype=np.float64), requires_grad=requires_grad)
+def make_ours(value, requires_grad=True):
+    return Variable(np.array(value, dtype=np.float64), requires_grad=requires_grad)
 
 
-def torch_anomaly_note(caught):
-    """The text of torch's "Error detected in ..." warning among the warnings caught."""
-    notes = [str(w.message) for w in caught if str(w.message).startswith("Error detected in")]
-    assert len(notes) == 1, [str(w.message) for w in caught]
-    return notes[0]
+def make_torch(value, requires_grad=True):
+    return torch.tensor(value, dtype=torch.float64, requires_grad=requires_grad)
 
 
-# ----- log ------------------------------------------------------------------------------------
+def grad_of(v):
+    return None if v.grad is None else (v.grad.numpy() if isinstance(v, torch.Tensor) else np.asarray(v.grad.data))
 
 
-@given(values_and_seeds(1e-3, 1e3))
-def test_log_value_and_gradient_equal_torch(case):
-    x_data, seed = case
-    x = Variable(x_data)
-    y = tinypytorch.log(x)
-    y.backward(Variable(seed, requires_grad=False))
-    xt = tensor(x_data)
-    yt = torch.log(xt)
-    yt.backward(torch.tensor(seed))
-    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-14)
-    np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-15)  # gy / x: one division in both
+class Counter:
+    """A pack/unpack pair that counts its calls and passes tensors through unchanged."""
+
+    def __init__(self, m):
+        self.packs = self.unpacks = 0
+        self.hooks = hooks_of(m)(self.pack, self.unpack)
+
+    def pack(self, v):
+        self.packs += 1
+        return v
+
+    def unpack(self, v):
+        self.unpacks += 1
+        return v
 
 
-def test_log_at_zero_gives_minus_inf_and_an_infinite_gradient_as_torch():
-    x = Variable(np.array([0.0, 1.0]))
-    with np.errstate(divide="ignore"):
-        y = tinypytorch.log(x)
+# ----- counts and gradients on random graphs ---------------------------------------------
+
+UNARY = {
+    "sin": lambda m, a: m.sin(a),
+    "exp": lambda m, a: m.exp(a * 0.25),
+    "tanh": lambda m, a: m.tanh(a),
+    "pow2": lambda m, a: a**2,
+    "add 1.5": lambda m, a: a + 1.5,
+    "div 3": lambda m, a: a / 3.0,
+    "rdiv": lambda m, a: 2.0 / (a * a + 1.0),
+}
+BINARY = {
+    "add": lambda m, a, b: a + b,
+    "sub": lambda m, a, b: a - b,
+    "mul": lambda m, a, b: a * b,
+    "div": lambda m, a, b: a / (b * b + 1.0),
+}
+
+
+@st.composite
+def hooked_programs(draw):
+    """Leaves (some constants), their shape, and a list of operations on them."""
+    count = draw(st.integers(1, 3))
+    shape = draw(st.sampled_from([(), (3,)]))
+    values = [draw(arrays(np.float64, shape, elements=st.floats(-1.5, 1.5))) for _ in range(count)]
+    requires = draw(st.lists(st.booleans(), min_size=count, max_size=count).filter(any))
+    return values, requires, draw(operation_lists(UNARY, BINARY, max_size=10))
+
+
+def run_counted(m, program, passes=2):
+    """Counts (packs, unpacks) after the forward pass and after each of `passes` backward passes, and the grads."""
+    values, requires, operations = program
+    make = make_torch if m is torch else make_ours
+    leaves = [make(v, r) for v, r in zip(values, requires)]
+    counter = Counter(m)
+    with counter.hooks:
+        y = evaluate(m, leaves, operations, UNARY, BINARY)[-1].sum()
+    counts = [(counter.packs, counter.unpacks)]
+    if not y.requires_grad:
+        return counts, None, y
+    for _ in range(passes):
+        y.backward(retain_graph=True)
+        counts.append((counter.packs, counter.unpacks))
+    return counts, [grad_of(v) for v in leaves], y
+
+
+@given(hooked_programs())
+def test_random_graphs_pack_and_unpack_counts_and_grads_equal_torch(program):
+    counts_t, grads_t, y_t = run_counted(torch, program)
+    assume(bool(torch.isfinite(y_t)) and y_t.requires_grad)
+    counts, grads, _ = run_counted(tinypytorch, program)
+    assert counts == counts_t
+    assert counts_t[2][1] == 2 * counts_t[1][1]  # the second pass unpacks what the first did, once more
+    for g, g_t in zip(grads, grads_t):
+        if g_t is None:
+            assert g is None
+        else:
+            np.testing.assert_allclose(g, g_t, rtol=1e-12, atol=1e-13)
+
+
+def test_exp_of_a_square_packs_three_and_unpacks_three_per_pass_like_torch():
+    results = []
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        a = make([0.5, -1.0, 2.0])
+        counter = Counter(m)
+        with counter.hooks:
+            y = m.exp(a * a).sum()
+        counts = [(counter.packs, counter.unpacks)]
+        y.backward(retain_graph=True)
+        counts.append((counter.packs, counter.unpacks))
         y.backward()
-    xt = tensor([0.0, 1.0])
-    yt = torch.log(xt)
-    yt.backward(torch.ones(2, dtype=torch.float64))
-    assert y.data.tolist() == yt.tolist() == [-np.inf, 0.0]
-    assert x.grad.data.tolist() == xt.grad.tolist() == [np.inf, 1.0]
-
-
-# ----- anomaly mode: NaN ------------------------------------------------------------------------
-
-
-def test_without_anomaly_mode_a_nan_gradient_passes_silently_as_in_torch():
-    x = Variable(np.array([0.0, 1.0]))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tinypytorch.log(x)[1:].sum().backward()
-    xt = tensor([0.0, 1.0])
-    torch.log(xt)[1:].sum().backward()
-    np.testing.assert_array_equal(x.grad.data, xt.grad.numpy())  # nan where both are nan
-    assert np.isnan(x.grad.data[0]) and x.grad.data[1] == 1.0
-
-
-def test_anomaly_mode_names_log_its_0th_output_and_the_forward_line_as_torch_does():
-    xt = tensor([0.0, 1.0])
-    with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly():
-        warnings.simplefilter("always")
-        yt = torch.log(xt)  # forward line (torch)
-        with pytest.raises(RuntimeError) as raised_t:
-            yt[1:].sum().backward()
-    note_t = torch_anomaly_note(caught)
-
-    x = Variable(np.array([0.0, 1.0]))
-    with np.errstate(divide="ignore", invalid="ignore"), autograd.set_detect_anomaly(True):
-        y = tinypytorch.log(x)  # forward line (ours)
-        with pytest.raises(RuntimeError) as raised:
-            y[1:].sum().backward()
-
-    assert NAN_MESSAGE.fullmatch(str(raised_t.value)).groups() == ("LogBackward0", "0")
-    assert NAN_MESSAGE.fullmatch(str(raised.value)).groups() == ("Log", "0")
-    assert str(raised.value) == "Function 'Log' returned nan values in its 0th output."
-    (note,) = raised.value.__notes__
-    assert note.startswith("Error detected in Log. Traceback of forward call that caused the error:")
-    assert note_t.startswith("Error detected in LogBackward0. Traceback of forward call that caused the error:")
-    assert "yt = torch.log(xt)  # forward line (torch)" in note_t
-    assert "y = tinypytorch.log(x)  # forward line (ours)" in note
-    assert "test_anomaly_mode_names_log_its_0th_output_and_the_forward_line_as_torch_does" in note
-
-
-class TwoInputs(Function):
-    """x0 * x1 with a backward that returns NaN for the input `bad` (a made-up failure)."""
-
-    def __init__(self, bad):
-        self.bad = bad
-
-    def forward(self, x0, x1):
-        return x0 * x1
-
-    def backward(self, gy):
-        grads = [gy * 1.0, gy * 1.0]
-        grads[self.bad] = gy * np.nan
-        return tuple(grads)
-
-
-class TwoInputsTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x0, x1, bad):
-        ctx.bad = bad
-        return x0 * x1
-
-    @staticmethod
-    def backward(ctx, gy):
-        grads = [gy * 1.0, gy * 1.0, None]
-        grads[ctx.bad] = gy * float("nan")
-        return tuple(grads)
-
-
-@pytest.mark.parametrize("bad", [0, 1])
-def test_the_nan_message_gives_the_index_of_the_input_whose_gradient_is_nan_as_torch(bad):
-    with np.errstate(invalid="ignore"), autograd.set_detect_anomaly(True):
-        with pytest.raises(RuntimeError) as raised:
-            TwoInputs(bad)(Variable(np.ones(2)), Variable(np.ones(2))).sum().backward()
-    with warnings.catch_warnings(record=True), torch.autograd.set_detect_anomaly(True):
-        warnings.simplefilter("always")
-        with pytest.raises(RuntimeError) as raised_t:
-            TwoInputsTorch.apply(tensor(np.ones(2)), tensor(np.ones(2)), bad).sum().backward()
-    assert NAN_MESSAGE.fullmatch(str(raised.value)).groups() == ("TwoInputs", str(bad))
-    assert NAN_MESSAGE.fullmatch(str(raised_t.value)).groups() == ("TwoInputsTorchBackward", str(bad))
-
-
-def test_the_nan_of_a_package_operation_is_located_in_mul_as_in_torch():
-    # x0 = (inf, 1) is a constant, x1 requires grad: forward (inf, 2) -> [1:] -> 2, finite; backward
-    # sends (0, 1) to the product, whose gradient for x1 is gy * x0 = (0 * inf, 1) = (nan, 1)
-    with np.errstate(invalid="ignore"), autograd.set_detect_anomaly(True):
-        with pytest.raises(RuntimeError) as raised:
-            (Variable(np.array([np.inf, 1.0]), requires_grad=False) * Variable(np.array([1.0, 2.0])))[1:].sum() \
-                .backward()
-    with warnings.catch_warnings(record=True), torch.autograd.set_detect_anomaly(True):
-        warnings.simplefilter("always")
-        with pytest.raises(RuntimeError) as raised_t:
-            (tensor([np.inf, 1.0], requires_grad=False) * tensor([1.0, 2.0]))[1:].sum().backward()
-    assert NAN_MESSAGE.fullmatch(str(raised.value)).groups() == ("Mul", "1")
-    assert NAN_MESSAGE.fullmatch(str(raised_t.value)).groups() == ("MulBackward0", "1")
-
-
-def test_check_nan_false_records_the_stacks_but_lets_the_nan_through():
-    x = Variable(np.array([0.0, 1.0]))
-    with np.errstate(divide="ignore", invalid="ignore"), autograd.set_detect_anomaly(True, check_nan=False):
-        y = tinypytorch.log(x)
-        y[1:].sum().backward()
-    assert hasattr(y.creator, "creation_stack")
-    assert np.isnan(x.grad.data[0]) and x.grad.data[1] == 1.0
-
-
-def test_anomaly_mode_on_only_around_backward_still_raises_but_has_no_forward_stack():
-    x = Variable(np.array([0.0, 1.0]))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        loss = tinypytorch.log(x)[1:].sum()
-        with autograd.set_detect_anomaly(True), pytest.raises(RuntimeError, match="'Log' returned nan") as raised:
-            loss.backward()
-    (note,) = raised.value.__notes__
-    assert note.startswith("Error detected in Log.") and "File " not in note
-
-
-# ----- anomaly mode: any error in a backward ---------------------------------------------------
-
-
-# The Functions of the step, right and wrong backwards in both frameworks: tested as the step shows them
-Cube = step.Cube
-CubeTorch = step.CubeTorch
-CubeOnArrays = step.CubeOnArrays
-CubeDetachedTorch = step.CubeDetachedTorch
-ForgetfulExp = step.ForgetfulExp
-ForgetfulExpTorch = step.ForgetfulExpTorch
-MatVec = step.MatVec
-MatVecTorch = step.MatVecTorch
-MatVecBuggy = step.MatVecBuggy
-MatVecBuggyTorch = step.MatVecBuggyTorch
-RowSum = step.RowSum
-RowSumTorch = step.RowSumTorch
-
-
-class Typo(Function):
-    """A backward that raises by itself: it reads an attribute forward never set."""
-
-    def forward(self, x):
-        self.shape = x.shape
-        return x * 2.0
-
-    def backward(self, gy):
-        return gy.reshape(self.shap)  # bug: a typo for self.shape
-
-
-BUGGY = {
-    "wrong shape": (lambda v: RowSum()(v), ValueError, "RowSum.backward returned a gradient of shape (3, 1) "
-                                                       "for input 0 of shape (3, 2)"),
-    "raises": (lambda v: Typo()(v), AttributeError, "shap"),
-}
-
-
-@pytest.mark.parametrize("name", BUGGY)
-def test_an_error_in_a_backward_carries_the_forward_traceback_only_in_anomaly_mode(name):
-    function, error_type, fragment = BUGGY[name]
-    x = Variable(np.ones((3, 2)))
-
-    y = function(x)  # made outside anomaly mode
-    with pytest.raises(error_type, match=re.escape(fragment)) as raised:
-        y.sum().backward()
-    assert not hasattr(raised.value, "__notes__")
-
-    with autograd.set_detect_anomaly(True):
-        y = function(x)  # the forward call the note must show
-        with pytest.raises(error_type, match=re.escape(fragment)) as raised:
-            y.sum().backward()
-    (note,) = raised.value.__notes__
-    made_by = type(y.creator).__name__
-    assert note.startswith(f"Error detected in {made_by}. Traceback of forward call that caused the error:")
-    assert "y = function(x)  # the forward call the note must show" in note
-    assert note.count("File ") >= 2  # a stack, not a single line
-
-
-def test_the_wrong_shape_raises_in_torch_too_and_both_point_at_the_same_call():
-    a, b = np.ones((3, 1)), np.ones((3, 2))
-
-    def model(row_sum, a, b):
-        s = row_sum(a)
-        t = row_sum(b)  # the call whose backward fails
-        return (s * t).sum()
-
-    with autograd.set_detect_anomaly(True), pytest.raises(ValueError) as raised:
-        model(lambda v: RowSum()(v), Variable(a), Variable(b)).backward()
-    with warnings.catch_warnings(record=True) as caught, torch.autograd.set_detect_anomaly(True):
-        warnings.simplefilter("always")
-        with pytest.raises(RuntimeError, match=r"got \[3, 1\] but expected shape compatible with \[3, 2\]"):
-            model(RowSumTorch.apply, tensor(a), tensor(b)).backward()
-    line = "t = row_sum(b)  # the call whose backward fails"
-    assert line in raised.value.__notes__[0] and line in torch_anomaly_note(caught)
-    assert "s = row_sum(a)" not in raised.value.__notes__[0]
-
-
-def test_creation_stack_is_kept_only_in_anomaly_mode():
-    x = Variable(np.array([0.5, 1.0]))
-    y = tinypytorch.tanh(x)
-    assert not hasattr(y.creator, "creation_stack")
-    with autograd.set_detect_anomaly(True):
-        y = tinypytorch.tanh(x)  # recorded here
-        z = y * 2.0
-    assert "y = tinypytorch.tanh(x)  # recorded here" in y.creator.creation_stack
-    assert "test_creation_stack_is_kept_only_in_anomaly_mode" in y.creator.creation_stack
-    assert "z = y * 2.0" in z.creator.creation_stack
-    with tinypytorch.no_grad(), autograd.set_detect_anomaly(True):
-        assert tinypytorch.tanh(x).creator is None  # nothing recorded, nothing kept
-
-
-# ----- anomaly mode: switching it ----------------------------------------------------------------
-
-
-def modes():
-    return (anomaly.enabled(), anomaly.is_anomaly_check_nan_enabled())
-
-
-def torch_modes():
-    return (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
-
-
-def test_set_detect_anomaly_sets_the_mode_and_as_a_context_manager_restores_it_as_torch():
-    seen = []
-    for set_mode, current in [(autograd.set_detect_anomaly, modes), (torch.autograd.set_detect_anomaly, torch_modes)]:
-        states = [current()]
-        set_mode(True)
-        states.append(current())
-        with set_mode(False, check_nan=False):
-            states.append(current())
-            with set_mode(True):
-                states.append(current())
-            states.append(current())
-        states.append(current())
-        with pytest.raises(KeyError):
-            with set_mode(False):
-                states.append(current())
-                raise KeyError("restored even when the block raises")
-        states.append(current())
-        set_mode(False)
-        states.append(current())
-        seen.append(states)
-    assert seen[0] == seen[1] == [(False, True), (True, True), (False, False), (True, True), (False, False),
-                                  (True, True), (False, True), (True, True), (False, True)]
-
-
-def test_detect_anomaly_warns_turns_the_mode_on_and_restores_it():
-    with pytest.warns(UserWarning, match="Anomaly Detection has been enabled. This mode will increase the runtime"):
-        with autograd.detect_anomaly():
-            assert modes() == (True, True)
-    assert modes() == (False, True)
-    with pytest.warns(UserWarning), autograd.detect_anomaly(check_nan=False):
-        assert modes() == (True, False)
-    assert modes() == (False, True)
-
-
-def test_set_detect_anomaly_refuses_what_is_not_a_bool():
-    with pytest.raises(TypeError, match="set_detect_anomaly"):
-        autograd.set_detect_anomaly(1)
-    with pytest.raises(TypeError, match="set_detect_anomaly"):
-        autograd.set_detect_anomaly(True, check_nan="yes")
-    assert modes() == (False, True)
-
-
-# ----- functions with right and wrong backwards, in both frameworks ------------------------------
-
-
-class CubeWrongFactor(Cube):
-    def backward(self, gy):
-        (x,) = self.saved_tensors
-        return 3.0 * x * gy  # wrong: 3x instead of 3x^2
-
-
-class CubeWrongFactorTorch(CubeTorch):
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return 3.0 * x * gy
-
-
-class SinWrongSign(Function):
-    def forward(self, x):
-        self.save_for_backward(x)
-        return np.sin(x)
-
-    def backward(self, gy):
-        (x,) = self.saved_tensors
-        return -gy * tinypytorch.cos(x)  # wrong sign
-
-
-class SinWrongSignTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.sin(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return -gy * torch.cos(x)
-
-
-def unary(m, name):
-    return lambda x: getattr(m, name)(x)
-
-
-def two_outputs(m):
-    return lambda x, w: (m.sin(x) * w, (x * x).sum())
-
-
-@st.composite
-def vectors(draw, low, high, min_size=1, max_size=4):
-    return [draw(arrays(np.float64, draw(st.integers(min_size, max_size)), elements=st.floats(low, high)))], [True]
-
-
-@st.composite
-def matrix_pairs(draw):
-    n, k, m = (draw(st.integers(1, 3)) for _ in range(3))
-    elements = st.floats(-2.0, 2.0)
-    return [draw(arrays(np.float64, (n, k), elements=elements)), draw(arrays(np.float64, (k, m), elements=elements))], \
-        [True, True]
-
-
-@st.composite
-def layer_inputs(draw):
-    n, k, m = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    elements = st.floats(-2.0, 2.0)
-    X, W, b = (draw(arrays(np.float64, shape, elements=elements)) for shape in [(n, k), (m, k), (m,)])
-    return [X, W, b], [False, True, True]
-
-
-@st.composite
-def matrix_and_column(draw):
-    W = draw(arrays(np.float64, (3, 3), elements=st.floats(-3.0, 3.0)))
-    x = draw(arrays(np.float64, (3, 1), elements=st.floats(-3.0, 3.0)))
-    return [W, x], [False, True]
-
-
-@st.composite
-def vector_pairs(draw):
-    n = draw(st.integers(1, 4))
-    return [draw(arrays(np.float64, n, elements=st.floats(-2.0, 2.0))) for _ in range(2)], [True, True]
-
-
-def layer(m):
-    if m is torch:
-        return lambda X, W, b: torch.tanh(torch.nn.functional.linear(X, W, b))
-    return lambda X, W, b: tinypytorch.tanh(tinypytorch.linear(X, W, b))
-
-
-# name: (ours, torch's, torch's with a right backward, inputs)
-CASES = {
-    "tanh": (unary(tinypytorch, "tanh"), torch.tanh, torch.tanh, vectors(-3.0, 3.0)),
-    "sin": (unary(tinypytorch, "sin"), torch.sin, torch.sin, vectors(-3.0, 3.0)),
-    "exp": (unary(tinypytorch, "exp"), torch.exp, torch.exp, vectors(-2.0, 2.0)),
-    "log": (unary(tinypytorch, "log"), torch.log, torch.log, vectors(0.2, 10.0)),
-    "sigmoid": (unary(tinypytorch, "sigmoid"), torch.sigmoid, torch.sigmoid, vectors(-4.0, 4.0)),
-    "matmul": (tinypytorch.matmul, torch.matmul, torch.matmul, matrix_pairs()),
-    "layer": (layer(tinypytorch), layer(torch), layer(torch), layer_inputs()),
-    "two outputs": (two_outputs(tinypytorch), two_outputs(torch), two_outputs(torch), vector_pairs()),
-    "Cube": (lambda x: Cube()(x), CubeTorch.apply, CubeTorch.apply, vectors(-2.0, 2.0)),
-    "CubeOnArrays": (lambda x: CubeOnArrays()(x), CubeDetachedTorch.apply, CubeTorch.apply, vectors(-2.0, 2.0)),
-    "MatVec": (lambda W, x: MatVec()(W, x), MatVecTorch.apply, MatVecTorch.apply, matrix_and_column()),
-    "CubeWrongFactor": (lambda x: CubeWrongFactor()(x), CubeWrongFactorTorch.apply, CubeTorch.apply,
-                        vectors(-2.0, 2.0)),
-    # one element: see test_a_backward_that_ignores_its_incoming_gradient_fails_even_on_one_element
-    "ForgetfulExp": (lambda x: ForgetfulExp()(x), ForgetfulExpTorch.apply, torch.exp, vectors(-2.0, 2.0, min_size=2)),
-    "SinWrongSign": (lambda x: SinWrongSign()(x), SinWrongSignTorch.apply, torch.sin, vectors(-3.0, 3.0)),
-    "MatVecBuggy": (lambda W, x: MatVecBuggy()(W, x), MatVecBuggyTorch.apply, MatVecTorch.apply,
-                    matrix_and_column()),
-}
-ATOL, RTOL = 1e-5, 1e-3  # gradcheck's defaults, in both frameworks
-
-
-def both(arrays_, requires):
-    ours = tuple(Variable(a.copy(), requires_grad=r) for a, r in zip(arrays_, requires))
-    theirs = tuple(tensor(a, requires_grad=r) for a, r in zip(arrays_, requires))
-    return ours, theirs
-
-
-def torch_jacobians(fn, tensors):
-    """{(i, j): d output j / d input i} from torch.autograd.functional.jacobian, in gradcheck's layout
-    (input size, output size), for the inputs that require grad."""
-    checked = [i for i, t in enumerate(tensors) if t.requires_grad]
-
-    def of_checked(*ts):
-        full = list(tensors)
-        for i, t in zip(checked, ts):
-            full[i] = t
-        return fn(*full)
-
-    outputs = of_checked(*[tensors[i] for i in checked])
-    single = not isinstance(outputs, tuple)
-    blocks = jacobian(of_checked, tuple(tensors[i] for i in checked))
-    blocks = (blocks,) if single else blocks
-    result = {}
-    for j, per_input in enumerate(blocks):
-        size_out = (outputs if single else outputs[j]).numel()
-        for i, block in zip(checked, per_input):
-            result[(i, j)] = block.reshape(size_out, tensors[i].numel()).T.numpy()
-    return result
-
-
-def expected_verdict(theirs, right, tensors):
-    """Whether the Jacobians of `theirs` equal those of the right function within gradcheck's tolerance,
-    by torch; cases on the edge of the tolerance are skipped."""
-    got, true = torch_jacobians(theirs, tensors), torch_jacobians(right, tensors)
-    excess = max(float(np.max(np.abs(got[key] - true[key]) - (ATOL + RTOL * np.abs(true[key])))) for key in true)
-    assume(abs(excess) > 1e-6)  # a wrong backward that lands on the edge of the tolerance: skipped
-    return excess <= 0
-
-
-@settings(max_examples=20)
-@given(st.data())
-@pytest.mark.parametrize("name", CASES)
-def test_gradcheck_passes_and_fails_where_torchs_does(name, data):
-    ours_fn, torch_fn, right_fn, inputs = CASES[name]
-    ours, theirs = both(*data.draw(inputs))
-    expected = expected_verdict(torch_fn, right_fn, theirs)
-    assert gradcheck(ours_fn, ours, raise_exception=False) == expected
-    assert torch.autograd.gradcheck(torch_fn, theirs, raise_exception=False) == expected
-
-
-@settings(max_examples=20)
-@given(st.data())
-@pytest.mark.parametrize("name", CASES)
-def test_gradchecks_jacobians_equal_torchs(name, data):
-    ours_fn, torch_fn, right_fn, inputs = CASES[name]
-    ours, theirs = both(*data.draw(inputs))
-    analytical, numerical = analytical_jacobian(ours_fn, ours), numerical_jacobian(ours_fn, ours, 1e-6)
-    expected, true = torch_jacobians(torch_fn, theirs), torch_jacobians(right_fn, theirs)
-    assert analytical.keys() == numerical.keys() == expected.keys()
-    for key in expected:
-        np.testing.assert_allclose(analytical[key], expected[key], rtol=1e-12, atol=1e-14)  # the same backward
-        np.testing.assert_allclose(numerical[key], true[key], rtol=1e-6, atol=1e-7)  # the true derivative
-
-
-@settings(max_examples=5)
-@given(st.data())
-@pytest.mark.parametrize("name", CASES)
-def test_gradcheck_leaves_the_inputs_unchanged(name, data):
-    ours_fn, _, _, inputs = CASES[name]
-    arrays_, requires = data.draw(inputs)
-    ours, _ = both(arrays_, requires)
-    gradcheck(ours_fn, ours, raise_exception=False)
-    for v, a in zip(ours, arrays_):
-        np.testing.assert_array_equal(v.data, a)
-        assert v.grad is None  # gradients are returned by autograd.grad, never stored
-
-
-GRADGRAD = ["tanh", "sin", "exp", "log", "sigmoid", "matmul", "layer", "two outputs", "Cube", "CubeOnArrays",
-            "ForgetfulExp", "MatVecBuggy"]
-
-
-@settings(max_examples=8)
-@given(st.data())
-@pytest.mark.parametrize("name", GRADGRAD)
-def test_gradgradcheck_passes_and_fails_where_torchs_does(name, data):
-    ours_fn, torch_fn, _, inputs = CASES[name]
-    ours, theirs = both(*data.draw(inputs))
-    if name == "CubeOnArrays":  # the second derivative 6 x v is not zero, so the cut graph shows
-        assume(np.abs(ours[0].data).max() > 0.1)
-    torch.manual_seed(0)
-    assert gradgradcheck(ours_fn, ours, raise_exception=False) == \
-        torch.autograd.gradgradcheck(torch_fn, theirs, raise_exception=False)
-
-
-def fixed_inputs(name):
-    """Seeded inputs of each case's shapes, away from 0 (arrays, which require grad)."""
-    rng = np.random.default_rng(38)
-
-    def draw(*shape):
-        return rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
-
-    if name in ("matmul",):
-        return [draw(2, 3), draw(3, 2)], [True, True]
-    if name == "layer":
-        return [draw(4, 3), draw(2, 3), draw(2)], [False, True, True]
-    if name == "two outputs":
-        return [draw(3), draw(3)], [True, True]
-    if name in ("MatVec", "MatVecBuggy"):
-        return [np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [4.0, 0.0, 1.0]]), draw(3, 1)], [False, True]
-    return [np.abs(draw(3)) if name == "log" else draw(3)], [True]
-
-
-@pytest.mark.parametrize("name, expected", [("tanh", True), ("matmul", True), ("layer", True), ("two outputs", True),
-                                            ("Cube", True), ("CubeOnArrays", False), ("ForgetfulExp", False),
-                                            ("MatVecBuggy", True)])
-def test_gradgradcheck_verdicts_on_fixed_inputs(name, expected):
-    # MatVecBuggy passes: gradgradcheck compares the backward of the backward with the backward,
-    # which is wrong but differentiable; ForgetfulExp's backward of the backward is wrong too.
-    _, torch_fn, _, _ = CASES[name]
-    ours, theirs = both(*fixed_inputs(name))
-    torch.manual_seed(0)
-    assert gradgradcheck(CASES[name][0], ours, raise_exception=False) is expected
-    assert torch.autograd.gradgradcheck(torch_fn, theirs, raise_exception=False) is expected
-
-
-def test_gradgradcheck_with_given_grad_outputs_checks_the_second_derivative():
-    # d/dx of (3 x^2 v) is 6 x v: with v = 0 the cut graph of CubeOnArrays cannot show in the x block,
-    # but d/dv = 3 x^2 still disagrees with the analytical 0, as in torch
-    x = Variable(np.array([0.5, -1.0]))
-    v = Variable(np.array([0.0, 0.0]))
-    assert gradgradcheck(lambda t: Cube()(t), x, v) is True
-    with pytest.raises(GradcheckError, match="with respect to input 1"):
-        gradgradcheck(lambda t: CubeOnArrays()(t), x, v)
-    with pytest.raises(TorchGradcheckError):
-        torch.autograd.gradgradcheck(CubeDetachedTorch.apply, tensor([0.5, -1.0]), tensor([0.0, 0.0]))
-
-
-@pytest.mark.parametrize("value", [0.3, -1.0])
-def test_a_backward_that_ignores_its_incoming_gradient_fails_even_on_one_element(value):
-    # With one element the only one-hot gradient is 1, so the Jacobians agree; torch also runs the
-    # backward with a zero incoming gradient, which must give zero ("backward not multiplied by grad_output").
-    ours, theirs = both([np.array([value])], [True])
-    assert torch.autograd.gradcheck(ForgetfulExpTorch.apply, theirs, raise_exception=False) is False
-    assert torch.autograd.gradgradcheck(ForgetfulExpTorch.apply, theirs, raise_exception=False) is False
-    assert gradcheck(lambda x: ForgetfulExp()(x), ours, raise_exception=False) is False
-    assert gradgradcheck(lambda x: ForgetfulExp()(x), ours, raise_exception=False) is False
-
-
-class CubeOffBy(Cube):
-    """x^3 with a backward off by `delta` times the incoming gradient."""
-
-    def __init__(self, delta):
-        self.delta = delta
-
-    def backward(self, gy):
-        (x,) = self.saved_tensors
-        return 3.0 * x * x * gy + self.delta * gy
-
-
-class CubeOffByTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, delta):
-        ctx.save_for_backward(x)
-        ctx.delta = delta
-        return x * x * x
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return 3.0 * x * x * gy + ctx.delta * gy, None
-
-
-@pytest.mark.parametrize("x, delta, passes", [
-    (0.0, 5e-6, True), (0.0, -5e-6, True), (0.0, 2e-5, False), (0.0, -2e-5, False),  # atol = 1e-5 at f' = 0
-    (10.0, 0.25, True), (10.0, -0.25, True), (10.0, 0.35, False), (10.0, -0.35, False),  # 1e-5 + 1e-3 * 300
+        counts.append((counter.packs, counter.unpacks))
+        results.append(counts)
+    assert results[0] == results[1] == [(3, 0), (3, 3), (3, 6)]
+
+
+def torch_mlp(model, dtype):
+    return torch_twin(model, torch.nn.Tanh, dtype)
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([(3, 4, 1), (3, 4, 4, 1), (2, 5, 3, 2)]), st.integers(1, 4))
+def test_mlp_counts_and_grads_under_hooks_equal_torch_over_two_passes(seed, sizes, batch_size):
+    model = MLP(sizes, activation=F.tanh, rng=np.random.default_rng(seed))
+    model_t = torch_mlp(model, torch.float64)
+    batch = np.random.default_rng(seed + 1).standard_normal((batch_size, sizes[0]))
+    results = []
+    for m, net, params, x in [(tinypytorch, model, list(model.params()), Variable(batch, requires_grad=False)),
+                              (torch, model_t, list(model_t.parameters()), torch.from_numpy(batch))]:
+        counter = Counter(m)
+        with counter.hooks:
+            loss = (net(x) ** 2).sum()
+        counts = [(counter.packs, counter.unpacks)]
+        for _ in range(2):
+            loss.backward(retain_graph=True)
+            counts.append((counter.packs, counter.unpacks))
+        results.append((counts, [grad_of(p) for p in params]))
+    (counts, grads), (counts_t, grads_t) = results
+    assert counts == counts_t
+    for g, g_t in zip(grads, grads_t):
+        np.testing.assert_allclose(g, g_t, rtol=1e-12, atol=1e-14)
+
+
+# ----- when the hooks run ------------------------------------------------------------------
+
+@given(float_arrays(-2.0, 2.0, min_dims=1, max_dims=1, max_side=4))
+def test_packs_at_forward_unpacks_at_backward_in_torchs_order_with_the_saved_values(x0):
+    logs = []
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        log = []
+        x = make(x0)
+
+        def pack(v, log=log):
+            log.append(("pack", np.array(v.detach().numpy() if m is torch else v.data)))
+            return v
+
+        def unpack(v, log=log):
+            log.append(("unpack", np.array(v.detach().numpy() if m is torch else v.data)))
+            return v
+
+        with hooks_of(m)(pack, unpack):
+            y = m.exp(x * x).sum()
+        log.append(("forward done", None))
+        y.backward()
+        logs.append(log)
+    ours, theirs = logs
+    kinds = ["pack", "pack", "pack", "forward done", "unpack", "unpack", "unpack"]
+    assert [k for k, _ in ours] == [k for k, _ in theirs] == kinds
+    expected = [x0, x0, np.exp(x0**2), None, np.exp(x0**2), x0, x0]  # Mul saves both operands, Exp its output
+    for (_, v), (_, v_t), e in zip(ours, theirs, expected):
+        if e is not None:
+            np.testing.assert_allclose(v, e, rtol=1e-14)
+            np.testing.assert_allclose(v_t, e, rtol=1e-14)
+
+
+def test_the_pack_hook_runs_with_recording_off_like_torch():
+    seen, packed = [], []
+
+    def pack(v):
+        seen.append(Config.enable_backprop)
+        packed.append(v * 4.0)
+        return packed[-1]
+
+    def pack_t(t):
+        seen.append(torch.is_grad_enabled())
+        packed.append(t * 4.0)
+        return packed[-1]
+
+    x, xt = make_ours([1.0, 2.0]), make_torch([1.0, 2.0])
+    with saved_tensors_hooks(pack, lambda p: p / 4.0):
+        (x * x).sum()
+    with TORCH_HOOKS(pack_t, lambda p: p / 4.0):
+        (xt * xt).sum()
+    assert seen == [False, False, False, False]
+    assert Config.enable_backprop and torch.is_grad_enabled()  # switched back on after the hook
+    assert [p.requires_grad for p in packed] == [False] * 4  # the product in the hook was not recorded
+    assert packed[0].creator is None and packed[2].grad_fn is None
+
+
+@given(float_arrays(-3.0, 3.0, min_dims=0, max_dims=2, max_side=3))
+def test_the_tutorial_pair_times_4_over_4_still_gives_2x_and_second_derivatives_like_torch(x0):
+    x = make_ours(x0)
+    with saved_tensors_hooks(lambda v: v * 4.0, lambda p: p / 4.0):
+        (x**2).sum().backward()
+    np.testing.assert_allclose(x.grad.data, 2 * x0, rtol=1e-15)
+    # second derivatives flow through the unpacked leaf: g = 3x^2, g' = 6x
+    x = make_ours(x0)
+    with saved_tensors_hooks(lambda v: v * 4.0, lambda p: p / 4.0):
+        y = (x**3).sum()
+    (g,) = autograd.grad(y, x, create_graph=True)
+    (gg,) = autograd.grad(g.sum(), x)
+    xt = make_torch(x0)
+    with TORCH_HOOKS(lambda t: t * 4.0, lambda p: p / 4.0):
+        yt = (xt**3).sum()
+    (gt,) = torch.autograd.grad(yt, xt, create_graph=True)
+    (ggt,) = torch.autograd.grad(gt.sum(), xt)
+    np.testing.assert_allclose(g.data, 3 * x0**2, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(gg.data, 6 * x0, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose([g.data, gg.data], [gt.detach().numpy(), ggt.numpy()], rtol=1e-14, atol=1e-300)
+
+
+@pytest.mark.parametrize("expression, packs", [
+    (lambda x, c: x * 2.0, 0),  # a Python number is kept as a number
+    (lambda x, c: 2.0 * x + 1.0, 0),
+    (lambda x, c: x / 3.0, 0),
+    (lambda x, c: x * c, 1),  # a constant array is a tensor: d(x c)/dx = c is saved, x is not
+    (lambda x, c: x * x, 2),
+    (lambda x, c: 2.0 / x, 1),
 ])
-def test_the_tolerance_is_atol_plus_rtol_times_the_numerical_derivative_as_in_torch(x, delta, passes):
-    ours, theirs = both([np.array([x])], [True])
-    assert gradcheck(lambda v: CubeOffBy(delta)(v), ours, raise_exception=False) is passes
-    assert torch.autograd.gradcheck(lambda t: CubeOffByTorch.apply(t, delta), theirs, raise_exception=False) is passes
-    assert gradcheck(lambda v: CubeOffBy(delta)(v), ours, atol=1.0, rtol=0.0, raise_exception=False) is True
+def test_python_numbers_are_not_packed_constant_arrays_are_like_torch(expression, packs):
+    counts = []
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        counter = Counter(m)
+        with counter.hooks:
+            expression(make([1.0, 2.0]), make([3.0, 4.0], requires_grad=False))
+        counts.append(counter.packs)
+    assert counts == [packs, packs]
 
 
-# ----- the failure message, bad input ------------------------------------------------------------
+def test_the_innermost_pair_packs_and_the_pair_that_packed_unpacks_like_torch():
+    logs = []
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        log = []
+
+        def tagging(tag, log=log, m=m):
+            return hooks_of(m)(lambda v: log.append(f"pack {tag}") or v, lambda v: log.append(f"unpack {tag}") or v)
+
+        x = make(2.0)
+        with tagging("outer"):
+            with tagging("inner"):
+                y = x * x
+            z = m.sin(y)
+        with tagging("late"):
+            z.backward()
+        logs.append(log)
+    assert logs[0] == logs[1] == ["pack inner", "pack inner", "pack outer",
+                                  "unpack outer", "unpack inner", "unpack inner"]
+    assert current_hooks() is None
 
 
-def matrices_in(text):
-    """The matrices printed after 'numerical:' and 'analytical:' in a gradcheck failure message."""
-    numbers = re.compile(r"-?\d+\.?\d*(?:e[+-]?\d+)?")
-    _, numerical, analytical = re.split(r"numerical:|analytical:", text)
-    return [np.array([[float(n) for n in numbers.findall(row)] for row in part.strip().splitlines()])
-            for part in (numerical, analytical)]
+def test_hooks_entered_only_around_backward_are_never_called_like_torch():
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        x = make([0.5, 1.5])
+        y = m.exp(x * x).sum()
+        counter = Counter(m)
+        with counter.hooks:
+            y.backward()
+        assert (counter.packs, counter.unpacks) == (0, 0)
+        np.testing.assert_allclose(grad_of(x), 2 * np.array([0.5, 1.5]) * np.exp(np.array([0.5, 1.5]) ** 2))
 
 
-@given(arrays(np.float64, (3, 3), elements=st.floats(-9.0, 9.0)), arrays(np.float64, (3, 1), elements=st.floats(-3, 3)))
-def test_the_failure_message_shows_both_jacobians(W, x):
-    assume(np.abs(W - W.T).max() > 0.1)  # a symmetric W would hide the bug
-    ours, theirs = both([W, x], [False, True])
-    with pytest.raises(GradcheckError) as raised:
-        gradcheck(lambda W, x: MatVecBuggy()(W, x), ours)
-    with pytest.raises(TorchGradcheckError, match="Jacobian mismatch for output 0 with respect to input 0"):
-        torch.autograd.gradcheck(MatVecBuggyTorch.apply, theirs)
-    assert isinstance(raised.value, RuntimeError)
-    message = str(raised.value)
-    assert message.startswith("Jacobian mismatch for output 0 with respect to input 1,\n")  # x is input 1 of (W, x)
-    numerical, analytical = matrices_in(message)
-    true = torch_jacobians(MatVecTorch.apply, theirs)[(1, 0)]  # W^T
-    wrong = torch_jacobians(MatVecBuggyTorch.apply, theirs)[(1, 0)]  # W
-    np.testing.assert_allclose(numerical, true, atol=6e-5)  # printed with 4 decimals
-    np.testing.assert_allclose(analytical, wrong, atol=6e-5)
+def test_backward_twice_under_hooks_raises_and_retain_graph_doubles_grads_like_torch():
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        x = make([0.5, -1.0])
+        with hooks_of(m)(lambda v: v, lambda v: v):
+            y = m.sin(x * x).sum()
+        y.backward(retain_graph=True)
+        y.backward()
+        np.testing.assert_allclose(grad_of(x), 2 * 2 * np.array([0.5, -1.0]) * np.cos(np.array([0.5, -1.0]) ** 2))
+        with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+            y.backward()
 
 
-def test_raise_exception_false_returns_false_and_the_default_raises():
-    x = Variable(np.array([0.3, -0.7, 1.1]))
-    assert gradcheck(lambda v: SinWrongSign()(v), x, raise_exception=False) is False
-    assert gradcheck(lambda v: SinWrongSign()(v), x, raise_exception=False, atol=3.0, rtol=0.0) is True  # |2 cos x| < 3
-    with pytest.raises(GradcheckError, match="Jacobian mismatch for output 0 with respect to input 0"):
-        gradcheck(lambda v: SinWrongSign()(v), x)
-    assert gradgradcheck(lambda v: CubeOnArrays()(v), x, raise_exception=False) is False
-    with pytest.raises(GradcheckError):
-        gradgradcheck(lambda v: CubeOnArrays()(v), x)
+def test_packed_objects_are_released_after_the_last_backward_like_torch():
+    class Packed:
+        def __init__(self, v):
+            self.v = v
+
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        refs = []
+
+        def pack(v, refs=refs):
+            packed = Packed(v)
+            refs.append(weakref.ref(packed))
+            return packed
+
+        a = make([0.5, -1.0, 2.0])
+        with hooks_of(m)(pack, lambda p: p.v):
+            y = m.exp(a * a).sum()
+        y.backward(retain_graph=True)
+        assert len(refs) == 3 and all(r() is not None for r in refs)
+        y.backward()
+        assert all(r() is None for r in refs)
 
 
-def test_float32_inputs_that_require_grad_warn_as_in_torch():
-    x32 = np.array([0.5, -1.25, 2.0], dtype=np.float32)
-    with pytest.warns(UserWarning, match=r"Input #0 requires gradient and is not a double precision"):
-        result = gradcheck(lambda v: v * v * v, Variable(x32), raise_exception=False)
-    assert result is False  # x +- 1e-6 rounded to float32: the numerical derivative is off by percents
-    with pytest.warns(UserWarning, match=r"Input #0 requires gradient and is not a double precision"):
-        torch.autograd.gradcheck(lambda v: v * v * v, torch.tensor(x32, requires_grad=True), raise_exception=False)
-    with pytest.warns(UserWarning, match=r"Input #1 requires gradient"):
-        gradgradcheck(lambda a, b: a * b, (Variable(np.ones(2)), Variable(np.ones(2, dtype=np.float32))),
-                      raise_exception=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # float32 that needs no gradient is not checked: no warning
-        assert gradcheck(lambda a, b: a * b, (Variable(np.ones(2)), Variable(x32[:2], requires_grad=False)))
+def test_the_steps_counts():
+    assert step.counts == {"pack": 3, "unpack": 6}
+    assert [step.count_packs(f) for f in (lambda: step.x * 2.0, lambda: step.x * step.c, lambda: step.x * step.x)] \
+        == [0, 1, 2]
 
 
-@pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
-def test_no_input_requiring_grad_raises_a_value_error_as_in_torch(check):
-    with pytest.raises(ValueError, match="at least one input to require gradient"):
-        check(tinypytorch.tanh, Variable(np.ones(3), requires_grad=False))
-    torch_check = getattr(torch.autograd, check.__name__)
-    with pytest.raises(ValueError, match="at least one input tensor to require gradient"):
-        torch_check(torch.tanh, tensor(np.ones(3), requires_grad=False))
+# ----- save_on_cpu -------------------------------------------------------------------------
+
+def test_save_on_cpu_keeps_saved_arrays_in_host_memory_and_gives_torchs_grads(xp):
+    data = np.array([0.5, -1.0, 2.0])
+    x = Variable(xp.asarray(data))
+    with save_on_cpu():
+        y = tinypytorch.exp(x * x)
+    for saved in y.creator.saved + y.creator.edges[0][0].saved:
+        kept = saved.packed[1]
+        if xp is np:  # on the CPU the hooks pass the array through (not the Variable: no cycle)
+            assert kept is x.data or kept is y.data
+        else:  # a copy in host memory, for the device to free
+            assert isinstance(kept, np.ndarray)
+    unpacked = y.creator.saved_tensors[0]
+    assert type(unpacked.data) is type(y.data)
+    if xp is np:
+        assert unpacked.data is y.data
+    y.sum().backward()
+    xt = torch_leaf(data)
+    with torch.autograd.graph.save_on_cpu():
+        torch.exp(xt * xt).sum().backward()
+    np.testing.assert_allclose(cuda.as_numpy(x.grad), xt.grad.numpy(), rtol=1e-13)
 
 
-def test_inputs_that_are_not_variables_are_refused():
-    with pytest.raises(TypeError, match="gradcheck: input 0 must be a Variable"):
-        gradcheck(tinypytorch.tanh, np.ones(3))
+def test_save_on_cpu_on_numpy_makes_no_reference_cycle_through_a_saved_output():
+    gc.collect()
+    gc.disable()
+    try:
+        x = Variable(np.array([0.5, 1.5]))
+        with save_on_cpu():
+            y = tinypytorch.exp(x)
+        function = weakref.ref(y.creator)
+        del y
+        assert function() is None
+    finally:
+        gc.enable()
 
 
-def test_the_creation_stack_stops_before_function_call_and_what_it_calls():
-    # the stack ends at the call of the Function (in the user's code, or in a function such as log that makes
-    # it), never inside Function.__call__ or the method that records the graph
-    with autograd.set_detect_anomaly(True):
-        y = tinypytorch.log(Variable(np.array([1.0, 2.0])))  # the user's line
-    stack = y.creator.creation_stack
-    assert "y = tinypytorch.log(Variable(np.array([1.0, 2.0])))" in stack
-    assert stack.strip().splitlines()[-1].strip() == "return Log()(x)"
-    assert "self.record(" not in stack and "core.py" not in stack
+def test_save_on_cpu_takes_torchs_arguments():
+    x = Variable(np.array([0.5, 1.5]))
+    with save_on_cpu(pin_memory=True):  # pinned host memory matters only for CuPy arrays
+        y = tinypytorch.sin(x).sum()
+    y.backward()
+    np.testing.assert_allclose(x.grad.data, np.cos([0.5, 1.5]), rtol=1e-15)
+    with pytest.raises(ValueError, match="save_on_cpu: device_type must be 'cuda', got 'xpu'"):
+        save_on_cpu(device_type="xpu")
+
+
+@given(float_arrays(-2.0, 2.0, min_dims=0, max_dims=2, max_side=4))
+def test_save_on_cpu_on_numpy_leaves_the_gradients_unchanged(x0):
+    grads = []
+    for context in (contextlib.nullcontext, save_on_cpu):
+        x = make_ours(x0)
+        with context():
+            y = (tinypytorch.tanh(x) * tinypytorch.sin(x)).sum()
+        y.backward()
+        grads.append(x.grad.data)
+    np.testing.assert_array_equal(grads[0], grads[1])
+    expected = (1 - np.tanh(x0) ** 2) * np.sin(x0) + np.tanh(x0) * np.cos(x0)
+    np.testing.assert_allclose(grads[1], expected, rtol=1e-13, atol=1e-15)
+
+
+# ----- float16 compression -----------------------------------------------------------------
+
+def test_the_steps_float16_hooks_store_half_of_what_they_receive():
+    n, d_in, h = 16, 8, 32  # batch, inputs, hidden units of the step's MLP((8, 32, 32, 1)), float32
+    saved = [n * d_in, n * h, n * h, h * h, n * h, n * h, h * 1, n * 1]  # x, tanh, its input to l1, W1, ..., y
+    assert step.stored == {"tensors": 8, "float32 bytes": 4 * sum(saved), "float16 bytes": 2 * sum(saved)}
+    kept = n * h + n * h + n * 1  # the two tanh outputs and the output, once each; leaves excluded
+    assert step.bytes_kept_by_the_graph(step.model) == (4 * kept, 3)
+    assert step.stored_once == {"float16 bytes": 2 * kept}
+
+
+def test_torchs_counting_hook_sees_the_same_bytes_for_the_steps_model():
+    model_t = torch_mlp(step.model, torch.float32)
+    seen = []
+    with TORCH_HOOKS(lambda t: seen.append(t.nelement() * t.element_size()) or t, lambda t: t):
+        (model_t(torch.from_numpy(step.inputs)) ** 2).sum()
+    assert len(seen) == step.stored["tensors"] and sum(seen) == step.stored["float32 bytes"]
+
+
+def float16_pair(m):
+    if m is torch:
+        return lambda t: (t.to(torch.float16), t.dtype), lambda p: p[0].to(p[1])
+    return lambda v: (v.data.astype(np.float16), v.dtype), lambda p: p[0].astype(p[1])
+
+
+def torch_float16_once():
+    """The step's save_in_float16, written for torch: leaves as they are, one copy per storage."""
+    copies = {}
+
+    def pack(t):
+        if t.is_leaf or t._base is not None and t._base.is_leaf:  # nn.Linear saves weight.t(), a view of a leaf
+            return t
+        if t.data_ptr() not in copies:
+            copies[t.data_ptr()] = t, t.to(torch.float16)
+        return copies[t.data_ptr()][1], t.dtype
+
+    def unpack(packed):
+        return packed if isinstance(packed, torch.Tensor) else packed[0].to(packed[1])
+
+    return TORCH_HOOKS(pack, unpack)
+
+
+def torch_gradients(model_t, inputs, hooks=None):
+    model_t.zero_grad()
+    with contextlib.nullcontext() if hooks is None else hooks:
+        y = model_t(torch.from_numpy(inputs))
+        loss = (y**2).sum() / len(inputs)
+    loss.backward()
+    return [p.grad.numpy().copy() for p in model_t.parameters()]
+
+
+def relative_errors(approx, exact):
+    return np.array([np.linalg.norm(a - e) / np.linalg.norm(e) for a, e in zip(approx, exact)])
+
+
+def test_the_steps_float16_errors_are_in_band_and_match_torchs():
+    model_t = torch_mlp(step.model, torch.float32)
+    exact_t = torch_gradients(model_t, step.inputs)
+    naive_t = torch_gradients(model_t, step.inputs, TORCH_HOOKS(*float16_pair(torch)))
+    better_t = torch_gradients(model_t, step.inputs, torch_float16_once())
+    for ours, theirs in [(relative_errors(step.naive, step.exact), relative_errors(naive_t, exact_t)),
+                         (relative_errors(step.better, step.exact), relative_errors(better_t, exact_t))]:
+        assert np.all((ours > 1e-5) & (ours < 1e-3)), ours  # the size of float16's rounding, 2^-11 = 4.9e-4
+        np.testing.assert_allclose(ours, theirs, rtol=0.05)  # the same error, whatever the CPU's float32 digits
+    # the hook that leaves the weights exact is the more accurate one, parameter by parameter
+    assert np.all(relative_errors(step.better, step.exact) <= relative_errors(step.naive, step.exact) * (1 + 1e-6))
+    # what the step prints, one significant digit, checked with a margin
+    bands = {"l0.weight": (6e-4, 4e-4), "l0.bias": (3e-4, 9e-5), "l1.weight": (3e-4, 2e-4),
+             "l1.bias": (2e-4, 6e-5), "l2.weight": (2e-4, 2e-4), "l2.bias": (6e-5, 6e-5)}
+    for name, e_naive, e_better in zip(step.names, relative_errors(step.naive, step.exact),
+                                       relative_errors(step.better, step.exact)):
+        printed_naive, printed_better = bands[name]
+        assert abs(e_naive - printed_naive) <= 0.5 * 10 ** np.floor(np.log10(printed_naive)) * 0.97
+        assert abs(e_better - printed_better) <= 0.5 * 10 ** np.floor(np.log10(printed_better)) * 0.97
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_float16_hooks_give_torchs_gradients_within_float16_precision(seed):
+    model = MLP((4, 8, 3), activation=F.tanh, rng=np.random.default_rng(seed))
+    for p in model.params():
+        p.data = p.data.astype(np.float32)
+    model_t = torch_mlp(model, torch.float32)
+    inputs = np.random.default_rng(seed + 1).standard_normal((5, 4)).astype(np.float32)
+    model.cleargrads()
+    with saved_tensors_hooks(*float16_pair(tinypytorch)):
+        loss = (model(Variable(inputs, requires_grad=False)) ** 2).sum() / len(inputs)
+    loss.backward()
+    grads = [p.grad.data for p in model.params()]
+    grads_t = torch_gradients(model_t, inputs, TORCH_HOOKS(*float16_pair(torch)))
+    exact_t = torch_gradients(model_t, inputs)
+    for g, g_t, e_t in zip(grads, grads_t, exact_t):
+        assert g.dtype == np.float32
+        scale = np.abs(e_t).max()
+        np.testing.assert_allclose(g, g_t, rtol=0, atol=2.0**-10 * scale + 1e-30)
+        np.testing.assert_allclose(g, e_t, rtol=0, atol=2.0**-7 * scale + 1e-30)  # float16 costs a little
+
+
+@given(float_arrays(-4.0, 4.0, min_dims=0, max_dims=1, max_side=4))
+def test_float16_hooks_pass_second_derivatives_to_the_leaf_like_torch(x0):
+    r = x0.astype(np.float16).astype(np.float64)  # what the unpack hook gives back
+    x = make_ours(x0)
+    with saved_tensors_hooks(*float16_pair(tinypytorch)):
+        y = (x**3).sum()
+    (g,) = autograd.grad(y, x, create_graph=True)
+    (gg,) = autograd.grad(g.sum(), x)
+    xt = make_torch(x0)
+    with TORCH_HOOKS(*float16_pair(torch)):
+        yt = (xt**3).sum()
+    (gt,) = torch.autograd.grad(yt, xt, create_graph=True)
+    (ggt,) = torch.autograd.grad(gt.sum(), xt)
+    np.testing.assert_allclose(g.data, 3 * r**2, rtol=1e-15)
+    np.testing.assert_allclose(gg.data, 6 * r, rtol=1e-15)
+    np.testing.assert_allclose(g.data, gt.detach().numpy(), rtol=1e-15)
+    np.testing.assert_allclose(gg.data, ggt.numpy(), rtol=1e-15)
+
+
+# ----- hooks and in-place changes ------------------------------------------------------------
+
+def in_place_after_saving(m, a0, pack, unpack):
+    """b = 2a, c = b * b under the hooks, b += 1, backward: a's gradient (an ndarray) or the RuntimeError."""
+    a = (make_torch if m is torch else make_ours)(a0)
+    with hooks_of(m)(pack, unpack):
+        b = a * 2.0
+        c = b * b
+    b.add_(1.0)
+    try:
+        c.sum().backward()
+    except RuntimeError as error:
+        return error
+    return grad_of(a)
+
+
+values = float_arrays(-3.0, 3.0, min_dims=0, max_dims=2, max_side=3)
+
+
+@given(values)
+def test_identity_hooks_and_an_in_place_change_torch_is_silently_wrong_tinypytorch_raises(a0):
+    theirs = in_place_after_saving(torch, a0, lambda t: t, lambda t: t)
+    np.testing.assert_allclose(theirs, 4 * (2 * a0 + 1), rtol=1e-15)  # backward read b + 1 for b
+    assert np.all(theirs != 8 * a0)  # the gradient of what was computed: d(sum (2a)^2)/da = 8a
+    ours = in_place_after_saving(tinypytorch, a0, lambda v: v, lambda v: v)
+    assert isinstance(ours, RuntimeError)
+    assert str(ours).startswith(MODIFIED) and "is at version 1; expected version 0 instead" in str(ours)
+    assert "pack hook that kept the array itself" in str(ours)
+
+
+@given(values)
+def test_cloning_hooks_and_an_in_place_change_give_the_right_gradient_in_both(a0):
+    theirs = in_place_after_saving(torch, a0, lambda t: t.clone(), lambda t: t)
+    ours = in_place_after_saving(tinypytorch, a0, lambda v: v.data.copy(), lambda v: v)
+    np.testing.assert_allclose(theirs, 8 * a0, rtol=1e-15)
+    np.testing.assert_allclose(ours, 8 * a0, rtol=1e-15)
+
+
+def test_the_documented_limit_a_copy_made_only_when_unpacking_is_not_seen():
+    a0 = np.array([1.0, 2.0])
+    ours = in_place_after_saving(tinypytorch, a0, lambda v: v.data, lambda data: data.copy())
+    theirs = in_place_after_saving(torch, a0, lambda t: t, lambda t: t.clone())
+    np.testing.assert_array_equal(ours, [12.0, 20.0])
+    np.testing.assert_array_equal(theirs, [12.0, 20.0])
+
+
+def test_a_hook_keeping_a_view_of_the_saved_array_is_checked_too():
+    a = make_ours([1.0, 2.0, 3.0])
+    with saved_tensors_hooks(lambda v: v.data[::-1], lambda view: view[::-1]):
+        b = a * 2.0
+        c = tinypytorch.sin(b)
+    b.add_(1.0)
+    with pytest.raises(RuntimeError, match=MODIFIED):
+        c.sum().backward()
+
+
+def test_a_leaf_changed_under_no_grad_after_saving_raises_where_torch_is_silently_wrong():
+    a, at = make_ours([1.0, 2.0]), make_torch([1.0, 2.0])
+    with saved_tensors_hooks(lambda v: v, lambda v: v):
+        y = (a * a).sum()
+    with TORCH_HOOKS(lambda t: t, lambda t: t):
+        yt = (at * at).sum()
+    with no_grad():
+        a.add_(1.0)
+    with torch.no_grad():
+        at.add_(1.0)
+    yt.backward()
+    np.testing.assert_array_equal(at.grad.numpy(), [4.0, 6.0])  # 2 (a + 1); the right gradient was 2a = [2, 4]
+    with pytest.raises(RuntimeError, match=MODIFIED + r".*which is a leaf"):
+        y.backward()
+
+
+def test_an_in_place_change_of_a_tensor_no_function_saved_is_fine_under_hooks_like_torch():
+    results = []
+    for m, make in [(tinypytorch, make_ours), (torch, make_torch)]:
+        a = make([1.0, 2.0])
+        with hooks_of(m)(lambda v: v, lambda v: v):
+            b = a * 2.0  # saves no tensor: 2.0 is a number and a's gradient needs only it
+            d = m.exp(b * 3.0)  # saves exp's output, not b
+        b.add_(1.0)
+        d.sum().backward()
+        results.append(grad_of(a))
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-14)
+    np.testing.assert_allclose(results[0], 6 * np.exp(6 * np.array([1.0, 2.0])), rtol=1e-14)
+
+
+# ----- bad hooks ---------------------------------------------------------------------------------
+
+def test_a_pack_hook_changing_its_input_in_place_raises_like_torch():
+    x, xt = make_ours([1.0, 2.0]), make_torch([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="^A saved tensor pack hook is modifying its input in place. Tensors "
+                                           "provided as input to pack hook cannot be modified"):
+        with saved_tensors_hooks(lambda v: v.add_(1.0), lambda v: v):
+            x * x
+    with pytest.raises(RuntimeError, match="A saved tensor pack hook is modifying its input in place"):
+        with TORCH_HOOKS(lambda t: t.add_(1.0), lambda t: t):
+            xt * xt
+    np.testing.assert_array_equal(x.data, xt.detach().numpy())  # the change was made in both before the error
+    assert current_hooks() is None  # the context was left cleanly
+
+
+@pytest.mark.parametrize("result, name", [("a string", "str"), (None, "NoneType"), ([1.0, 2.0], "list"),
+                                          (3.0, "float")])
+def test_an_unpack_hook_returning_something_else_raises_type_error_like_torch(result, name):
+    x = make_ours([1.0, 2.0])
+    with saved_tensors_hooks(lambda v: v, lambda v: result):
+        y = (x * x).sum()
+    with pytest.raises(TypeError, match=f"^Output of saved tensor unpack_hook expected to be a Variable or an array "
+                                        f"but got result of type {name}$"):
+        y.backward()
+    xt = make_torch([1.0, 2.0])
+    with TORCH_HOOKS(lambda t: t, lambda t: result):
+        yt = (xt * xt).sum()
+    with pytest.raises(TypeError, match=f"unpack_hook expected to be a Tensor but got result of type {name}"):
+        yt.backward()
+
+
+@pytest.mark.parametrize("pack, unpack", [("pack", lambda v: v), (lambda v: v, None), (1, 2)])
+def test_hooks_that_cannot_be_called_raise_type_error_like_torch(pack, unpack):
+    with pytest.raises(TypeError, match="^saved_tensors_hooks: pack_hook and unpack_hook must be callable$"):
+        with saved_tensors_hooks(pack, unpack):
+            pass
+    with pytest.raises(TypeError):
+        with TORCH_HOOKS(pack, unpack):
+            pass
+    assert current_hooks() is None

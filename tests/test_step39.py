@@ -1,698 +1,702 @@
-"""Step 39: the default generator (manual_seed, RNG state, fork_rng), dropout, train/eval, and reentrant
-checkpointing (bitwise equal gradients with dropout, the random stream, its limits), against torch."""
-import subprocess
-import sys
+"""Step 39: anomaly mode (detect_anomaly, set_detect_anomaly), gradcheck and gradgradcheck, against torch."""
+import re
 import warnings
 
 import numpy as np
 import pytest
 import torch
-import torch.utils.checkpoint
-from hypothesis import given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+from torch.autograd.functional import jacobian
+from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import tinypytorch
-from reference import assert_close_to_torch, torch_twin
+from reference import values_and_seeds
 from steploader import load_step
-from tinypytorch import Variable, autograd, no_grad, random
-from tinypytorch import functions as F
-from tinypytorch.layers import MLP, Dropout, Layer, Linear
-from tinypytorch.utils.checkpoint import checkpoint
+from tinypytorch import Function, Variable, autograd
+from tinypytorch.autograd import GradcheckError, anomaly, gradcheck, gradgradcheck
+from tinypytorch.autograd.gradcheck import analytical_jacobian, numerical_jacobian
 
 pytestmark = [pytest.mark.step39, pytest.mark.torch]
+step = load_step(39)
 
-NO_INPUT_GRAD = "None of the inputs have requires_grad=True. Gradients will be None"
-seeds = st.integers(0, 2**63 - 1)
+NAN_MESSAGE = re.compile(r"Function '(\w+)' returned nan values in its (\d+)th output\.")
 
 
-def pcg64(seed):
-    """A fresh PCG64 generator: the reference for the default generator's stream after manual_seed(seed)."""
-    return np.random.Generator(np.random.PCG64(seed))
+@pytest.fixture(autouse=True)
+def anomaly_mode_left_as_found():
+    """Every test starts with anomaly mode off in both frameworks and leaves it so."""
+    assert not anomaly.enabled() and anomaly.is_anomaly_check_nan_enabled()
+    assert not torch.is_anomaly_enabled()
+    yield
+    autograd.set_detect_anomaly(False)
+    torch.autograd.set_detect_anomaly(False)
 
 
-def torch_checkpoint(function, *args, **kwargs):
-    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=True, **kwargs)
+def tensor(array, requires_grad=True):
+    return torch.tensor(np.asarray(array, dtype=np.float64), requires_grad=requires_grad)
 
 
-def torch_dropout_with(x, keep, p):
-    """torch's CPU dropout formula, input * (noise / (1 - p)), with the noise (the kept mask) given."""
-    return x * (torch.from_numpy(keep.astype(np.float64)).to(x.dtype) / (1.0 - p))
+def torch_anomaly_note(caught):
+    """The text of torch's "Error detected in ..." warning among the warnings caught."""
+    notes = [str(w.message) for w in caught if str(w.message).startswith("Error detected in")]
+    assert len(notes) == 1, [str(w.message) for w in caught]
+    return notes[0]
 
 
-# ----- the default generator -------------------------------------------------------------------------
+# ----- log ------------------------------------------------------------------------------------
 
-@given(seeds, st.integers(1, 20))
-def test_manual_seed_restarts_the_pcg64_stream_of_that_seed(seed, n):
-    generator = tinypytorch.manual_seed(seed)
-    assert generator is random.default_generator()
-    assert random.initial_seed() == seed
-    first = random.default_generator().random(n)
-    np.testing.assert_array_equal(first, pcg64(seed).random(n))
-    tinypytorch.manual_seed(seed)
-    np.testing.assert_array_equal(random.default_generator().random(n), first)
 
+@given(values_and_seeds(1e-3, 1e3))
+def test_log_value_and_gradient_equal_torch(case):
+    x_data, seed = case
+    x = Variable(x_data)
+    y = tinypytorch.log(x)
+    y.backward(Variable(seed, requires_grad=False))
+    xt = tensor(x_data)
+    yt = torch.log(xt)
+    yt.backward(torch.tensor(seed))
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-14)
+    np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-15)  # gy / x: one division in both
 
-def test_a_fresh_process_starts_from_the_fixed_seed_and_draws_the_same_numbers():
-    program = ("import tinypytorch; from tinypytorch import random; "
-               "print(random.initial_seed(), repr(random.default_generator().random()))")
-    output = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout
-    assert output == f"67280421310721 {pcg64(67280421310721).random()!r}\n"
 
-
-@given(seeds, st.integers(0, 10), st.integers(1, 10))
-def test_the_state_round_trips_and_a_snapshot_is_not_moved_by_later_draws(seed, before, after):
-    tinypytorch.manual_seed(seed)
-    random.default_generator().random(before)
-    state = tinypytorch.get_rng_state()
-    drawn = random.default_generator().random(after)
-    random.default_generator().random(5)
-    tinypytorch.set_rng_state(state)
-    np.testing.assert_array_equal(random.default_generator().random(after), drawn)
-    reference = pcg64(seed)
-    reference.random(before)
-    np.testing.assert_array_equal(drawn, reference.random(after))
-
-
-@given(seeds, st.integers(0, 10))
-def test_fork_rng_leaves_the_outer_stream_as_if_nothing_was_drawn(seed, inside):
-    tinypytorch.manual_seed(seed)
-    with random.fork_rng():
-        random.default_generator().random(inside)
-        tinypytorch.manual_seed(seed + 1)  # even reseeding inside is undone
-        random.default_generator().random(3)
-    np.testing.assert_array_equal(random.default_generator().random(4), pcg64(seed).random(4))
-
-
-def test_fork_rng_restores_the_state_when_the_block_raises():
-    tinypytorch.manual_seed(7)
-    with pytest.raises(KeyError):
-        with random.fork_rng():
-            random.default_generator().random(10)
-            raise KeyError("inside")
-    assert random.default_generator().random() == pcg64(7).random()
-
-
-def test_fork_rng_disabled_lets_the_stream_move_like_torch():
-    tinypytorch.manual_seed(7)
-    with random.fork_rng(enabled=False):
-        random.default_generator().random(2)
-    reference = pcg64(7)
-    reference.random(2)
-    assert random.default_generator().random() == reference.random()
-    torch.manual_seed(7)
-    with torch.random.fork_rng(enabled=False):
-        torch.rand(2)
-    after = torch.rand(1)
-    torch.manual_seed(7)
-    assert torch.equal(torch.rand(3)[2:], after)
-
-
-@pytest.mark.parametrize("seed", [-1, 1.5, True, "3", None, np.float64(2.0)])
-def test_manual_seed_refuses_what_is_not_an_int_at_least_zero(seed):
-    with pytest.raises(ValueError, match="manual_seed: the seed must be an int >= 0"):
-        tinypytorch.manual_seed(seed)
-
-
-def test_manual_seed_takes_numpy_integers():
-    tinypytorch.manual_seed(np.int64(5))
-    assert random.initial_seed() == 5 and type(random.initial_seed()) is int
-    assert random.default_generator().random() == pcg64(5).random()
-
-
-@pytest.mark.parametrize("state", ["state", {}, None, np.random.MT19937(0).state, {"bit_generator": "Philox"}])
-def test_set_rng_state_refuses_what_get_rng_state_did_not_give(state):
-    tinypytorch.manual_seed(3)
-    with pytest.raises(TypeError, match=r"set_rng_state: expected a state from tinypytorch.get_rng_state\(\)"):
-        tinypytorch.set_rng_state(state)
-    assert random.default_generator().random() == pcg64(3).random()  # untouched
-
-
-# ----- dropout -----------------------------------------------------------------------------------------
-
-probabilities = st.floats(0.05, 0.95)
-shapes = st.sampled_from([(1,), (5,), (3, 4), (2, 3, 2)])
-
-
-@given(seeds, probabilities, shapes, st.data())
-def test_dropout_keeps_where_the_generators_draw_is_at_least_p_and_scales_by_one_over_1_minus_p(seed, p, shape, data):
-    values = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
-    tinypytorch.manual_seed(seed)
-    y = F.dropout(Variable(values), p=p)
-    keep = pcg64(seed).random(shape) >= p
-    np.testing.assert_allclose(y.data, np.where(keep, values / (1 - p), 0.0), rtol=1e-15, atol=0)
-    assert random.default_generator().random() == pcg64(seed).random(int(np.prod(shape)) + 1)[-1]
-
-
-@given(seeds, probabilities, shapes, st.data())
-def test_dropout_output_and_gradient_equal_torchs_formula_with_the_same_mask_bitwise(seed, p, shape, data):
-    values = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
-    weights = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
-    tinypytorch.manual_seed(seed)
-    x = Variable(values.copy())
-    y = F.dropout(x, p=p)
-    (y * weights).sum().backward()
-    keep = pcg64(seed).random(shape) >= p
-    x_t = torch.tensor(values, requires_grad=True)
-    y_t = torch_dropout_with(x_t, keep, p)
-    (y_t * torch.from_numpy(weights)).sum().backward()
-    np.testing.assert_array_equal(y.data, y_t.detach().numpy())
-    np.testing.assert_array_equal(x.grad.data, x_t.grad.numpy())
-
-
-def test_dropout_backward_uses_the_saved_mask_not_a_new_draw():
-    tinypytorch.manual_seed(1)
-    x = Variable(np.ones(50))
-    y = F.dropout(x, p=0.5)
-    tinypytorch.manual_seed(2)  # the stream moves elsewhere before backward
-    random.default_generator().random(100)
-    y.sum().backward()
-    keep = pcg64(1).random(50) >= 0.5
-    assert 0 < keep.sum() < 50
-    np.testing.assert_array_equal(x.grad.data, np.where(keep, 2.0, 0.0))
-
-
-def test_dropout_saves_a_boolean_mask():
-    tinypytorch.manual_seed(1)
-    y = F.dropout(Variable(np.ones((4, 5))), p=0.25)
-    (mask,) = y.creator.saved_tensors
-    assert mask.data.dtype == np.bool_ and mask.data.nbytes == 20
-    np.testing.assert_array_equal(mask.data, pcg64(1).random((4, 5)) >= 0.25)
-
-
-@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
-def test_dropout_keeps_a_fraction_close_to_1_minus_p_and_the_mean(p):
-    n = 200_000
-    tinypytorch.manual_seed(0)
-    y = F.dropout(Variable(np.ones(n)), p=p)
-    sigma = np.sqrt(p * (1 - p) / n)  # of the kept fraction, binomial
-    assert abs(np.count_nonzero(y.data) / n - (1 - p)) < 5 * sigma
-    assert abs(y.data.mean() - 1.0) < 5 * sigma / (1 - p)
-
-
-@given(arrays(np.float64, (3, 4), elements=st.floats(-10, 10)), arrays(np.float64, (3, 4), elements=st.floats(-2, 2)))
-def test_p_zero_and_evaluation_mode_pass_the_input_through_and_draw_nothing_like_torch(values, weights):
-    for p, training in [(0.0, True), (0.5, False), (1.0, False)]:
-        tinypytorch.manual_seed(4)
-        x = Variable(values.copy())
-        y = F.dropout(x, p=p, training=training)
-        (y * weights).sum().backward()
-        assert random.default_generator().random() == pcg64(4).random()  # nothing drawn
-        x_t = torch.tensor(values, requires_grad=True)
-        torch.manual_seed(4)
-        y_t = torch.nn.functional.dropout(x_t, p=p, training=training)
-        (y_t * torch.from_numpy(weights)).sum().backward()
-        np.testing.assert_array_equal(y.data, y_t.detach().numpy())
-        np.testing.assert_array_equal(x.grad.data, x_t.grad.numpy())
-        np.testing.assert_array_equal(x.grad.data, weights)
-
-
-def test_p_one_drops_everything_and_gives_zero_gradients_like_torch():
-    values = np.random.default_rng(0).standard_normal((3, 4))
-    x, x_t = Variable(values.copy()), torch.tensor(values, requires_grad=True)
-    y, y_t = F.dropout(x, p=1.0), torch.nn.functional.dropout(x_t, p=1.0)
-    y.sum().backward()
-    y_t.sum().backward()
-    np.testing.assert_array_equal(y.data, np.zeros((3, 4)))
-    np.testing.assert_array_equal(y.data, y_t.detach().numpy())
-    np.testing.assert_array_equal(x.grad.data, np.zeros((3, 4)))
-    np.testing.assert_array_equal(x.grad.data, x_t.grad.numpy())
-
-
-@given(seeds, probabilities)
-def test_float32_stays_float32_and_equals_torchs_float32_formula(seed, p):
-    values = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
-    tinypytorch.manual_seed(seed)
-    x = Variable(values.copy())
-    y = F.dropout(x, p=p)
-    y.sum().backward()
-    assert y.dtype == np.float32 and x.grad.dtype == np.float32
-    keep = pcg64(seed).random((4, 3)) >= p
-    x_t = torch.tensor(values, requires_grad=True)
-    y_t = x_t * torch.from_numpy(keep).to(torch.float32) * np.float32(1.0 / (1.0 - p))
-    y_t.sum().backward()
-    np.testing.assert_allclose(y.data, y_t.detach().numpy(), rtol=2e-7, atol=0)
-    np.testing.assert_allclose(x.grad.data, x_t.grad.numpy(), rtol=2e-7, atol=0)
-
-
-@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan"), "0.5", True, None])
-def test_dropout_refuses_a_probability_outside_0_1(p):
-    with pytest.raises(ValueError, match="dropout: probability has to be between 0 and 1, but got"):
-        F.dropout(Variable(np.ones(3)), p=p)
-    with pytest.raises(ValueError, match="Dropout: probability has to be between 0 and 1, but got"):
-        Dropout(p)
-
-
-# ----- train() and eval() ----------------------------------------------------------------------------
-
-class Inner(Layer):
-    def __init__(self):
-        super().__init__()
-        self.linear = Linear(3, 3, rng=np.random.default_rng(0))
-        self.drop = Dropout(0.5)
-
-    def forward(self, x):
-        return self.drop(self.linear(x))
-
-
-class Outer(Layer):
-    def __init__(self):
-        super().__init__()
-        self.inner = Inner()
-        self.drop = Dropout(0.5)
-
-    def forward(self, x):
-        return self.drop(self.inner(x))
-
-
-def torch_outer():
-    inner = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
-    return torch.nn.Sequential(inner, torch.nn.Dropout(0.5))
-
-
-def test_train_and_eval_switch_every_sub_layer_and_return_the_layer_like_torch():
-    model, model_t = Outer(), torch_outer()
-    assert [m.training for m in model.modules()] == [m.training for m in model_t.modules()] == [True] * 5
-    assert model.eval() is model and model_t.eval() is model_t
-    assert [m.training for m in model.modules()] == [m.training for m in model_t.modules()] == [False] * 5
-    assert model.train() is model and model_t.train() is model_t
-    assert all(m.training for m in model.modules()) and all(m.training for m in model_t.modules())
-    model.inner.train(False)  # a sub-layer alone
-    assert [m.training for m in model.modules()] == [True, False, False, False, True]
-    model_t[0].train(False)
-    assert [m.training for m in model_t.modules()] == [True, False, False, False, True]
-
-
-def test_a_model_in_evaluation_mode_is_deterministic_and_draws_nothing():
-    model = Outer()
-    x = np.random.default_rng(2).standard_normal((4, 3))
-    model.eval()
-    tinypytorch.manual_seed(0)
-    y = model(Variable(x)).data
-    assert random.default_generator().random() == pcg64(0).random()
-    expected = x @ model.inner.linear.weight.data.T + model.inner.linear.bias.data
-    np.testing.assert_allclose(y, expected, rtol=1e-14, atol=1e-15)
-    model.train()
-    tinypytorch.manual_seed(0)
-    generator = pcg64(0)
-    inner_keep, outer_keep = generator.random((4, 3)) >= 0.5, generator.random((4, 3)) >= 0.5
-    np.testing.assert_allclose(model(Variable(x)).data, expected * inner_keep * outer_keep * 4.0, rtol=1e-14,
-                               atol=1e-15)
-
-
-@pytest.mark.parametrize("mode", [1, "yes", None])
-def test_train_refuses_a_mode_that_is_not_a_bool(mode):
-    with pytest.raises(TypeError, match="train: mode must be a bool"):
-        Outer().train(mode)
-
-
-# ----- reentrant checkpointing ---------------------------------------------------------------------------
-
-class Chain(Layer):
-    """`depth` blocks Linear(width, width), tanh, dropout(p); counts its calls."""
-
-    def __init__(self, width, depth, p, seed=0):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        self.linears = []
-        for k in range(depth):
-            setattr(self, f"l{k}", Linear(width, width, rng=rng))
-            self.linears.append(getattr(self, f"l{k}"))
-        self.p, self.calls = p, 0
-
-    def forward(self, x):
-        self.calls += 1
-        for linear in self.linears:
-            x = F.dropout(tinypytorch.tanh(linear(x)), self.p, self.training)
-        return x
-
-
-def torch_chain(chain, x, masks):
-    """chain's computation in torch with the given masks, one per block."""
-    for linear, keep in zip(chain.linears, masks, strict=True):
-        h = torch.tanh(torch.nn.functional.linear(x, torch.from_numpy(linear.weight.data),
-                                                  torch.from_numpy(linear.bias.data)))
-        x = torch_dropout_with(h, keep, chain.p)
-    return x
-
-
-def torch_chain_grads(chain, batch, masks, gradient=None):
-    """Gradients of sum(y^2) (or of y seeded with `gradient`) for x and every weight and bias, in chain's order."""
-    x = torch.tensor(batch, requires_grad=True)
-    params = [torch.tensor(p.data, requires_grad=True) for p in chain.params()]
-    h = x
-    for k, keep in enumerate(masks):
-        h = torch_dropout_with(torch.tanh(torch.nn.functional.linear(h, params[2 * k], params[2 * k + 1])), keep,
-                               chain.p)
-    if gradient is None:
-        loss = (h * h).sum()
-        loss.backward()
-    else:
-        h.backward(gradient)
-    return h.detach().numpy(), [x.grad.numpy()] + [p.grad.numpy() for p in params]
-
-
-def one_step(chain, batch, seed, run):
-    """From manual_seed(seed): y = run(x), sum(y^2).backward(); the gradients (x first) and the next draw."""
-    chain.cleargrads()
-    tinypytorch.manual_seed(seed)
-    x = Variable(batch.copy())
-    y = run(x)
-    (y * y).sum().backward()
-    return [x.grad.data] + [p.grad.data for p in chain.params()], random.default_generator().random()
-
-
-def draws(seed, shape, count):
-    """The first `count` masks' uniform draws of shape `shape` from PCG64(seed), and the draw after them."""
-    generator = pcg64(seed)
-    uniforms = [generator.random(shape) for _ in range(count)]
-    return uniforms, generator.random()
-
-
-networks = st.tuples(seeds, st.integers(1, 4), st.integers(2, 6), st.integers(1, 4), st.sampled_from([0.2, 0.5]))
-
-
-@given(networks)
-def test_checkpoint_with_dropout_gives_the_plain_gradients_bitwise_and_the_same_stream_after(network):
-    seed, depth, width, rows, p = network
-    chain = Chain(width, depth, p, seed=seed % 1000)
-    batch = np.random.default_rng(seed % 997).standard_normal((rows, width))
-    plain, plain_next = one_step(chain, batch, seed, chain)
-    assert chain.calls == 1
-    ours, ours_next = one_step(chain, batch, seed, lambda x: checkpoint(chain, x))
-    assert chain.calls == 3  # the checkpointed run called it twice: forward and recomputation
-    for g, g_plain in zip(ours, plain, strict=True):
-        np.testing.assert_array_equal(g, g_plain)
-    uniforms, expected_next = draws(seed, (rows, width), depth)
-    assert ours_next == plain_next == expected_next
-    _, grads_t = torch_chain_grads(chain, batch, [u >= p for u in uniforms])
-    for g, g_t in zip(ours, grads_t, strict=True):
-        assert_close_to_torch(g, g_t)
-
-
-@given(networks)
-def test_without_preserving_the_state_backward_differentiates_the_recomputations_masks(network):
-    seed, depth, width, rows, p = network
-    chain = Chain(width, depth, p, seed=seed % 1000)
-    batch = np.random.default_rng(seed % 997).standard_normal((rows, width))
-    ours, ours_next = one_step(chain, batch, seed, lambda x: checkpoint(chain, x, preserve_rng_state=False))
-    uniforms, expected_next = draws(seed, (rows, width), 2 * depth)
-    first = [u >= p for u in uniforms[:depth]]  # forward: the output and the loss's gradient 2y come from these
-    second = [u >= p for u in uniforms[depth:]]  # the recomputation draws these, and backward goes through them
-    y_first, _ = torch_chain_grads(chain, batch, first)
-    _, grads_t = torch_chain_grads(chain, batch, second, gradient=torch.from_numpy(2 * y_first))
-    for g, g_t in zip(ours, grads_t, strict=True):
-        assert_close_to_torch(g, g_t)
-    assert ours_next == expected_next  # the stream moved on by the recomputation's draws
-
-
-def test_the_rng_experiment_gives_the_same_verdicts_in_both_frameworks():
-    chain = Chain(16, 6, 0.3)
-    batch = np.random.default_rng(3).standard_normal((8, 16))
-    plain, plain_next = one_step(chain, batch, 0, chain)
-    kept, kept_next = one_step(chain, batch, 0, lambda x: checkpoint(chain, x))
-    lost, lost_next = one_step(chain, batch, 0, lambda x: checkpoint(chain, x, preserve_rng_state=False))
-
-    twin = torch.nn.Sequential(*[m for linear in chain.linears
-                                 for m in (torch.nn.Linear(16, 16, dtype=torch.float64), torch.nn.Tanh(),
-                                           torch.nn.Dropout(0.3))])
-    with torch.no_grad():
-        for p, p_t in zip(chain.params(), twin.parameters(), strict=True):
-            p_t.copy_(torch.from_numpy(p.data))
-
-    def torch_step(run):
-        twin.zero_grad()
-        torch.manual_seed(0)
-        x = torch.tensor(batch, requires_grad=True)
-        y = run(x)
-        (y * y).sum().backward()
-        return [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in twin.parameters()], torch.rand(1).item()
-
-    plain_t, plain_t_next = torch_step(twin)
-    kept_t, kept_t_next = torch_step(lambda x: torch_checkpoint(twin, x))
-    lost_t, lost_t_next = torch_step(lambda x: torch_checkpoint(twin, x, preserve_rng_state=False))
-
-    def verdict(grads, following, reference, reference_next):
-        return all(np.array_equal(g, r) for g, r in zip(grads, reference)), following == reference_next
-
-    assert verdict(kept, kept_next, plain, plain_next) == verdict(kept_t, kept_t_next, plain_t, plain_t_next) \
-        == (True, True)
-    assert verdict(lost, lost_next, plain, plain_next) == verdict(lost_t, lost_t_next, plain_t, plain_t_next) \
-        == (False, False)
-    assert max(np.abs(g - r).max() for g, r in zip(lost, plain)) > 0.1
-
-
-def test_nested_checkpoints_with_dropout_give_the_plain_gradients_bitwise():
-    def inner(x):
-        return F.dropout(tinypytorch.tanh(x * 1.5), 0.4)
-
-    def outer(x):
-        return checkpoint(inner, inner(x)) * 2.0
-
-    results = []
-    for run in (lambda x: inner(inner(x)) * 2.0, outer, lambda x: checkpoint(outer, x)):
-        tinypytorch.manual_seed(1)
-        x = Variable(np.linspace(-1.0, 1.0, 12))
-        y = run(x)
-        (y * y).sum().backward()
-        results.append((x.grad.data, random.default_generator().random()))
-    for grad, following in results[1:]:
-        np.testing.assert_array_equal(grad, results[0][0])
-        assert following == results[0][1]
-
-
-@given(seeds, st.sampled_from([(3, 4, 1), (3, 5, 5, 2), (2, 3, 3, 3, 1)]), st.integers(1, 4))
-def test_gradients_equal_torch_utils_checkpoint_on_a_twin_network(seed, sizes, rows):
-    model = MLP(sizes, activation=F.tanh, rng=np.random.default_rng(seed))
-    twin = torch_twin(model, torch.nn.Tanh)
-    batch = np.random.default_rng(seed + 1).standard_normal((rows, sizes[0]))
-
-    def rest(layers, activation):
-        def run(h):
-            for layer in layers[1:-1]:
-                h = activation(layer(h))
-            return layers[-1](h)
-        return run
-
-    # the data needs no gradient; the first layer runs plainly, the rest is checkpointed
-    x = Variable(batch, requires_grad=False)
-    y = checkpoint(rest(model.layers, tinypytorch.tanh), tinypytorch.tanh(model.layers[0](x)))
-    loss = (y * y).sum()
-    loss.backward()
-    modules = list(twin)
-    x_t = torch.tensor(batch)
-    y_t = torch_checkpoint(lambda h: twin[2:](h), torch.tanh(modules[0](x_t)))
-    loss_t = (y_t * y_t).sum()
-    loss_t.backward()
-    assert_close_to_torch(loss.data, loss_t.item())
-    for p, p_t in zip(model.params(), twin.parameters(), strict=True):
-        assert_close_to_torch(p.grad.data, p_t.grad.numpy())
-
-
-def test_the_node_has_one_edge_per_input_and_the_parameters_get_their_gradients_from_the_inner_pass():
-    chain = Chain(3, 2, 0.0)
-    x = Variable(np.random.default_rng(0).standard_normal((2, 3)), name="x")
-    y = checkpoint(chain, x)
-    assert type(y.creator).__name__ == "CheckpointFunction"
-    assert [node is x for node, _ in y.creator.edges] == [True]
-    assert all(p.grad is None for p in chain.params())
-    (y * y).sum().backward()
-    _, grads_t = torch_chain_grads(chain, x.data, [np.ones((2, 3), bool)] * 2)
-    for g, g_t in zip([x.grad.data] + [p.grad.data for p in chain.params()], grads_t, strict=True):
-        assert_close_to_torch(g, g_t)
-
-
-def test_tuple_outputs_come_back_as_a_tuple_with_torchs_gradients():
-    a0, b0 = np.array([0.3, -0.7, 1.1]), np.array([1.3, 0.4, -0.2])
-
-    def f(m):
-        return lambda a, b: (a * b, m.sin(a) + b)
-
-    for used in ([0, 1], [0], [1]):
-        a, b = Variable(a0.copy()), Variable(b0.copy())
-        outputs = checkpoint(f(tinypytorch), a, b)
-        a_t, b_t = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
-        outputs_t = torch_checkpoint(f(torch), a_t, b_t)
-        assert isinstance(outputs, tuple) and isinstance(outputs_t, tuple) and len(outputs) == len(outputs_t) == 2
-        sum((outputs[i] * (i + 2.0)).sum() for i in used).backward()
-        sum((outputs_t[i] * (i + 2.0)).sum() for i in used).backward()
-        assert_close_to_torch(a.grad.data, a_t.grad.numpy())
-        assert_close_to_torch(b.grad.data, b_t.grad.numpy())
-
-
-def test_a_one_element_tuple_stays_a_tuple_like_torch():
-    a = Variable(np.array([0.5, 1.5]))
-    outputs = checkpoint(lambda v: (v * 2.0,), a)
-    outputs_t = torch_checkpoint(lambda v: (v * 2.0,), torch.tensor([0.5, 1.5], requires_grad=True))
-    assert isinstance(outputs, tuple) and isinstance(outputs_t, tuple) and len(outputs) == len(outputs_t) == 1
-    outputs[0].sum().backward()
-    np.testing.assert_array_equal(a.grad.data, [2.0, 2.0])
-
-
-def test_an_input_that_needs_no_gradient_gets_none_like_torch():
-    a0, c0 = np.array([0.3, 0.7]), np.array([1.3, -0.7])
-    a, c = Variable(a0), Variable(c0, requires_grad=False)
-    checkpoint(lambda u, v: u * v, a, c).sum().backward()
-    a_t, c_t = torch.tensor(a0, requires_grad=True), torch.tensor(c0)
-    torch_checkpoint(lambda u, v: u * v, a_t, c_t).sum().backward()
-    assert c.grad is None and c_t.grad is None
-    np.testing.assert_array_equal(a.grad.data, a_t.grad.numpy())
-
-
-def test_an_input_the_function_does_not_use_gets_no_gradient_like_torch():
-    a, b = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
-    checkpoint(lambda u, v: u * 2.0, a, b).sum().backward()
-    a_t, b_t = torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([3.0, 4.0], requires_grad=True)
-    torch_checkpoint(lambda u, v: u * 2.0, a_t, b_t).sum().backward()
-    assert b_t.grad is None and b.grad is None
-    np.testing.assert_array_equal(a.grad.data, a_t.grad.numpy())
-
-
-def test_retain_graph_recomputes_again_and_doubles_the_gradients_then_a_third_pass_raises_like_torch():
-    x0 = np.array([0.3, 0.7])
-    for m, make, run in [(tinypytorch, lambda: Variable(x0.copy()), checkpoint),
-                         (torch, lambda: torch.tensor(x0, requires_grad=True), torch_checkpoint)]:
-        calls = []
-
-        def f(v, m=m, calls=calls):
-            calls.append(1)
-            return m.sin(v)
-
-        x = make()
-        y = run(f, x).sum()
-        y.backward(retain_graph=True)
+def test_log_at_zero_gives_minus_inf_and_an_infinite_gradient_as_torch():
+    x = Variable(np.array([0.0, 1.0]))
+    with np.errstate(divide="ignore"):
+        y = tinypytorch.log(x)
         y.backward()
-        grad = x.grad.data if m is tinypytorch else x.grad.numpy()
-        np.testing.assert_allclose(grad, 2 * np.cos(x0), rtol=1e-15)
-        assert len(calls) == 3
-        with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
-            y.backward()
+    xt = tensor([0.0, 1.0])
+    yt = torch.log(xt)
+    yt.backward(torch.ones(2, dtype=torch.float64))
+    assert y.data.tolist() == yt.tolist() == [-np.inf, 0.0]
+    assert x.grad.data.tolist() == xt.grad.tolist() == [np.inf, 1.0]
 
 
-def test_changing_the_checkpoints_input_in_place_is_caught_like_torch():
-    for m, make, run in [(tinypytorch, lambda: Variable(np.array([0.3, 0.7])), checkpoint),
-                         (torch, lambda: torch.tensor([0.3, 0.7], dtype=torch.float64, requires_grad=True),
-                          torch_checkpoint)]:
-        b = make() * 1.0
-        y = run(m.sin, b).sum()
-        b.add_(1.0)
-        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-            y.backward()
+# ----- anomaly mode: NaN ------------------------------------------------------------------------
 
 
-def test_under_no_grad_it_runs_once_and_records_nothing_like_torch():
-    chain = Chain(3, 2, 0.0)
-    x = Variable(np.ones((2, 3)))
-    with no_grad():
-        y = checkpoint(chain, x)
-    assert chain.calls == 1 and not y.requires_grad and y.creator is None
-    calls = []
-    x_t = torch.ones(2, 3, requires_grad=True)
-    with torch.no_grad():
-        y_t = torch_checkpoint(lambda v: calls.append(1) or v * 2.0, x_t)
-    assert calls == [1] and not y_t.requires_grad
+def test_without_anomaly_mode_a_nan_gradient_passes_silently_as_in_torch():
+    x = Variable(np.array([0.0, 1.0]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tinypytorch.log(x)[1:].sum().backward()
+    xt = tensor([0.0, 1.0])
+    torch.log(xt)[1:].sum().backward()
+    np.testing.assert_array_equal(x.grad.data, xt.grad.numpy())  # nan where both are nan
+    assert np.isnan(x.grad.data[0]) and x.grad.data[1] == 1.0
 
 
-# ----- the limits of the reentrant form ---------------------------------------------------------------
+def test_anomaly_mode_names_log_its_0th_output_and_the_forward_line_as_torch_does():
+    xt = tensor([0.0, 1.0])
+    with warnings.catch_warnings(record=True) as caught, torch.autograd.detect_anomaly():
+        warnings.simplefilter("always")
+        yt = torch.log(xt)  # forward line (torch)
+        with pytest.raises(RuntimeError) as raised_t:
+            yt[1:].sum().backward()
+    note_t = torch_anomaly_note(caught)
 
-def test_no_input_requiring_grad_warns_and_the_parameters_get_nothing_like_torch():
-    chain = Chain(3, 2, 0.0)
-    twin = torch.nn.Sequential(*[m for linear in chain.linears
-                                 for m in (torch.nn.Linear(3, 3, dtype=torch.float64), torch.nn.Tanh())])
-    data = np.random.default_rng(0).standard_normal((2, 3))
-    with pytest.warns(UserWarning, match=NO_INPUT_GRAD):
-        y = checkpoint(chain, Variable(data, requires_grad=False))
-    with pytest.warns(UserWarning, match=NO_INPUT_GRAD):
-        y_t = torch_checkpoint(twin, torch.tensor(data))
-    assert not y.requires_grad and not y_t.requires_grad
-    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
-        (y * y).sum().backward()
-    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
-        (y_t * y_t).sum().backward()
-    assert all(p.grad is None for p in chain.params()) and all(p.grad is None for p in twin.parameters())
+    x = Variable(np.array([0.0, 1.0]))
+    with np.errstate(divide="ignore", invalid="ignore"), autograd.set_detect_anomaly(True):
+        y = tinypytorch.log(x)  # forward line (ours)
+        with pytest.raises(RuntimeError) as raised:
+            y[1:].sum().backward()
 
-
-def test_an_input_that_requires_grad_gives_no_warning():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        checkpoint(tinypytorch.sin, Variable(np.ones(2)))
-
-
-def test_autograd_grad_through_a_reentrant_checkpoint_raises_like_torch():
-    x = Variable(np.array([0.3, 0.7]))
-    y = checkpoint(tinypytorch.sin, x).sum()
-    with pytest.raises(RuntimeError, match=r"When use_reentrant=True, tinypytorch.utils.checkpoint is incompatible "
-                                           r"with autograd.grad\(\).*use_reentrant=False"):
-        autograd.grad(y, x)
-    x_t = torch.tensor([0.3, 0.7], requires_grad=True)
-    y_t = torch_checkpoint(torch.sin, x_t).sum()
-    with pytest.raises(RuntimeError, match="When use_reentrant=True, torch.utils.checkpoint is incompatible"):
-        torch.autograd.grad(y_t, x_t)
+    assert NAN_MESSAGE.fullmatch(str(raised_t.value)).groups() == ("LogBackward0", "0")
+    assert NAN_MESSAGE.fullmatch(str(raised.value)).groups() == ("Log", "0")
+    assert str(raised.value) == "Function 'Log' returned nan values in its 0th output."
+    (note,) = raised.value.__notes__
+    assert note.startswith("Error detected in Log. Traceback of forward call that caused the error:")
+    assert note_t.startswith("Error detected in LogBackward0. Traceback of forward call that caused the error:")
+    assert "yt = torch.log(xt)  # forward line (torch)" in note_t
+    assert "y = tinypytorch.log(x)  # forward line (ours)" in note
+    assert "test_anomaly_mode_names_log_its_0th_output_and_the_forward_line_as_torch_does" in note
 
 
-def test_after_a_checkpointed_backward_autograd_grad_of_a_plain_graph_works():
-    x = Variable(np.array([0.3, 0.7]))
-    checkpoint(tinypytorch.sin, x).sum().backward()
-    with pytest.raises(RuntimeError, match="incompatible with autograd.grad"):
-        autograd.grad(checkpoint(tinypytorch.sin, x).sum(), x)
-    (g,) = autograd.grad(tinypytorch.sin(x).sum(), x)  # the failed pass left nothing behind
-    np.testing.assert_allclose(g.data, np.cos([0.3, 0.7]), rtol=1e-15)
-    np.testing.assert_allclose(x.grad.data, np.cos([0.3, 0.7]), rtol=1e-15)
+class TwoInputs(Function):
+    """x0 * x1 with a backward that returns NaN for the input `bad` (a made-up failure)."""
+
+    def __init__(self, bad):
+        self.bad = bad
+
+    def forward(self, x0, x1):
+        return x0 * x1
+
+    def backward(self, gy):
+        grads = [gy * 1.0, gy * 1.0]
+        grads[self.bad] = gy * np.nan
+        return tuple(grads)
 
 
-def test_a_recomputation_whose_outputs_need_no_gradient_raises_like_torch():
-    x = Variable(np.array([0.3, 0.7]))
-    y = checkpoint(lambda v: Variable(np.ones(2), requires_grad=False) * 2.0, x)
-    x_t = torch.tensor([0.3, 0.7], requires_grad=True)
-    y_t = torch_checkpoint(lambda v: torch.ones(2, dtype=torch.float64) * 2.0, x_t)
-    message = r"none of output has requires_grad=True, this checkpoint\(\) is not necessary"
-    with pytest.raises(RuntimeError, match=message):
+class TwoInputsTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x0, x1, bad):
+        ctx.bad = bad
+        return x0 * x1
+
+    @staticmethod
+    def backward(ctx, gy):
+        grads = [gy * 1.0, gy * 1.0, None]
+        grads[ctx.bad] = gy * float("nan")
+        return tuple(grads)
+
+
+@pytest.mark.parametrize("bad", [0, 1])
+def test_the_nan_message_gives_the_index_of_the_input_whose_gradient_is_nan_as_torch(bad):
+    with np.errstate(invalid="ignore"), autograd.set_detect_anomaly(True):
+        with pytest.raises(RuntimeError) as raised:
+            TwoInputs(bad)(Variable(np.ones(2)), Variable(np.ones(2))).sum().backward()
+    with warnings.catch_warnings(record=True), torch.autograd.set_detect_anomaly(True):
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError) as raised_t:
+            TwoInputsTorch.apply(tensor(np.ones(2)), tensor(np.ones(2)), bad).sum().backward()
+    assert NAN_MESSAGE.fullmatch(str(raised.value)).groups() == ("TwoInputs", str(bad))
+    assert NAN_MESSAGE.fullmatch(str(raised_t.value)).groups() == ("TwoInputsTorchBackward", str(bad))
+
+
+def test_the_nan_of_a_package_operation_is_located_in_mul_as_in_torch():
+    # x0 = (inf, 1) is a constant, x1 requires grad: forward (inf, 2) -> [1:] -> 2, finite; backward
+    # sends (0, 1) to the product, whose gradient for x1 is gy * x0 = (0 * inf, 1) = (nan, 1)
+    with np.errstate(invalid="ignore"), autograd.set_detect_anomaly(True):
+        with pytest.raises(RuntimeError) as raised:
+            (Variable(np.array([np.inf, 1.0]), requires_grad=False) * Variable(np.array([1.0, 2.0])))[1:].sum() \
+                .backward()
+    with warnings.catch_warnings(record=True), torch.autograd.set_detect_anomaly(True):
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError) as raised_t:
+            (tensor([np.inf, 1.0], requires_grad=False) * tensor([1.0, 2.0]))[1:].sum().backward()
+    assert NAN_MESSAGE.fullmatch(str(raised.value)).groups() == ("Mul", "1")
+    assert NAN_MESSAGE.fullmatch(str(raised_t.value)).groups() == ("MulBackward0", "1")
+
+
+def test_check_nan_false_records_the_stacks_but_lets_the_nan_through():
+    x = Variable(np.array([0.0, 1.0]))
+    with np.errstate(divide="ignore", invalid="ignore"), autograd.set_detect_anomaly(True, check_nan=False):
+        y = tinypytorch.log(x)
+        y[1:].sum().backward()
+    assert hasattr(y.creator, "creation_stack")
+    assert np.isnan(x.grad.data[0]) and x.grad.data[1] == 1.0
+
+
+def test_anomaly_mode_on_only_around_backward_still_raises_but_has_no_forward_stack():
+    x = Variable(np.array([0.0, 1.0]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss = tinypytorch.log(x)[1:].sum()
+        with autograd.set_detect_anomaly(True), pytest.raises(RuntimeError, match="'Log' returned nan") as raised:
+            loss.backward()
+    (note,) = raised.value.__notes__
+    assert note.startswith("Error detected in Log.") and "File " not in note
+
+
+# ----- anomaly mode: any error in a backward ---------------------------------------------------
+
+
+# The Functions of the step, right and wrong backwards in both frameworks: tested as the step shows them
+Cube = step.Cube
+CubeTorch = step.CubeTorch
+CubeOnArrays = step.CubeOnArrays
+CubeDetachedTorch = step.CubeDetachedTorch
+ForgetfulExp = step.ForgetfulExp
+ForgetfulExpTorch = step.ForgetfulExpTorch
+MatVec = step.MatVec
+MatVecTorch = step.MatVecTorch
+MatVecBuggy = step.MatVecBuggy
+MatVecBuggyTorch = step.MatVecBuggyTorch
+RowSum = step.RowSum
+RowSumTorch = step.RowSumTorch
+
+
+class Typo(Function):
+    """A backward that raises by itself: it reads an attribute forward never set."""
+
+    def forward(self, x):
+        self.shape = x.shape
+        return x * 2.0
+
+    def backward(self, gy):
+        return gy.reshape(self.shap)  # bug: a typo for self.shape
+
+
+BUGGY = {
+    "wrong shape": (lambda v: RowSum()(v), ValueError, "RowSum.backward returned a gradient of shape (3, 1) "
+                                                       "for input 0 of shape (3, 2)"),
+    "raises": (lambda v: Typo()(v), AttributeError, "shap"),
+}
+
+
+@pytest.mark.parametrize("name", BUGGY)
+def test_an_error_in_a_backward_carries_the_forward_traceback_only_in_anomaly_mode(name):
+    function, error_type, fragment = BUGGY[name]
+    x = Variable(np.ones((3, 2)))
+
+    y = function(x)  # made outside anomaly mode
+    with pytest.raises(error_type, match=re.escape(fragment)) as raised:
         y.sum().backward()
-    with pytest.raises(RuntimeError, match=message):
-        y_t.sum().backward()
+    assert not hasattr(raised.value, "__notes__")
+
+    with autograd.set_detect_anomaly(True):
+        y = function(x)  # the forward call the note must show
+        with pytest.raises(error_type, match=re.escape(fragment)) as raised:
+            y.sum().backward()
+    (note,) = raised.value.__notes__
+    made_by = type(y.creator).__name__
+    assert note.startswith(f"Error detected in {made_by}. Traceback of forward call that caused the error:")
+    assert "y = function(x)  # the forward call the note must show" in note
+    assert note.count("File ") >= 2  # a stack, not a single line
 
 
-# ----- bad input ----------------------------------------------------------------------------------------
+def test_the_wrong_shape_raises_in_torch_too_and_both_point_at_the_same_call():
+    a, b = np.ones((3, 1)), np.ones((3, 2))
 
-@pytest.mark.parametrize("function, name", [("net", "str"), (None, "NoneType"), (3, "int")])
-def test_checkpoint_refuses_what_cannot_be_called_like_torch(function, name):
-    with pytest.raises(TypeError, match=f"checkpoint: function must be callable, got {name}"):
-        checkpoint(function, Variable(np.ones(2)))
-    with pytest.raises(TypeError):
-        torch_checkpoint(function, torch.ones(2, requires_grad=True))
+    def model(row_sum, a, b):
+        s = row_sum(a)
+        t = row_sum(b)  # the call whose backward fails
+        return (s * t).sum()
 
-
-def test_checkpoint_refuses_a_function_that_does_not_return_variables():
-    with pytest.raises(TypeError, match="checkpoint: the checkpointed function must return a Variable or a tuple "
-                                        "of Variables, got float"):
-        checkpoint(lambda v: 3.0, Variable(np.ones(2)))
-
-
-# ----- the step's figures ------------------------------------------------------------------------------
-
-def test_the_steps_saved_bytes_are_what_the_blocks_save():
-    step = load_step(39)
-    depth, rows, width = 4, 32, 64
-    activation, mask = rows * width * 8, rows * width  # float64, and a boolean mask
-    net = step.Net(width=width, depth=depth, p=0.2)
-    batch = np.random.default_rng(1).standard_normal((rows, width))
-    recomputed = depth * (activation + mask) + (depth - 1) * activation  # the last block's output is not re-saved
-    expected = {
-        "plain": (depth * (2 * activation + mask), 0),
-        "one": (activation, recomputed),
-        "per block": (depth * activation, recomputed),
-    }
-    runs = {"plain": net, "one": lambda x: checkpoint(net, x), "per block": step.every_block(net)}
-    for name, run in runs.items():
-        tinypytorch.manual_seed(0)
-        assert step.saved_bytes(run, net, batch) == expected[name], name
+    with autograd.set_detect_anomaly(True), pytest.raises(ValueError) as raised:
+        model(lambda v: RowSum()(v), Variable(a), Variable(b)).backward()
+    with warnings.catch_warnings(record=True) as caught, torch.autograd.set_detect_anomaly(True):
+        warnings.simplefilter("always")
+        with pytest.raises(RuntimeError, match=r"got \[3, 1\] but expected shape compatible with \[3, 2\]"):
+            model(RowSumTorch.apply, tensor(a), tensor(b)).backward()
+    line = "t = row_sum(b)  # the call whose backward fails"
+    assert line in raised.value.__notes__[0] and line in torch_anomaly_note(caught)
+    assert "s = row_sum(a)" not in raised.value.__notes__[0]
 
 
-@pytest.mark.parametrize("use_reentrant", [True, False])
-def test_arguments_that_are_not_tensors_reach_the_function_as_they_are_like_torch(use_reentrant):
-    a, a_t = Variable(np.array([1.0, 2.0, 3.0])), torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    checkpoint(lambda x, n, flag: x[:n] * (2.0 if flag is None else 1.0), a, 2, None,
-               use_reentrant=use_reentrant).sum().backward()
-    torch.utils.checkpoint.checkpoint(lambda x, n, flag: x[:n] * (2.0 if flag is None else 1.0), a_t, 2, None,
-                                      use_reentrant=use_reentrant).sum().backward()
-    np.testing.assert_array_equal(a.grad.data, a_t.grad.numpy())  # [2, 2, 0]
+def test_creation_stack_is_kept_only_in_anomaly_mode():
+    x = Variable(np.array([0.5, 1.0]))
+    y = tinypytorch.tanh(x)
+    assert not hasattr(y.creator, "creation_stack")
+    with autograd.set_detect_anomaly(True):
+        y = tinypytorch.tanh(x)  # recorded here
+        z = y * 2.0
+    assert "y = tinypytorch.tanh(x)  # recorded here" in y.creator.creation_stack
+    assert "test_creation_stack_is_kept_only_in_anomaly_mode" in y.creator.creation_stack
+    assert "z = y * 2.0" in z.creator.creation_stack
+    with tinypytorch.no_grad(), autograd.set_detect_anomaly(True):
+        assert tinypytorch.tanh(x).creator is None  # nothing recorded, nothing kept
+
+
+# ----- anomaly mode: switching it ----------------------------------------------------------------
+
+
+def modes():
+    return (anomaly.enabled(), anomaly.is_anomaly_check_nan_enabled())
+
+
+def torch_modes():
+    return (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+
+
+def test_set_detect_anomaly_sets_the_mode_and_as_a_context_manager_restores_it_as_torch():
+    seen = []
+    for set_mode, current in [(autograd.set_detect_anomaly, modes), (torch.autograd.set_detect_anomaly, torch_modes)]:
+        states = [current()]
+        set_mode(True)
+        states.append(current())
+        with set_mode(False, check_nan=False):
+            states.append(current())
+            with set_mode(True):
+                states.append(current())
+            states.append(current())
+        states.append(current())
+        with pytest.raises(KeyError):
+            with set_mode(False):
+                states.append(current())
+                raise KeyError("restored even when the block raises")
+        states.append(current())
+        set_mode(False)
+        states.append(current())
+        seen.append(states)
+    assert seen[0] == seen[1] == [(False, True), (True, True), (False, False), (True, True), (False, False),
+                                  (True, True), (False, True), (True, True), (False, True)]
+
+
+def test_detect_anomaly_warns_turns_the_mode_on_and_restores_it():
+    with pytest.warns(UserWarning, match="Anomaly Detection has been enabled. This mode will increase the runtime"):
+        with autograd.detect_anomaly():
+            assert modes() == (True, True)
+    assert modes() == (False, True)
+    with pytest.warns(UserWarning), autograd.detect_anomaly(check_nan=False):
+        assert modes() == (True, False)
+    assert modes() == (False, True)
+
+
+def test_set_detect_anomaly_refuses_what_is_not_a_bool():
+    with pytest.raises(TypeError, match="set_detect_anomaly"):
+        autograd.set_detect_anomaly(1)
+    with pytest.raises(TypeError, match="set_detect_anomaly"):
+        autograd.set_detect_anomaly(True, check_nan="yes")
+    assert modes() == (False, True)
+
+
+# ----- functions with right and wrong backwards, in both frameworks ------------------------------
+
+
+class CubeWrongFactor(Cube):
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        return 3.0 * x * gy  # wrong: 3x instead of 3x^2
+
+
+class CubeWrongFactorTorch(CubeTorch):
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved_tensors
+        return 3.0 * x * gy
+
+
+class SinWrongSign(Function):
+    def forward(self, x):
+        self.save_for_backward(x)
+        return np.sin(x)
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        return -gy * tinypytorch.cos(x)  # wrong sign
+
+
+class SinWrongSignTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved_tensors
+        return -gy * torch.cos(x)
+
+
+def unary(m, name):
+    return lambda x: getattr(m, name)(x)
+
+
+def two_outputs(m):
+    return lambda x, w: (m.sin(x) * w, (x * x).sum())
+
+
+@st.composite
+def vectors(draw, low, high, min_size=1, max_size=4):
+    return [draw(arrays(np.float64, draw(st.integers(min_size, max_size)), elements=st.floats(low, high)))], [True]
+
+
+@st.composite
+def matrix_pairs(draw):
+    n, k, m = (draw(st.integers(1, 3)) for _ in range(3))
+    elements = st.floats(-2.0, 2.0)
+    return [draw(arrays(np.float64, (n, k), elements=elements)), draw(arrays(np.float64, (k, m), elements=elements))], \
+        [True, True]
+
+
+@st.composite
+def layer_inputs(draw):
+    n, k, m = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    elements = st.floats(-2.0, 2.0)
+    X, W, b = (draw(arrays(np.float64, shape, elements=elements)) for shape in [(n, k), (m, k), (m,)])
+    return [X, W, b], [False, True, True]
+
+
+@st.composite
+def matrix_and_column(draw):
+    W = draw(arrays(np.float64, (3, 3), elements=st.floats(-3.0, 3.0)))
+    x = draw(arrays(np.float64, (3, 1), elements=st.floats(-3.0, 3.0)))
+    return [W, x], [False, True]
+
+
+@st.composite
+def vector_pairs(draw):
+    n = draw(st.integers(1, 4))
+    return [draw(arrays(np.float64, n, elements=st.floats(-2.0, 2.0))) for _ in range(2)], [True, True]
+
+
+def layer(m):
+    if m is torch:
+        return lambda X, W, b: torch.tanh(torch.nn.functional.linear(X, W, b))
+    return lambda X, W, b: tinypytorch.tanh(tinypytorch.linear(X, W, b))
+
+
+# name: (ours, torch's, torch's with a right backward, inputs)
+CASES = {
+    "tanh": (unary(tinypytorch, "tanh"), torch.tanh, torch.tanh, vectors(-3.0, 3.0)),
+    "sin": (unary(tinypytorch, "sin"), torch.sin, torch.sin, vectors(-3.0, 3.0)),
+    "exp": (unary(tinypytorch, "exp"), torch.exp, torch.exp, vectors(-2.0, 2.0)),
+    "log": (unary(tinypytorch, "log"), torch.log, torch.log, vectors(0.2, 10.0)),
+    "sigmoid": (unary(tinypytorch, "sigmoid"), torch.sigmoid, torch.sigmoid, vectors(-4.0, 4.0)),
+    "matmul": (tinypytorch.matmul, torch.matmul, torch.matmul, matrix_pairs()),
+    "layer": (layer(tinypytorch), layer(torch), layer(torch), layer_inputs()),
+    "two outputs": (two_outputs(tinypytorch), two_outputs(torch), two_outputs(torch), vector_pairs()),
+    "Cube": (lambda x: Cube()(x), CubeTorch.apply, CubeTorch.apply, vectors(-2.0, 2.0)),
+    "CubeOnArrays": (lambda x: CubeOnArrays()(x), CubeDetachedTorch.apply, CubeTorch.apply, vectors(-2.0, 2.0)),
+    "MatVec": (lambda W, x: MatVec()(W, x), MatVecTorch.apply, MatVecTorch.apply, matrix_and_column()),
+    "CubeWrongFactor": (lambda x: CubeWrongFactor()(x), CubeWrongFactorTorch.apply, CubeTorch.apply,
+                        vectors(-2.0, 2.0)),
+    # one element: see test_a_backward_that_ignores_its_incoming_gradient_fails_even_on_one_element
+    "ForgetfulExp": (lambda x: ForgetfulExp()(x), ForgetfulExpTorch.apply, torch.exp, vectors(-2.0, 2.0, min_size=2)),
+    "SinWrongSign": (lambda x: SinWrongSign()(x), SinWrongSignTorch.apply, torch.sin, vectors(-3.0, 3.0)),
+    "MatVecBuggy": (lambda W, x: MatVecBuggy()(W, x), MatVecBuggyTorch.apply, MatVecTorch.apply,
+                    matrix_and_column()),
+}
+ATOL, RTOL = 1e-5, 1e-3  # gradcheck's defaults, in both frameworks
+
+
+def both(arrays_, requires):
+    ours = tuple(Variable(a.copy(), requires_grad=r) for a, r in zip(arrays_, requires))
+    theirs = tuple(tensor(a, requires_grad=r) for a, r in zip(arrays_, requires))
+    return ours, theirs
+
+
+def torch_jacobians(fn, tensors):
+    """{(i, j): d output j / d input i} from torch.autograd.functional.jacobian, in gradcheck's layout
+    (input size, output size), for the inputs that require grad."""
+    checked = [i for i, t in enumerate(tensors) if t.requires_grad]
+
+    def of_checked(*ts):
+        full = list(tensors)
+        for i, t in zip(checked, ts):
+            full[i] = t
+        return fn(*full)
+
+    outputs = of_checked(*[tensors[i] for i in checked])
+    single = not isinstance(outputs, tuple)
+    blocks = jacobian(of_checked, tuple(tensors[i] for i in checked))
+    blocks = (blocks,) if single else blocks
+    result = {}
+    for j, per_input in enumerate(blocks):
+        size_out = (outputs if single else outputs[j]).numel()
+        for i, block in zip(checked, per_input):
+            result[(i, j)] = block.reshape(size_out, tensors[i].numel()).T.numpy()
+    return result
+
+
+def expected_verdict(theirs, right, tensors):
+    """Whether the Jacobians of `theirs` equal those of the right function within gradcheck's tolerance,
+    by torch; cases on the edge of the tolerance are skipped."""
+    got, true = torch_jacobians(theirs, tensors), torch_jacobians(right, tensors)
+    excess = max(float(np.max(np.abs(got[key] - true[key]) - (ATOL + RTOL * np.abs(true[key])))) for key in true)
+    assume(abs(excess) > 1e-6)  # a wrong backward that lands on the edge of the tolerance: skipped
+    return excess <= 0
+
+
+@settings(max_examples=20)
+@given(st.data())
+@pytest.mark.parametrize("name", CASES)
+def test_gradcheck_passes_and_fails_where_torchs_does(name, data):
+    ours_fn, torch_fn, right_fn, inputs = CASES[name]
+    ours, theirs = both(*data.draw(inputs))
+    expected = expected_verdict(torch_fn, right_fn, theirs)
+    assert gradcheck(ours_fn, ours, raise_exception=False) == expected
+    assert torch.autograd.gradcheck(torch_fn, theirs, raise_exception=False) == expected
+
+
+@settings(max_examples=20)
+@given(st.data())
+@pytest.mark.parametrize("name", CASES)
+def test_gradchecks_jacobians_equal_torchs(name, data):
+    ours_fn, torch_fn, right_fn, inputs = CASES[name]
+    ours, theirs = both(*data.draw(inputs))
+    analytical, numerical = analytical_jacobian(ours_fn, ours), numerical_jacobian(ours_fn, ours, 1e-6)
+    expected, true = torch_jacobians(torch_fn, theirs), torch_jacobians(right_fn, theirs)
+    assert analytical.keys() == numerical.keys() == expected.keys()
+    for key in expected:
+        np.testing.assert_allclose(analytical[key], expected[key], rtol=1e-12, atol=1e-14)  # the same backward
+        np.testing.assert_allclose(numerical[key], true[key], rtol=1e-6, atol=1e-7)  # the true derivative
+
+
+@settings(max_examples=5)
+@given(st.data())
+@pytest.mark.parametrize("name", CASES)
+def test_gradcheck_leaves_the_inputs_unchanged(name, data):
+    ours_fn, _, _, inputs = CASES[name]
+    arrays_, requires = data.draw(inputs)
+    ours, _ = both(arrays_, requires)
+    gradcheck(ours_fn, ours, raise_exception=False)
+    for v, a in zip(ours, arrays_):
+        np.testing.assert_array_equal(v.data, a)
+        assert v.grad is None  # gradients are returned by autograd.grad, never stored
+
+
+GRADGRAD = ["tanh", "sin", "exp", "log", "sigmoid", "matmul", "layer", "two outputs", "Cube", "CubeOnArrays",
+            "ForgetfulExp", "MatVecBuggy"]
+
+
+@settings(max_examples=8)
+@given(st.data())
+@pytest.mark.parametrize("name", GRADGRAD)
+def test_gradgradcheck_passes_and_fails_where_torchs_does(name, data):
+    ours_fn, torch_fn, _, inputs = CASES[name]
+    ours, theirs = both(*data.draw(inputs))
+    if name == "CubeOnArrays":  # the second derivative 6 x v is not zero, so the cut graph shows
+        assume(np.abs(ours[0].data).max() > 0.1)
+    torch.manual_seed(0)
+    assert gradgradcheck(ours_fn, ours, raise_exception=False) == \
+        torch.autograd.gradgradcheck(torch_fn, theirs, raise_exception=False)
+
+
+def fixed_inputs(name):
+    """Seeded inputs of each case's shapes, away from 0 (arrays, which require grad)."""
+    rng = np.random.default_rng(38)
+
+    def draw(*shape):
+        return rng.uniform(0.5, 1.5, shape) * rng.choice([-1.0, 1.0], shape)
+
+    if name in ("matmul",):
+        return [draw(2, 3), draw(3, 2)], [True, True]
+    if name == "layer":
+        return [draw(4, 3), draw(2, 3), draw(2)], [False, True, True]
+    if name == "two outputs":
+        return [draw(3), draw(3)], [True, True]
+    if name in ("MatVec", "MatVecBuggy"):
+        return [np.array([[1.0, 2.0, 0.0], [0.0, 1.0, 3.0], [4.0, 0.0, 1.0]]), draw(3, 1)], [False, True]
+    return [np.abs(draw(3)) if name == "log" else draw(3)], [True]
+
+
+@pytest.mark.parametrize("name, expected", [("tanh", True), ("matmul", True), ("layer", True), ("two outputs", True),
+                                            ("Cube", True), ("CubeOnArrays", False), ("ForgetfulExp", False),
+                                            ("MatVecBuggy", True)])
+def test_gradgradcheck_verdicts_on_fixed_inputs(name, expected):
+    # MatVecBuggy passes: gradgradcheck compares the backward of the backward with the backward,
+    # which is wrong but differentiable; ForgetfulExp's backward of the backward is wrong too.
+    _, torch_fn, _, _ = CASES[name]
+    ours, theirs = both(*fixed_inputs(name))
+    torch.manual_seed(0)
+    assert gradgradcheck(CASES[name][0], ours, raise_exception=False) is expected
+    assert torch.autograd.gradgradcheck(torch_fn, theirs, raise_exception=False) is expected
+
+
+def test_gradgradcheck_with_given_grad_outputs_checks_the_second_derivative():
+    # d/dx of (3 x^2 v) is 6 x v: with v = 0 the cut graph of CubeOnArrays cannot show in the x block,
+    # but d/dv = 3 x^2 still disagrees with the analytical 0, as in torch
+    x = Variable(np.array([0.5, -1.0]))
+    v = Variable(np.array([0.0, 0.0]))
+    assert gradgradcheck(lambda t: Cube()(t), x, v) is True
+    with pytest.raises(GradcheckError, match="with respect to input 1"):
+        gradgradcheck(lambda t: CubeOnArrays()(t), x, v)
+    with pytest.raises(TorchGradcheckError):
+        torch.autograd.gradgradcheck(CubeDetachedTorch.apply, tensor([0.5, -1.0]), tensor([0.0, 0.0]))
+
+
+@pytest.mark.parametrize("value", [0.3, -1.0])
+def test_a_backward_that_ignores_its_incoming_gradient_fails_even_on_one_element(value):
+    # With one element the only one-hot gradient is 1, so the Jacobians agree; torch also runs the
+    # backward with a zero incoming gradient, which must give zero ("backward not multiplied by grad_output").
+    ours, theirs = both([np.array([value])], [True])
+    assert torch.autograd.gradcheck(ForgetfulExpTorch.apply, theirs, raise_exception=False) is False
+    assert torch.autograd.gradgradcheck(ForgetfulExpTorch.apply, theirs, raise_exception=False) is False
+    assert gradcheck(lambda x: ForgetfulExp()(x), ours, raise_exception=False) is False
+    assert gradgradcheck(lambda x: ForgetfulExp()(x), ours, raise_exception=False) is False
+
+
+class CubeOffBy(Cube):
+    """x^3 with a backward off by `delta` times the incoming gradient."""
+
+    def __init__(self, delta):
+        self.delta = delta
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        return 3.0 * x * x * gy + self.delta * gy
+
+
+class CubeOffByTorch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, delta):
+        ctx.save_for_backward(x)
+        ctx.delta = delta
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved_tensors
+        return 3.0 * x * x * gy + ctx.delta * gy, None
+
+
+@pytest.mark.parametrize("x, delta, passes", [
+    (0.0, 5e-6, True), (0.0, -5e-6, True), (0.0, 2e-5, False), (0.0, -2e-5, False),  # atol = 1e-5 at f' = 0
+    (10.0, 0.25, True), (10.0, -0.25, True), (10.0, 0.35, False), (10.0, -0.35, False),  # 1e-5 + 1e-3 * 300
+])
+def test_the_tolerance_is_atol_plus_rtol_times_the_numerical_derivative_as_in_torch(x, delta, passes):
+    ours, theirs = both([np.array([x])], [True])
+    assert gradcheck(lambda v: CubeOffBy(delta)(v), ours, raise_exception=False) is passes
+    assert torch.autograd.gradcheck(lambda t: CubeOffByTorch.apply(t, delta), theirs, raise_exception=False) is passes
+    assert gradcheck(lambda v: CubeOffBy(delta)(v), ours, atol=1.0, rtol=0.0, raise_exception=False) is True
+
+
+# ----- the failure message, bad input ------------------------------------------------------------
+
+
+def matrices_in(text):
+    """The matrices printed after 'numerical:' and 'analytical:' in a gradcheck failure message."""
+    numbers = re.compile(r"-?\d+\.?\d*(?:e[+-]?\d+)?")
+    _, numerical, analytical = re.split(r"numerical:|analytical:", text)
+    return [np.array([[float(n) for n in numbers.findall(row)] for row in part.strip().splitlines()])
+            for part in (numerical, analytical)]
+
+
+@given(arrays(np.float64, (3, 3), elements=st.floats(-9.0, 9.0)), arrays(np.float64, (3, 1), elements=st.floats(-3, 3)))
+def test_the_failure_message_shows_both_jacobians(W, x):
+    assume(np.abs(W - W.T).max() > 0.1)  # a symmetric W would hide the bug
+    ours, theirs = both([W, x], [False, True])
+    with pytest.raises(GradcheckError) as raised:
+        gradcheck(lambda W, x: MatVecBuggy()(W, x), ours)
+    with pytest.raises(TorchGradcheckError, match="Jacobian mismatch for output 0 with respect to input 0"):
+        torch.autograd.gradcheck(MatVecBuggyTorch.apply, theirs)
+    assert isinstance(raised.value, RuntimeError)
+    message = str(raised.value)
+    assert message.startswith("Jacobian mismatch for output 0 with respect to input 1,\n")  # x is input 1 of (W, x)
+    numerical, analytical = matrices_in(message)
+    true = torch_jacobians(MatVecTorch.apply, theirs)[(1, 0)]  # W^T
+    wrong = torch_jacobians(MatVecBuggyTorch.apply, theirs)[(1, 0)]  # W
+    np.testing.assert_allclose(numerical, true, atol=6e-5)  # printed with 4 decimals
+    np.testing.assert_allclose(analytical, wrong, atol=6e-5)
+
+
+def test_raise_exception_false_returns_false_and_the_default_raises():
+    x = Variable(np.array([0.3, -0.7, 1.1]))
+    assert gradcheck(lambda v: SinWrongSign()(v), x, raise_exception=False) is False
+    assert gradcheck(lambda v: SinWrongSign()(v), x, raise_exception=False, atol=3.0, rtol=0.0) is True  # |2 cos x| < 3
+    with pytest.raises(GradcheckError, match="Jacobian mismatch for output 0 with respect to input 0"):
+        gradcheck(lambda v: SinWrongSign()(v), x)
+    assert gradgradcheck(lambda v: CubeOnArrays()(v), x, raise_exception=False) is False
+    with pytest.raises(GradcheckError):
+        gradgradcheck(lambda v: CubeOnArrays()(v), x)
+
+
+def test_float32_inputs_that_require_grad_warn_as_in_torch():
+    x32 = np.array([0.5, -1.25, 2.0], dtype=np.float32)
+    with pytest.warns(UserWarning, match=r"Input #0 requires gradient and is not a double precision"):
+        result = gradcheck(lambda v: v * v * v, Variable(x32), raise_exception=False)
+    assert result is False  # x +- 1e-6 rounded to float32: the numerical derivative is off by percents
+    with pytest.warns(UserWarning, match=r"Input #0 requires gradient and is not a double precision"):
+        torch.autograd.gradcheck(lambda v: v * v * v, torch.tensor(x32, requires_grad=True), raise_exception=False)
+    with pytest.warns(UserWarning, match=r"Input #1 requires gradient"):
+        gradgradcheck(lambda a, b: a * b, (Variable(np.ones(2)), Variable(np.ones(2, dtype=np.float32))),
+                      raise_exception=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # float32 that needs no gradient is not checked: no warning
+        assert gradcheck(lambda a, b: a * b, (Variable(np.ones(2)), Variable(x32[:2], requires_grad=False)))
+
+
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
+def test_no_input_requiring_grad_raises_a_value_error_as_in_torch(check):
+    with pytest.raises(ValueError, match="at least one input to require gradient"):
+        check(tinypytorch.tanh, Variable(np.ones(3), requires_grad=False))
+    torch_check = getattr(torch.autograd, check.__name__)
+    with pytest.raises(ValueError, match="at least one input tensor to require gradient"):
+        torch_check(torch.tanh, tensor(np.ones(3), requires_grad=False))
+
+
+def test_inputs_that_are_not_variables_are_refused():
+    with pytest.raises(TypeError, match="gradcheck: input 0 must be a Variable"):
+        gradcheck(tinypytorch.tanh, np.ones(3))
+
+
+def test_the_creation_stack_stops_before_function_call_and_what_it_calls():
+    # the stack ends at the call of the Function (in the user's code, or in a function such as log that makes
+    # it), never inside Function.__call__ or the method that records the graph
+    with autograd.set_detect_anomaly(True):
+        y = tinypytorch.log(Variable(np.array([1.0, 2.0])))  # the user's line
+    stack = y.creator.creation_stack
+    assert "y = tinypytorch.log(Variable(np.array([1.0, 2.0])))" in stack
+    assert stack.strip().splitlines()[-1].strip() == "return Log()(x)"
+    assert "self.record(" not in stack and "core.py" not in stack

@@ -1,815 +1,698 @@
-"""Step 41: checkpoint_sequential and the sqrt(N) schedule, concatenate, BatchNorm1d (running statistics updated
-once under checkpoint), and DenseNet's memory-efficient bottleneck, against torch."""
-import math
+"""Step 41: the default generator (manual_seed, RNG state, fork_rng), dropout, train/eval, and reentrant
+checkpointing (bitwise equal gradients with dropout, the random stream, its limits), against torch."""
+import subprocess
+import sys
 import warnings
 
 import numpy as np
 import pytest
 import torch
+import torch.utils.checkpoint
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from memory import counting_saved, tracing_numpy
-from reference import assert_close_to_torch
-from tinypytorch import Variable, autograd, concatenate, recomputation
+from reference import assert_close_to_torch, torch_twin
+from steploader import load_step
+from tinypytorch import Variable, autograd, no_grad, random
 from tinypytorch import functions as F
-from tinypytorch.autograd.graph import saved_tensors_hooks
-from tinypytorch.layers import BatchNorm1d, Layer, Linear
-from tinypytorch.utils.checkpoint import checkpoint, checkpoint_sequential
+from tinypytorch.layers import MLP, Dropout, Layer, Linear
+from tinypytorch.utils.checkpoint import checkpoint
 
 pytestmark = [pytest.mark.step41, pytest.mark.torch]
 
-WIDTH, BATCH = 8, 5
-ACTIVATION = BATCH * WIDTH * 8  # bytes of one (BATCH, WIDTH) float64 array
+NO_INPUT_GRAD = "None of the inputs have requires_grad=True. Gradients will be None"
+seeds = st.integers(0, 2**63 - 1)
 
 
-def torch_checkpoint_sequential(functions, segments, x, use_reentrant):
-    with warnings.catch_warnings():  # torch warns that None of the inputs requires grad, as we do: tested below
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.utils.checkpoint.checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant)
+def pcg64(seed):
+    """A fresh PCG64 generator: the reference for the default generator's stream after manual_seed(seed)."""
+    return np.random.Generator(np.random.PCG64(seed))
 
 
-# ----- a chain of Linear + tanh layers and its torch twin -------------------------------------------------
+def torch_checkpoint(function, *args, **kwargs):
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=True, **kwargs)
 
-class LinearTanh(Layer):
-    def __init__(self, width, rng):
+
+def torch_dropout_with(x, keep, p):
+    """torch's CPU dropout formula, input * (noise / (1 - p)), with the noise (the kept mask) given."""
+    return x * (torch.from_numpy(keep.astype(np.float64)).to(x.dtype) / (1.0 - p))
+
+
+# ----- the default generator -------------------------------------------------------------------------
+
+@given(seeds, st.integers(1, 20))
+def test_manual_seed_restarts_the_pcg64_stream_of_that_seed(seed, n):
+    generator = tinypytorch.manual_seed(seed)
+    assert generator is random.default_generator()
+    assert random.initial_seed() == seed
+    first = random.default_generator().random(n)
+    np.testing.assert_array_equal(first, pcg64(seed).random(n))
+    tinypytorch.manual_seed(seed)
+    np.testing.assert_array_equal(random.default_generator().random(n), first)
+
+
+def test_a_fresh_process_starts_from_the_fixed_seed_and_draws_the_same_numbers():
+    program = ("import tinypytorch; from tinypytorch import random; "
+               "print(random.initial_seed(), repr(random.default_generator().random()))")
+    output = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout
+    assert output == f"67280421310721 {pcg64(67280421310721).random()!r}\n"
+
+
+@given(seeds, st.integers(0, 10), st.integers(1, 10))
+def test_the_state_round_trips_and_a_snapshot_is_not_moved_by_later_draws(seed, before, after):
+    tinypytorch.manual_seed(seed)
+    random.default_generator().random(before)
+    state = tinypytorch.get_rng_state()
+    drawn = random.default_generator().random(after)
+    random.default_generator().random(5)
+    tinypytorch.set_rng_state(state)
+    np.testing.assert_array_equal(random.default_generator().random(after), drawn)
+    reference = pcg64(seed)
+    reference.random(before)
+    np.testing.assert_array_equal(drawn, reference.random(after))
+
+
+@given(seeds, st.integers(0, 10))
+def test_fork_rng_leaves_the_outer_stream_as_if_nothing_was_drawn(seed, inside):
+    tinypytorch.manual_seed(seed)
+    with random.fork_rng():
+        random.default_generator().random(inside)
+        tinypytorch.manual_seed(seed + 1)  # even reseeding inside is undone
+        random.default_generator().random(3)
+    np.testing.assert_array_equal(random.default_generator().random(4), pcg64(seed).random(4))
+
+
+def test_fork_rng_restores_the_state_when_the_block_raises():
+    tinypytorch.manual_seed(7)
+    with pytest.raises(KeyError):
+        with random.fork_rng():
+            random.default_generator().random(10)
+            raise KeyError("inside")
+    assert random.default_generator().random() == pcg64(7).random()
+
+
+def test_fork_rng_disabled_lets_the_stream_move_like_torch():
+    tinypytorch.manual_seed(7)
+    with random.fork_rng(enabled=False):
+        random.default_generator().random(2)
+    reference = pcg64(7)
+    reference.random(2)
+    assert random.default_generator().random() == reference.random()
+    torch.manual_seed(7)
+    with torch.random.fork_rng(enabled=False):
+        torch.rand(2)
+    after = torch.rand(1)
+    torch.manual_seed(7)
+    assert torch.equal(torch.rand(3)[2:], after)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "3", None, np.float64(2.0)])
+def test_manual_seed_refuses_what_is_not_an_int_at_least_zero(seed):
+    with pytest.raises(ValueError, match="manual_seed: the seed must be an int >= 0"):
+        tinypytorch.manual_seed(seed)
+
+
+def test_manual_seed_takes_numpy_integers():
+    tinypytorch.manual_seed(np.int64(5))
+    assert random.initial_seed() == 5 and type(random.initial_seed()) is int
+    assert random.default_generator().random() == pcg64(5).random()
+
+
+@pytest.mark.parametrize("state", ["state", {}, None, np.random.MT19937(0).state, {"bit_generator": "Philox"}])
+def test_set_rng_state_refuses_what_get_rng_state_did_not_give(state):
+    tinypytorch.manual_seed(3)
+    with pytest.raises(TypeError, match=r"set_rng_state: expected a state from tinypytorch.get_rng_state\(\)"):
+        tinypytorch.set_rng_state(state)
+    assert random.default_generator().random() == pcg64(3).random()  # untouched
+
+
+# ----- dropout -----------------------------------------------------------------------------------------
+
+probabilities = st.floats(0.05, 0.95)
+shapes = st.sampled_from([(1,), (5,), (3, 4), (2, 3, 2)])
+
+
+@given(seeds, probabilities, shapes, st.data())
+def test_dropout_keeps_where_the_generators_draw_is_at_least_p_and_scales_by_one_over_1_minus_p(seed, p, shape, data):
+    values = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
+    tinypytorch.manual_seed(seed)
+    y = F.dropout(Variable(values), p=p)
+    keep = pcg64(seed).random(shape) >= p
+    np.testing.assert_allclose(y.data, np.where(keep, values / (1 - p), 0.0), rtol=1e-15, atol=0)
+    assert random.default_generator().random() == pcg64(seed).random(int(np.prod(shape)) + 1)[-1]
+
+
+@given(seeds, probabilities, shapes, st.data())
+def test_dropout_output_and_gradient_equal_torchs_formula_with_the_same_mask_bitwise(seed, p, shape, data):
+    values = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
+    weights = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
+    tinypytorch.manual_seed(seed)
+    x = Variable(values.copy())
+    y = F.dropout(x, p=p)
+    (y * weights).sum().backward()
+    keep = pcg64(seed).random(shape) >= p
+    x_t = torch.tensor(values, requires_grad=True)
+    y_t = torch_dropout_with(x_t, keep, p)
+    (y_t * torch.from_numpy(weights)).sum().backward()
+    np.testing.assert_array_equal(y.data, y_t.detach().numpy())
+    np.testing.assert_array_equal(x.grad.data, x_t.grad.numpy())
+
+
+def test_dropout_backward_uses_the_saved_mask_not_a_new_draw():
+    tinypytorch.manual_seed(1)
+    x = Variable(np.ones(50))
+    y = F.dropout(x, p=0.5)
+    tinypytorch.manual_seed(2)  # the stream moves elsewhere before backward
+    random.default_generator().random(100)
+    y.sum().backward()
+    keep = pcg64(1).random(50) >= 0.5
+    assert 0 < keep.sum() < 50
+    np.testing.assert_array_equal(x.grad.data, np.where(keep, 2.0, 0.0))
+
+
+def test_dropout_saves_a_boolean_mask():
+    tinypytorch.manual_seed(1)
+    y = F.dropout(Variable(np.ones((4, 5))), p=0.25)
+    (mask,) = y.creator.saved_tensors
+    assert mask.data.dtype == np.bool_ and mask.data.nbytes == 20
+    np.testing.assert_array_equal(mask.data, pcg64(1).random((4, 5)) >= 0.25)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
+def test_dropout_keeps_a_fraction_close_to_1_minus_p_and_the_mean(p):
+    n = 200_000
+    tinypytorch.manual_seed(0)
+    y = F.dropout(Variable(np.ones(n)), p=p)
+    sigma = np.sqrt(p * (1 - p) / n)  # of the kept fraction, binomial
+    assert abs(np.count_nonzero(y.data) / n - (1 - p)) < 5 * sigma
+    assert abs(y.data.mean() - 1.0) < 5 * sigma / (1 - p)
+
+
+@given(arrays(np.float64, (3, 4), elements=st.floats(-10, 10)), arrays(np.float64, (3, 4), elements=st.floats(-2, 2)))
+def test_p_zero_and_evaluation_mode_pass_the_input_through_and_draw_nothing_like_torch(values, weights):
+    for p, training in [(0.0, True), (0.5, False), (1.0, False)]:
+        tinypytorch.manual_seed(4)
+        x = Variable(values.copy())
+        y = F.dropout(x, p=p, training=training)
+        (y * weights).sum().backward()
+        assert random.default_generator().random() == pcg64(4).random()  # nothing drawn
+        x_t = torch.tensor(values, requires_grad=True)
+        torch.manual_seed(4)
+        y_t = torch.nn.functional.dropout(x_t, p=p, training=training)
+        (y_t * torch.from_numpy(weights)).sum().backward()
+        np.testing.assert_array_equal(y.data, y_t.detach().numpy())
+        np.testing.assert_array_equal(x.grad.data, x_t.grad.numpy())
+        np.testing.assert_array_equal(x.grad.data, weights)
+
+
+def test_p_one_drops_everything_and_gives_zero_gradients_like_torch():
+    values = np.random.default_rng(0).standard_normal((3, 4))
+    x, x_t = Variable(values.copy()), torch.tensor(values, requires_grad=True)
+    y, y_t = F.dropout(x, p=1.0), torch.nn.functional.dropout(x_t, p=1.0)
+    y.sum().backward()
+    y_t.sum().backward()
+    np.testing.assert_array_equal(y.data, np.zeros((3, 4)))
+    np.testing.assert_array_equal(y.data, y_t.detach().numpy())
+    np.testing.assert_array_equal(x.grad.data, np.zeros((3, 4)))
+    np.testing.assert_array_equal(x.grad.data, x_t.grad.numpy())
+
+
+@given(seeds, probabilities)
+def test_float32_stays_float32_and_equals_torchs_float32_formula(seed, p):
+    values = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    tinypytorch.manual_seed(seed)
+    x = Variable(values.copy())
+    y = F.dropout(x, p=p)
+    y.sum().backward()
+    assert y.dtype == np.float32 and x.grad.dtype == np.float32
+    keep = pcg64(seed).random((4, 3)) >= p
+    x_t = torch.tensor(values, requires_grad=True)
+    y_t = x_t * torch.from_numpy(keep).to(torch.float32) * np.float32(1.0 / (1.0 - p))
+    y_t.sum().backward()
+    np.testing.assert_allclose(y.data, y_t.detach().numpy(), rtol=2e-7, atol=0)
+    np.testing.assert_allclose(x.grad.data, x_t.grad.numpy(), rtol=2e-7, atol=0)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan"), "0.5", True, None])
+def test_dropout_refuses_a_probability_outside_0_1(p):
+    with pytest.raises(ValueError, match="dropout: probability has to be between 0 and 1, but got"):
+        F.dropout(Variable(np.ones(3)), p=p)
+    with pytest.raises(ValueError, match="Dropout: probability has to be between 0 and 1, but got"):
+        Dropout(p)
+
+
+# ----- train() and eval() ----------------------------------------------------------------------------
+
+class Inner(Layer):
+    def __init__(self):
         super().__init__()
-        self.linear = Linear(width, width, rng=rng)
+        self.linear = Linear(3, 3, rng=np.random.default_rng(0))
+        self.drop = Dropout(0.5)
 
     def forward(self, x):
-        return tinypytorch.tanh(self.linear(x))
+        return self.drop(self.linear(x))
 
 
-def make_chain(depth, seed=0, width=WIDTH):
-    rng = np.random.default_rng(seed)
-    return [LinearTanh(width, rng) for _ in range(depth)]
+class Outer(Layer):
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+        self.drop = Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.inner(x))
 
 
-def copied(module, parameters):
-    with torch.no_grad():
-        for p_t, p in zip(module.parameters(), parameters, strict=True):
-            p_t.copy_(torch.from_numpy(p.data))
-    return module
+def torch_outer():
+    inner = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+    return torch.nn.Sequential(inner, torch.nn.Dropout(0.5))
 
 
-def torch_chain(layers):
-    return [torch.nn.Sequential(copied(torch.nn.Linear(*layer.linear.weight.shape[::-1], dtype=torch.float64),
-                                       layer.linear.params()), torch.nn.Tanh()) for layer in layers]
+def test_train_and_eval_switch_every_sub_layer_and_return_the_layer_like_torch():
+    model, model_t = Outer(), torch_outer()
+    assert [m.training for m in model.modules()] == [m.training for m in model_t.modules()] == [True] * 5
+    assert model.eval() is model and model_t.eval() is model_t
+    assert [m.training for m in model.modules()] == [m.training for m in model_t.modules()] == [False] * 5
+    assert model.train() is model and model_t.train() is model_t
+    assert all(m.training for m in model.modules()) and all(m.training for m in model_t.modules())
+    model.inner.train(False)  # a sub-layer alone
+    assert [m.training for m in model.modules()] == [True, False, False, False, True]
+    model_t[0].train(False)
+    assert [m.training for m in model_t.modules()] == [True, False, False, False, True]
 
 
-def chain_params(layers):
-    return [p for layer in layers for p in layer.params()]
+def test_a_model_in_evaluation_mode_is_deterministic_and_draws_nothing():
+    model = Outer()
+    x = np.random.default_rng(2).standard_normal((4, 3))
+    model.eval()
+    tinypytorch.manual_seed(0)
+    y = model(Variable(x)).data
+    assert random.default_generator().random() == pcg64(0).random()
+    expected = x @ model.inner.linear.weight.data.T + model.inner.linear.bias.data
+    np.testing.assert_allclose(y, expected, rtol=1e-14, atol=1e-15)
+    model.train()
+    tinypytorch.manual_seed(0)
+    generator = pcg64(0)
+    inner_keep, outer_keep = generator.random((4, 3)) >= 0.5, generator.random((4, 3)) >= 0.5
+    np.testing.assert_allclose(model(Variable(x)).data, expected * inner_keep * outer_keep * 4.0, rtol=1e-14,
+                               atol=1e-15)
 
 
-def chain_grads(layers, x0, segments, use_reentrant, x_requires_grad=True):
-    """(loss, input gradient, parameter gradients) of sum(y^2) through checkpoint_sequential."""
-    for p in chain_params(layers):
-        p.cleargrad()
-    x = Variable(x0.copy(), requires_grad=x_requires_grad)
-    y = checkpoint_sequential(layers, segments, x, use_reentrant=use_reentrant)
-    loss = (y * y).sum()
-    loss.backward()
-    return loss.data, None if x.grad is None else x.grad.data, [p.grad.data for p in chain_params(layers)]
+@pytest.mark.parametrize("mode", [1, "yes", None])
+def test_train_refuses_a_mode_that_is_not_a_bool(mode):
+    with pytest.raises(TypeError, match="train: mode must be a bool"):
+        Outer().train(mode)
 
 
-def torch_chain_grads(modules, x0, segments, use_reentrant):
-    x = torch.tensor(x0, requires_grad=True)
-    y = torch_checkpoint_sequential(modules, segments, x, use_reentrant)
-    loss = (y * y).sum()
-    loss.backward()
-    return loss.item(), x.grad.numpy(), [p.grad.numpy() for m in modules for p in m.parameters()]
+# ----- reentrant checkpointing ---------------------------------------------------------------------------
+
+class Chain(Layer):
+    """`depth` blocks Linear(width, width), tanh, dropout(p); counts its calls."""
+
+    def __init__(self, width, depth, p, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.linears = []
+        for k in range(depth):
+            setattr(self, f"l{k}", Linear(width, width, rng=rng))
+            self.linears.append(getattr(self, f"l{k}"))
+        self.p, self.calls = p, 0
+
+    def forward(self, x):
+        self.calls += 1
+        for linear in self.linears:
+            x = F.dropout(tinypytorch.tanh(linear(x)), self.p, self.training)
+        return x
 
 
-def batch(seed=1, width=WIDTH):
-    return np.random.default_rng(seed).standard_normal((BATCH, width))
+def torch_chain(chain, x, masks):
+    """chain's computation in torch with the given masks, one per block."""
+    for linear, keep in zip(chain.linears, masks, strict=True):
+        h = torch.tanh(torch.nn.functional.linear(x, torch.from_numpy(linear.weight.data),
+                                                  torch.from_numpy(linear.bias.data)))
+        x = torch_dropout_with(h, keep, chain.p)
+    return x
 
 
-# ----- checkpoint_sequential ---------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("use_reentrant", [True, False])
-@pytest.mark.parametrize("depth", [1, 2, 5, 7])
-def test_every_segment_count_gives_exactly_the_plain_runs_gradients(depth, use_reentrant):
-    layers, x0 = make_chain(depth), batch()
-    x_t = torch.tensor(x0, requires_grad=True)  # the plain run, in torch, as the reference
-    y_t = x_t
-    for m in torch_chain(layers):
-        y_t = m(y_t)
-    (y_t * y_t).sum().backward()
-    plain = chain_grads(layers, x0, 1, use_reentrant)
-    assert_close_to_torch(plain[1], x_t.grad.numpy())
-    for segments in range(2, depth + 1):
-        loss, gx, grads = chain_grads(layers, x0, segments, use_reentrant)
-        # the recomputation repeats the same float64 operations on the same arrays: bitwise equal
-        np.testing.assert_array_equal(loss, plain[0])
-        np.testing.assert_array_equal(gx, plain[1])
-        for g, g_plain in zip(grads, plain[2], strict=True):
-            np.testing.assert_array_equal(g, g_plain)
+def torch_chain_grads(chain, batch, masks, gradient=None):
+    """Gradients of sum(y^2) (or of y seeded with `gradient`) for x and every weight and bias, in chain's order."""
+    x = torch.tensor(batch, requires_grad=True)
+    params = [torch.tensor(p.data, requires_grad=True) for p in chain.params()]
+    h = x
+    for k, keep in enumerate(masks):
+        h = torch_dropout_with(torch.tanh(torch.nn.functional.linear(h, params[2 * k], params[2 * k + 1])), keep,
+                               chain.p)
+    if gradient is None:
+        loss = (h * h).sum()
+        loss.backward()
+    else:
+        h.backward(gradient)
+    return h.detach().numpy(), [x.grad.numpy()] + [p.grad.numpy() for p in params]
 
 
-@given(depth=st.integers(1, 6), data=st.data(), seed=st.integers(0, 2**16), use_reentrant=st.booleans())
-def test_gradients_equal_torchs_checkpoint_sequential_on_a_twin_chain(depth, data, seed, use_reentrant):
-    segments = data.draw(st.integers(1, depth))
-    layers, x0 = make_chain(depth, seed), batch(seed + 1)
-    loss, gx, grads = chain_grads(layers, x0, segments, use_reentrant)
-    loss_t, gx_t, grads_t = torch_chain_grads(torch_chain(layers), x0, segments, use_reentrant)
-    assert_close_to_torch(loss, loss_t)
-    assert_close_to_torch(gx, gx_t)
-    for g, g_t in zip(grads, grads_t, strict=True):
+def one_step(chain, batch, seed, run):
+    """From manual_seed(seed): y = run(x), sum(y^2).backward(); the gradients (x first) and the next draw."""
+    chain.cleargrads()
+    tinypytorch.manual_seed(seed)
+    x = Variable(batch.copy())
+    y = run(x)
+    (y * y).sum().backward()
+    return [x.grad.data] + [p.grad.data for p in chain.params()], random.default_generator().random()
+
+
+def draws(seed, shape, count):
+    """The first `count` masks' uniform draws of shape `shape` from PCG64(seed), and the draw after them."""
+    generator = pcg64(seed)
+    uniforms = [generator.random(shape) for _ in range(count)]
+    return uniforms, generator.random()
+
+
+networks = st.tuples(seeds, st.integers(1, 4), st.integers(2, 6), st.integers(1, 4), st.sampled_from([0.2, 0.5]))
+
+
+@given(networks)
+def test_checkpoint_with_dropout_gives_the_plain_gradients_bitwise_and_the_same_stream_after(network):
+    seed, depth, width, rows, p = network
+    chain = Chain(width, depth, p, seed=seed % 1000)
+    batch = np.random.default_rng(seed % 997).standard_normal((rows, width))
+    plain, plain_next = one_step(chain, batch, seed, chain)
+    assert chain.calls == 1
+    ours, ours_next = one_step(chain, batch, seed, lambda x: checkpoint(chain, x))
+    assert chain.calls == 3  # the checkpointed run called it twice: forward and recomputation
+    for g, g_plain in zip(ours, plain, strict=True):
+        np.testing.assert_array_equal(g, g_plain)
+    uniforms, expected_next = draws(seed, (rows, width), depth)
+    assert ours_next == plain_next == expected_next
+    _, grads_t = torch_chain_grads(chain, batch, [u >= p for u in uniforms])
+    for g, g_t in zip(ours, grads_t, strict=True):
         assert_close_to_torch(g, g_t)
 
 
-def call_counts(m, depth, segments, use_reentrant):
-    """How many times each of `depth` sine functions ran in a forward and backward pass through m's
-    checkpoint_sequential."""
-    counts = [0] * depth
-
-    def sine(i):
-        def f(x):
-            counts[i] += 1
-            return m.sin(x)
-        return f
-
-    functions = [sine(i) for i in range(depth)]
-    if m is torch:
-        x = torch.tensor([0.5, 2.0], dtype=torch.float64, requires_grad=True)
-        torch_checkpoint_sequential(functions, segments, x, use_reentrant).sum().backward()
-    else:
-        x = Variable(np.array([0.5, 2.0]))
-        checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant).sum().backward()
-    return counts
-
-
-@pytest.mark.parametrize("use_reentrant", [True, False])
-@pytest.mark.parametrize("depth", range(1, 9))
-def test_the_checkpointed_functions_are_torchs_chunks_of_len_over_segments_all_but_the_last(depth, use_reentrant):
-    for segments in range(1, depth + 1):
-        ours = call_counts(tinypytorch, depth, segments, use_reentrant)
-        theirs = call_counts(torch, depth, segments, use_reentrant)
-        size = depth // segments  # PyTorch's rule: chunks of len // segments, the last (with the rest) plain
-        expected = [2 if i < size * (segments - 1) else 1 for i in range(depth)]
-        assert ours == theirs == expected, (segments, ours, theirs)
-
-
-def dropout_chain_grads(layers, segments, use_reentrant, preserve_rng_state):
-    """Gradients through Linear + tanh + dropout(0.3) layers, seeded, and the next number the generator draws."""
-    functions = [lambda x, layer=layer: F.dropout(layer(x), 0.3) for layer in layers]
-    for p in chain_params(layers):
-        p.cleargrad()
-    tinypytorch.manual_seed(0)
-    x = Variable(batch())
-    y = checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant,
-                              preserve_rng_state=preserve_rng_state)
-    (y * y).sum().backward()
-    return [x.grad.data] + [p.grad.data for p in chain_params(layers)], tinypytorch.random.default_generator().random()
-
-
-@pytest.mark.parametrize("use_reentrant", [True, False])
-def test_dropout_draws_the_same_masks_when_recomputed_and_the_stream_goes_on_as_after_a_plain_run(use_reentrant):
-    layers = make_chain(6)
-    plain, next_plain = dropout_chain_grads(layers, 1, use_reentrant, True)
-    for segments in (2, 3, 6):
-        grads, next_draw = dropout_chain_grads(layers, segments, use_reentrant, True)
-        for g, g_plain in zip(grads, plain, strict=True):
-            np.testing.assert_array_equal(g, g_plain)
-        assert next_draw == next_plain
-        grads, next_draw = dropout_chain_grads(layers, segments, use_reentrant, False)
-        assert any(not np.array_equal(g, g_plain) for g, g_plain in zip(grads, plain))  # other masks: other grads
-        assert next_draw != next_plain
-
-
-def test_the_remainder_runs_plainly_in_the_last_chunk():
-    log = []
-
-    def logged(i):
-        def f(x):
-            log.append((i, recomputation.is_recomputing()))
-            return tinypytorch.sin(x)
-        return f
-
-    y = checkpoint_sequential([logged(i) for i in range(7)], 3, Variable(np.array([0.5, 2.0])), use_reentrant=False)
-    y.sum().backward()
-    forward, recomputed = log[:7], log[7:]
-    assert forward == [(i, False) for i in range(7)]
-    assert recomputed == [(2, True), (3, True), (0, True), (1, True)]  # backward meets the later chunk first
-    assert not recomputation.is_recomputing()
-
-
-def test_checkpoint_sequential_takes_any_iterable_of_callables_like_torchs_sequential():
-    layers, x0 = make_chain(4), batch()
-    as_list = chain_grads(layers, x0, 2, False)
-    y = checkpoint_sequential(iter(layers), 2, Variable(x0.copy()), use_reentrant=False)
-    np.testing.assert_array_equal((y * y).sum().data, as_list[0])
-
-
-def test_reentrant_with_an_input_that_needs_no_gradient_warns_and_leaves_parameters_without_gradients_like_torch():
-    layers = make_chain(4)
-    x = Variable(batch(), requires_grad=False)
-    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
-        y = checkpoint_sequential(layers, 2, x, use_reentrant=True)
-    (y * y).sum().backward()
-    first_half = chain_params(layers[:2])
-    assert all(p.grad is None for p in first_half) and all(p.grad is not None for p in chain_params(layers[2:]))
-    modules = torch_chain(layers)
-    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
-        y_t = torch.utils.checkpoint.checkpoint_sequential(modules, 2, torch.tensor(batch()), use_reentrant=True)
-    (y_t * y_t).sum().backward()
-    assert all(p.grad is None for m in modules[:2] for p in m.parameters())
-    # without reentrancy both give every parameter its gradient
-    _, _, grads = chain_grads(layers, batch(), 2, False, x_requires_grad=False)
-    assert all(g is not None for g in grads)
-
-
-@pytest.mark.parametrize("segments", [0, -1, 4, 10])
-def test_segments_outside_1_to_the_number_of_functions_raise_value_error(segments):
-    with pytest.raises(ValueError, match=r"^checkpoint_sequential: segments must be between 1 and the number of "
-                                         rf"functions \(3\), got {segments}$"):
-        checkpoint_sequential(make_chain(3), segments, Variable(batch()), use_reentrant=False)
-    modules, x = torch_chain(make_chain(3)), torch.tensor(batch(), requires_grad=True)
-    if segments >= 0:  # torch fails too, with a message about range (chunks of 0) or a division by zero
-        with pytest.raises((ValueError, ZeroDivisionError)):
-            torch.utils.checkpoint.checkpoint_sequential(modules, segments, x, use_reentrant=False)
-    else:  # and a negative count runs every function plainly, without a word
-        y = torch.utils.checkpoint.checkpoint_sequential(modules, segments, x, use_reentrant=False)
-        assert isinstance(y.grad_fn, torch.autograd.graph.Node) and "Tanh" in y.grad_fn.name()
-
-
-@pytest.mark.parametrize("segments, name", [(1.0, "1.0"), (True, "True"), ("2", "'2'"), (None, "None")])
-def test_segments_that_are_not_an_int_raise_type_error(segments, name):
-    with pytest.raises(TypeError, match=f"^checkpoint_sequential: segments must be an int, got {name}$"):
-        checkpoint_sequential(make_chain(3), segments, Variable(batch()))
-
-
-def test_an_empty_list_of_functions_raises():
-    with pytest.raises(ValueError, match=r"number of functions \(0\), got 1"):
-        checkpoint_sequential([], 1, Variable(batch()))
-
-
-# ----- memory: k + N/k ---------------------------------------------------------------------------------------
-
-def saved(layers, segments, use_reentrant=False, x_requires_grad=False):
-    """(bytes packed, distinct non-parameter arrays saved) in a forward pass, seen by an outer pack hook."""
-    x = Variable(batch(), requires_grad=x_requires_grad)
-    with counting_saved() as (packed, arrays):
-        y = checkpoint_sequential(layers, segments, x, use_reentrant=use_reentrant)
-        loss = (y * y).sum()
-    for a in arrays.values():
-        assert a.shape == (BATCH, WIDTH)
-    count = len(arrays)
-    arrays.clear()
-    loss.backward()
-    return sum(packed), count
-
-
-@pytest.mark.parametrize("use_reentrant", [True, False])
-@pytest.mark.parametrize("depth", range(1, 13))
-def test_saved_activations_are_each_segments_input_plus_the_last_segments_outputs(depth, use_reentrant):
-    layers = make_chain(depth)
-    for k in range(1, depth + 1):
-        last = depth - (k - 1) * (depth // k)  # the last chunk: its share and the remainder
-        expected = (k - 1) + 1 + last  # the inputs of the checkpointed chunks, then the last chunk's input and outputs
-        _, count = saved(layers, k, use_reentrant, x_requires_grad=use_reentrant)
-        assert count == expected, (k, count, expected)
-        if depth % k == 0:
-            assert count == k + depth // k
-
-
-def test_sqrt_n_segments_keep_2_sqrt_n_activations_and_the_two_ends_n_plus_1():
-    for depth in (4, 9, 16, 25, 36):
-        layers = make_chain(depth)
-        root = math.isqrt(depth)
-        assert saved(layers, root)[1] == 2 * root
-        assert saved(layers, 1)[1] == saved(layers, depth)[1] == depth + 1
-        assert min(saved(layers, k)[1] for k in range(1, depth + 1)) == 2 * root
-
-
-def torch_saved_bytes(modules, segments, use_reentrant, x_requires_grad):
-    packed = []
-    x = torch.tensor(batch(), requires_grad=x_requires_grad)
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t.nelement() * t.element_size()) or t,
-                                                  lambda t: t):
-        y = torch_checkpoint_sequential(modules, segments, x, use_reentrant)
-        loss = (y * y).sum()
-    loss.backward()
-    return sum(packed)
-
-
-@pytest.mark.parametrize("use_reentrant, x_requires_grad", [(False, False), (False, True), (True, True)])
-@pytest.mark.parametrize("depth", [1, 3, 8, 12])
-def test_the_bytes_packed_equal_torchs_through_the_same_hooks(depth, use_reentrant, x_requires_grad):
-    layers = make_chain(depth)
-    modules = torch_chain(layers)
-    for k in sorted({1, 2, 3, depth} & set(range(1, depth + 1))):
-        ours, _ = saved(layers, k, use_reentrant, x_requires_grad)
-        assert ours == torch_saved_bytes(modules, k, use_reentrant, x_requires_grad), (k, use_reentrant)
-
-
-def held_over_time(layers, segments):
-    """Bytes of NumPy arrays held (parameter gradients aside), sampled after each layer call and from a gradient
-    hook on each layer output; and the number of layer calls."""
-    params, samples, calls = chain_params(layers), [], [0]
-
-    def sample():
-        grads = sum(p.grad.data.nbytes for p in params if p.grad is not None)
-        samples.append(held_now() - grads)
-
-    def traced(layer):
-        def f(x):
-            calls[0] += 1
-            y = layer(x)
-            sample()
-            if y.requires_grad:
-                y.register_hook(lambda g: sample())
-            return y
-        return f
-
-    x0 = batch()  # made before the measurement, as the model
-    for p in params:
-        p.cleargrad()  # gradients left by an earlier pass were allocated before the measurement
-    with tracing_numpy() as held_now:
-        x = Variable(x0, requires_grad=False)
-        y = checkpoint_sequential([traced(layer) for layer in layers], segments, x, use_reentrant=False)
-        loss = (y * y).sum()
-        del y
-        after_forward = held_now()
-        loss.backward()
-    for p in params:
-        p.cleargrad()
-    return samples, after_forward, calls[0]
-
-
-@pytest.mark.parametrize("depth, k", [(9, 3), (16, 4), (16, 2), (12, 4)])
-def test_measured_memory_follows_the_count_and_sqrt_n_holds_less_than_plain(depth, k):
-    layers = make_chain(depth)
-    kept = {segments: saved(layers, segments)[1] for segments in (1, k)}
-    peaks = {}
-    for segments in (1, k):
-        samples, after_forward, calls = held_over_time(layers, segments)
-        # held after forward: the saved activations but the batch, which was there before, and the loss (8 bytes)
-        assert after_forward == (kept[segments] - 1) * ACTIVATION + 8
-        # the peak: those, and at most three arrays of gradient and the loss and its seed
-        assert (kept[segments] - 1) * ACTIVATION <= max(samples) <= (kept[segments] + 2) * ACTIVATION + 16
-        assert calls == depth + (segments - 1) * (depth // segments)  # each checkpointed layer runs twice
-        peaks[segments] = max(samples)
-    assert peaks[k] < peaks[1]
-
-
-# ----- concatenate -------------------------------------------------------------------------------------------
-
-@st.composite
-def concatenations(draw):
-    """Arrays that fit together along an axis (sizes 0 to 3 there, 1 to 3 elsewhere), the axis (maybe negative),
-    and weights for the output."""
-    ndim = draw(st.integers(1, 3))
-    shape = [draw(st.integers(1, 3)) for _ in range(ndim)]
-    axis = draw(st.integers(-ndim, ndim - 1))
-    count = draw(st.integers(1, 4))
-    sizes = [draw(st.integers(0, 3)) for _ in range(count)]
-    seed = draw(st.integers(0, 2**16))
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for size in sizes:
-        shape[axis] = size
-        arrays.append(rng.standard_normal(tuple(shape)))
-    shape[axis] = sum(sizes)
-    return arrays, axis, rng.standard_normal(tuple(shape))
-
-
-@given(concatenations())
-def test_concatenate_values_and_gradients_equal_torch_cat(case):
-    arrays, axis, w = case
-    xs = [Variable(a.copy()) for a in arrays]
-    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
-    y, y_t = concatenate(xs, axis=axis), torch.cat(ts, dim=axis)
-    np.testing.assert_array_equal(y.data, y_t.detach().numpy())  # copies: exact
-    (y * w).sum().backward()
-    (y_t * torch.from_numpy(w)).sum().backward()
-    for x, t, a in zip(xs, ts, arrays, strict=True):
-        assert x.grad.shape == a.shape
-        np.testing.assert_array_equal(x.grad.data, t.grad.numpy())
-
-
-@given(concatenations())
-def test_concatenate_is_numpys_and_the_gradient_of_each_input_is_its_slice_of_the_weights(case):
-    arrays, axis, w = case
-    xs = [Variable(a.copy()) for a in arrays]
-    y = concatenate(xs, axis=axis)
-    np.testing.assert_array_equal(y.data, np.concatenate(arrays, axis=axis))
-    (y * w).sum().backward()
-    pieces = np.split(w, np.cumsum([a.shape[axis] for a in arrays])[:-1], axis=axis)
-    for x, piece in zip(xs, pieces, strict=True):
-        np.testing.assert_array_equal(x.grad.data, piece)
-
-
-def test_concatenate_saves_no_tensor_like_torch_cat():
-    counts = []
-    for m, make in [(tinypytorch, lambda a: Variable(a)), (torch, lambda a: torch.tensor(a, requires_grad=True))]:
-        count = [0]
-        hooks = (torch.autograd.graph.saved_tensors_hooks if m is torch else saved_tensors_hooks)(
-            lambda v: count.__setitem__(0, count[0] + 1) or v, lambda v: v)
-        with hooks:
-            (m.cat if m is torch else concatenate)([make(np.ones((2, 3))), make(np.zeros((2, 1)))], 1)
-        counts.append(count[0])
-    assert counts == [0, 0]
-
-
-def test_concatenate_has_second_derivatives_like_torch():
-    a0, b0 = np.array([[0.5, -1.0], [2.0, 0.3]]), np.array([[1.5], [-0.7]])
-    a, b = Variable(a0.copy()), Variable(b0.copy())
-    y = (concatenate([a, b], axis=1) ** 3).sum()
-    ga, gb = autograd.grad(y, [a, b], create_graph=True)
-    gga, ggb = autograd.grad((ga * ga).sum() + gb.sum(), [a, b])
-    at, bt = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
-    yt = (torch.cat([at, bt], 1) ** 3).sum()
-    gat, gbt = torch.autograd.grad(yt, [at, bt], create_graph=True)
-    ggat, ggbt = torch.autograd.grad((gat * gat).sum() + gbt.sum(), [at, bt])
-    assert_close_to_torch(ga.data, 3 * a0**2)
-    assert_close_to_torch(gga.data, ggat.numpy())
-    assert_close_to_torch(ggb.data, ggbt.numpy())
-    assert_close_to_torch(ggb.data, 6 * b0)
-
-
-def test_concatenate_mixes_arrays_and_variables_and_sends_no_gradient_to_constants():
-    x = Variable(np.ones((1, 2)))
-    y = concatenate([np.zeros((2, 2)), x], axis=0)
-    np.testing.assert_array_equal(y.data, [[0, 0], [0, 0], [1, 1]])
-    (y * np.arange(6.0).reshape(3, 2)).sum().backward()
-    np.testing.assert_array_equal(x.grad.data, [[4.0, 5.0]])
-
-
-@pytest.mark.parametrize("shapes, axis, message", [
-    ([(2, 3), (2, 4)], 0, r"^concatenate: shapes \(2, 3\) and \(2, 4\) differ outside axis 0$"),
-    ([(2, 3), (3, 3)], 1, r"^concatenate: shapes \(2, 3\) and \(3, 3\) differ outside axis 1$"),
-    ([(2, 3), (2, 3, 1)], 1, r"^concatenate: shapes \(2, 3\) and \(2, 3, 1\) differ outside axis 1$"),
-    ([(2, 3), (2, 3)], 2, r"^concatenate: axis 2 is out of range for 2-d inputs$"),
-    ([(2, 3), (2, 3)], -3, r"^concatenate: axis -3 is out of range for 2-d inputs$"),
-    ([(), ()], 0, r"^concatenate: axis 0 is out of range for 0-d inputs$"),
-])
-def test_concatenate_of_shapes_that_do_not_fit_raises_value_error_where_torch_raises(shapes, axis, message):
-    with pytest.raises(ValueError, match=message):
-        concatenate([Variable(np.ones(s)) for s in shapes], axis=axis)
-    with pytest.raises((RuntimeError, IndexError)):
-        torch.cat([torch.ones(s) for s in shapes], dim=axis)
-
-
-def test_concatenate_of_nothing_or_with_an_axis_that_is_not_an_int_raises():
-    with pytest.raises(ValueError, match="^concatenate: need at least one variable to concatenate$"):
-        concatenate([])
-    with pytest.raises(TypeError, match=r"^concatenate: axis must be an int, got 1.0$"):
-        concatenate([Variable(np.ones((2, 2)))], axis=1.0)
-    with pytest.raises(TypeError, match="^concatenate: axis must be an int, got True$"):
-        concatenate([Variable(np.ones((2, 2)))], axis=True)
-
-
-# ----- BatchNorm1d -------------------------------------------------------------------------------------------
-
-def norm_pair(features, seed, momentum=0.1, eps=1e-5):
-    """Our BatchNorm1d and torch's, with the same weight and bias, away from their initial 1 and 0."""
-    rng = np.random.default_rng(seed)
-    bn, bn_t = BatchNorm1d(features, eps=eps, momentum=momentum), torch.nn.BatchNorm1d(
-        features, eps=eps, momentum=momentum, dtype=torch.float64)
-    bn.weight.data, bn.bias.data = rng.uniform(0.5, 1.5, features), rng.uniform(-0.5, 0.5, features)
-    copied(bn_t, bn.params())
-    return bn, bn_t
-
-
-def norm_pass(norm, x0, w, m):
-    """Output and gradients (input, weight, bias) of sum(w * norm(x))."""
-    if m is torch:
-        x = torch.tensor(x0, requires_grad=True)
-        y = norm(x)
-        (y * torch.from_numpy(w)).sum().backward()
-        return [y.detach().numpy(), x.grad.numpy(), norm.weight.grad.numpy().copy(), norm.bias.grad.numpy().copy()]
-    x = Variable(x0.copy())
-    y = norm(x)
-    (y * w).sum().backward()
-    return [y.data, x.grad.data, norm.weight.grad.data.copy(), norm.bias.grad.data.copy()]
-
-
-@given(n=st.integers(2, 7), features=st.integers(1, 4), seed=st.integers(0, 2**16),
-       scale=st.sampled_from([1e-2, 1.0, 30.0]))
-def test_batchnorm_training_values_gradients_and_statistics_equal_torchs(n, features, seed, scale):
-    bn, bn_t = norm_pair(features, seed)
-    rng = np.random.default_rng(seed + 1)
-    for _ in range(3):
-        x0, w = rng.normal(1.0, scale, (n, features)), rng.standard_normal((n, features))
-        bn.cleargrads()
-        bn_t.zero_grad()
-        for ours, theirs in zip(norm_pass(bn, x0, w, tinypytorch), norm_pass(bn_t, x0, w, torch), strict=True):
-            assert_close_to_torch(ours, theirs)
-        assert_close_to_torch(bn.running_mean, bn_t.running_mean.numpy())
-        assert_close_to_torch(bn.running_var, bn_t.running_var.numpy())
-    assert bn.num_batches_tracked == bn_t.num_batches_tracked.item() == 3
-
-
-def test_the_output_is_normalised_and_the_running_statistics_follow_the_formula():
-    rng = np.random.default_rng(3)
-    bn = BatchNorm1d(3, momentum=0.25)
-    mean, var = np.zeros(3), np.ones(3)
-    for _ in range(4):
-        x0 = rng.normal([1.0, -2.0, 5.0], [1.0, 0.5, 3.0], (6, 3))
-        y = bn(Variable(x0)).data
-        expected = (x0 - x0.mean(axis=0)) / np.sqrt(x0.var(axis=0) + 1e-5)  # weight 1, bias 0
-        np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
-        mean = 0.75 * mean + 0.25 * x0.mean(axis=0)
-        var = 0.75 * var + 0.25 * x0.var(axis=0, ddof=1)  # the unbiased variance, as PyTorch
-        np.testing.assert_allclose(bn.running_mean, mean, rtol=1e-13)
-        np.testing.assert_allclose(bn.running_var, var, rtol=1e-13)
-    assert bn.num_batches_tracked == 4
-
-
-@given(n=st.integers(1, 5), features=st.integers(1, 4), seed=st.integers(0, 2**16))
-def test_batchnorm_eval_uses_the_running_statistics_like_torch(n, features, seed):
-    bn, bn_t = norm_pair(features, seed)
-    rng = np.random.default_rng(seed + 1)
-    for _ in range(2):  # move the running statistics first
-        x0 = rng.normal(2.0, 3.0, (4, features))
-        bn(Variable(x0))
-        bn_t(torch.tensor(x0))
-    bn.eval()
-    bn_t.eval()
-    bn.cleargrads()
-    x0, w = rng.normal(2.0, 3.0, (n, features)), rng.standard_normal((n, features))
-    for ours, theirs in zip(norm_pass(bn, x0, w, tinypytorch), norm_pass(bn_t, x0, w, torch), strict=True):
-        assert_close_to_torch(ours, theirs)
-    y = bn(Variable(x0)).data
-    expected = (x0 - bn.running_mean) / np.sqrt(bn.running_var + 1e-5) * bn.weight.data + bn.bias.data
-    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
-    assert bn.num_batches_tracked == 2  # evaluation does not count
-    bn.train()
-    bn(Variable(x0 if n > 1 else np.vstack([x0, x0 + 1])))
-    assert bn.num_batches_tracked == 3
-
-
-@pytest.mark.parametrize("use_reentrant", [True, False])
-def test_under_checkpoint_ours_updates_once_torchs_twice_and_ours_equals_torchs_plain_run(use_reentrant):
-    x0, w = np.random.default_rng(5).normal(3.0, 2.0, (6, 4)), np.random.default_rng(6).standard_normal((6, 4))
-    bn, bn_t = norm_pair(4, 0)
-    _, plain_t = norm_pair(4, 0)
-    x = Variable(x0.copy())
-    y = checkpoint(bn, x, use_reentrant=use_reentrant)
-    (y * w).sum().backward()
-    x_t = torch.tensor(x0, requires_grad=True)
-    y_t = torch.utils.checkpoint.checkpoint(bn_t, x_t, use_reentrant=use_reentrant)
-    (y_t * torch.from_numpy(w)).sum().backward()
-    plain = norm_pass(plain_t, x0, w, torch)
-    assert bn.num_batches_tracked == 1 and bn_t.num_batches_tracked.item() == 2
-    assert plain_t.num_batches_tracked.item() == 1
-    assert_close_to_torch(bn.running_mean, plain_t.running_mean.numpy())
-    assert_close_to_torch(bn.running_var, plain_t.running_var.numpy())
-    # torch's moved twice towards the same batch statistics: 1 - 0.9^2 = 0.19 of the way
-    np.testing.assert_allclose(bn_t.running_mean.numpy(), 0.19 * x0.mean(axis=0), rtol=1e-12)
-    np.testing.assert_allclose(bn.running_mean, 0.1 * x0.mean(axis=0), rtol=1e-12)
-    # the gradients are those of the plain run, in both
-    for ours, theirs in zip([y.data, x.grad.data, bn.weight.grad.data, bn.bias.grad.data], plain, strict=True):
-        assert_close_to_torch(ours, theirs)
-    assert_close_to_torch(x_t.grad.numpy(), plain[1])
-    assert not recomputation.is_recomputing()
-
-
-def test_batchnorm_inside_checkpoint_sequential_counts_each_batch_once():
-    rng = np.random.default_rng(0)
-    layers = [Linear(4, 4, rng=rng), BatchNorm1d(4), tinypytorch.tanh, Linear(4, 2, rng=rng), BatchNorm1d(2)]
-    for step in range(1, 4):
-        x = Variable(np.random.default_rng(step).standard_normal((5, 4)))
-        y = checkpoint_sequential(layers, 2, x, use_reentrant=True)  # layers 0-1 checkpointed, 2-4 plain
+@given(networks)
+def test_without_preserving_the_state_backward_differentiates_the_recomputations_masks(network):
+    seed, depth, width, rows, p = network
+    chain = Chain(width, depth, p, seed=seed % 1000)
+    batch = np.random.default_rng(seed % 997).standard_normal((rows, width))
+    ours, ours_next = one_step(chain, batch, seed, lambda x: checkpoint(chain, x, preserve_rng_state=False))
+    uniforms, expected_next = draws(seed, (rows, width), 2 * depth)
+    first = [u >= p for u in uniforms[:depth]]  # forward: the output and the loss's gradient 2y come from these
+    second = [u >= p for u in uniforms[depth:]]  # the recomputation draws these, and backward goes through them
+    y_first, _ = torch_chain_grads(chain, batch, first)
+    _, grads_t = torch_chain_grads(chain, batch, second, gradient=torch.from_numpy(2 * y_first))
+    for g, g_t in zip(ours, grads_t, strict=True):
+        assert_close_to_torch(g, g_t)
+    assert ours_next == expected_next  # the stream moved on by the recomputation's draws
+
+
+def test_the_rng_experiment_gives_the_same_verdicts_in_both_frameworks():
+    chain = Chain(16, 6, 0.3)
+    batch = np.random.default_rng(3).standard_normal((8, 16))
+    plain, plain_next = one_step(chain, batch, 0, chain)
+    kept, kept_next = one_step(chain, batch, 0, lambda x: checkpoint(chain, x))
+    lost, lost_next = one_step(chain, batch, 0, lambda x: checkpoint(chain, x, preserve_rng_state=False))
+
+    twin = torch.nn.Sequential(*[m for linear in chain.linears
+                                 for m in (torch.nn.Linear(16, 16, dtype=torch.float64), torch.nn.Tanh(),
+                                           torch.nn.Dropout(0.3))])
+    with torch.no_grad():
+        for p, p_t in zip(chain.params(), twin.parameters(), strict=True):
+            p_t.copy_(torch.from_numpy(p.data))
+
+    def torch_step(run):
+        twin.zero_grad()
+        torch.manual_seed(0)
+        x = torch.tensor(batch, requires_grad=True)
+        y = run(x)
         (y * y).sum().backward()
-        assert layers[1].num_batches_tracked == layers[4].num_batches_tracked == step
+        return [x.grad.numpy().copy()] + [p.grad.numpy().copy() for p in twin.parameters()], torch.rand(1).item()
+
+    plain_t, plain_t_next = torch_step(twin)
+    kept_t, kept_t_next = torch_step(lambda x: torch_checkpoint(twin, x))
+    lost_t, lost_t_next = torch_step(lambda x: torch_checkpoint(twin, x, preserve_rng_state=False))
+
+    def verdict(grads, following, reference, reference_next):
+        return all(np.array_equal(g, r) for g, r in zip(grads, reference)), following == reference_next
+
+    assert verdict(kept, kept_next, plain, plain_next) == verdict(kept_t, kept_t_next, plain_t, plain_t_next) \
+        == (True, True)
+    assert verdict(lost, lost_next, plain, plain_next) == verdict(lost_t, lost_t_next, plain_t, plain_t_next) \
+        == (False, False)
+    assert max(np.abs(g - r).max() for g, r in zip(lost, plain)) > 0.1
 
 
-@pytest.mark.parametrize("shape, message", [
-    ((8, 4), r"^BatchNorm1d: expected an input of shape \(N, 3\), got \(8, 4\)$"),
-    ((8,), r"^BatchNorm1d: expected an input of shape \(N, 3\), got \(8,\)$"),
-    ((8, 3, 2), r"^BatchNorm1d: expected an input of shape \(N, 3\), got \(8, 3, 2\)$"),
-])
-def test_batchnorm_on_the_wrong_number_of_features_raises_value_error(shape, message):
-    bn = BatchNorm1d(3)
-    with pytest.raises(ValueError, match=message):
-        bn(Variable(np.ones(shape)))
-    assert bn.num_batches_tracked == 0
-    bn.eval()
-    with pytest.raises(ValueError, match=message):
-        bn(Variable(np.ones(shape)))
+def test_nested_checkpoints_with_dropout_give_the_plain_gradients_bitwise():
+    def inner(x):
+        return F.dropout(tinypytorch.tanh(x * 1.5), 0.4)
+
+    def outer(x):
+        return checkpoint(inner, inner(x)) * 2.0
+
+    results = []
+    for run in (lambda x: inner(inner(x)) * 2.0, outer, lambda x: checkpoint(outer, x)):
+        tinypytorch.manual_seed(1)
+        x = Variable(np.linspace(-1.0, 1.0, 12))
+        y = run(x)
+        (y * y).sum().backward()
+        results.append((x.grad.data, random.default_generator().random()))
+    for grad, following in results[1:]:
+        np.testing.assert_array_equal(grad, results[0][0])
+        assert following == results[0][1]
 
 
-def test_batchnorm_on_one_row_in_training_raises_like_torch_and_works_in_eval():
-    bn, bn_t = norm_pair(3, 0)
-    with pytest.raises(ValueError, match=r"^BatchNorm1d: expected more than 1 value per feature in training, "
-                                         r"got input of shape \(1, 3\)$"):
-        bn(Variable(np.ones((1, 3))))
-    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
-        bn_t(torch.ones((1, 3), dtype=torch.float64))
-    assert bn.num_batches_tracked == 0
-    bn.eval()
-    bn_t.eval()
-    assert_close_to_torch(bn(Variable(np.full((1, 3), 2.0))).data, bn_t(torch.full((1, 3), 2.0,
-                                                                                   dtype=torch.float64)).detach())
+@given(seeds, st.sampled_from([(3, 4, 1), (3, 5, 5, 2), (2, 3, 3, 3, 1)]), st.integers(1, 4))
+def test_gradients_equal_torch_utils_checkpoint_on_a_twin_network(seed, sizes, rows):
+    model = MLP(sizes, activation=F.tanh, rng=np.random.default_rng(seed))
+    twin = torch_twin(model, torch.nn.Tanh)
+    batch = np.random.default_rng(seed + 1).standard_normal((rows, sizes[0]))
 
+    def rest(layers, activation):
+        def run(h):
+            for layer in layers[1:-1]:
+                h = activation(layer(h))
+            return layers[-1](h)
+        return run
 
-@pytest.mark.parametrize("size", [0, -2, 2.5, True])
-def test_batchnorm_needs_a_positive_int_number_of_features(size):
-    with pytest.raises(ValueError, match="^BatchNorm1d: num_features must be a positive int"):
-        BatchNorm1d(size)
-
-
-# ----- DenseNet's memory-efficient bottleneck -----------------------------------------------------------------
-
-class DenseLayer(Layer):
-    """torchvision's _DenseLayer with linear layers for the 1x1 and 3x3 convolutions."""
-
-    def __init__(self, in_features, growth, bn_size, memory_efficient, use_reentrant, rng):
-        super().__init__()
-        self.norm1 = BatchNorm1d(in_features)
-        self.linear1 = Linear(in_features, bn_size * growth, bias=False, rng=rng)
-        self.norm2 = BatchNorm1d(bn_size * growth)
-        self.linear2 = Linear(bn_size * growth, growth, bias=False, rng=rng)
-        self.memory_efficient, self.use_reentrant = memory_efficient, use_reentrant
-        for norm in (self.norm1, self.norm2):
-            norm.weight.data = rng.uniform(0.5, 1.5, norm.num_features)
-            norm.bias.data = rng.uniform(-0.5, 0.5, norm.num_features)
-
-    def bottleneck(self, *features):
-        return self.linear1(F.relu(self.norm1(concatenate(features, axis=1))))
-
-    def forward(self, features):
-        if self.memory_efficient and any(f.requires_grad for f in features):
-            out = checkpoint(self.bottleneck, *features, use_reentrant=self.use_reentrant)
-        else:
-            out = self.bottleneck(*features)
-        return self.linear2(F.relu(self.norm2(out)))
-
-
-class DenseBlock(Layer):
-    def __init__(self, num_layers, in_features, growth, bn_size, memory_efficient, use_reentrant=False, seed=0):
-        super().__init__()
-        rng = np.random.default_rng(seed)
-        self.layers = []
-        for i in range(num_layers):
-            layer = DenseLayer(in_features + i * growth, growth, bn_size, memory_efficient, use_reentrant, rng)
-            setattr(self, f"denselayer{i + 1}", layer)
-            self.layers.append(layer)
-
-    def forward(self, x):
-        features = [x]
-        for layer in self.layers:
-            features.append(layer(features))
-        return concatenate(features, axis=1)
-
-
-class TorchDenseLayer(torch.nn.Module):
-    def __init__(self, layer, memory_efficient, use_reentrant):
-        super().__init__()
-        i, h, g = layer.norm1.num_features, layer.norm2.num_features, layer.linear2.weight.shape[0]
-        d = torch.float64
-        self.norm1 = copied(torch.nn.BatchNorm1d(i, dtype=d), layer.norm1.params())
-        self.relu1 = torch.nn.ReLU()
-        self.conv1 = copied(torch.nn.Linear(i, h, bias=False, dtype=d), layer.linear1.params())
-        self.norm2 = copied(torch.nn.BatchNorm1d(h, dtype=d), layer.norm2.params())
-        self.relu2 = torch.nn.ReLU()
-        self.conv2 = copied(torch.nn.Linear(h, g, bias=False, dtype=d), layer.linear2.params())
-        self.memory_efficient, self.use_reentrant = memory_efficient, use_reentrant
-
-    def bn_function(self, inputs):
-        return self.conv1(self.relu1(self.norm1(torch.cat(inputs, 1))))
-
-    def forward(self, features):
-        if self.memory_efficient and any(f.requires_grad for f in features):
-            return self.conv2(self.relu2(self.norm2(torch.utils.checkpoint.checkpoint(
-                lambda *inputs: self.bn_function(inputs), *features, use_reentrant=self.use_reentrant))))
-        return self.conv2(self.relu2(self.norm2(self.bn_function(features))))
-
-
-class TorchDenseBlock(torch.nn.Module):
-    def __init__(self, block, memory_efficient, use_reentrant=False):
-        super().__init__()
-        self.layers = torch.nn.ModuleList([TorchDenseLayer(layer, memory_efficient, use_reentrant)
-                                           for layer in block.layers])
-
-    def forward(self, x):
-        features = [x]
-        for layer in self.layers:
-            features.append(layer(features))
-        return torch.cat(features, 1)
-
-
-IN, GROWTH, BN_SIZE = 5, 3, 3  # concatenations 5, 8, 11, 14 wide; bottleneck 9; output 5 + 3 L
-
-
-def block_case(num_layers, seed):
-    rng = np.random.default_rng(seed + 100)
-    return rng.standard_normal((6, IN)), rng.standard_normal((6, IN + num_layers * GROWTH))
-
-
-@given(num_layers=st.integers(1, 3), seed=st.integers(0, 2**16), memory_efficient=st.booleans(),
-       use_reentrant=st.booleans())
-def test_the_dense_block_gives_torchs_gradients_and_statistics(num_layers, seed, memory_efficient, use_reentrant):
-    x0, w = block_case(num_layers, seed)
-    block = DenseBlock(num_layers, IN, GROWTH, BN_SIZE, memory_efficient, use_reentrant, seed)
-    block_t = TorchDenseBlock(block, memory_efficient, use_reentrant)
-    plain_t = TorchDenseBlock(block, False)
-    x = Variable(x0.copy())
-    y = block(x)
-    (y * w).sum().backward()
-    outputs = []
-    for twin in (block_t, plain_t):
-        x_t = torch.tensor(x0, requires_grad=True)
-        y_t = twin(x_t)
-        (y_t * torch.from_numpy(w)).sum().backward()
-        outputs.append((y_t.detach().numpy(), x_t.grad.numpy()))
-    assert_close_to_torch(y.data, outputs[0][0])
-    assert_close_to_torch(x.grad.data, outputs[0][1])
-    for p, p_t in zip(block.params(), block_t.parameters(), strict=True):
-        assert p.shape == tuple(p_t.shape)
-        assert_close_to_torch(p.grad.data, p_t.grad.numpy())
-    for layer, t, t_plain in zip(block.layers, block_t.layers, plain_t.layers, strict=True):
-        assert layer.norm1.num_batches_tracked == layer.norm2.num_batches_tracked == 1
-        assert t.norm1.num_batches_tracked.item() == (2 if memory_efficient else 1)
-        assert t.norm2.num_batches_tracked.item() == 1
-        for ours, theirs in [(layer.norm1, t_plain.norm1), (layer.norm2, t_plain.norm2)]:
-            assert_close_to_torch(ours.running_mean, theirs.running_mean.numpy())
-            assert_close_to_torch(ours.running_var, theirs.running_var.numpy())
-
-
-def block_saved_widths(num_layers, memory_efficient):
-    """The widths (second dimension) of the distinct non-parameter 2-d arrays saved, and their total bytes."""
-    x0, w = block_case(num_layers, 0)
-    block = DenseBlock(num_layers, IN, GROWTH, BN_SIZE, memory_efficient)
-    with counting_saved() as (_, arrays):
-        loss = (block(Variable(x0)) * w).sum()
-    widths = sorted(a.shape[1] for a in arrays.values() if a.ndim == 2)
-    total = sum(a.nbytes for a in arrays.values())
-    arrays.clear()
+    # the data needs no gradient; the first layer runs plainly, the rest is checkpointed
+    x = Variable(batch, requires_grad=False)
+    y = checkpoint(rest(model.layers, tinypytorch.tanh), tinypytorch.tanh(model.layers[0](x)))
+    loss = (y * y).sum()
     loss.backward()
-    return widths, total
+    modules = list(twin)
+    x_t = torch.tensor(batch)
+    y_t = torch_checkpoint(lambda h: twin[2:](h), torch.tanh(modules[0](x_t)))
+    loss_t = (y_t * y_t).sum()
+    loss_t.backward()
+    assert_close_to_torch(loss.data, loss_t.item())
+    for p, p_t in zip(model.params(), twin.parameters(), strict=True):
+        assert_close_to_torch(p.grad.data, p_t.grad.numpy())
 
 
-@pytest.mark.parametrize("num_layers", [2, 4, 6])
-def test_the_efficient_block_keeps_no_array_as_wide_as_a_concatenation(num_layers):
-    concatenations = {IN + i * GROWTH for i in range(1, num_layers)}  # a layer's input width, the first excepted
-    plain, plain_bytes = block_saved_widths(num_layers, False)
-    efficient, efficient_bytes = block_saved_widths(num_layers, True)
-    assert concatenations <= set(plain)
-    assert not concatenations & set(efficient)
-    # what the efficient block keeps: the checkpoints' inputs (x and each layer's output but the last), and the
-    # second half of each layer, bottleneck-wide (BN_SIZE * GROWTH), as in the plain block
-    assert efficient.count(IN) == 1 and efficient.count(GROWTH) == num_layers - 1
-    bottleneck = BN_SIZE * GROWTH
-    assert bottleneck not in concatenations | {IN, GROWTH}
-    assert efficient.count(bottleneck) == plain.count(bottleneck) > 0
-    assert set(efficient) == {IN, GROWTH, bottleneck, IN + num_layers * GROWTH}  # the last: the loss's weights
-    assert efficient_bytes < plain_bytes
+def test_the_node_has_one_edge_per_input_and_the_parameters_get_their_gradients_from_the_inner_pass():
+    chain = Chain(3, 2, 0.0)
+    x = Variable(np.random.default_rng(0).standard_normal((2, 3)), name="x")
+    y = checkpoint(chain, x)
+    assert type(y.creator).__name__ == "CheckpointFunction"
+    assert [node is x for node, _ in y.creator.edges] == [True]
+    assert all(p.grad is None for p in chain.params())
+    (y * y).sum().backward()
+    _, grads_t = torch_chain_grads(chain, x.data, [np.ones((2, 3), bool)] * 2)
+    for g, g_t in zip([x.grad.data] + [p.grad.data for p in chain.params()], grads_t, strict=True):
+        assert_close_to_torch(g, g_t)
 
 
-def test_the_plain_block_grows_quadratically_and_the_efficient_one_linearly():
-    plain = [block_saved_widths(n, False)[1] for n in (4, 8, 16)]
-    efficient = [block_saved_widths(n, True)[1] for n in (4, 8, 16)]
-    # second differences: zero for a linear function of n (n = 4, 8, 16 are not evenly spaced: use slopes)
-    slopes_plain = [(plain[1] - plain[0]) / 4, (plain[2] - plain[1]) / 8]
-    slopes_efficient = [(efficient[1] - efficient[0]) / 4, (efficient[2] - efficient[1]) / 8]
-    assert slopes_efficient[0] == slopes_efficient[1]  # linear: each layer adds the same bytes
-    assert slopes_plain[1] > 1.4 * slopes_plain[0]  # quadratic: later layers add more
+def test_tuple_outputs_come_back_as_a_tuple_with_torchs_gradients():
+    a0, b0 = np.array([0.3, -0.7, 1.1]), np.array([1.3, 0.4, -0.2])
+
+    def f(m):
+        return lambda a, b: (a * b, m.sin(a) + b)
+
+    for used in ([0, 1], [0], [1]):
+        a, b = Variable(a0.copy()), Variable(b0.copy())
+        outputs = checkpoint(f(tinypytorch), a, b)
+        a_t, b_t = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+        outputs_t = torch_checkpoint(f(torch), a_t, b_t)
+        assert isinstance(outputs, tuple) and isinstance(outputs_t, tuple) and len(outputs) == len(outputs_t) == 2
+        sum((outputs[i] * (i + 2.0)).sum() for i in used).backward()
+        sum((outputs_t[i] * (i + 2.0)).sum() for i in used).backward()
+        assert_close_to_torch(a.grad.data, a_t.grad.numpy())
+        assert_close_to_torch(b.grad.data, b_t.grad.numpy())
 
 
-def test_the_bottleneck_is_checkpointed_only_when_an_input_needs_a_gradient_as_in_torchvision():
-    x0, w = block_case(2, 0)
-    block = DenseBlock(2, IN, GROWTH, BN_SIZE, memory_efficient=True)
-    log = []
-    for layer in block.layers:
-        layer.bottleneck = lambda *fs, run=layer.bottleneck: log.append(recomputation.is_recomputing()) or run(*fs)
-    (block(Variable(x0)) * w).sum().backward()
-    assert log == [False, False, True, True]  # each layer runs, then is recomputed in backward
-    log.clear()
-    (block(Variable(x0, requires_grad=False)) * w).sum().backward()
-    assert log == [False, False, True]  # the first layer's only input, the batch, needs no gradient
-    log.clear()
-    with tinypytorch.no_grad():
-        block(Variable(x0))
-    assert log == [False, False]  # nothing is recorded, nothing recomputed
+def test_a_one_element_tuple_stays_a_tuple_like_torch():
+    a = Variable(np.array([0.5, 1.5]))
+    outputs = checkpoint(lambda v: (v * 2.0,), a)
+    outputs_t = torch_checkpoint(lambda v: (v * 2.0,), torch.tensor([0.5, 1.5], requires_grad=True))
+    assert isinstance(outputs, tuple) and isinstance(outputs_t, tuple) and len(outputs) == len(outputs_t) == 1
+    outputs[0].sum().backward()
+    np.testing.assert_array_equal(a.grad.data, [2.0, 2.0])
 
 
-def test_concatenate_of_a_single_variable_is_refused_not_split_into_rows_like_torch():
-    with pytest.raises(TypeError, match="concatenate: expected a sequence of Variables or arrays, got a single Variable"):
-        tinypytorch.concatenate(Variable(np.ones((2, 3))))
+def test_an_input_that_needs_no_gradient_gets_none_like_torch():
+    a0, c0 = np.array([0.3, 0.7]), np.array([1.3, -0.7])
+    a, c = Variable(a0), Variable(c0, requires_grad=False)
+    checkpoint(lambda u, v: u * v, a, c).sum().backward()
+    a_t, c_t = torch.tensor(a0, requires_grad=True), torch.tensor(c0)
+    torch_checkpoint(lambda u, v: u * v, a_t, c_t).sum().backward()
+    assert c.grad is None and c_t.grad is None
+    np.testing.assert_array_equal(a.grad.data, a_t.grad.numpy())
+
+
+def test_an_input_the_function_does_not_use_gets_no_gradient_like_torch():
+    a, b = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
+    checkpoint(lambda u, v: u * 2.0, a, b).sum().backward()
+    a_t, b_t = torch.tensor([1.0, 2.0], requires_grad=True), torch.tensor([3.0, 4.0], requires_grad=True)
+    torch_checkpoint(lambda u, v: u * 2.0, a_t, b_t).sum().backward()
+    assert b_t.grad is None and b.grad is None
+    np.testing.assert_array_equal(a.grad.data, a_t.grad.numpy())
+
+
+def test_retain_graph_recomputes_again_and_doubles_the_gradients_then_a_third_pass_raises_like_torch():
+    x0 = np.array([0.3, 0.7])
+    for m, make, run in [(tinypytorch, lambda: Variable(x0.copy()), checkpoint),
+                         (torch, lambda: torch.tensor(x0, requires_grad=True), torch_checkpoint)]:
+        calls = []
+
+        def f(v, m=m, calls=calls):
+            calls.append(1)
+            return m.sin(v)
+
+        x = make()
+        y = run(f, x).sum()
+        y.backward(retain_graph=True)
+        y.backward()
+        grad = x.grad.data if m is tinypytorch else x.grad.numpy()
+        np.testing.assert_allclose(grad, 2 * np.cos(x0), rtol=1e-15)
+        assert len(calls) == 3
+        with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
+            y.backward()
+
+
+def test_changing_the_checkpoints_input_in_place_is_caught_like_torch():
+    for m, make, run in [(tinypytorch, lambda: Variable(np.array([0.3, 0.7])), checkpoint),
+                         (torch, lambda: torch.tensor([0.3, 0.7], dtype=torch.float64, requires_grad=True),
+                          torch_checkpoint)]:
+        b = make() * 1.0
+        y = run(m.sin, b).sum()
+        b.add_(1.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+
+
+def test_under_no_grad_it_runs_once_and_records_nothing_like_torch():
+    chain = Chain(3, 2, 0.0)
+    x = Variable(np.ones((2, 3)))
+    with no_grad():
+        y = checkpoint(chain, x)
+    assert chain.calls == 1 and not y.requires_grad and y.creator is None
+    calls = []
+    x_t = torch.ones(2, 3, requires_grad=True)
+    with torch.no_grad():
+        y_t = torch_checkpoint(lambda v: calls.append(1) or v * 2.0, x_t)
+    assert calls == [1] and not y_t.requires_grad
+
+
+# ----- the limits of the reentrant form ---------------------------------------------------------------
+
+def test_no_input_requiring_grad_warns_and_the_parameters_get_nothing_like_torch():
+    chain = Chain(3, 2, 0.0)
+    twin = torch.nn.Sequential(*[m for linear in chain.linears
+                                 for m in (torch.nn.Linear(3, 3, dtype=torch.float64), torch.nn.Tanh())])
+    data = np.random.default_rng(0).standard_normal((2, 3))
+    with pytest.warns(UserWarning, match=NO_INPUT_GRAD):
+        y = checkpoint(chain, Variable(data, requires_grad=False))
+    with pytest.warns(UserWarning, match=NO_INPUT_GRAD):
+        y_t = torch_checkpoint(twin, torch.tensor(data))
+    assert not y.requires_grad and not y_t.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
+        (y * y).sum().backward()
+    with pytest.raises(RuntimeError, match="does not require grad and does not have a grad_fn"):
+        (y_t * y_t).sum().backward()
+    assert all(p.grad is None for p in chain.params()) and all(p.grad is None for p in twin.parameters())
+
+
+def test_an_input_that_requires_grad_gives_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checkpoint(tinypytorch.sin, Variable(np.ones(2)))
+
+
+def test_autograd_grad_through_a_reentrant_checkpoint_raises_like_torch():
+    x = Variable(np.array([0.3, 0.7]))
+    y = checkpoint(tinypytorch.sin, x).sum()
+    with pytest.raises(RuntimeError, match=r"When use_reentrant=True, tinypytorch.utils.checkpoint is incompatible "
+                                           r"with autograd.grad\(\).*use_reentrant=False"):
+        autograd.grad(y, x)
+    x_t = torch.tensor([0.3, 0.7], requires_grad=True)
+    y_t = torch_checkpoint(torch.sin, x_t).sum()
+    with pytest.raises(RuntimeError, match="When use_reentrant=True, torch.utils.checkpoint is incompatible"):
+        torch.autograd.grad(y_t, x_t)
+
+
+def test_after_a_checkpointed_backward_autograd_grad_of_a_plain_graph_works():
+    x = Variable(np.array([0.3, 0.7]))
+    checkpoint(tinypytorch.sin, x).sum().backward()
+    with pytest.raises(RuntimeError, match="incompatible with autograd.grad"):
+        autograd.grad(checkpoint(tinypytorch.sin, x).sum(), x)
+    (g,) = autograd.grad(tinypytorch.sin(x).sum(), x)  # the failed pass left nothing behind
+    np.testing.assert_allclose(g.data, np.cos([0.3, 0.7]), rtol=1e-15)
+    np.testing.assert_allclose(x.grad.data, np.cos([0.3, 0.7]), rtol=1e-15)
+
+
+def test_a_recomputation_whose_outputs_need_no_gradient_raises_like_torch():
+    x = Variable(np.array([0.3, 0.7]))
+    y = checkpoint(lambda v: Variable(np.ones(2), requires_grad=False) * 2.0, x)
+    x_t = torch.tensor([0.3, 0.7], requires_grad=True)
+    y_t = torch_checkpoint(lambda v: torch.ones(2, dtype=torch.float64) * 2.0, x_t)
+    message = r"none of output has requires_grad=True, this checkpoint\(\) is not necessary"
+    with pytest.raises(RuntimeError, match=message):
+        y.sum().backward()
+    with pytest.raises(RuntimeError, match=message):
+        y_t.sum().backward()
+
+
+# ----- bad input ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("function, name", [("net", "str"), (None, "NoneType"), (3, "int")])
+def test_checkpoint_refuses_what_cannot_be_called_like_torch(function, name):
+    with pytest.raises(TypeError, match=f"checkpoint: function must be callable, got {name}"):
+        checkpoint(function, Variable(np.ones(2)))
     with pytest.raises(TypeError):
-        torch.cat(torch.ones(2, 3))
+        torch_checkpoint(function, torch.ones(2, requires_grad=True))
 
 
-def test_batchnorm_momentum_none_is_a_cumulative_average_like_torch():
-    rng = np.random.default_rng(3)
-    ours, theirs = BatchNorm1d(3, momentum=None), torch.nn.BatchNorm1d(3, momentum=None).double()
-    for _ in range(4):
-        x = rng.standard_normal((5, 3))
-        ours(Variable(x))
-        theirs(torch.tensor(x))
-    np.testing.assert_allclose(ours.running_mean, theirs.running_mean.numpy(), rtol=1e-13)
-    np.testing.assert_allclose(ours.running_var, theirs.running_var.numpy(), rtol=1e-13)
-    assert ours.num_batches_tracked == theirs.num_batches_tracked.item() == 4
+def test_checkpoint_refuses_a_function_that_does_not_return_variables():
+    with pytest.raises(TypeError, match="checkpoint: the checkpointed function must return a Variable or a tuple "
+                                        "of Variables, got float"):
+        checkpoint(lambda v: 3.0, Variable(np.ones(2)))
 
 
-@pytest.mark.parametrize("kwargs, message", [({"momentum": 1.5}, "momentum must be None"),
-                                              ({"momentum": -0.1}, "momentum must be None"),
-                                              ({"eps": 0.0}, "eps must be a positive number"),
-                                              ({"eps": -1e-5}, "eps must be a positive number")])
-def test_batchnorm_refuses_a_momentum_outside_0_1_and_an_eps_that_is_not_positive(kwargs, message):
-    with pytest.raises(ValueError, match=f"^BatchNorm1d: {message}"):
-        BatchNorm1d(3, **kwargs)
+# ----- the step's figures ------------------------------------------------------------------------------
+
+def test_the_steps_saved_bytes_are_what_the_blocks_save():
+    step = load_step(41)
+    depth, rows, width = 4, 32, 64
+    activation, mask = rows * width * 8, rows * width  # float64, and a boolean mask
+    net = step.Net(width=width, depth=depth, p=0.2)
+    batch = np.random.default_rng(1).standard_normal((rows, width))
+    recomputed = depth * (activation + mask) + (depth - 1) * activation  # the last block's output is not re-saved
+    expected = {
+        "plain": (depth * (2 * activation + mask), 0),
+        "one": (activation, recomputed),
+        "per block": (depth * activation, recomputed),
+    }
+    runs = {"plain": net, "one": lambda x: checkpoint(net, x), "per block": step.every_block(net)}
+    for name, run in runs.items():
+        tinypytorch.manual_seed(0)
+        assert step.saved_bytes(run, net, batch) == expected[name], name
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_arguments_that_are_not_tensors_reach_the_function_as_they_are_like_torch(use_reentrant):
+    a, a_t = Variable(np.array([1.0, 2.0, 3.0])), torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    checkpoint(lambda x, n, flag: x[:n] * (2.0 if flag is None else 1.0), a, 2, None,
+               use_reentrant=use_reentrant).sum().backward()
+    torch.utils.checkpoint.checkpoint(lambda x, n, flag: x[:n] * (2.0 if flag is None else 1.0), a_t, 2, None,
+                                      use_reentrant=use_reentrant).sum().backward()
+    np.testing.assert_array_equal(a.grad.data, a_t.grad.numpy())  # [2, 2, 0]

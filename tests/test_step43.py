@@ -1,874 +1,692 @@
-"""Step 43: RevCol's reversible columns (tinypytorch.reversible.RevColumn, RevColumnFunction and ReversibleColumns),
-against the plain column, a torch column and a torch port of RevCol's ReverseFunction; the first column computed
-back to zero; alpha clamped away from 0; DropPath with per-level RNG restore; memory against columns; drift."""
+"""Step 43: checkpointing on saved-tensor hooks (use_reentrant=False), against torch.utils.checkpoint."""
+import collections
+import functools
+import gc
+import weakref
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+import torch.utils.checkpoint as torch_checkpoint
+from hypothesis import assume, given
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from memory import counting_saved, tracing_numpy
-from reference import assert_close_to_torch
+from memory import counting_saved
+from reference import assert_close_to_torch, float_arrays, torch_twin
 from steploader import load_step
-from tinypytorch import Parameter, Variable, autograd, random, recomputation
-from tinypytorch.layers import Layer, Linear
-from tinypytorch.reversible import (RevColumnFunction, ReversibleColumns, ReversibleColumnsFunction, RevColumn,
-                                    clamp_alpha)
+from tinypytorch import Function, Variable, autograd, no_grad
+from tinypytorch import functions as F
+from tinypytorch.autograd.graph import saved_tensors_hooks
+from tinypytorch.layers import MLP
+from tinypytorch.utils.checkpoint import CheckpointError, checkpoint
 
 pytestmark = [pytest.mark.step43, pytest.mark.torch]
-step = load_step(43)  # its PyTorch twins (the check cell's): a torch column and the port of RevCol's ReverseFunction
+step = load_step(43)
+
+BACKWARD_TWICE = "Trying to backward through the graph a second time"
+MODIFIED = "one of the variables needed for gradient computation has been modified by an inplace operation"
+FEWER = "A different number of tensors was saved during the original forward and recomputation."
+METADATA = "Recomputed values for the following tensors have different metadata than during the forward pass."
+MORE = "trying to save more tensors during recomputation than during the original forward pass."
+TWICE = "Unpack is being triggered for a tensor that was already unpacked once"
 
 
-# ----- levels, columns and stacks ----------------------------------------------------------------------------
+def make_ours(value, requires_grad=True):
+    return Variable(np.array(value, dtype=np.float64), requires_grad=requires_grad)
 
-def drop_path(h, p, training):
-    """timm's DropPath: each row's branch dropped with probability p, drawn from the framework's generator."""
-    if not training or p == 0.0:
+
+def make(m, value, requires_grad=True):
+    return torch.tensor(value, dtype=torch.float64, requires_grad=requires_grad) if m is torch \
+        else make_ours(value, requires_grad)
+
+
+def checkpointed(m, function, *args, **options):
+    """function(*args) checkpointed without reentrance, by tinypytorch or by torch (m)."""
+    run = torch_checkpoint.checkpoint if m is torch else checkpoint
+    return run(function, *args, use_reentrant=False, **options)
+
+
+def grad_of(v):
+    return v.grad.numpy() if isinstance(v, torch.Tensor) else np.asarray(v.grad.data)
+
+
+def error_type(m):
+    return torch_checkpoint.CheckpointError if m is torch else CheckpointError
+
+
+# ----- random chains of operations --------------------------------------------------------------
+#
+# Each operation with the number of tensors it saves for backward when its input requires grad
+# (step 35 checks every operation saves what torch saves): the expected recomputation lengths
+# below are worked out from these numbers.
+
+OPERATIONS = {
+    "sin": (lambda m, h: m.sin(h), 1),  # its input
+    "cos": (lambda m, h: m.cos(h), 1),  # its input
+    "exp": (lambda m, h: m.exp(h * 0.25), 1),  # its output (the product by a number saves nothing)
+    "tanh": (lambda m, h: m.tanh(h), 1),  # its output
+    "sigmoid": (lambda m, h: m.sigmoid(h), 1),  # its output
+    "square": (lambda m, h: h * h, 2),  # both factors
+    "cube": (lambda m, h: h**3, 1),  # its input
+    "times 2": (lambda m, h: h * 2.0, 0),
+    "plus 1.5": (lambda m, h: h + 1.5, 0),
+    "over 3": (lambda m, h: h / 3.0, 0),
+    "neg": (lambda m, h: -h, 0),
+}
+
+chains = st.lists(st.sampled_from(sorted(OPERATIONS)), min_size=1, max_size=8)
+inputs = float_arrays(-1.5, 1.5, min_dims=0, max_dims=2, max_side=3)
+
+
+def chain_function(m, chain, log):
+    """The chain as one function of h, appending each operation's name to `log` when it runs."""
+    def function(h):
+        for name in chain:
+            log.append(name)
+            h = OPERATIONS[name][0](m, h)
         return h
-    keep = random.default_generator().random((h.shape[0], 1)) >= p
-    return h * (keep / (1.0 - p)).astype(h.dtype)
+    return function
 
 
-class Level(Layer):
-    """l(below, above) = f + project(tanh(expand(f))), f = tanh(down(below) + up(above)), as in the step."""
-
-    def __init__(self, n_below, n, n_above, rng, drop=0.0, expansion=4):
-        super().__init__()
-        self.down = Linear(n_below, n, rng=rng)
-        self.up = Linear(n_above, n, bias=False, rng=rng) if n_above else None
-        self.expand = Linear(n, expansion * n, rng=rng)
-        self.project = Linear(expansion * n, n, rng=rng)
-        self.drop = drop
-
-    def forward(self, below, above):
-        fused = self.down(below) if above is None else self.down(below) + self.up(above)
-        f = tinypytorch.tanh(fused)
-        return f + drop_path(self.project(tinypytorch.tanh(self.expand(f))), self.drop, self.training)
+def run_chain(m, chain, x0, use_checkpoint=True, **options):
+    """x.grad and (operations run in forward, operations run again in backward)."""
+    log = []
+    x = make(m, x0)
+    function = chain_function(m, chain, log)
+    with np.errstate(over="ignore", invalid="ignore"):  # exp after squares may overflow: see the assume below
+        y = checkpointed(m, function, x, **options) if use_checkpoint else function(x)
+        forward = len(log)
+        y.sum().backward()
+    return grad_of(x), (forward, log[forward:])
 
 
-def make_column(rng, d_in, widths, alpha=0.5, drop=0.0, dtype=np.float64, expansion=4, random_alphas=False):
-    """A RevColumn of Levels; alphas all `alpha`, or (random_alphas) per channel in +-[0.3, 2] from rng."""
-    n = len(widths)
-    levels = [Level(d_in if i == 0 else widths[i - 1], widths[i], widths[i + 1] if i + 1 < n else 0, rng, drop,
-                    expansion) for i in range(n)]
-    if random_alphas:
-        alphas = [Parameter(rng.uniform(0.3, 2.0, (1, d)) * rng.choice([-1.0, 1.0], (1, d))) for d in widths]
+@given(chains, inputs)
+def test_random_chains_give_the_plain_runs_gradients_bitwise_and_torchs(chain, x0):
+    grad_t, _ = run_chain(torch, chain, x0)
+    assume(np.all(np.abs(grad_t) < 1e100))
+    grad, _ = run_chain(tinypytorch, chain, x0)
+    plain, _ = run_chain(tinypytorch, chain, x0, use_checkpoint=False)
+    np.testing.assert_array_equal(grad, plain)  # the same operations on the same numbers
+    assert_close_to_torch(grad, grad_t)
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+@given(chain=chains, x0=inputs)
+def test_random_chains_recompute_the_operations_torch_recomputes(early_stop, chain, x0):
+    _, (forward, again) = run_chain(tinypytorch, chain, x0, early_stop=early_stop)
+    _, (forward_t, again_t) = run_chain(torch, chain, x0, early_stop=early_stop)
+    assert (forward, again) == (forward_t, again_t)
+    assert forward == len(chain)
+    saving = [i for i, name in enumerate(chain) if OPERATIONS[name][1] > 0]
+    if not saving:  # nothing saved: backward never unpacks, so nothing is recomputed
+        expected = []
+    elif early_stop:  # up to and including the last operation that saves a tensor
+        expected = chain[:saving[-1] + 1]
     else:
-        alphas = [Parameter(np.full((1, d), alpha)) for d in widths]
-    column = RevColumn(levels, alphas)
-    for p in column.params():
-        p.data = p.data.astype(dtype)
-    return column
-
-
-def zeros(rows, widths, dtype=np.float64):
-    return [Variable(np.zeros((rows, d), dtype), requires_grad=False) for d in widths]
-
-
-def run_stack(columns, x, widths, nodes=None, one=False, cs=None):
-    """The last column's states; the first column from zeros (or cs). one: as ReversibleColumns, one Function."""
-    cs = zeros(x.shape[0], widths, x.dtype) if cs is None else cs
-    if one:
-        cs = ReversibleColumns(*columns)(x, *cs)
-        if nodes is not None:
-            nodes.append(cs[0].creator)
-        return cs
-    for column in columns:
-        cs = column(x, *cs)
-        if nodes is not None:
-            nodes.append(cs[0].creator)
-    return cs
-
-
-def weighted_loss(cs, weights):
-    return sum((c * w[:c.shape[0]].astype(c.dtype, copy=False)).sum() for c, w in zip(cs, weights))
-
-
-def set_reversible(columns, reversible):
-    for column in columns:
-        column.reversible = reversible
-
-
-def params_of(columns):
-    return [p for column in columns for p in column.params()]
-
-
-def stack_grads(columns, x0, widths, weights, reversible, nodes=None, one=False):
-    """(the last column's states, [x's gradient, every parameter's gradient in params() order])."""
-    set_reversible(columns, reversible)
-    for column in columns:
-        column.cleargrads()
-    x = Variable(x0)
-    cs = run_stack(columns, x, widths, nodes, one)
-    weighted_loss(cs, weights).backward()
-    return [c.data for c in cs], [x.grad.data] + [p.grad.data for p in params_of(columns)]
-
-
-def relative_error(ours, theirs):
-    return max(np.abs(a - b).max() for a, b in zip(ours, theirs)) / max(np.abs(b).max() for b in theirs)
-
-
-@st.composite
-def configs(draw):
-    """(d_in, widths, rows, columns, seed): 1 to 4 levels of 1 to 5 channels, 1 to 4 rows, 1 to 3 columns."""
-    n_levels = draw(st.integers(1, 4))
-    widths = tuple(draw(st.lists(st.integers(1, 5), min_size=n_levels, max_size=n_levels)))
-    return draw(st.integers(1, 5)), widths, draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(0, 2**16))
-
-
-def build(config, dtype=np.float64):
-    """The stack, the input and the loss weights of a config; alphas per channel, away from 0, of both signs."""
-    d_in, widths, rows, n_columns, seed = config
-    rng = np.random.default_rng(seed)
-    columns = [make_column(rng, d_in, widths, dtype=dtype, expansion=2, random_alphas=True) for _ in range(n_columns)]
-    x0 = rng.standard_normal((rows, d_in)).astype(dtype)
-    weights = [rng.standard_normal((rows, d)) for d in widths]
-    return columns, x0, weights
-
-
-# ----- torch: a plain column, and a port of RevCol's ReverseFunction -----------------------------------------
-
-def torch_stack_grads(columns, x0, widths, weights, way):
-    twins = [step.TorchColumn(column) for column in columns]
-    x = torch.tensor(x0, requires_grad=True)
-    cs = [torch.zeros(x0.shape[0], d, dtype=torch.float64) for d in widths]
-    for t in twins:
-        cs = getattr(t, way)(x, cs)
-    sum((c * torch.from_numpy(w)).sum() for c, w in zip(cs, weights)).backward()
-    return [c.detach().numpy() for c in cs], [x.grad.numpy()] + [
-        np.zeros(tuple(p.shape)) if p.grad is None else p.grad.numpy() for t in twins for p in t.ordered()]
-
-
-# ----- outputs and gradients -----------------------------------------------------------------------------------
-
-@given(config=configs())
-def test_the_reversible_outputs_are_bitwise_the_plain_columns(config):
-    columns, x0, weights = build(config)
-    _, widths, _, _, _ = config
-    outputs = {}
-    for reversible in (True, False):
-        set_reversible(columns, reversible)
-        cs = run_stack(columns, Variable(x0), widths)
-        assert isinstance(cs[0].creator, RevColumnFunction) == reversible
-        outputs[reversible] = [c.data for c in cs]
-    for a, b in zip(outputs[True], outputs[False], strict=True):
-        np.testing.assert_array_equal(a, b)  # the same operations on the same arrays in the same order
-
-
-@given(config=configs())
-def test_gradients_of_x_every_parameter_and_alpha_equal_the_plain_run_and_torch(config):
-    columns, x0, weights = build(config)
-    _, widths, _, _, _ = config
-    _, ours = stack_grads(columns, x0, widths, weights, True)
-    _, plain = stack_grads(columns, x0, widths, weights, False)
-    states_t, theirs = torch_stack_grads(columns, x0, widths, weights, "plain")
-    for g, g_plain, g_t in zip(ours, plain, theirs, strict=True):
-        assert g.shape == g_t.shape
-        assert_close_to_torch(g_plain, g_t)
-        assert_close_to_torch(g, g_t)
-
-
-@given(config=configs(), state_seed=st.integers(0, 2**16))
-def test_gradients_of_the_old_states_of_one_column_equal_torchs(config, state_seed):
-    d_in, widths, rows, _, seed = config
-    column = make_column(np.random.default_rng(seed), d_in, widths, expansion=2, random_alphas=True)
-    rng = np.random.default_rng(state_seed)
-    x0, old = rng.standard_normal((rows, d_in)), [rng.standard_normal((rows, d)) for d in widths]
-    weights = [rng.standard_normal((rows, d)) for d in widths]
-    x, cs = Variable(x0), [Variable(c) for c in old]
-    weighted_loss(column(x, *cs), weights).backward()
-    twin_column = step.TorchColumn(column)
-    for way in ("plain", "reverse"):
-        x_t, cs_t = torch.tensor(x0, requires_grad=True), [torch.tensor(c, requires_grad=True) for c in old]
-        new_t = getattr(twin_column, way)(x_t, cs_t)
-        sum((c * torch.from_numpy(w)).sum() for c, w in zip(new_t, weights)).backward()
-        assert_close_to_torch(x.grad.data, x_t.grad.numpy())
-        for c, c_t in zip(cs, cs_t, strict=True):
-            assert_close_to_torch(c.grad.data, c_t.grad.numpy())
-        for p, p_t in zip(column.params(), twin_column.ordered(), strict=True):
-            assert_close_to_torch(p.grad.data, p_t.grad.numpy())
-        twin_column.zero_grad()
-
-
-def step_model(n_columns=3, alpha=0.5, dtype=np.float64, drop=0.0):
-    """The step's model: x of 8 features, levels of 8, 12, 16 and 20, 16 rows, weights from seed 0."""
-    rng = np.random.default_rng(0)
-    columns = [make_column(rng, 8, (8, 12, 16, 20), alpha, drop, dtype) for _ in range(n_columns)]
-    rng = np.random.default_rng(1)
-    x0 = rng.standard_normal((16, 8))
-    weights = [rng.standard_normal((256, d)) for d in (8, 12, 16, 20)]
-    return columns, x0.astype(dtype), weights
-
-
-WIDTHS = (8, 12, 16, 20)
-
-
-def test_the_port_of_revcols_reverse_function_gives_torchs_plain_gradients_and_ours():
-    columns, x0, weights = step_model()
-    weights16 = [w[:16] for w in weights]
-    _, ours = stack_grads(columns, x0, WIDTHS, weights, True)
-    states_plain, plain = torch_stack_grads(columns, x0, WIDTHS, weights16, "plain")
-    states_port, port = torch_stack_grads(columns, x0, WIDTHS, weights16, "reverse")
-    for a, b in zip(states_port, states_plain):
-        np.testing.assert_array_equal(a, b)  # torch: the port's forward runs the plain column's operations
-    for g, g_plain, g_port in zip(ours, plain, port, strict=True):
-        np.testing.assert_allclose(g_port, g_plain, rtol=1e-10, atol=1e-13)
-        np.testing.assert_allclose(g, g_port, rtol=1e-10, atol=1e-13)
-
-
-@pytest.mark.parametrize("one", [False, True], ids=["chained", "one Function"])
-def test_a_hook_on_a_weight_or_alpha_runs_once_per_backward(one):
-    """The inner passes inside backward must not run the parameters' hooks; the outer pass runs them once."""
-    columns, x0, weights = step_model(n_columns=2)
-    _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
-    calls = []
-    for p in params_of(columns):
-        p.register_hook(lambda g: calls.append(1) or g * 2.0)
-    _, hooked = stack_grads(columns, x0, WIDTHS, weights, True, one=one)
-    assert len(calls) == len(params_of(columns))
-    np.testing.assert_allclose(hooked[0], plain[0], rtol=1e-10, atol=1e-13)  # x has no hook
-    for g, g_plain in zip(hooked[1:], plain[1:], strict=True):
-        np.testing.assert_allclose(g, 2.0 * g_plain, rtol=1e-10, atol=1e-13)
-
-
-def grads_by_autograd_grad(columns, x0, weights, one=False):
-    """(autograd.grad of the reversible run with respect to x and every parameter, the plain run's .grad of the
-    same, the parameters, x); checks that autograd.grad filled no .grad."""
-    _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
-    set_reversible(columns, True)
-    for column in columns:
-        column.cleargrads()
-    params = params_of(columns)
-    x = Variable(x0)
-    grads = autograd.grad(weighted_loss(run_stack(columns, x, WIDTHS, one=one), weights), [x, *params])
-    assert x.grad is None and all(p.grad is None for p in params)
-    return grads, plain, params, x
-
-
-def test_autograd_grad_returns_alpha_and_parameter_gradients_where_the_torch_port_misses_them():
-    columns, x0, weights = step_model()
-    grads, plain, params, x = grads_by_autograd_grad(columns, x0, weights)
-    for g, g_plain in zip(grads, plain, strict=True):
-        np.testing.assert_allclose(g.data, g_plain, rtol=1e-12, atol=1e-14)
-    # the port: parameters and alphas are not inputs of its node
-    twin_column = step.TorchColumn(columns[1])
-    x_t = torch.tensor(x0, requires_grad=True)
-    new_t = twin_column.reverse(x_t, [torch.tensor(np.ones((16, d))) for d in WIDTHS])
-    loss_t = sum((c * torch.from_numpy(w[:16])).sum() for c, w in zip(new_t, weights))
-    with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
-        torch.autograd.grad(loss_t, [x_t, *twin_column.ordered()], retain_graph=True)
-    twin_column.zero_grad()
-    grads_t = torch.autograd.grad(loss_t, [x_t, *twin_column.ordered()], allow_unused=True)
-    assert grads_t[0] is not None and all(g is None for g in grads_t[1:])
-    assert all(p.grad is not None for p in twin_column.ordered())  # filled as a side effect
-
-
-def test_the_alpha_gradient_is_the_sum_over_rows_of_T_times_the_old_state():
-    columns, x0, weights = step_model()
-    column = columns[1]
-    rng = np.random.default_rng(5)
-    old = [rng.standard_normal((16, d)) for d in WIDTHS]
-    column.cleargrads()
-    weighted_loss(column(Variable(x0), *[Variable(c) for c in old]), weights).backward()
-    new_t = step.TorchColumn(column).plain(torch.tensor(x0), [torch.tensor(c) for c in old])
-    for c in new_t:
-        c.retain_grad()
-    sum((c * torch.from_numpy(w[:16])).sum() for c, w in zip(new_t, weights)).backward()
-    for alpha, c_t, c_old in zip(column.alphas, new_t, old, strict=True):
-        expected = (c_t.grad * torch.from_numpy(c_old)).sum(dim=0, keepdim=True).numpy()  # T_i: c_t.grad
-        assert alpha.grad.shape == expected.shape
-        assert_close_to_torch(alpha.grad.data, expected)
-
-
-def test_x_used_by_every_column_gets_the_sum_of_their_gradients():
-    columns, x0, weights = step_model(n_columns=4)
-    _, ours = stack_grads(columns, x0, WIDTHS, weights, True)
-    _, theirs = torch_stack_grads(columns, x0, WIDTHS, [w[:16] for w in weights], "plain")
-    assert_close_to_torch(ours[0], theirs[0])
-
-
-def test_float32_stays_float32_and_is_close_to_the_plain_run():
-    columns, x0, weights = step_model(dtype=np.float32)
-    states, ours = stack_grads(columns, x0, WIDTHS, weights, True)
-    plain_states, plain = stack_grads(columns, x0, WIDTHS, weights, False)
-    assert all(s.dtype == np.float32 for s in states) and all(g.dtype == np.float32 for g in ours)
-    for a, b in zip(states, plain_states):
-        np.testing.assert_array_equal(a, b)
-    assert relative_error(ours, plain) < 1e-5
-
-
-def test_under_no_grad_the_column_records_nothing():
-    columns, x0, _ = step_model(n_columns=1)
-    with tinypytorch.no_grad():
-        cs = columns[0](Variable(x0), *zeros(16, WIDTHS))
-    assert all(c.creator is None and not c.requires_grad for c in cs)
-
-
-# ----- the states computed back ------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@given(config=configs())
-def test_the_first_column_computes_its_zeros_back_exactly(config, dtype):
-    columns, x0, weights = build(config, dtype)
-    _, widths, _, _, _ = config
-    nodes = []
-    stack_grads(columns, x0, widths, weights, True, nodes)
-    for state, width in zip(nodes[0].reconstructed, widths, strict=True):
-        assert state.shape == (x0.shape[0], width)
-        assert not state.any()  # exactly 0: c' = l(.) exactly, and l(.) is recomputed bit for bit
-
-
-def test_a_later_column_computes_back_the_previous_columns_outputs():
-    columns, x0, weights = step_model()
-    set_reversible(columns, True)
-    x, cs, outputs, nodes = Variable(x0), zeros(16, WIDTHS), [], []
-    for column in columns:
-        cs = column(x, *cs)
-        outputs.append([c.data for c in cs])
-        nodes.append(cs[0].creator)
-    weighted_loss(cs, weights).backward()
-    for k in (1, 2):
-        for back, true in zip(nodes[k].reconstructed, outputs[k - 1], strict=True):
-            np.testing.assert_allclose(back, true, rtol=0, atol=1e-14 * np.abs(true).max())
-
-
-# ----- alpha kept away from 0 -----------------------------------------------------------------------------------
-
-def revcol_clamp_abs(data, value):
-    """RevCol's SubNet._clamp_abs (models/revcol.py), the reference."""
-    with torch.no_grad():
-        sign = data.sign()
-        data.abs_().clamp_(value)
-        data *= sign
-
-
-@given(values=st.lists(st.floats(-3.0, 3.0).filter(lambda v: v != 0.0), min_size=1, max_size=8))
-def test_clamp_alpha_keeps_the_sign_and_lifts_abs_alpha_to_1e_3_like_revcol(values):
-    alpha = Parameter(np.array(values))
-    expected = torch.tensor(values, dtype=torch.float64)
-    revcol_clamp_abs(expected, 1e-3)
-    version = alpha._version
-    clamp_alpha(alpha)
-    np.testing.assert_array_equal(alpha.data, expected.numpy())
-    assert np.all(np.abs(alpha.data) >= 1e-3) and np.all(np.sign(alpha.data) == np.sign(values))
-    # written in place (a version bump) only when some value needed it
-    assert alpha._version == version + (1 if np.any(np.abs(values) < 1e-3) else 0)
-
-
-def test_the_column_clamps_its_alphas_before_running_in_both_modes():
-    for reversible in (True, False):
-        column = make_column(np.random.default_rng(0), 3, (2, 2), alpha=-1e-6)
-        column.reversible = reversible
-        column(Variable(np.ones((2, 3))), *[Variable(np.ones((2, 2))) for _ in range(2)])
-        for alpha in column.alphas:
-            np.testing.assert_array_equal(alpha.data, np.full((1, 2), -1e-3))
-
-
-@pytest.mark.parametrize("reversible", [True, False])
-def test_an_alpha_of_exactly_zero_is_refused_where_revcols_clamp_keeps_it(reversible):
-    data = torch.tensor([0.0, 0.5], dtype=torch.float64)
-    revcol_clamp_abs(data, 1e-3)
-    assert data[0].item() == 0.0  # RevCol: sign 0 times anything is 0, and the inverse divides by it
-    column = make_column(np.random.default_rng(0), 3, (2, 2))
-    column.reversible = reversible
-    column.alphas[1].data[0, 1] = 0.0
-    with pytest.raises(ValueError, match=r"RevColumn: an alpha is 0; the column could not be inverted"):
-        column(Variable(np.ones((2, 3))), *[Variable(np.ones((2, 2))) for _ in range(2)])
-
-
-def inversion_error(alpha, dtype):
-    """Relative error of the old states one step-model column computes back, every alpha = `alpha`."""
-    column = make_column(np.random.default_rng(0), 8, WIDTHS, alpha, dtype=dtype)
-    rng = np.random.default_rng(1)
-    x0 = rng.standard_normal((16, 8)).astype(dtype)
-    weights = [rng.standard_normal((256, d)) for d in WIDTHS]
-    old = [np.random.default_rng(2).standard_normal((16, d)).astype(dtype) for d in WIDTHS]
-    cs = column(Variable(x0), *[Variable(c) for c in old])
-    weighted_loss(cs, weights).backward()
-    return max(np.abs(r.astype(np.float64) - c).max()
-               for r, c in zip(cs[0].creator.reconstructed, old)) / max(np.abs(c).max() for c in old)
-
-
-def test_the_inversion_error_grows_like_one_over_alpha_to_the_number_of_levels():
-    for dtype in (np.float64, np.float32):
-        errors = [inversion_error(a, dtype) for a in (0.5, 0.1, 0.01, 0.001)]
-        assert errors == sorted(errors), errors
-    eps64 = [inversion_error(a, np.float64) for a in (0.01, 0.001)]
-    assert 10**3 < eps64[1] / eps64[0] < 10**5  # about 10^L = 10^4 for a tenfold smaller alpha
-    assert 3e-7 < eps64[1] < 2e-5  # measured 1.8e-6 on three CPU settings
-    assert inversion_error(0.5, np.float64) < 1e-14
-    assert inversion_error(0.001, np.float32) > 10  # float32 cannot invert at all
-
-
-# ----- randomness: DropPath inside the levels ----------------------------------------------------------------------
-
-class ForgetfulRevColumnFunction(RevColumnFunction):
-    """Without the RNG snapshots: levels recomputed with whatever the generator draws."""
-
-    def backward(self, *gys):
-        self.states = [None] * len(self.states)
-        return super().backward(*gys)
-
-
-class OneSnapshotRevColumnFunction(RevColumnFunction):
-    """One snapshot for the whole column (the first level's), as a checkpoint of the column would keep."""
-
-    def backward(self, *gys):
-        self.states = [self.states[0]] * len(self.states)
-        return super().backward(*gys)
-
-
-def dropout_grads(columns, x0, weights, function=None):
-    """(gradients, the first column's states computed back, the generator's state after backward and after the
-    forward pass), seeded with manual_seed(0)."""
-    for column in columns:
-        column.cleargrads()
-    tinypytorch.manual_seed(0)
-    x, cs, first = Variable(x0), zeros(x0.shape[0], WIDTHS), None
-    for column in columns:
-        if function is None:
-            cs = column(x, *cs)
-        else:
-            params = [p for i in range(len(column.levels)) for p in column.level_params(i)]
-            cs = tuple(function(column)(x, *cs, *column.alphas, *params))
-        first = first or cs[0].creator
-    after_forward = random.get_rng_state()
-    weighted_loss(cs, weights).backward()
-    return ([x.grad.data] + [p.grad.data for p in params_of(columns)], getattr(first, "reconstructed", None),
-            random.get_rng_state(), after_forward)
-
-
-@given(seed=st.integers(0, 2**16), p=st.sampled_from([0.2, 0.5]))
-def test_droppath_gradients_match_the_plain_run_only_with_the_per_level_rng_restore(seed, p):
-    rng = np.random.default_rng(seed)
-    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(2)]
-    x0 = rng.standard_normal((6, 8))
-    weights = [rng.standard_normal((6, d)) for d in WIDTHS]
-    set_reversible(columns, False)
-    plain, _, state_plain, _ = dropout_grads(columns, x0, weights)
-    set_reversible(columns, True)
-    ours, back, state, after_forward = dropout_grads(columns, x0, weights)
-    assert relative_error(ours, plain) < 1e-12
-    assert all(not c.any() for c in back)
-    assert state == state_plain == after_forward  # backward's draws leave no trace outside
-    forgetful, back_forgetful, state_forgetful, _ = dropout_grads(columns, x0, weights, ForgetfulRevColumnFunction)
-    one, _, _, _ = dropout_grads(columns, x0, weights, OneSnapshotRevColumnFunction)
-    # other masks: other gradients (relative 1e-6 is far above rounding, far below what other masks change)
-    assert relative_error(forgetful, plain) > 1e-6
-    assert relative_error(one, plain) > 1e-6
-    assert state_forgetful == state_plain  # fork_rng around the whole backward still restores the stream
-
-
-def test_without_droppath_the_rng_is_not_touched_and_eval_mode_needs_no_restore():
-    columns, x0, weights = step_model(drop=0.3)
-    for column in columns:
-        column.eval()
-    set_reversible(columns, False)
-    plain, _, _, _ = dropout_grads(columns, x0, weights)
-    forgetful, back, state, after_forward = dropout_grads(columns, x0, weights, ForgetfulRevColumnFunction)
-    tinypytorch.manual_seed(0)
-    assert state == after_forward == random.get_rng_state()  # nothing drew
-    assert relative_error(forgetful, plain) < 1e-14 and all(not c.any() for c in back)
-
-
-# ----- memory -------------------------------------------------------------------------------------------------------
-
-def packed_bytes(columns, x0, weights, widths, reversible, one=False):
-    """(bytes packed, bytes of the distinct non-parameter arrays saved) by a forward pass of the stack."""
-    set_reversible(columns, reversible)
-    with counting_saved() as (packed, arrays):
-        cs = run_stack(columns, Variable(x0), widths, one=one)
+        expected = chain
+    assert again == expected
+
+
+def test_torchs_probe_recompute_halts_at_the_second_op():
+    # the last saving operation is the second: early stop recomputes two of five
+    chain = ["times 2", "sin", "plus 1.5", "neg", "over 3"]
+    for m in (tinypytorch, torch):
+        _, (forward, again) = run_chain(m, chain, [0.5, -1.0])
+        assert (forward, again) == (5, ["times 2", "sin"])
+
+
+# ----- autograd.grad, second derivatives, nesting --------------------------------------------------
+
+def u(m, x, calls):
+    calls[0] += 1
+    return m.sin(x) * m.exp(x)
+
+
+@given(float_arrays(-2.0, 2.0, min_dims=1, max_dims=2, max_side=3))
+def test_autograd_grad_and_a_second_derivative_through_a_checkpoint_like_torch(x0):
+    results = []
+    for m in (tinypytorch, torch):
+        calls = [0]
+        x = make(m, x0)
+        y = checkpointed(m, functools.partial(u, m, calls=calls), x).sum()
+        grad = torch.autograd.grad if m is torch else autograd.grad
+        (g,) = grad(y, x, create_graph=True)
+        (gg,) = grad(g.sum(), x)
+        assert x.grad is None  # autograd.grad hands gradients back, .grad untouched
+        results.append((calls[0], np.asarray(g.detach().numpy() if m is torch else g.data),
+                        np.asarray(gg.numpy() if m is torch else gg.data)))
+    (calls, g, gg), (calls_t, g_t, gg_t) = results
+    assert calls == calls_t == 3  # forward, and one recomputation for each of the two passes
+    np.testing.assert_allclose(g, (np.cos(x0) + np.sin(x0)) * np.exp(x0), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(gg, 2 * np.cos(x0) * np.exp(x0), rtol=1e-13, atol=1e-13)
+    assert_close_to_torch(g, g_t)
+    assert_close_to_torch(gg, gg_t)
+
+
+def test_autograd_grad_with_respect_to_one_of_two_inputs():
+    a, b = make_ours([0.5, 1.5]), make_ours([2.0, -1.0])
+    y = checkpoint(lambda a, b: tinypytorch.sin(a) * b, a, b, use_reentrant=False).sum()
+    (gb,) = autograd.grad(y, b)
+    np.testing.assert_allclose(gb.data, np.sin([0.5, 1.5]), rtol=1e-15)
+    assert a.grad is None and b.grad is None
+
+
+def nested_function(m, depth, runs):
+    """Level k: sin(h) * h, then level k + 1 checkpointed (below the last level), then tanh(.) * 2."""
+    def level(k):
+        def function(h):
+            runs[k] += 1
+            h = m.sin(h) * h
+            if k + 1 < depth:
+                h = checkpointed(m, level(k + 1), h)
+            return m.tanh(h) * 2.0
+        return function
+    return level(0)
+
+
+@given(st.integers(1, 4), st.integers(1, 3), float_arrays(-1.5, 1.5, min_dims=1, max_dims=1, max_side=3))
+def test_nested_checkpoints_give_the_plain_gradient_and_torchs_run_counts(depth, passes, x0):
+    results = []
+    for m in (tinypytorch, torch):
+        runs = collections.Counter()
+        x = make(m, x0)
+        y = checkpointed(m, nested_function(m, depth, runs), x).sum()
+        for i in range(passes):
+            y.backward(retain_graph=i < passes - 1)
+        results.append((dict(runs), grad_of(x)))
+    (runs, grad), (runs_t, grad_t) = results
+    # level k runs in forward, and in every pass once per recomputation of the levels 0..k around it
+    assert runs == runs_t == {k: 1 + passes * (k + 1) for k in range(depth)}
+    x = make_ours(x0)  # the same levels without checkpoints: d times sin(h) * h, then d times tanh(h) * 2
+    h = x
+    for _ in range(depth):
+        h = tinypytorch.sin(h) * h
+    for _ in range(depth):
+        h = tinypytorch.tanh(h) * 2.0
+    y = h.sum()
+    for i in range(passes):
+        y.backward(retain_graph=i < passes - 1)
+    np.testing.assert_array_equal(grad, x.grad.data)
+    assert_close_to_torch(grad, grad_t)
+
+
+# ----- the determinism check -------------------------------------------------------------------------
+
+CHANGE = [None]
+
+
+def changing(m, x):
+    """sin (saves x), square (saves a twice), tanh (saves its output), times 3; CHANGE[0] alters it."""
+    a = m.sin(x)
+    if CHANGE[0] == "float32":
+        a = a.to(torch.float32) if m is torch else F.astype(a, np.float32)
+    if CHANGE[0] == "shape":
+        a = a.expand(2, *a.shape) if m is torch else tinypytorch.broadcast_to(a, (2, *a.shape))
+    if CHANGE[0] != "one op fewer":
+        a = a * a
+    if CHANGE[0] == "extra sin":
+        a = m.sin(a)  # saves one tensor before the last save
+    b = m.tanh(a)
+    if CHANGE[0] == "one op more":
+        b = m.exp(b)  # saves one tensor after the last save
+    return b * 3.0
+
+
+def after_change(m, change, x0=(0.5, 1.0, 2.0), **options):
+    """Forward as written, backward with CHANGE[0] = change: x's gradient (an array) or the CheckpointError."""
+    x = make(m, list(x0))
+    CHANGE[0] = None
+    y = checkpointed(m, functools.partial(changing, m), x, **options).sum()
+    CHANGE[0] = change
+    try:
+        y.backward()
+        return grad_of(x)
+    except error_type(m) as error:
+        return error
+    finally:
+        CHANGE[0] = None
+
+
+def right_gradient(x0):
+    """d/dx sum 3 tanh(sin(x)^2), by hand."""
+    x0 = np.asarray(x0)
+    return 3 * (1 - np.tanh(np.sin(x0) ** 2) ** 2) * 2 * np.sin(x0) * np.cos(x0)
+
+
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_one_op_fewer_raises_the_count_error_like_torch(early_stop):
+    for m in (tinypytorch, torch):
+        error = after_change(m, "one op fewer", early_stop=early_stop)
+        assert isinstance(error, error_type(m))
+        assert str(error).startswith(f"{m.__name__}.utils.checkpoint: {FEWER}\n"
+                                     "Number of tensors saved during forward: 4\n"
+                                     "Number of tensors saved during recomputation: 2.")
+
+
+@pytest.mark.parametrize("change, saved, recomputed", [
+    ("float32", "'dtype': 'float64'", "'dtype': 'float32'"),
+    ("shape", "'shape': (3,)", "'shape': (2, 3)"),
+])
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_a_dtype_or_shape_change_raises_the_metadata_error_like_torch(change, saved, recomputed, early_stop):
+    ours, theirs = after_change(tinypytorch, change, early_stop=early_stop), \
+        after_change(torch, change, early_stop=early_stop)
+    assert isinstance(ours, CheckpointError) and isinstance(theirs, torch_checkpoint.CheckpointError)
+    for error in (ours, theirs):
+        assert f"{METADATA}\ntensor at position 1:\nsaved metadata: " in str(error)
+    saved_line, recomputed_line = str(ours).split("\n")[2:4]
+    assert saved in saved_line and "'device': 'cpu'" in saved_line
+    assert recomputed in recomputed_line
+    torch_dtype = "torch.float32" if change == "float32" else "torch.Size([2, 3])"
+    assert torch_dtype in str(theirs).split("\n")[3]
+
+
+def test_one_op_more_raises_only_without_early_stop_like_torch():
+    for m in (tinypytorch, torch):
+        error = after_change(m, "one op more", early_stop=False)
+        assert isinstance(error, error_type(m))
+        assert str(error).startswith(f"{m.__name__}.utils.checkpoint: {MORE}")
+        # with early stop the extra operation after the last save never runs: the forward's gradient
+        np.testing.assert_allclose(after_change(m, "one op more"), right_gradient([0.5, 1.0, 2.0]), rtol=1e-14)
+
+
+@given(arrays(np.float64, 3, elements=st.floats(0.2, 1.4)))
+def test_an_extra_op_before_the_last_save_is_hidden_by_early_stop_and_wrong_like_torch(x0):
+    ours, theirs = after_change(tinypytorch, "extra sin", x0), after_change(torch, "extra sin", x0)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-13)
+    # tanh's holder got the product p = sin(x)^2 (the input of the extra sin) instead of tanh(p):
+    # backward computed 3 (1 - p^2) * 2 sin(x) cos(x), not 3 (1 - tanh(p)^2) * 2 sin(x) cos(x)
+    p = np.sin(x0) ** 2
+    np.testing.assert_allclose(ours, 3 * (1 - p**2) * 2 * np.sin(x0) * np.cos(x0), rtol=1e-13)
+    assert np.all(np.abs(ours - right_gradient(x0)) > 1e-6)
+    for m in (tinypytorch, torch):
+        error = after_change(m, "extra sin", x0, early_stop=False)
+        assert isinstance(error, error_type(m)) and MORE in str(error)
+
+
+def test_determinism_check_none_accepts_a_dtype_change_like_torch():
+    ours = after_change(tinypytorch, "float32", determinism_check="none")
+    theirs = after_change(torch, "float32", determinism_check="none")
+    right = right_gradient([0.5, 1.0, 2.0])
+    for grad in (ours, theirs):
+        assert isinstance(grad, np.ndarray) and grad.dtype == np.float64
+        np.testing.assert_allclose(grad, right, rtol=1e-6)  # computed from values rounded to float32
+        assert not np.array_equal(grad, right)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
+
+
+def test_determinism_check_none_still_refuses_more_tensors_like_torch():
+    for m in (tinypytorch, torch):
+        error = after_change(m, "one op more", early_stop=False, determinism_check="none")
+        assert isinstance(error, error_type(m)) and MORE in str(error)
+
+
+def test_determinism_check_none_with_fewer_tensors_still_raises_a_checkpoint_error():
+    for m in (tinypytorch, torch):
+        assert isinstance(after_change(m, "one op fewer", determinism_check="none"), error_type(m))
+
+
+def test_determinism_check_none_still_reports_a_count_mismatch_like_torch():
+    theirs = after_change(torch, "one op fewer", determinism_check="none")
+    assert FEWER in str(theirs)
+    assert FEWER in str(after_change(tinypytorch, "one op fewer", determinism_check="none"))
+
+
+def test_bad_options_are_refused_like_torch():
+    x, xt = make_ours([1.0]), make(torch, [1.0])
+    with pytest.raises(ValueError, match=r"determinism_check should be one of \['default', 'none'\], but got"):
+        checkpoint(tinypytorch.sin, x, use_reentrant=False, determinism_check="bogus")
+    with pytest.raises(ValueError, match=r"determinism_check should be one of \['default', 'none'\], but got"):
+        torch_checkpoint.checkpoint(torch.sin, xt, use_reentrant=False, determinism_check="bogus")
+    with pytest.raises(TypeError, match="checkpoint: function must be callable, got int"):
+        checkpoint(3, x, use_reentrant=False)
+    with pytest.raises(TypeError):
+        torch_checkpoint.checkpoint(3, xt, use_reentrant=False)
+
+
+# ----- saved tensors: versions, freeing, retain_graph -------------------------------------------
+
+def exp_of_half(m, h):
+    return m.exp(h * 0.5)  # saves exp's output only: no saved tensor inside shares memory with the input
+
+
+@pytest.mark.parametrize("function", [functools.partial(u, calls=[0]), exp_of_half], ids=["u", "exp of half"])
+@pytest.mark.parametrize("m", [tinypytorch, torch], ids=["tinypytorch", "torch"])
+def test_an_input_changed_in_place_after_forward_raises(m, function):
+    x = make(m, [0.5, 1.0, 2.0])
+    a = x * 2.0
+    y = checkpointed(m, functools.partial(function, m), a).sum()
+    a.add_(1.0)
+    with pytest.raises(RuntimeError, match=MODIFIED + r".*which is output 0 of Add, is at version 1; expected "
+                                                      r"version 0 instead"):
+        y.backward()
+
+
+def test_an_input_changed_in_place_before_forward_is_fine():
+    calls = [0]
+    x = make_ours([0.5, 1.0])
+    a = x * 2.0
+    a.add_(1.0)
+    checkpoint(functools.partial(u, tinypytorch, calls=calls), a, use_reentrant=False).sum().backward()
+    h = 2 * np.array([0.5, 1.0]) + 1
+    np.testing.assert_allclose(x.grad.data, 2 * (np.cos(h) + np.sin(h)) * np.exp(h), rtol=1e-14)
+
+
+@given(st.integers(1, 3), float_arrays(-2.0, 2.0, min_dims=1, max_dims=1, max_side=3))
+def test_each_retained_pass_recomputes_once_and_a_pass_after_the_last_raises_like_torch(passes, x0):
+    results = []
+    for m in (tinypytorch, torch):
+        calls = [0]
+        x = make(m, x0)
+        y = checkpointed(m, functools.partial(u, m, calls=calls), x).sum()
+        counts = [calls[0]]
+        for i in range(passes):
+            y.backward(retain_graph=i < passes - 1)
+            counts.append(calls[0])
+        with pytest.raises(RuntimeError, match=BACKWARD_TWICE):
+            y.backward()
+        assert calls[0] == counts[-1]  # the failed pass recomputed nothing
+        results.append((counts, grad_of(x)))
+    (counts, grad), (counts_t, grad_t) = results
+    assert counts == counts_t == list(range(1, passes + 2))
+    np.testing.assert_allclose(grad, passes * (np.cos(x0) + np.sin(x0)) * np.exp(x0), rtol=1e-13, atol=1e-13)
+    assert_close_to_torch(grad, grad_t)
+
+
+def test_recomputed_tensors_are_dropped_once_used_even_with_retain_graph():
+    x = make_ours([0.5, 1.0])
+    y = checkpoint(lambda v: tinypytorch.tanh(tinypytorch.sin(v) * v), x, use_reentrant=False).sum()
+    holders = [saved.packed for _, saved in tinypytorch.utils.saved_tensors(y)]
+    assert len(holders) == 4 and all(holder.values == {} for holder in holders)
+    y.backward(retain_graph=True)
+    assert all(list(holder.values.values()) == [None] for holder in holders)
+    y.backward(retain_graph=True)
+    assert all(list(holder.values.values()) == [None, None] for holder in holders)
+
+
+def test_frames_holders_and_recomputed_tensors_are_freed_after_backward_without_the_collector():
+    gc.collect()
+    gc.disable()
+    try:
+        x = make_ours(np.linspace(-1.0, 1.0, 5))
+        y = checkpoint(lambda v: tinypytorch.tanh(tinypytorch.exp(v) * v), x, use_reentrant=False).sum()
+        pairs = tinypytorch.utils.saved_tensors(y)
+        frame = weakref.ref(pairs[0][1].unpack_hook.__self__)
+        holders = [weakref.ref(saved.packed) for _, saved in pairs]
+        del pairs
+        y.backward()
+        assert frame() is None
+        assert all(holder() is None for holder in holders)
+    finally:
+        gc.enable()
+
+
+def test_the_recomputed_graph_is_freed_without_the_collector():
+    # The outer sin saves Tanh's output, so the recomputation hands that Variable to its pack hook. Kept
+    # with its graph, it would refer to the recomputed Tanh, which saved it: a cycle.
+    made = []  # weak references to every Tanh node, the forward's and the recomputation's
+
+    class Tanh(Function):
+        def forward(self, x):
+            made.append(weakref.ref(self))
+            y = np.tanh(x)
+            self.save_for_backward(y)
+            return y
+
+        def backward(self, gy):
+            (y,) = self.saved_tensors
+            return gy * (1 - y * y)
+
+    gc.collect()
+    gc.disable()
+    try:
+        x = make_ours([0.5, 1.0])
+        y = checkpoint(lambda v: tinypytorch.sin(Tanh()(tinypytorch.sin(v))), x, use_reentrant=False).sum()
+        y.backward(retain_graph=True)
+        assert len(made) == 2 and made[0]() is not None  # the forward's node, kept by the retained graph
+        assert made[1]() is None  # the recomputation's node: only its values were kept, and they were used
+        del y
+        assert made[0]() is None
+    finally:
+        gc.enable()
+    t = np.tanh(np.sin([0.5, 1.0]))
+    np.testing.assert_allclose(x.grad.data, np.cos(t) * (1 - t**2) * np.cos([0.5, 1.0]), rtol=1e-15)
+
+
+def test_a_holder_unpacked_twice_in_one_pass_raises_like_torch():
+    class ReadsTwice(Function):
+        def forward(self, x):
+            self.save_for_backward(x)
+            return x * x
+
+        def backward(self, gy):
+            (x,) = self.saved_tensors
+            (x,) = self.saved_tensors
+            return 2.0 * x * gy
+
+    class ReadsTwiceT(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, gy):
+            (x,) = ctx.saved_tensors
+            (x,) = ctx.saved_tensors
+            return 2.0 * x * gy
+
+    x = make_ours([1.0, 2.0])
+    ReadsTwice()(x).sum().backward()  # without the checkpoint, reading twice is fine
+    np.testing.assert_array_equal(x.grad.data, [2.0, 4.0])
+    y = checkpoint(lambda v: ReadsTwice()(tinypytorch.sin(v)), make_ours([1.0, 2.0]), use_reentrant=False).sum()
+    with pytest.raises(CheckpointError, match=f"^tinypytorch.utils.checkpoint: {TWICE}"):
+        y.backward()
+    yt = torch_checkpoint.checkpoint(lambda v: ReadsTwiceT.apply(torch.sin(v)), make(torch, [1.0, 2.0]),
+                                     use_reentrant=False).sum()
+    with pytest.raises(torch_checkpoint.CheckpointError, match=f"^torch.utils.checkpoint: {TWICE}"):
+        yt.backward()
+
+
+# ----- no_grad, tuple outputs, inputs without grad ------------------------------------------------
+
+def test_under_no_grad_the_function_just_runs_like_torch():
+    for m, context in [(tinypytorch, no_grad), (torch, torch.no_grad)]:
+        calls = [0]
+        with context():
+            y = checkpointed(m, functools.partial(u, m, calls=calls), make(m, [0.5, 1.0]))
+        assert calls[0] == 1
+        assert not y.requires_grad and y.grad_fn is None
+        np.testing.assert_allclose(np.asarray(y.numpy() if m is torch else y.data),
+                                   np.sin([0.5, 1.0]) * np.exp([0.5, 1.0]), rtol=1e-15)
+
+
+def test_under_no_grad_nothing_is_saved():
+    packed = []
+    with saved_tensors_hooks(lambda v: packed.append(v) or v, lambda v: v):
+        with no_grad():
+            checkpoint(lambda v: tinypytorch.sin(v) * v, make_ours([0.5, 1.0]), use_reentrant=False)
+    assert packed == []
+
+
+@given(float_arrays(-1.5, 1.5, min_dims=1, max_dims=1, max_side=3).flatmap(
+    lambda a: st.tuples(st.just(a), arrays(np.float64, a.shape, elements=st.floats(-1.5, 1.5)))))
+def test_tuple_outputs_give_torchs_gradients(ab):
+    a0, b0 = ab
+    results = []
+    for m in (tinypytorch, torch):
+        calls = [0]
+
+        def two(a, b, m=m, calls=calls):
+            calls[0] += 1
+            return m.sin(a) * b, m.exp(b) * a
+
+        a, b = make(m, a0), make(m, b0)
+        p, q = checkpointed(m, two, a, b)
+        (p.sum() + (q * q).sum()).backward()
+        results.append((calls[0], grad_of(a), grad_of(b)))
+    (calls, ga, gb), (calls_t, ga_t, gb_t) = results
+    assert calls == calls_t == 2
+    # d/da [sum sin(a) b + sum e^(2b) a^2] and d/db, by hand
+    np.testing.assert_allclose(ga, np.cos(a0) * b0 + 2 * np.exp(2 * b0) * a0, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(gb, np.sin(a0) + 2 * np.exp(2 * b0) * a0**2, rtol=1e-13, atol=1e-13)
+    assert_close_to_torch(ga, ga_t)
+    assert_close_to_torch(gb, gb_t)
+
+
+def test_an_input_without_grad_still_gives_the_parameters_their_gradients_like_torch():
+    model = MLP((3, 4, 2), activation=F.tanh, rng=np.random.default_rng(0))
+    batch = np.random.default_rng(1).standard_normal((5, 3))
+    results = []
+    for use_checkpoint in (False, True):
+        model.cleargrads()
+        x = Variable(batch, requires_grad=False)
+        y = checkpoint(model, x, use_reentrant=False) if use_checkpoint else model(x)
+        (y**2).sum().backward()
+        results.append([p.grad.data for p in model.params()])
+    for g, g_plain in zip(*results):
+        np.testing.assert_array_equal(g, g_plain)
+    twin = torch_twin(model, torch.nn.Tanh)
+    (torch_checkpoint.checkpoint(twin, torch.from_numpy(batch), use_reentrant=False) ** 2).sum().backward()
+    for g, pt in zip(results[1], twin.parameters()):
+        assert_close_to_torch(g, pt.grad.numpy())
+
+
+# ----- dropout ------------------------------------------------------------------------------------
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([0.2, 0.5]))
+def test_dropout_gradients_are_bitwise_those_of_the_plain_run_and_the_stream_continues_alike(seed, p):
+    model = MLP((4, 6, 6, 1), activation=F.tanh, rng=np.random.default_rng(seed))
+    batch = np.random.default_rng(seed + 1).standard_normal((5, 4))
+
+    def hidden(h):
+        for layer in model.layers[:-1]:
+            h = F.dropout(tinypytorch.tanh(layer(h)), p)
+        return h
+
+    def run(use_checkpoint, **options):
+        model.cleargrads()
+        tinypytorch.manual_seed(seed)
+        x = Variable(batch.copy())
+        h = checkpoint(hidden, x, use_reentrant=False, **options) if use_checkpoint else hidden(x)
+        loss = (model.layers[-1](h) ** 2).sum()
+        draws = [tinypytorch.random.default_generator().random()]  # the stream moves between the passes
+        loss.backward()
+        draws.append(tinypytorch.random.default_generator().random())
+        return [q.grad.data.copy() for q in model.params()] + [x.grad.data], draws
+
+    plain, draws_plain = run(False)
+    grads, draws = run(True)
+    for g, g_plain in zip(grads, plain):
+        np.testing.assert_array_equal(g, g_plain)
+    assert draws == draws_plain  # the recomputation drew inside a fork: the stream went on where it was
+    unpreserved, _ = run(True, preserve_rng_state=False)
+    assert not all(np.array_equal(g, g_plain) for g, g_plain in zip(unpreserved, plain))
+
+
+# ----- memory -------------------------------------------------------------------------------------
+
+def held_bytes(model, batch, use_checkpoint):
+    """Bytes of the distinct non-parameter arrays an outer pack hook sees, for the MLP's hidden layers
+    (checkpointed or not) followed by its output layer and a squared loss."""
+    def hidden(h):
+        for layer in model.layers[:-1]:
+            h = tinypytorch.tanh(layer(h))
+        return h
+
+    with counting_saved() as (_, arrays):
+        x = Variable(batch, requires_grad=False)
+        h = checkpoint(hidden, x, use_reentrant=False) if use_checkpoint else hidden(x)
+        loss = (model.layers[-1](h) ** 2).sum()
     held = sum(a.nbytes for a in arrays.values())
-    loss = weighted_loss(cs, weights)
     arrays.clear()
     loss.backward()
-    return sum(packed), held
+    return held
 
 
-@given(config=configs())
-def test_each_reversible_column_saves_x_and_its_states_and_nothing_else(config):
-    d_in, widths, rows, _, seed = config
-    rng = np.random.default_rng(seed)
-    x0 = rng.standard_normal((rows, d_in))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
-    results = []
-    for n in (1, 2, 3):
-        columns = [make_column(np.random.default_rng(seed), d_in, widths, expansion=2) for _ in range(n)]
-        results.append(packed_bytes(columns, x0, weights, widths, True) + packed_bytes(columns, x0, weights, widths,
-                                                                                       False))
-    states = rows * sum(widths) * 8
-    for before, after in zip(results, results[1:]):
-        assert after[0] - before[0] == x0.nbytes + states  # save_for_backward(x, *new)
-        assert after[1] - before[1] == states  # x is one array, saved by every column
-        assert after[3] - before[3] > after[1] - before[1]  # a plain column keeps its levels' activations too
+def held_bytes_torch(model, batch, use_checkpoint):
+    twin = [torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=torch.float64)
+            for layer in model.layers]
+    with torch.no_grad():
+        for layer, linear in zip(model.layers, twin):
+            linear.weight.copy_(torch.from_numpy(layer.weight.data))
+            linear.bias.copy_(torch.from_numpy(layer.bias.data))
+    parameters = {p.data_ptr() for linear in twin for p in linear.parameters()}
+    storages = {}
 
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in parameters:
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
 
-class Sampled(Layer):
-    def __init__(self, level, samples, held_now):
-        super().__init__()
-        self.level, self.samples, self.held_now = level, samples, held_now
+    def hidden(h):
+        for linear in twin[:-1]:
+            h = torch.tanh(linear(h))
+        return h
 
-    def sample(self):
-        self.samples.append(self.held_now())
-
-    def forward(self, below, above):
-        out = self.level(below, above)
-        self.sample()
-        if out.requires_grad:
-            out.register_hook(lambda g: self.sample())
-        return out
-
-
-def peak(columns, x0, weights, widths, reversible, one=False):
-    """Largest sample of the NumPy bytes held during forward and backward less the parameters' gradients (held at
-    the end by every run), the number of level calls, and how many of them were recomputations."""
-    samples = []
-    with tracing_numpy() as held_now:
-        sampled = [RevColumn([Sampled(level, samples, held_now) for level in column.levels], column.alphas,
-                             reversible) for column in columns]
-        calls = [0]
-        recomputed = []
-        for column in sampled:
-            for level in column.levels:
-                inner = level.forward
-
-                def counted(below, above, inner=inner):
-                    calls[0] += 1
-                    recomputed.append(recomputation.is_recomputing())
-                    return inner(below, above)
-                level.forward = counted
-        weighted_loss(run_stack(sampled, Variable(x0), widths, one=one), weights).backward()
-    return max(samples) - sum(p.data.nbytes for p in params_of(columns)), calls[0], sum(recomputed)
-
-
-def test_peak_memory_grows_by_the_columns_states_alone_and_every_level_runs_twice():
-    widths, rows = (4, 6), 64
-    rng = np.random.default_rng(0)
-    x0 = rng.standard_normal((rows, 4))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
-    states = rows * sum(widths) * 8
-    plain, reversible = {}, {}
-    for n in (1, 2, 3, 4):
-        columns = [make_column(np.random.default_rng(n), 4, widths) for _ in range(n)]
-        plain[n] = peak(columns, x0, weights, widths, False)
-        reversible[n] = peak(columns, x0, weights, widths, True)
-        assert plain[n][1:] == (n * len(widths), 0)
-        assert reversible[n][1:] == (2 * n * len(widths), n * len(widths))  # each level recomputed once
-    for n in (2, 3):
-        assert reversible[n + 1][0] - reversible[n][0] == states  # flat apart from the states
-    for n in (1, 2, 3):
-        assert plain[n + 1][0] - plain[n][0] > 3 * states  # the plain run keeps the levels' activations
-    assert reversible[4][0] < plain[4][0]
-
-
-def test_reversible_columns_peak_is_flat_in_the_number_of_columns():
-    widths, rows = (4, 6), 64
-    rng = np.random.default_rng(0)
-    x0 = rng.standard_normal((rows, 4))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
-    states = rows * sum(widths) * 8
-    one = {}
-    for n in (1, 2, 3, 4, 6):
-        columns = [make_column(np.random.default_rng(n), 4, widths) for _ in range(n)]
-        one[n] = peak(columns, x0, weights, widths, True, one=True)
-        assert one[n][1:] == (2 * n * len(widths), n * len(widths))
-    for n in (3, 4, 6):  # from 3 columns on, not a byte more; from 2, at most x's gradient (summed over columns)
-        assert one[n][0] == one[3][0]
-    assert 0 <= one[3][0] - one[2][0] <= x0.nbytes
-    assert one[6][0] < one[2][0] + states  # the chain would hold 4 more columns' states here
-
-
-# ----- drift -----------------------------------------------------------------------------------------------------
-
-def invert(column, x0, new):
-    """The old states from the new ones, worked out from c_i' = l_i(c_{i-1}', c_{i+1}) + alpha_i c_i."""
-    n, old = len(new), [None] * len(new)
-    with tinypytorch.no_grad():
-        for i in reversed(range(n)):
-            below = Variable(x0 if i == 0 else new[i - 1])
-            above = None if i == n - 1 else Variable(old[i + 1])
-            old[i] = (new[i] - column.levels[i](below, above).data) / column.alphas[i].data
-    return old
-
-
-def chained_first_states(n_columns, alpha, dtype):
-    """The largest |state| of the first column's zeros, computed back through every column from the last one's
-    (by hand, with `invert`), after checking that ReversibleColumns computes back the same states."""
-    columns, x0, weights = step_model(n_columns, alpha, dtype)
-    with tinypytorch.no_grad():
-        states = [c.data for c in run_stack(columns, Variable(x0), WIDTHS)]
-    for column in reversed(columns):
-        states = invert(column, x0, states)
-    nodes = []
-    stack_grads(columns, x0, WIDTHS, weights, True, nodes, one=True)
-    for ours, by_hand in zip(nodes[0].reconstructed, states, strict=True):
-        np.testing.assert_array_equal(ours, by_hand)  # the same operations on the same arrays
-    return max(np.abs(c).max() for c in states)
-
-
-# measured on this machine's CPU and with OpenBLAS's Sandy Bridge and Haswell kernels: within a factor 2 of these
-CHAINED = {(np.float64, 0.5): {4: 3e-14, 8: 3e-12, 16: 3e-8}, (np.float64, 0.25): {4: 4e-12, 8: 5e-8, 16: 1.6},
-           (np.float32, 0.5): {4: 1.6e-5, 8: 2.5e-3, 16: 7.0}, (np.float32, 0.25): {4: 2e-3, 8: 16, 16: 5e5}}
-
-
-@pytest.mark.parametrize("dtype, alpha", list(CHAINED))
-def test_reversible_columns_drift_geometrically_with_columns_and_faster_for_a_smaller_alpha(dtype, alpha):
-    errors = {n: chained_first_states(n, alpha, dtype) for n in (1, 2, 4, 8, 16)}
-    assert errors[1] == 0.0
-    assert errors[2] < errors[4] < errors[8] < errors[16]
-    for n, expected in CHAINED[dtype, alpha].items():
-        assert expected / 10 < errors[n] < expected * 10, (n, errors[n])
-    if alpha == 0.25:
-        for n in (2, 4, 8):
-            assert errors[n] > 10 * chained_first_states(n, 0.5, dtype)
-
-
-@pytest.mark.parametrize("dtype, bound", [(np.float64, 1e-14), (np.float32, 1e-5)])
-def test_revcolumns_own_error_does_not_grow_with_the_number_of_columns(dtype, bound):
-    for alpha in (0.5, 0.25):
-        for n in (1, 4, 16):
-            columns, x0, weights = step_model(n, alpha, dtype)
-            nodes = []
-            _, ours = stack_grads(columns, x0, WIDTHS, weights, True, nodes)
-            _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
-            error = relative_error(ours, plain)
-            assert error == 0.0 if n == 1 else error < bound, (alpha, n, error)
-            assert all(not c.any() for c in nodes[0].reconstructed)
-
-
-# ----- bad input ---------------------------------------------------------------------------------------------------
-
-def small_column():
-    return make_column(np.random.default_rng(0), 3, (2, 4))
-
-
-def call(column, n_states=2, widths=(2, 4)):
-    return column(Variable(np.ones((2, 3))), *[Variable(np.ones((2, widths[i % 2]))) for i in range(n_states)])
-
-
-def test_levels_and_alphas_of_different_lengths_are_refused():
-    column = small_column()
-    with pytest.raises(ValueError, match=r"^RevColumn: 2 levels and 1 alphas; one alpha per level$"):
-        RevColumn(column.levels, column.alphas[:1])
-    with pytest.raises(ValueError, match=r"^RevColumn: 0 levels and 0 alphas"):
-        RevColumn([], [])
-
-
-def test_a_wrong_number_of_states_is_refused():
-    with pytest.raises(ValueError, match=r"^RevColumn: 2 levels need 2 states c, got 3$"):
-        call(small_column(), n_states=3)
-
-
-def test_an_alpha_that_is_not_a_parameter_and_a_level_that_is_not_callable_are_type_errors():
-    column = small_column()
-    with pytest.raises(TypeError, match=r"^RevColumn: alpha 1 must be a Parameter, got ndarray$"):
-        RevColumn(column.levels, [column.alphas[0], np.ones((1, 4))])
-    with pytest.raises(TypeError, match=r"^RevColumn: level 0 must be callable, got int$"):
-        RevColumn([3, column.levels[1]], column.alphas)
-
-
-def test_a_level_that_returns_the_wrong_shape_is_refused_by_the_reversible_column():
-    column = small_column()
-    column = RevColumn([column.levels[0], lambda below, above: below[:, :1]], column.alphas)
-    with pytest.raises(ValueError, match=r"^RevColumn: level 1 returned shape \(2, 1\) for a state of shape \(2, 4\)$"):
-        call(column)
-
-
-def test_backward_twice_raises_and_with_retain_graph_the_gradients_double():
-    columns, x0, weights = step_model(n_columns=2)
-    set_reversible(columns, True)
-    x = Variable(x0)
-    loss = weighted_loss(run_stack(columns, x, WIDTHS), weights)
-    loss.backward(retain_graph=True)
-    once = [x.grad.data.copy()] + [p.grad.data.copy() for p in params_of(columns)]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        x = torch.from_numpy(batch)
+        h = torch_checkpoint.checkpoint(hidden, x, use_reentrant=False) if use_checkpoint else hidden(x)
+        loss = (twin[-1](h) ** 2).sum()
     loss.backward()
-    twice = [x.grad.data] + [p.grad.data for p in params_of(columns)]
-    for a, b in zip(once, twice, strict=True):
-        np.testing.assert_array_equal(b, 2 * a)  # the same values added again: exactly twice
-    with pytest.raises(RuntimeError, match="Trying to backward through the graph a second time"):
-        loss.backward()
-    # torch, for the reference: the plain twin run twice with retain_graph
-    twins = [step.TorchColumn(column) for column in columns]
-    x_t = torch.tensor(x0, requires_grad=True)
-    cs = [torch.zeros(16, d, dtype=torch.float64) for d in WIDTHS]
-    for t in twins:
-        cs = t.plain(x_t, cs)
-    loss_t = sum((c * torch.from_numpy(w[:16])).sum() for c, w in zip(cs, weights))
-    loss_t.backward(retain_graph=True)
-    loss_t.backward()
-    assert_close_to_torch(twice[0], x_t.grad.numpy())
+    return sum(storages.values())
 
 
-# ----- ReversibleColumns: all the columns as one Function --------------------------------------------------------
-
-def torch_chain_grads(columns, x0, first_states, weights):
-    """torch's plain columns from the given first states: gradients of x, the first states, every parameter."""
-    twins = [step.TorchColumn(column) for column in columns]
-    x = torch.tensor(x0, requires_grad=True)
-    first = [torch.tensor(c, requires_grad=True) for c in first_states]
-    cs = first
-    for t in twins:
-        cs = t.plain(x, cs)
-    sum((c * torch.from_numpy(w)).sum() for c, w in zip(cs, weights)).backward()
-    return [x.grad.numpy()] + [c.grad.numpy() for c in first] + [p.grad.numpy() for t in twins for p in t.ordered()]
-
-
-@given(config=configs(), state_seed=st.integers(0, 2**16))
-def test_reversible_columns_gradients_of_x_the_first_states_and_every_parameter_equal_the_chain_and_torch(
-        config, state_seed):
-    columns, x0, weights = build(config)
-    _, widths, rows, _, _ = config
-    first_states = [np.random.default_rng(state_seed).standard_normal((rows, d)) for d in widths]
-    results = {}
-    for one in (True, False):
-        for column in columns:
-            column.cleargrads()
-        set_reversible(columns, True)
-        x, first = Variable(x0), [Variable(c) for c in first_states]
-        cs = run_stack(columns, x, widths, one=one, cs=first)
-        assert isinstance(cs[0].creator, ReversibleColumnsFunction) == one
-        weighted_loss(cs, weights).backward()
-        results[one] = [x.grad.data] + [c.grad.data for c in first] + [p.grad.data for p in params_of(columns)]
-    theirs = torch_chain_grads(columns, x0, first_states, weights)
-    for ours, chained, g_t in zip(results[True], results[False], theirs, strict=True):
-        assert ours.shape == g_t.shape
-        assert_close_to_torch(chained, g_t)
-        assert_close_to_torch(ours, g_t)
+@given(st.integers(1, 4), st.integers(2, 6), st.integers(1, 5), st.integers(1, 4))
+def test_the_checkpoint_holds_only_its_inputs_and_the_bytes_equal_torchs(depth, width, batch_size, n_in):
+    model = MLP((n_in,) + (width,) * depth + (1,), activation=F.tanh, rng=np.random.default_rng(depth))
+    batch = np.random.default_rng(0).standard_normal((batch_size, n_in))
+    activation, inputs, output = batch_size * width * 8, batch_size * n_in * 8, batch_size * 8
+    plain, kept = held_bytes(model, batch, False), held_bytes(model, batch, True)
+    # plain: every tanh output (each also the next layer's input), the batch, the output (saved by the square)
+    assert plain == depth * activation + inputs + output
+    # checkpointed: the checkpoint's input, the last hidden activation (the output layer's input), the output
+    assert kept == inputs + activation + output
+    assert (plain, kept) == (held_bytes_torch(model, batch, False), held_bytes_torch(model, batch, True))
 
 
-@given(seed=st.integers(0, 2**16), p=st.sampled_from([0.2, 0.5]))
-def test_reversible_columns_with_droppath_equal_the_plain_run_and_leave_the_random_stream_alone(seed, p):
-    rng = np.random.default_rng(seed)
-    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(3)]
-    x0 = rng.standard_normal((6, 8))
-    weights = [rng.standard_normal((6, d)) for d in WIDTHS]
-    tinypytorch.manual_seed(0)
-    _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
-    state_plain = random.get_rng_state()
-    tinypytorch.manual_seed(0)
-    nodes = []
-    _, ours = stack_grads(columns, x0, WIDTHS, weights, True, nodes, one=True)
-    assert random.get_rng_state() == state_plain
-    assert relative_error(ours, plain) < 1e-12
-    assert max(np.abs(c).max() for c in nodes[0].reconstructed) < 1e-12
+# ----- the step's own figures ---------------------------------------------------------------------
+
+def test_the_steps_figures():
+    activation, batch, output = 256 * 256 * 8, 256 * 64 * 8, 256 * 8
+    assert step.plain_bytes == 8 * activation + batch + output
+    assert step.checkpointed_bytes == activation + batch + output
+    assert step.runs == {"outer": 2, "inner": 3}
+    assert step.count_runs(True)[:2] == (6, ["sin", "square", "tanh"])
+    assert step.count_runs(False)[:2] == (6, ["sin", "square", "tanh", "add 1", "times 3", "neg"])
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_reversible_columns_keeps_float32_and_its_gradients_are_close_to_the_plain_run(dtype):
-    columns, x0, weights = step_model(n_columns=3, dtype=dtype)
-    states, ours = stack_grads(columns, x0, WIDTHS, weights, True, one=True)
-    plain_states, plain = stack_grads(columns, x0, WIDTHS, weights, False)
-    assert all(a.dtype == dtype for a in states + ours)
-    for a, b in zip(states, plain_states):
-        np.testing.assert_array_equal(a, b)
-    assert relative_error(ours, plain) < (1e-13 if dtype == np.float64 else 1e-5)
+def test_a_recomputation_with_one_op_fewer_and_a_dtype_change_reports_the_count_first_like_torch():
+    def make(m, change):
+        def f(x):
+            a = m.sin(x)
+            if not change[0]:
+                a = a * a
+            return m.tanh(a * (np.float32(2.0) if change[0] and m is tinypytorch else 2.0))
+        return f
+
+    change = [False]
+    x = Variable(np.array([0.5, 1.0]))
+    y = checkpoint(make(tinypytorch, change), x, use_reentrant=False).sum()
+    change[0] = True
+    with pytest.raises(CheckpointError, match="A different number of tensors was saved"):
+        y.backward()
 
 
-@given(config=configs())
-def test_reversible_columns_saves_x_and_the_last_states_whatever_the_number_of_columns(config):
-    d_in, widths, rows, _, seed = config
-    rng = np.random.default_rng(seed)
-    x0 = rng.standard_normal((rows, d_in))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
-    for n in (1, 2, 4):
-        columns = [make_column(np.random.default_rng(seed + k), d_in, widths, expansion=2) for k in range(n)]
-        packed, held = packed_bytes(columns, x0, weights, widths, True, one=True)
-        assert packed == held == x0.nbytes + rows * sum(widths) * 8  # save_for_backward(x, *last states)
+def test_keyword_arguments_reach_the_function_and_its_recomputation_like_torch():
+    calls = []
 
+    def f(x, *, scale):
+        calls.append(scale)
+        return tinypytorch.sin(x) * scale
 
-@given(config=configs())
-def test_reversible_columns_computes_the_first_columns_zeros_back_to_within_1e_12(config):
-    columns, x0, weights = build(config)
-    _, widths, _, n_columns, _ = config
-    nodes = []
-    stack_grads(columns, x0, widths, weights, True, nodes, one=True)
-    back = nodes[0].reconstructed
-    assert [c.shape for c in back] == [(x0.shape[0], d) for d in widths]
-    assert max(np.abs(c).max() for c in back) < 1e-12
-    if n_columns == 1:
-        assert not any(c.any() for c in back)  # one column: from its own states, exactly
-
-
-def test_reversible_columns_autograd_grad_returns_every_parameters_gradient_and_touches_no_grad():
-    columns, x0, weights = step_model(n_columns=3)
-    grads, plain, params, x = grads_by_autograd_grad(columns, x0, weights, one=True)
-    for g, g_plain in zip(grads, plain, strict=True):
-        np.testing.assert_allclose(g.data, g_plain, rtol=1e-11, atol=1e-13)
-    only = autograd.grad(weighted_loss(run_stack(columns, x, WIDTHS, one=True), weights), [columns[0].alphas[2]])
-    np.testing.assert_allclose(only[0].data, plain[1 + params.index(columns[0].alphas[2])], rtol=0, atol=1e-13)
-
-
-def test_reversible_columns_backward_twice_raises_pytorchs_error():
-    columns, x0, weights = step_model(n_columns=2)
-    set_reversible(columns, True)
-    x = Variable(x0)
-    loss = weighted_loss(run_stack(columns, x, WIDTHS, one=True), weights)
-    loss.backward(retain_graph=True)
-    once = x.grad.data.copy()
-    loss.backward()
-    np.testing.assert_array_equal(x.grad.data, 2 * once)
-    message = None
-    x_t = torch.ones(2, requires_grad=True)
-    loss_t = torch.tanh(x_t).sum()
-    loss_t.backward()
-    try:
-        loss_t.backward()
-    except RuntimeError as error:
-        message = str(error).split(" (")[0]
-    assert message == "Trying to backward through the graph a second time"
-    with pytest.raises(RuntimeError, match=message):
-        loss.backward()
-
-
-def test_reversible_columns_refuses_what_is_not_a_revcolumn_and_mismatched_states():
-    column = small_column()
-    with pytest.raises(TypeError, match=r"^ReversibleColumns: column 1 must be a RevColumn, got Level$"):
-        ReversibleColumns(column, column.levels[0])
-    with pytest.raises(ValueError, match=r"^ReversibleColumns: needs at least one column$"):
-        ReversibleColumns()
-    with pytest.raises(ValueError, match=r"^RevColumn: 2 levels need 2 states c, got 3$"):
-        ReversibleColumns(column, small_column())(Variable(np.ones((2, 3))),
-                                                  *[Variable(np.ones((2, w))) for w in (2, 4, 4)])
-    zero = small_column()
-    zero.alphas[0].data[0, 0] = 0.0
-    with pytest.raises(ValueError, match=r"an alpha is 0"):
-        ReversibleColumns(column, zero)(Variable(np.ones((2, 3))), *[Variable(np.ones((2, w))) for w in (2, 4)])
-    wrong = RevColumn([column.levels[0], lambda below, above: below[:, :1]], column.alphas)
-    with pytest.raises(ValueError, match=r"^RevColumn: level 1 returned shape \(2, 1\) for a state of shape \(2, 4\)$"):
-        ReversibleColumns(column, wrong)(Variable(np.ones((2, 3))), *[Variable(np.ones((2, w))) for w in (2, 4)])
-
-
-def hiding_column():
-    """small_column's levels wrapped in plain functions: the column lists its alphas, not the levels' weights."""
-    column = small_column()
-    hiding = [lambda below, above, level=level: level(below, above) for level in column.levels]
-    return hiding, column
-
-
-@pytest.mark.parametrize("way", ["RevColumn", "ReversibleColumns"])
-def test_levels_closing_over_layers_train_plainly_but_the_reversible_column_refuses_them(way):
-    hiding, column = hiding_column()
-    weights = [p for level in column.levels for p in level.params()]
-    plain = RevColumn(hiding, column.alphas, reversible=False)
-    assert list(plain.params()) == column.alphas
-    weighted_loss(call(plain), [np.ones((2, 2)), np.ones((2, 4))]).backward()
-    assert all(w.grad is not None for w in weights)
-    column.cleargrads()
-    layer = RevColumn(hiding, column.alphas) if way == "RevColumn" else ReversibleColumns(RevColumn(hiding,
-                                                                                                    column.alphas))
-    where = "RevColumn" if way == "RevColumn" else "ReversibleColumns: column 0"
-    with pytest.raises(RuntimeError, match=rf"^{where}: level 1 \(function\) uses a Variable that requires grad but "
-                                           r"is not among its parameters, .*make each level a Layer"):
-        weighted_loss(call(layer), [np.ones((2, 2)), np.ones((2, 4))]).backward()
-    assert all(w.grad is None for w in weights)
-
-
-def test_a_level_reading_a_variable_computed_outside_the_column_is_refused():
-    column = small_column()
-    scale = column.alphas[1] * 2.0  # computed from a parameter, outside the column's run
-    top = column.levels[1]
-    levels = [column.levels[0], lambda below, above: top(below, above) * scale]
-    with pytest.raises(RuntimeError, match=r"^RevColumn: level 1 \(function\) uses a Variable that requires grad"):
-        weighted_loss(call(RevColumn(levels, column.alphas)), [np.ones((2, 2)), np.ones((2, 4))]).backward()
+    x, x_t = Variable(np.array([0.5, 1.0])), torch.tensor([0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    checkpoint(f, x, use_reentrant=False, scale=3.0).sum().backward()
+    torch.utils.checkpoint.checkpoint(lambda t, *, scale: torch.sin(t) * scale, x_t, use_reentrant=False,
+                                      scale=3.0).sum().backward()
+    assert calls == [3.0, 3.0]
+    np.testing.assert_allclose(x.grad.data, x_t.grad.numpy(), rtol=1e-15)
+    with pytest.raises(ValueError, match="Unexpected keyword arguments: scale"):
+        checkpoint(f, x, use_reentrant=True, scale=3.0)

@@ -1,442 +1,815 @@
-"""Step 44: the package on a GPU. Every test that takes `xp` runs on NumPy, on the strict stand-in for CuPy
-(tests/strict_cupy.py, so every device code path runs in CI) and on CuPy where a GPU is usable (marked gpu):
-devices and moves, training with each optimizer, BatchNorm in both modes, checkpointing with dropout,
-reversible blocks and columns, save_on_cpu, the device's generator and the memory pool."""
-import gc
+"""Step 44: checkpoint_sequential and the sqrt(N) schedule, concatenate, BatchNorm1d (running statistics updated
+once under checkpoint), and DenseNet's memory-efficient bottleneck, against torch."""
+import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tinypytorch
-from reference import torch_twin, train_twins
-from tinypytorch import Variable, cuda, random
+from memory import counting_saved, tracing_numpy
+from reference import assert_close_to_torch
+from tinypytorch import Variable, autograd, concatenate, recomputation
 from tinypytorch import functions as F
-from tinypytorch.autograd.graph import save_on_cpu
-from tinypytorch.layers import MLP, BatchNorm1d, Dropout, Layer, Linear, Parameter
-from tinypytorch.optimizers import SGD, Adam
-from tinypytorch.reversible import AdditiveCoupling, ReversibleColumns, ReversibleSequential, RevColumn
+from tinypytorch.autograd.graph import saved_tensors_hooks
+from tinypytorch.layers import BatchNorm1d, Layer, Linear
 from tinypytorch.utils.checkpoint import checkpoint, checkpoint_sequential
 
 pytestmark = [pytest.mark.step44, pytest.mark.torch]
 
-
-def on(xp):
-    """The device string of the xp fixture's backend."""
-    return "cpu" if xp is np else "cuda"
+WIDTH, BATCH = 8, 5
+ACTIVATION = BATCH * WIDTH * 8  # bytes of one (BATCH, WIDTH) float64 array
 
 
-def host(v):
-    return cuda.as_numpy(v)
+def torch_checkpoint_sequential(functions, segments, x, use_reentrant):
+    with warnings.catch_warnings():  # torch warns that None of the inputs requires grad, as we do: tested below
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.utils.checkpoint.checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant)
 
 
-# ----- devices ----------------------------------------------------------------------------------------------
+# ----- a chain of Linear + tanh layers and its torch twin -------------------------------------------------
 
-def test_device_names_and_equality_follow_pytorch():
-    assert repr(cuda.device("cpu")) == repr(torch.device("cpu")) == "device(type='cpu')"
-    assert repr(cuda.device("cuda:0")) == repr(torch.device("cuda:0")) == "device(type='cuda', index=0)"
-    assert str(cuda.device("cuda", 1)) == str(torch.device("cuda", 1)) == "cuda:1"
-    assert cuda.device("cuda:0") == "cuda:0" and cuda.device("cuda") != cuda.device("cuda:0")  # as torch's
-    assert (torch.device("cuda") != torch.device("cuda:0")) is True
-    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda device type at start of device string: gpu"):
-        cuda.device("gpu")
-    with pytest.raises(TypeError, match="device: expected a string"):
-        cuda.device(0)
+class LinearTanh(Layer):
+    def __init__(self, width, rng):
+        super().__init__()
+        self.linear = Linear(width, width, rng=rng)
+
+    def forward(self, x):
+        return tinypytorch.tanh(self.linear(x))
 
 
-def test_a_variable_knows_its_device_and_moves_differentiably(xp):
-    x = Variable(np.array([1.0, -2.0, 3.0]))
-    assert x.device == "cpu" and x.to("cpu") is x and x.cpu() is x  # nothing to move: x itself, as in torch
-    y = x.to(on(xp))
-    assert cuda.get_array_module(y.data) is xp and y.device.type == on(xp)
-    z = (y * y).sum()
-    z.backward()
-    assert cuda.get_array_module(x.grad.data) is np  # the gradient went back to the source device
-    np.testing.assert_array_equal(x.grad.data, [2.0, -4.0, 6.0])
+def make_chain(depth, seed=0, width=WIDTH):
+    rng = np.random.default_rng(seed)
+    return [LinearTanh(width, rng) for _ in range(depth)]
 
 
-def test_to_takes_pytorchs_positional_forms(xp):
-    x = Variable(np.array([1.5, 2.5]))
-    y = x.to(on(xp), np.float32)
-    assert y.dtype == np.float32 and cuda.get_array_module(y.data) is xp
-    assert x.to(np.float32).dtype == np.float32 and x.to(dtype=np.float64) is x
+def copied(module, parameters):
+    with torch.no_grad():
+        for p_t, p in zip(module.parameters(), parameters, strict=True):
+            p_t.copy_(torch.from_numpy(p.data))
+    return module
 
 
-def test_a_gradient_through_a_move_to_the_device_and_back_equals_torchs(xp):
-    data = np.array([[0.5, -1.0], [2.0, 0.25]])
-    x = Variable(data)
-    w = Variable(xp.asarray(np.array([[1.0, 2.0], [3.0, -1.0]])))
-    y = tinypytorch.tanh(x.to(on(xp)) @ w).cpu()
+def torch_chain(layers):
+    return [torch.nn.Sequential(copied(torch.nn.Linear(*layer.linear.weight.shape[::-1], dtype=torch.float64),
+                                       layer.linear.params()), torch.nn.Tanh()) for layer in layers]
+
+
+def chain_params(layers):
+    return [p for layer in layers for p in layer.params()]
+
+
+def chain_grads(layers, x0, segments, use_reentrant, x_requires_grad=True):
+    """(loss, input gradient, parameter gradients) of sum(y^2) through checkpoint_sequential."""
+    for p in chain_params(layers):
+        p.cleargrad()
+    x = Variable(x0.copy(), requires_grad=x_requires_grad)
+    y = checkpoint_sequential(layers, segments, x, use_reentrant=use_reentrant)
+    loss = (y * y).sum()
+    loss.backward()
+    return loss.data, None if x.grad is None else x.grad.data, [p.grad.data for p in chain_params(layers)]
+
+
+def torch_chain_grads(modules, x0, segments, use_reentrant):
+    x = torch.tensor(x0, requires_grad=True)
+    y = torch_checkpoint_sequential(modules, segments, x, use_reentrant)
+    loss = (y * y).sum()
+    loss.backward()
+    return loss.item(), x.grad.numpy(), [p.grad.numpy() for m in modules for p in m.parameters()]
+
+
+def batch(seed=1, width=WIDTH):
+    return np.random.default_rng(seed).standard_normal((BATCH, width))
+
+
+# ----- checkpoint_sequential ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+@pytest.mark.parametrize("depth", [1, 2, 5, 7])
+def test_every_segment_count_gives_exactly_the_plain_runs_gradients(depth, use_reentrant):
+    layers, x0 = make_chain(depth), batch()
+    x_t = torch.tensor(x0, requires_grad=True)  # the plain run, in torch, as the reference
+    y_t = x_t
+    for m in torch_chain(layers):
+        y_t = m(y_t)
+    (y_t * y_t).sum().backward()
+    plain = chain_grads(layers, x0, 1, use_reentrant)
+    assert_close_to_torch(plain[1], x_t.grad.numpy())
+    for segments in range(2, depth + 1):
+        loss, gx, grads = chain_grads(layers, x0, segments, use_reentrant)
+        # the recomputation repeats the same float64 operations on the same arrays: bitwise equal
+        np.testing.assert_array_equal(loss, plain[0])
+        np.testing.assert_array_equal(gx, plain[1])
+        for g, g_plain in zip(grads, plain[2], strict=True):
+            np.testing.assert_array_equal(g, g_plain)
+
+
+@given(depth=st.integers(1, 6), data=st.data(), seed=st.integers(0, 2**16), use_reentrant=st.booleans())
+def test_gradients_equal_torchs_checkpoint_sequential_on_a_twin_chain(depth, data, seed, use_reentrant):
+    segments = data.draw(st.integers(1, depth))
+    layers, x0 = make_chain(depth, seed), batch(seed + 1)
+    loss, gx, grads = chain_grads(layers, x0, segments, use_reentrant)
+    loss_t, gx_t, grads_t = torch_chain_grads(torch_chain(layers), x0, segments, use_reentrant)
+    assert_close_to_torch(loss, loss_t)
+    assert_close_to_torch(gx, gx_t)
+    for g, g_t in zip(grads, grads_t, strict=True):
+        assert_close_to_torch(g, g_t)
+
+
+def call_counts(m, depth, segments, use_reentrant):
+    """How many times each of `depth` sine functions ran in a forward and backward pass through m's
+    checkpoint_sequential."""
+    counts = [0] * depth
+
+    def sine(i):
+        def f(x):
+            counts[i] += 1
+            return m.sin(x)
+        return f
+
+    functions = [sine(i) for i in range(depth)]
+    if m is torch:
+        x = torch.tensor([0.5, 2.0], dtype=torch.float64, requires_grad=True)
+        torch_checkpoint_sequential(functions, segments, x, use_reentrant).sum().backward()
+    else:
+        x = Variable(np.array([0.5, 2.0]))
+        checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant).sum().backward()
+    return counts
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+@pytest.mark.parametrize("depth", range(1, 9))
+def test_the_checkpointed_functions_are_torchs_chunks_of_len_over_segments_all_but_the_last(depth, use_reentrant):
+    for segments in range(1, depth + 1):
+        ours = call_counts(tinypytorch, depth, segments, use_reentrant)
+        theirs = call_counts(torch, depth, segments, use_reentrant)
+        size = depth // segments  # PyTorch's rule: chunks of len // segments, the last (with the rest) plain
+        expected = [2 if i < size * (segments - 1) else 1 for i in range(depth)]
+        assert ours == theirs == expected, (segments, ours, theirs)
+
+
+def dropout_chain_grads(layers, segments, use_reentrant, preserve_rng_state):
+    """Gradients through Linear + tanh + dropout(0.3) layers, seeded, and the next number the generator draws."""
+    functions = [lambda x, layer=layer: F.dropout(layer(x), 0.3) for layer in layers]
+    for p in chain_params(layers):
+        p.cleargrad()
+    tinypytorch.manual_seed(0)
+    x = Variable(batch())
+    y = checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant,
+                              preserve_rng_state=preserve_rng_state)
     (y * y).sum().backward()
-    xt = torch.tensor(data, requires_grad=True)
-    wt = torch.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=torch.float64, requires_grad=True)
-    (torch.tanh(xt @ wt) ** 2).sum().backward()
-    np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-13)
-    np.testing.assert_allclose(host(w.grad.data), wt.grad.numpy(), rtol=1e-13)
+    return [x.grad.data] + [p.grad.data for p in chain_params(layers)], tinypytorch.random.default_generator().random()
 
 
-def test_two_devices_in_one_operation_raise_pytorchs_error():
-    import strict_cupy
-
-    with strict_cupy.installed():
-        a, b = Variable(np.ones(2)), Variable(np.ones(2)).cuda()
-        with pytest.raises(RuntimeError, match=r"^add: Expected all tensors to be on the same device, but found at "
-                                               r"least two devices, cuda:0 and cpu!$"):
-            a + b
-        with pytest.raises(RuntimeError, match="mul: Expected all tensors to be on the same device"):
-            b * np.ones(2)  # a NumPy array is on the CPU too
-        with pytest.raises(RuntimeError, match="linear: Expected all tensors to be on the same device"):
-            Linear(2, 3, rng=np.random.default_rng(0))(b)
-        b * 2.0, b * np.float64(2.0)  # numbers go where the other operand is
-
-
-def test_moving_to_the_gpu_without_one_says_why():
-    previous = cuda.use_backend(None)
-    try:
-        with pytest.raises(RuntimeError, match=r"to: cannot move to cuda: CuPy is not installed: pip install -e \.\[gpu\]"):
-            Variable(np.ones(2)).cuda()
-        assert not cuda.is_available() and cuda.memory_allocated() == 0
-    finally:
-        cuda.use_backend(*previous)
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_dropout_draws_the_same_masks_when_recomputed_and_the_stream_goes_on_as_after_a_plain_run(use_reentrant):
+    layers = make_chain(6)
+    plain, next_plain = dropout_chain_grads(layers, 1, use_reentrant, True)
+    for segments in (2, 3, 6):
+        grads, next_draw = dropout_chain_grads(layers, segments, use_reentrant, True)
+        for g, g_plain in zip(grads, plain, strict=True):
+            np.testing.assert_array_equal(g, g_plain)
+        assert next_draw == next_plain
+        grads, next_draw = dropout_chain_grads(layers, segments, use_reentrant, False)
+        assert any(not np.array_equal(g, g_plain) for g, g_plain in zip(grads, plain))  # other masks: other grads
+        assert next_draw != next_plain
 
 
-def test_a_layer_moves_its_parameters_gradients_and_buffers_and_stays_the_same_objects(xp):
-    model = MLP((3, 4, 2), rng=np.random.default_rng(0))
-    norm = BatchNorm1d(4)
-    params = list(model.params())
-    (model(np.ones((2, 3))) ** 2).sum().backward()
-    assert model.to(on(xp)) is model and norm.to(on(xp)) is norm
-    assert list(model.params()) == params
-    for p in model.params():
-        assert cuda.get_array_module(p.data) is xp and cuda.get_array_module(p.grad.data) is xp
-    assert [cuda.get_array_module(b) for b in norm.buffers()] == [xp, xp]
-    model.cpu()
-    assert all(cuda.get_array_module(p.data) is np for p in model.params())
+def test_the_remainder_runs_plainly_in_the_last_chunk():
+    log = []
+
+    def logged(i):
+        def f(x):
+            log.append((i, recomputation.is_recomputing()))
+            return tinypytorch.sin(x)
+        return f
+
+    y = checkpoint_sequential([logged(i) for i in range(7)], 3, Variable(np.array([0.5, 2.0])), use_reentrant=False)
+    y.sum().backward()
+    forward, recomputed = log[:7], log[7:]
+    assert forward == [(i, False) for i in range(7)]
+    assert recomputed == [(2, True), (3, True), (0, True), (1, True)]  # backward meets the later chunk first
+    assert not recomputation.is_recomputing()
 
 
-def test_register_buffer_takes_arrays_only():
-    with pytest.raises(TypeError, match="register_buffer: 'stats' must be an array, got list"):
-        Layer().register_buffer("stats", [1.0])
+def test_checkpoint_sequential_takes_any_iterable_of_callables_like_torchs_sequential():
+    layers, x0 = make_chain(4), batch()
+    as_list = chain_grads(layers, x0, 2, False)
+    y = checkpoint_sequential(iter(layers), 2, Variable(x0.copy()), use_reentrant=False)
+    np.testing.assert_array_equal((y * y).sum().data, as_list[0])
 
 
-# ----- training on every backend ------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
-def test_training_steps_with_each_optimizer_equal_torchs(optimizer, xp):
-    rng = np.random.default_rng(0)
-    model = MLP((3, 8, 2), activation=F.tanh, rng=rng)
-    x, target = rng.standard_normal((16, 3)), rng.standard_normal((16, 2))
-    twin = torch_twin(model, torch.nn.Tanh)
-    model.to(on(xp))
-    make, make_t = (SGD, torch.optim.SGD) if optimizer == "SGD" else (Adam, torch.optim.Adam)
-    lr = 0.1 if optimizer == "SGD" else 0.01
-    opt = make(model.params(), lr=lr)
-    train_twins(model, twin, opt, make_t(twin.parameters(), lr=lr), x, target, 5, on(xp))
-    for p, t in zip(model.params(), twin.parameters(), strict=True):
-        assert cuda.get_array_module(p.data) is xp
-        np.testing.assert_allclose(host(p.data), t.detach().numpy(), rtol=1e-12, atol=1e-14)
-    if optimizer == "Adam":
-        assert all(cuda.get_array_module(m) is xp for _, m, _ in opt.state.values())
+def test_reentrant_with_an_input_that_needs_no_gradient_warns_and_leaves_parameters_without_gradients_like_torch():
+    layers = make_chain(4)
+    x = Variable(batch(), requires_grad=False)
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+        y = checkpoint_sequential(layers, 2, x, use_reentrant=True)
+    (y * y).sum().backward()
+    first_half = chain_params(layers[:2])
+    assert all(p.grad is None for p in first_half) and all(p.grad is not None for p in chain_params(layers[2:]))
+    modules = torch_chain(layers)
+    with pytest.warns(UserWarning, match="None of the inputs have requires_grad=True"):
+        y_t = torch.utils.checkpoint.checkpoint_sequential(modules, 2, torch.tensor(batch()), use_reentrant=True)
+    (y_t * y_t).sum().backward()
+    assert all(p.grad is None for m in modules[:2] for p in m.parameters())
+    # without reentrancy both give every parameter its gradient
+    _, _, grads = chain_grads(layers, batch(), 2, False, x_requires_grad=False)
+    assert all(g is not None for g in grads)
 
 
-def test_adams_state_follows_its_parameter_to_another_device(xp):
-    p = Parameter(np.array([1.0, 2.0]))
-    opt = Adam([p], lr=0.1)
-    (p * p).sum().backward()
-    opt.step()
-    p.data, p.grad = cuda.to_device(p.data, on(xp)), Variable(cuda.to_device(p.grad.data, on(xp)))
-    opt.step()
-    assert all(cuda.get_array_module(a) is xp for a in opt.state[id(p)][1:])
+@pytest.mark.parametrize("segments", [0, -1, 4, 10])
+def test_segments_outside_1_to_the_number_of_functions_raise_value_error(segments):
+    with pytest.raises(ValueError, match=r"^checkpoint_sequential: segments must be between 1 and the number of "
+                                         rf"functions \(3\), got {segments}$"):
+        checkpoint_sequential(make_chain(3), segments, Variable(batch()), use_reentrant=False)
+    modules, x = torch_chain(make_chain(3)), torch.tensor(batch(), requires_grad=True)
+    if segments >= 0:  # torch fails too, with a message about range (chunks of 0) or a division by zero
+        with pytest.raises((ValueError, ZeroDivisionError)):
+            torch.utils.checkpoint.checkpoint_sequential(modules, segments, x, use_reentrant=False)
+    else:  # and a negative count runs every function plainly, without a word
+        y = torch.utils.checkpoint.checkpoint_sequential(modules, segments, x, use_reentrant=False)
+        assert isinstance(y.grad_fn, torch.autograd.graph.Node) and "Tanh" in y.grad_fn.name()
 
 
-@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
-def test_batchnorm_in_both_modes_equals_torchs_and_keeps_its_statistics_on_the_device(training, xp):
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((6, 3)) * 2.0 + 1.0
-    norm, twin = BatchNorm1d(3), torch.nn.BatchNorm1d(3).double()
-    norm.to(on(xp))
-    for _ in range(2):  # statistics from two training batches, then the mode under test
-        norm(Variable(xp.asarray(x), requires_grad=False))
-        twin(torch.tensor(x))
-    norm.train(training), twin.train(training)
-    xv, xt = Variable(xp.asarray(x)), torch.tensor(x, requires_grad=True)
-    y, yt = norm(xv), twin(xt)
-    w = rng.standard_normal((6, 3))
-    (y * Variable(xp.asarray(w), requires_grad=False)).sum().backward()
-    (yt * torch.tensor(w)).sum().backward()
-    np.testing.assert_allclose(host(y.data), yt.detach().numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(host(xv.grad.data), xt.grad.numpy(), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(host(norm.running_mean), twin.running_mean.numpy(), rtol=1e-14)
-    np.testing.assert_allclose(host(norm.running_var), twin.running_var.numpy(), rtol=1e-14)
-    assert all(cuda.get_array_module(b) is xp for b in norm.buffers())
+@pytest.mark.parametrize("segments, name", [(1.0, "1.0"), (True, "True"), ("2", "'2'"), (None, "None")])
+def test_segments_that_are_not_an_int_raise_type_error(segments, name):
+    with pytest.raises(TypeError, match=f"^checkpoint_sequential: segments must be an int, got {name}$"):
+        checkpoint_sequential(make_chain(3), segments, Variable(batch()))
 
 
-# ----- randomness and recomputation on every backend ---------------------------------------------------------
-
-def splitmix64(seed, n):
-    """SplitMix64 (Steele, Lea and Flood, 2014) written out on Python ints: the first n numbers after `seed`,
-    as floats from their top 53 bits. The reference for the device generator."""
-    out, mask = [], 2**64 - 1
-    for k in range(1, n + 1):
-        z = (seed + k * 0x9E3779B97F4A7C15) & mask
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-        out.append((z ^ (z >> 31)) >> 11)
-    return np.array(out, dtype=np.float64) * 2.0**-53
+def test_an_empty_list_of_functions_raises():
+    with pytest.raises(ValueError, match=r"number of functions \(0\), got 1"):
+        checkpoint_sequential([], 1, Variable(batch()))
 
 
-def test_the_device_generator_is_splitmix64_counted_from_its_offset(xp):
-    g = random.CounterGenerator(12345)
-    first, second = g.random((2, 3), xp), g.random((4,), xp)
-    assert cuda.get_array_module(first) is xp and first.shape == (2, 3)
-    expected = splitmix64(12345, 10)
-    np.testing.assert_array_equal(host(first).ravel(), expected[:6])
-    np.testing.assert_array_equal(host(second), expected[6:])
-    assert g.get_state() == (12345, 10)
-    g.set_state((12345, 6))
-    np.testing.assert_array_equal(host(g.random((4,), xp)), expected[6:])
+# ----- memory: k + N/k ---------------------------------------------------------------------------------------
+
+def saved(layers, segments, use_reentrant=False, x_requires_grad=False):
+    """(bytes packed, distinct non-parameter arrays saved) in a forward pass, seen by an outer pack hook."""
+    x = Variable(batch(), requires_grad=x_requires_grad)
+    with counting_saved() as (packed, arrays):
+        y = checkpoint_sequential(layers, segments, x, use_reentrant=use_reentrant)
+        loss = (y * y).sum()
+    for a in arrays.values():
+        assert a.shape == (BATCH, WIDTH)
+    count = len(arrays)
+    arrays.clear()
+    loss.backward()
+    return sum(packed), count
 
 
-def test_the_device_generator_is_uniform():
-    u = random.CounterGenerator(0).random((200_000,), np)
-    assert 0.0 <= u.min() and u.max() < 1.0
-    counts = np.histogram(u, bins=10, range=(0.0, 1.0))[0]
-    chi2 = ((counts - 20_000) ** 2 / 20_000).sum()
-    assert chi2 < 27.9  # the 99.9% point of chi-square with 9 degrees of freedom
+@pytest.mark.parametrize("use_reentrant", [True, False])
+@pytest.mark.parametrize("depth", range(1, 13))
+def test_saved_activations_are_each_segments_input_plus_the_last_segments_outputs(depth, use_reentrant):
+    layers = make_chain(depth)
+    for k in range(1, depth + 1):
+        last = depth - (k - 1) * (depth // k)  # the last chunk: its share and the remainder
+        expected = (k - 1) + 1 + last  # the inputs of the checkpointed chunks, then the last chunk's input and outputs
+        _, count = saved(layers, k, use_reentrant, x_requires_grad=use_reentrant)
+        assert count == expected, (k, count, expected)
+        if depth % k == 0:
+            assert count == k + depth // k
 
 
-def test_dropout_on_the_device_draws_there_and_the_states_cover_both_generators():
-    import strict_cupy
-
-    with strict_cupy.installed() as cp:
-        tinypytorch.manual_seed(3)
-        cpu_before, device_before = random.get_all_states()
-        assert device_before == (3, 0)
-        y = F.dropout(Variable(cp.ones(10)), 0.5)
-        assert cuda.get_array_module(y.data) is cp
-        assert random.get_all_states()[0] == cpu_before  # the CPU's stream did not move
-        assert random.get_all_states()[1] == (3, 10)
-        with random.fork_rng():
-            F.dropout(Variable(cp.ones(4)), 0.5)
-        assert random.get_all_states()[1] == (3, 10)
-    with pytest.raises(TypeError, match="set_rng_state: expected a state from tinypytorch.cuda.get_rng_state"):
-        cuda.set_rng_state([3, 10])
+def test_sqrt_n_segments_keep_2_sqrt_n_activations_and_the_two_ends_n_plus_1():
+    for depth in (4, 9, 16, 25, 36):
+        layers = make_chain(depth)
+        root = math.isqrt(depth)
+        assert saved(layers, root)[1] == 2 * root
+        assert saved(layers, 1)[1] == saved(layers, depth)[1] == depth + 1
+        assert min(saved(layers, k)[1] for k in range(1, depth + 1)) == 2 * root
 
 
-def block(width, rng, p=0.3):
-    return [Linear(width, width, rng=rng), Dropout(p)]
+def torch_saved_bytes(modules, segments, use_reentrant, x_requires_grad):
+    packed = []
+    x = torch.tensor(batch(), requires_grad=x_requires_grad)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t.nelement() * t.element_size()) or t,
+                                                  lambda t: t):
+        y = torch_checkpoint_sequential(modules, segments, x, use_reentrant)
+        loss = (y * y).sum()
+    loss.backward()
+    return sum(packed)
 
 
-@pytest.mark.parametrize("use_reentrant", [True, False], ids=["reentrant", "hooks"])
-def test_checkpointing_with_dropout_on_the_device_equals_the_plain_run_bitwise(use_reentrant, xp):
-    rng = np.random.default_rng(2)
-    layers = [layer for _ in range(4) for layer in block(5, rng)] + [Linear(5, 1, rng=rng)]
-    model = Layer()
-    for i, layer in enumerate(layers):
-        setattr(model, f"l{i}", layer)
-    model.to(on(xp))
-    x0 = xp.asarray(rng.standard_normal((3, 5)))
-
-    def run(way):
-        model.cleargrads()
-        tinypytorch.manual_seed(0)
-        x = Variable(x0)
-        if way == "plain":
-            y = x
-            for layer in layers:
-                y = layer(y)
-        elif way == "checkpoint":
-            def segment(h):
-                for layer in layers[:4]:
-                    h = layer(h)
-                return h
-            y = checkpoint(segment, x, use_reentrant=use_reentrant)
-            for layer in layers[4:]:
-                y = layer(y)
-        else:
-            y = checkpoint_sequential(layers, 3, x, use_reentrant=use_reentrant)
-        (y * y).sum().backward()
-        return [host(x.grad.data)] + [host(p.grad.data) for p in model.params()], random.get_all_states()
-
-    plain, after = run("plain")
-    for way in ("checkpoint", "sequential"):
-        grads, states = run(way)
-        for a, b in zip(plain, grads, strict=True):
-            np.testing.assert_array_equal(a, b, err_msg=way)
-        assert states == after, way  # the streams after backward are where the plain run left them
+@pytest.mark.parametrize("use_reentrant, x_requires_grad", [(False, False), (False, True), (True, True)])
+@pytest.mark.parametrize("depth", [1, 3, 8, 12])
+def test_the_bytes_packed_equal_torchs_through_the_same_hooks(depth, use_reentrant, x_requires_grad):
+    layers = make_chain(depth)
+    modules = torch_chain(layers)
+    for k in sorted({1, 2, 3, depth} & set(range(1, depth + 1))):
+        ours, _ = saved(layers, k, use_reentrant, x_requires_grad)
+        assert ours == torch_saved_bytes(modules, k, use_reentrant, x_requires_grad), (k, use_reentrant)
 
 
-def coupling(width, rng, p=0.2):
-    def half():
-        layer = Layer()
-        layer.lin, layer.drop = Linear(width, width, rng=rng), Dropout(p)
-        layer.forward = lambda h: layer.drop(tinypytorch.tanh(layer.lin(h)))
-        return layer
-    return AdditiveCoupling(half(), half())
+def held_over_time(layers, segments):
+    """Bytes of NumPy arrays held (parameter gradients aside), sampled after each layer call and from a gradient
+    hook on each layer output; and the number of layer calls."""
+    params, samples, calls = chain_params(layers), [], [0]
 
+    def sample():
+        grads = sum(p.grad.data.nbytes for p in params if p.grad is not None)
+        samples.append(held_now() - grads)
 
-def test_a_reversible_stack_with_dropout_trains_on_the_device_as_the_plain_run(xp):
-    rng = np.random.default_rng(4)
-    blocks = [coupling(3, rng) for _ in range(4)]
-    stack = ReversibleSequential(*blocks).to(on(xp))
-    x0 = xp.asarray(rng.standard_normal((5, 6)))
+    def traced(layer):
+        def f(x):
+            calls[0] += 1
+            y = layer(x)
+            sample()
+            if y.requires_grad:
+                y.register_hook(lambda g: sample())
+            return y
+        return f
 
-    def grads(reversible):
-        stack.cleargrads()
-        tinypytorch.manual_seed(1)
-        x = Variable(x0)
-        y = stack(x) if reversible else x
-        if not reversible:
-            for b in blocks:
-                y = b(y)
-        (y * y).sum().backward()
-        return [host(x.grad.data)] + [host(p.grad.data) for p in stack.params()]
-
-    for a, b in zip(grads(True), grads(False), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
-    opt = SGD(stack.params(), lr=0.05)
-    tinypytorch.manual_seed(1)
-    losses = []
-    for _ in range(3):
-        opt.zero_grad()
-        loss = (stack(Variable(x0)) ** 2).sum() * (1.0 / 30)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0]
-
-
-def test_reversible_columns_on_the_device_equal_the_plain_run(xp):
-    rng = np.random.default_rng(5)
-    widths = (3, 2)
-
-    class Level(Layer):
-        def __init__(self, n_below, n, n_above):
-            super().__init__()
-            self.down = Linear(n_below, n, rng=rng)
-            self.up = Linear(n_above, n, bias=False, rng=rng) if n_above else None
-
-        def forward(self, below, above):
-            h = self.down(below) if above is None else self.down(below) + self.up(above)
-            return tinypytorch.tanh(h)
-
-    def column():
-        levels = [Level(4 if i == 0 else widths[i - 1], widths[i], widths[i + 1] if i + 1 < 2 else 0)
-                  for i in range(2)]
-        return RevColumn(levels, [Parameter(rng.uniform(0.5, 1.5, (1, d))) for d in widths])
-
-    columns = [column(), column()]
-    stack = ReversibleColumns(*columns).to(on(xp))
-    x0 = xp.asarray(rng.standard_normal((2, 4)))
-
-    def grads(reversible, one):
-        for c in columns:
-            c.reversible = reversible
-        stack.cleargrads()
-        x = Variable(x0)
-        cs = [Variable(xp.zeros((2, d)), requires_grad=False) for d in widths]
-        if one:
-            cs = stack(x, *cs)
-        else:
-            for c in columns:
-                cs = c(x, *cs)
-        sum(((c * c).sum() for c in cs), Variable(xp.zeros(()), requires_grad=False)).backward()
-        return [host(x.grad.data)] + [host(p.grad.data) for p in stack.params()]
-
-    plain = grads(False, False)
-    for reversible, one in ((True, False), (True, True)):
-        for a, b in zip(plain, grads(reversible, one), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
-
-
-@pytest.mark.parametrize("pin_memory", [False, True])
-def test_save_on_cpu_keeps_device_tensors_in_host_memory_and_gives_the_same_gradients(pin_memory, xp):
-    rng = np.random.default_rng(6)
-    model = MLP((4, 6, 1), activation=F.tanh, rng=rng).to(on(xp))
-    x0 = xp.asarray(rng.standard_normal((3, 4)))
-
-    def grads(hooked):
-        model.cleargrads()
-        x = Variable(x0)
-        if hooked:
-            with save_on_cpu(pin_memory=pin_memory):
-                y = model(x)
-        else:
-            y = model(x)
-        (y * y).sum().backward()
-        return [host(x.grad.data)] + [host(p.grad.data) for p in model.params()]
-
-    for a, b in zip(grads(False), grads(True), strict=True):
-        np.testing.assert_array_equal(a, b)
-
-
-@pytest.mark.parametrize("pin_memory", [False, True])
-def test_save_on_cpu_frees_the_device_memory_of_what_is_saved(pin_memory):
-    import strict_cupy
-
-    def held_after_forward(hooked, cp):
-        x = Variable(cp.ones(1000))  # 8,000 bytes
-        before = cuda.memory_allocated()
-        if hooked:
-            with save_on_cpu(pin_memory=pin_memory):
-                z = tinypytorch.sin(x * 2.0)  # sin saves its input, x * 2.0
-        else:
-            z = tinypytorch.sin(x * 2.0)
-        held = cuda.memory_allocated() - before
-        z.sum().backward()
-        return held, cuda.as_numpy(x.grad.data)
-
-    with strict_cupy.installed() as cp:
-        (plain, g_plain), (hooked, g_hooked) = held_after_forward(False, cp), held_after_forward(True, cp)
-    # z and x * 2.0 on the device, and the number 2.0 that mul saved for x's gradient (a 0-d float64, 8 bytes,
-    # saved as a number: the hooks leave it); with the hooks, z and the number only
-    assert (plain, hooked) == (16_008, 8_008)
-    np.testing.assert_array_equal(g_plain, g_hooked)
-    np.testing.assert_allclose(g_plain, 2.0 * np.cos(2.0))
-
-
-# ----- the memory pool as the instrument ---------------------------------------------------------------------
-
-def test_memory_allocated_and_its_peak_read_the_device_pool():
-    import strict_cupy
-
-    with strict_cupy.installed() as cp:
-        start = cuda.memory_allocated()
-        with cuda.max_memory_allocated() as peak:
-            a = cp.ones(1000)  # 8,000 bytes
-            b = a * 2.0  # 8,000 more
-            del a, b
-        assert peak.start == start and peak.bytes == start + 16_000
-        with cuda.max_memory_allocated() as outer, cuda.max_memory_allocated() as inner:  # nested: two hooks
-            c = cp.ones(10)
-        assert outer.bytes == inner.bytes == start + 80
-        del c
-        assert cuda.memory_allocated() == start
-
-
-def test_a_reversible_stack_on_the_device_holds_flat_memory_while_a_plain_one_grows():
-    import strict_cupy
-
-    def held_after_forward(depth, reversible, cp):
-        rng = np.random.default_rng(0)
-        blocks = [coupling(8, rng, p=0.0) for _ in range(depth)]
-        stack = ReversibleSequential(*blocks).to("cuda")
-        x = Variable(cp.asarray(rng.standard_normal((16, 16))))
-        gc.collect()  # what earlier runs left to the collector must not count
-        before = cuda.memory_allocated()
-        if reversible:
-            y = stack(x)
-        else:
-            y = x
-            for b in blocks:
-                y = b(y)
-        held = cuda.memory_allocated() - before
+    x0 = batch()  # made before the measurement, as the model
+    for p in params:
+        p.cleargrad()  # gradients left by an earlier pass were allocated before the measurement
+    with tracing_numpy() as held_now:
+        x = Variable(x0, requires_grad=False)
+        y = checkpoint_sequential([traced(layer) for layer in layers], segments, x, use_reentrant=False)
+        loss = (y * y).sum()
         del y
-        return held
+        after_forward = held_now()
+        loss.backward()
+    for p in params:
+        p.cleargrad()
+    return samples, after_forward, calls[0]
 
-    with strict_cupy.installed() as cp:
-        rev = [held_after_forward(d, True, cp) for d in (4, 8, 16)]
-        plain = [held_after_forward(d, False, cp) for d in (4, 8, 16)]
-    assert rev[0] == rev[1] == rev[2]  # flat: the output only
-    per_block = (plain[1] - plain[0]) / 4
-    assert per_block > 0 and plain[2] - plain[1] == 8 * per_block  # linear: every block's activations
+
+@pytest.mark.parametrize("depth, k", [(9, 3), (16, 4), (16, 2), (12, 4)])
+def test_measured_memory_follows_the_count_and_sqrt_n_holds_less_than_plain(depth, k):
+    layers = make_chain(depth)
+    kept = {segments: saved(layers, segments)[1] for segments in (1, k)}
+    peaks = {}
+    for segments in (1, k):
+        samples, after_forward, calls = held_over_time(layers, segments)
+        # held after forward: the saved activations but the batch, which was there before, and the loss (8 bytes)
+        assert after_forward == (kept[segments] - 1) * ACTIVATION + 8
+        # the peak: those, and at most three arrays of gradient and the loss and its seed
+        assert (kept[segments] - 1) * ACTIVATION <= max(samples) <= (kept[segments] + 2) * ACTIVATION + 16
+        assert calls == depth + (segments - 1) * (depth // segments)  # each checkpointed layer runs twice
+        peaks[segments] = max(samples)
+    assert peaks[k] < peaks[1]
+
+
+# ----- concatenate -------------------------------------------------------------------------------------------
+
+@st.composite
+def concatenations(draw):
+    """Arrays that fit together along an axis (sizes 0 to 3 there, 1 to 3 elsewhere), the axis (maybe negative),
+    and weights for the output."""
+    ndim = draw(st.integers(1, 3))
+    shape = [draw(st.integers(1, 3)) for _ in range(ndim)]
+    axis = draw(st.integers(-ndim, ndim - 1))
+    count = draw(st.integers(1, 4))
+    sizes = [draw(st.integers(0, 3)) for _ in range(count)]
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for size in sizes:
+        shape[axis] = size
+        arrays.append(rng.standard_normal(tuple(shape)))
+    shape[axis] = sum(sizes)
+    return arrays, axis, rng.standard_normal(tuple(shape))
+
+
+@given(concatenations())
+def test_concatenate_values_and_gradients_equal_torch_cat(case):
+    arrays, axis, w = case
+    xs = [Variable(a.copy()) for a in arrays]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays]
+    y, y_t = concatenate(xs, axis=axis), torch.cat(ts, dim=axis)
+    np.testing.assert_array_equal(y.data, y_t.detach().numpy())  # copies: exact
+    (y * w).sum().backward()
+    (y_t * torch.from_numpy(w)).sum().backward()
+    for x, t, a in zip(xs, ts, arrays, strict=True):
+        assert x.grad.shape == a.shape
+        np.testing.assert_array_equal(x.grad.data, t.grad.numpy())
+
+
+@given(concatenations())
+def test_concatenate_is_numpys_and_the_gradient_of_each_input_is_its_slice_of_the_weights(case):
+    arrays, axis, w = case
+    xs = [Variable(a.copy()) for a in arrays]
+    y = concatenate(xs, axis=axis)
+    np.testing.assert_array_equal(y.data, np.concatenate(arrays, axis=axis))
+    (y * w).sum().backward()
+    pieces = np.split(w, np.cumsum([a.shape[axis] for a in arrays])[:-1], axis=axis)
+    for x, piece in zip(xs, pieces, strict=True):
+        np.testing.assert_array_equal(x.grad.data, piece)
+
+
+def test_concatenate_saves_no_tensor_like_torch_cat():
+    counts = []
+    for m, make in [(tinypytorch, lambda a: Variable(a)), (torch, lambda a: torch.tensor(a, requires_grad=True))]:
+        count = [0]
+        hooks = (torch.autograd.graph.saved_tensors_hooks if m is torch else saved_tensors_hooks)(
+            lambda v: count.__setitem__(0, count[0] + 1) or v, lambda v: v)
+        with hooks:
+            (m.cat if m is torch else concatenate)([make(np.ones((2, 3))), make(np.zeros((2, 1)))], 1)
+        counts.append(count[0])
+    assert counts == [0, 0]
+
+
+def test_concatenate_has_second_derivatives_like_torch():
+    a0, b0 = np.array([[0.5, -1.0], [2.0, 0.3]]), np.array([[1.5], [-0.7]])
+    a, b = Variable(a0.copy()), Variable(b0.copy())
+    y = (concatenate([a, b], axis=1) ** 3).sum()
+    ga, gb = autograd.grad(y, [a, b], create_graph=True)
+    gga, ggb = autograd.grad((ga * ga).sum() + gb.sum(), [a, b])
+    at, bt = torch.tensor(a0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    yt = (torch.cat([at, bt], 1) ** 3).sum()
+    gat, gbt = torch.autograd.grad(yt, [at, bt], create_graph=True)
+    ggat, ggbt = torch.autograd.grad((gat * gat).sum() + gbt.sum(), [at, bt])
+    assert_close_to_torch(ga.data, 3 * a0**2)
+    assert_close_to_torch(gga.data, ggat.numpy())
+    assert_close_to_torch(ggb.data, ggbt.numpy())
+    assert_close_to_torch(ggb.data, 6 * b0)
+
+
+def test_concatenate_mixes_arrays_and_variables_and_sends_no_gradient_to_constants():
+    x = Variable(np.ones((1, 2)))
+    y = concatenate([np.zeros((2, 2)), x], axis=0)
+    np.testing.assert_array_equal(y.data, [[0, 0], [0, 0], [1, 1]])
+    (y * np.arange(6.0).reshape(3, 2)).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [[4.0, 5.0]])
+
+
+@pytest.mark.parametrize("shapes, axis, message", [
+    ([(2, 3), (2, 4)], 0, r"^concatenate: shapes \(2, 3\) and \(2, 4\) differ outside axis 0$"),
+    ([(2, 3), (3, 3)], 1, r"^concatenate: shapes \(2, 3\) and \(3, 3\) differ outside axis 1$"),
+    ([(2, 3), (2, 3, 1)], 1, r"^concatenate: shapes \(2, 3\) and \(2, 3, 1\) differ outside axis 1$"),
+    ([(2, 3), (2, 3)], 2, r"^concatenate: axis 2 is out of range for 2-d inputs$"),
+    ([(2, 3), (2, 3)], -3, r"^concatenate: axis -3 is out of range for 2-d inputs$"),
+    ([(), ()], 0, r"^concatenate: axis 0 is out of range for 0-d inputs$"),
+])
+def test_concatenate_of_shapes_that_do_not_fit_raises_value_error_where_torch_raises(shapes, axis, message):
+    with pytest.raises(ValueError, match=message):
+        concatenate([Variable(np.ones(s)) for s in shapes], axis=axis)
+    with pytest.raises((RuntimeError, IndexError)):
+        torch.cat([torch.ones(s) for s in shapes], dim=axis)
+
+
+def test_concatenate_of_nothing_or_with_an_axis_that_is_not_an_int_raises():
+    with pytest.raises(ValueError, match="^concatenate: need at least one variable to concatenate$"):
+        concatenate([])
+    with pytest.raises(TypeError, match=r"^concatenate: axis must be an int, got 1.0$"):
+        concatenate([Variable(np.ones((2, 2)))], axis=1.0)
+    with pytest.raises(TypeError, match="^concatenate: axis must be an int, got True$"):
+        concatenate([Variable(np.ones((2, 2)))], axis=True)
+
+
+# ----- BatchNorm1d -------------------------------------------------------------------------------------------
+
+def norm_pair(features, seed, momentum=0.1, eps=1e-5):
+    """Our BatchNorm1d and torch's, with the same weight and bias, away from their initial 1 and 0."""
+    rng = np.random.default_rng(seed)
+    bn, bn_t = BatchNorm1d(features, eps=eps, momentum=momentum), torch.nn.BatchNorm1d(
+        features, eps=eps, momentum=momentum, dtype=torch.float64)
+    bn.weight.data, bn.bias.data = rng.uniform(0.5, 1.5, features), rng.uniform(-0.5, 0.5, features)
+    copied(bn_t, bn.params())
+    return bn, bn_t
+
+
+def norm_pass(norm, x0, w, m):
+    """Output and gradients (input, weight, bias) of sum(w * norm(x))."""
+    if m is torch:
+        x = torch.tensor(x0, requires_grad=True)
+        y = norm(x)
+        (y * torch.from_numpy(w)).sum().backward()
+        return [y.detach().numpy(), x.grad.numpy(), norm.weight.grad.numpy().copy(), norm.bias.grad.numpy().copy()]
+    x = Variable(x0.copy())
+    y = norm(x)
+    (y * w).sum().backward()
+    return [y.data, x.grad.data, norm.weight.grad.data.copy(), norm.bias.grad.data.copy()]
+
+
+@given(n=st.integers(2, 7), features=st.integers(1, 4), seed=st.integers(0, 2**16),
+       scale=st.sampled_from([1e-2, 1.0, 30.0]))
+def test_batchnorm_training_values_gradients_and_statistics_equal_torchs(n, features, seed, scale):
+    bn, bn_t = norm_pair(features, seed)
+    rng = np.random.default_rng(seed + 1)
+    for _ in range(3):
+        x0, w = rng.normal(1.0, scale, (n, features)), rng.standard_normal((n, features))
+        bn.cleargrads()
+        bn_t.zero_grad()
+        for ours, theirs in zip(norm_pass(bn, x0, w, tinypytorch), norm_pass(bn_t, x0, w, torch), strict=True):
+            assert_close_to_torch(ours, theirs)
+        assert_close_to_torch(bn.running_mean, bn_t.running_mean.numpy())
+        assert_close_to_torch(bn.running_var, bn_t.running_var.numpy())
+    assert bn.num_batches_tracked == bn_t.num_batches_tracked.item() == 3
+
+
+def test_the_output_is_normalised_and_the_running_statistics_follow_the_formula():
+    rng = np.random.default_rng(3)
+    bn = BatchNorm1d(3, momentum=0.25)
+    mean, var = np.zeros(3), np.ones(3)
+    for _ in range(4):
+        x0 = rng.normal([1.0, -2.0, 5.0], [1.0, 0.5, 3.0], (6, 3))
+        y = bn(Variable(x0)).data
+        expected = (x0 - x0.mean(axis=0)) / np.sqrt(x0.var(axis=0) + 1e-5)  # weight 1, bias 0
+        np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+        mean = 0.75 * mean + 0.25 * x0.mean(axis=0)
+        var = 0.75 * var + 0.25 * x0.var(axis=0, ddof=1)  # the unbiased variance, as PyTorch
+        np.testing.assert_allclose(bn.running_mean, mean, rtol=1e-13)
+        np.testing.assert_allclose(bn.running_var, var, rtol=1e-13)
+    assert bn.num_batches_tracked == 4
+
+
+@given(n=st.integers(1, 5), features=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_batchnorm_eval_uses_the_running_statistics_like_torch(n, features, seed):
+    bn, bn_t = norm_pair(features, seed)
+    rng = np.random.default_rng(seed + 1)
+    for _ in range(2):  # move the running statistics first
+        x0 = rng.normal(2.0, 3.0, (4, features))
+        bn(Variable(x0))
+        bn_t(torch.tensor(x0))
+    bn.eval()
+    bn_t.eval()
+    bn.cleargrads()
+    x0, w = rng.normal(2.0, 3.0, (n, features)), rng.standard_normal((n, features))
+    for ours, theirs in zip(norm_pass(bn, x0, w, tinypytorch), norm_pass(bn_t, x0, w, torch), strict=True):
+        assert_close_to_torch(ours, theirs)
+    y = bn(Variable(x0)).data
+    expected = (x0 - bn.running_mean) / np.sqrt(bn.running_var + 1e-5) * bn.weight.data + bn.bias.data
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12)
+    assert bn.num_batches_tracked == 2  # evaluation does not count
+    bn.train()
+    bn(Variable(x0 if n > 1 else np.vstack([x0, x0 + 1])))
+    assert bn.num_batches_tracked == 3
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_under_checkpoint_ours_updates_once_torchs_twice_and_ours_equals_torchs_plain_run(use_reentrant):
+    x0, w = np.random.default_rng(5).normal(3.0, 2.0, (6, 4)), np.random.default_rng(6).standard_normal((6, 4))
+    bn, bn_t = norm_pair(4, 0)
+    _, plain_t = norm_pair(4, 0)
+    x = Variable(x0.copy())
+    y = checkpoint(bn, x, use_reentrant=use_reentrant)
+    (y * w).sum().backward()
+    x_t = torch.tensor(x0, requires_grad=True)
+    y_t = torch.utils.checkpoint.checkpoint(bn_t, x_t, use_reentrant=use_reentrant)
+    (y_t * torch.from_numpy(w)).sum().backward()
+    plain = norm_pass(plain_t, x0, w, torch)
+    assert bn.num_batches_tracked == 1 and bn_t.num_batches_tracked.item() == 2
+    assert plain_t.num_batches_tracked.item() == 1
+    assert_close_to_torch(bn.running_mean, plain_t.running_mean.numpy())
+    assert_close_to_torch(bn.running_var, plain_t.running_var.numpy())
+    # torch's moved twice towards the same batch statistics: 1 - 0.9^2 = 0.19 of the way
+    np.testing.assert_allclose(bn_t.running_mean.numpy(), 0.19 * x0.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(bn.running_mean, 0.1 * x0.mean(axis=0), rtol=1e-12)
+    # the gradients are those of the plain run, in both
+    for ours, theirs in zip([y.data, x.grad.data, bn.weight.grad.data, bn.bias.grad.data], plain, strict=True):
+        assert_close_to_torch(ours, theirs)
+    assert_close_to_torch(x_t.grad.numpy(), plain[1])
+    assert not recomputation.is_recomputing()
+
+
+def test_batchnorm_inside_checkpoint_sequential_counts_each_batch_once():
+    rng = np.random.default_rng(0)
+    layers = [Linear(4, 4, rng=rng), BatchNorm1d(4), tinypytorch.tanh, Linear(4, 2, rng=rng), BatchNorm1d(2)]
+    for step in range(1, 4):
+        x = Variable(np.random.default_rng(step).standard_normal((5, 4)))
+        y = checkpoint_sequential(layers, 2, x, use_reentrant=True)  # layers 0-1 checkpointed, 2-4 plain
+        (y * y).sum().backward()
+        assert layers[1].num_batches_tracked == layers[4].num_batches_tracked == step
+
+
+@pytest.mark.parametrize("shape, message", [
+    ((8, 4), r"^BatchNorm1d: expected an input of shape \(N, 3\), got \(8, 4\)$"),
+    ((8,), r"^BatchNorm1d: expected an input of shape \(N, 3\), got \(8,\)$"),
+    ((8, 3, 2), r"^BatchNorm1d: expected an input of shape \(N, 3\), got \(8, 3, 2\)$"),
+])
+def test_batchnorm_on_the_wrong_number_of_features_raises_value_error(shape, message):
+    bn = BatchNorm1d(3)
+    with pytest.raises(ValueError, match=message):
+        bn(Variable(np.ones(shape)))
+    assert bn.num_batches_tracked == 0
+    bn.eval()
+    with pytest.raises(ValueError, match=message):
+        bn(Variable(np.ones(shape)))
+
+
+def test_batchnorm_on_one_row_in_training_raises_like_torch_and_works_in_eval():
+    bn, bn_t = norm_pair(3, 0)
+    with pytest.raises(ValueError, match=r"^BatchNorm1d: expected more than 1 value per feature in training, "
+                                         r"got input of shape \(1, 3\)$"):
+        bn(Variable(np.ones((1, 3))))
+    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
+        bn_t(torch.ones((1, 3), dtype=torch.float64))
+    assert bn.num_batches_tracked == 0
+    bn.eval()
+    bn_t.eval()
+    assert_close_to_torch(bn(Variable(np.full((1, 3), 2.0))).data, bn_t(torch.full((1, 3), 2.0,
+                                                                                   dtype=torch.float64)).detach())
+
+
+@pytest.mark.parametrize("size", [0, -2, 2.5, True])
+def test_batchnorm_needs_a_positive_int_number_of_features(size):
+    with pytest.raises(ValueError, match="^BatchNorm1d: num_features must be a positive int"):
+        BatchNorm1d(size)
+
+
+# ----- DenseNet's memory-efficient bottleneck -----------------------------------------------------------------
+
+class DenseLayer(Layer):
+    """torchvision's _DenseLayer with linear layers for the 1x1 and 3x3 convolutions."""
+
+    def __init__(self, in_features, growth, bn_size, memory_efficient, use_reentrant, rng):
+        super().__init__()
+        self.norm1 = BatchNorm1d(in_features)
+        self.linear1 = Linear(in_features, bn_size * growth, bias=False, rng=rng)
+        self.norm2 = BatchNorm1d(bn_size * growth)
+        self.linear2 = Linear(bn_size * growth, growth, bias=False, rng=rng)
+        self.memory_efficient, self.use_reentrant = memory_efficient, use_reentrant
+        for norm in (self.norm1, self.norm2):
+            norm.weight.data = rng.uniform(0.5, 1.5, norm.num_features)
+            norm.bias.data = rng.uniform(-0.5, 0.5, norm.num_features)
+
+    def bottleneck(self, *features):
+        return self.linear1(F.relu(self.norm1(concatenate(features, axis=1))))
+
+    def forward(self, features):
+        if self.memory_efficient and any(f.requires_grad for f in features):
+            out = checkpoint(self.bottleneck, *features, use_reentrant=self.use_reentrant)
+        else:
+            out = self.bottleneck(*features)
+        return self.linear2(F.relu(self.norm2(out)))
+
+
+class DenseBlock(Layer):
+    def __init__(self, num_layers, in_features, growth, bn_size, memory_efficient, use_reentrant=False, seed=0):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.layers = []
+        for i in range(num_layers):
+            layer = DenseLayer(in_features + i * growth, growth, bn_size, memory_efficient, use_reentrant, rng)
+            setattr(self, f"denselayer{i + 1}", layer)
+            self.layers.append(layer)
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(features))
+        return concatenate(features, axis=1)
+
+
+class TorchDenseLayer(torch.nn.Module):
+    def __init__(self, layer, memory_efficient, use_reentrant):
+        super().__init__()
+        i, h, g = layer.norm1.num_features, layer.norm2.num_features, layer.linear2.weight.shape[0]
+        d = torch.float64
+        self.norm1 = copied(torch.nn.BatchNorm1d(i, dtype=d), layer.norm1.params())
+        self.relu1 = torch.nn.ReLU()
+        self.conv1 = copied(torch.nn.Linear(i, h, bias=False, dtype=d), layer.linear1.params())
+        self.norm2 = copied(torch.nn.BatchNorm1d(h, dtype=d), layer.norm2.params())
+        self.relu2 = torch.nn.ReLU()
+        self.conv2 = copied(torch.nn.Linear(h, g, bias=False, dtype=d), layer.linear2.params())
+        self.memory_efficient, self.use_reentrant = memory_efficient, use_reentrant
+
+    def bn_function(self, inputs):
+        return self.conv1(self.relu1(self.norm1(torch.cat(inputs, 1))))
+
+    def forward(self, features):
+        if self.memory_efficient and any(f.requires_grad for f in features):
+            return self.conv2(self.relu2(self.norm2(torch.utils.checkpoint.checkpoint(
+                lambda *inputs: self.bn_function(inputs), *features, use_reentrant=self.use_reentrant))))
+        return self.conv2(self.relu2(self.norm2(self.bn_function(features))))
+
+
+class TorchDenseBlock(torch.nn.Module):
+    def __init__(self, block, memory_efficient, use_reentrant=False):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([TorchDenseLayer(layer, memory_efficient, use_reentrant)
+                                           for layer in block.layers])
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+IN, GROWTH, BN_SIZE = 5, 3, 3  # concatenations 5, 8, 11, 14 wide; bottleneck 9; output 5 + 3 L
+
+
+def block_case(num_layers, seed):
+    rng = np.random.default_rng(seed + 100)
+    return rng.standard_normal((6, IN)), rng.standard_normal((6, IN + num_layers * GROWTH))
+
+
+@given(num_layers=st.integers(1, 3), seed=st.integers(0, 2**16), memory_efficient=st.booleans(),
+       use_reentrant=st.booleans())
+def test_the_dense_block_gives_torchs_gradients_and_statistics(num_layers, seed, memory_efficient, use_reentrant):
+    x0, w = block_case(num_layers, seed)
+    block = DenseBlock(num_layers, IN, GROWTH, BN_SIZE, memory_efficient, use_reentrant, seed)
+    block_t = TorchDenseBlock(block, memory_efficient, use_reentrant)
+    plain_t = TorchDenseBlock(block, False)
+    x = Variable(x0.copy())
+    y = block(x)
+    (y * w).sum().backward()
+    outputs = []
+    for twin in (block_t, plain_t):
+        x_t = torch.tensor(x0, requires_grad=True)
+        y_t = twin(x_t)
+        (y_t * torch.from_numpy(w)).sum().backward()
+        outputs.append((y_t.detach().numpy(), x_t.grad.numpy()))
+    assert_close_to_torch(y.data, outputs[0][0])
+    assert_close_to_torch(x.grad.data, outputs[0][1])
+    for p, p_t in zip(block.params(), block_t.parameters(), strict=True):
+        assert p.shape == tuple(p_t.shape)
+        assert_close_to_torch(p.grad.data, p_t.grad.numpy())
+    for layer, t, t_plain in zip(block.layers, block_t.layers, plain_t.layers, strict=True):
+        assert layer.norm1.num_batches_tracked == layer.norm2.num_batches_tracked == 1
+        assert t.norm1.num_batches_tracked.item() == (2 if memory_efficient else 1)
+        assert t.norm2.num_batches_tracked.item() == 1
+        for ours, theirs in [(layer.norm1, t_plain.norm1), (layer.norm2, t_plain.norm2)]:
+            assert_close_to_torch(ours.running_mean, theirs.running_mean.numpy())
+            assert_close_to_torch(ours.running_var, theirs.running_var.numpy())
+
+
+def block_saved_widths(num_layers, memory_efficient):
+    """The widths (second dimension) of the distinct non-parameter 2-d arrays saved, and their total bytes."""
+    x0, w = block_case(num_layers, 0)
+    block = DenseBlock(num_layers, IN, GROWTH, BN_SIZE, memory_efficient)
+    with counting_saved() as (_, arrays):
+        loss = (block(Variable(x0)) * w).sum()
+    widths = sorted(a.shape[1] for a in arrays.values() if a.ndim == 2)
+    total = sum(a.nbytes for a in arrays.values())
+    arrays.clear()
+    loss.backward()
+    return widths, total
+
+
+@pytest.mark.parametrize("num_layers", [2, 4, 6])
+def test_the_efficient_block_keeps_no_array_as_wide_as_a_concatenation(num_layers):
+    concatenations = {IN + i * GROWTH for i in range(1, num_layers)}  # a layer's input width, the first excepted
+    plain, plain_bytes = block_saved_widths(num_layers, False)
+    efficient, efficient_bytes = block_saved_widths(num_layers, True)
+    assert concatenations <= set(plain)
+    assert not concatenations & set(efficient)
+    # what the efficient block keeps: the checkpoints' inputs (x and each layer's output but the last), and the
+    # second half of each layer, bottleneck-wide (BN_SIZE * GROWTH), as in the plain block
+    assert efficient.count(IN) == 1 and efficient.count(GROWTH) == num_layers - 1
+    bottleneck = BN_SIZE * GROWTH
+    assert bottleneck not in concatenations | {IN, GROWTH}
+    assert efficient.count(bottleneck) == plain.count(bottleneck) > 0
+    assert set(efficient) == {IN, GROWTH, bottleneck, IN + num_layers * GROWTH}  # the last: the loss's weights
+    assert efficient_bytes < plain_bytes
+
+
+def test_the_plain_block_grows_quadratically_and_the_efficient_one_linearly():
+    plain = [block_saved_widths(n, False)[1] for n in (4, 8, 16)]
+    efficient = [block_saved_widths(n, True)[1] for n in (4, 8, 16)]
+    # second differences: zero for a linear function of n (n = 4, 8, 16 are not evenly spaced: use slopes)
+    slopes_plain = [(plain[1] - plain[0]) / 4, (plain[2] - plain[1]) / 8]
+    slopes_efficient = [(efficient[1] - efficient[0]) / 4, (efficient[2] - efficient[1]) / 8]
+    assert slopes_efficient[0] == slopes_efficient[1]  # linear: each layer adds the same bytes
+    assert slopes_plain[1] > 1.4 * slopes_plain[0]  # quadratic: later layers add more
+
+
+def test_the_bottleneck_is_checkpointed_only_when_an_input_needs_a_gradient_as_in_torchvision():
+    x0, w = block_case(2, 0)
+    block = DenseBlock(2, IN, GROWTH, BN_SIZE, memory_efficient=True)
+    log = []
+    for layer in block.layers:
+        layer.bottleneck = lambda *fs, run=layer.bottleneck: log.append(recomputation.is_recomputing()) or run(*fs)
+    (block(Variable(x0)) * w).sum().backward()
+    assert log == [False, False, True, True]  # each layer runs, then is recomputed in backward
+    log.clear()
+    (block(Variable(x0, requires_grad=False)) * w).sum().backward()
+    assert log == [False, False, True]  # the first layer's only input, the batch, needs no gradient
+    log.clear()
+    with tinypytorch.no_grad():
+        block(Variable(x0))
+    assert log == [False, False]  # nothing is recorded, nothing recomputed
+
+
+def test_concatenate_of_a_single_variable_is_refused_not_split_into_rows_like_torch():
+    with pytest.raises(TypeError, match="concatenate: expected a sequence of Variables or arrays, got a single Variable"):
+        tinypytorch.concatenate(Variable(np.ones((2, 3))))
+    with pytest.raises(TypeError):
+        torch.cat(torch.ones(2, 3))
+
+
+def test_batchnorm_momentum_none_is_a_cumulative_average_like_torch():
+    rng = np.random.default_rng(3)
+    ours, theirs = BatchNorm1d(3, momentum=None), torch.nn.BatchNorm1d(3, momentum=None).double()
+    for _ in range(4):
+        x = rng.standard_normal((5, 3))
+        ours(Variable(x))
+        theirs(torch.tensor(x))
+    np.testing.assert_allclose(ours.running_mean, theirs.running_mean.numpy(), rtol=1e-13)
+    np.testing.assert_allclose(ours.running_var, theirs.running_var.numpy(), rtol=1e-13)
+    assert ours.num_batches_tracked == theirs.num_batches_tracked.item() == 4
+
+
+@pytest.mark.parametrize("kwargs, message", [({"momentum": 1.5}, "momentum must be None"),
+                                              ({"momentum": -0.1}, "momentum must be None"),
+                                              ({"eps": 0.0}, "eps must be a positive number"),
+                                              ({"eps": -1e-5}, "eps must be a positive number")])
+def test_batchnorm_refuses_a_momentum_outside_0_1_and_an_eps_that_is_not_positive(kwargs, message):
+    with pytest.raises(ValueError, match=f"^BatchNorm1d: {message}"):
+        BatchNorm1d(3, **kwargs)

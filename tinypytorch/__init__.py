@@ -5,16 +5,16 @@ on it lives here, in modules:
 
     core        Config, using_config, no_grad, Variable, Function and the arithmetic operators
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
-    cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 44)
-    utils       numerical gradients, walking and drawing the graph; utils.checkpoint (steps 39-41)
+    cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
+    utils       numerical gradients, walking and drawing the graph; utils.checkpoint (steps 41-45)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
     autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34); saved tensors and
-                their hooks, anomaly detection, gradcheck (steps 35-38)
-    inplace     in-place operations, version counters and views (step 36)
-    random      the default random generator, its state, fork_rng (step 39); the device's generator (step 44)
-    reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 42-43)
+                their hooks, anomaly detection, gradcheck (steps 35-40)
+    inplace     in-place operations, version counters and views (steps 36-37)
+    random      the default random generator, its state, fork_rng (step 41); the device's generator (step 48)
+    reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 46-47)
 """
 from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, random, reversible, testfunctions, utils
 from tinypytorch.core import (

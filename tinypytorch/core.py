@@ -67,7 +67,7 @@ def increment_version(x):
     """Count one more in-place change of x's data (PyTorch's `torch.autograd.graph.increment_version`).
 
     In-place operations call it (step 36); so does code that writes into `x.data` itself, such as
-    RevCol's clamp of alpha (step 43), so that a graph that saved the old value refuses to use it.
+    RevCol's clamp of alpha (step 47), so that a graph that saved the old value refuses to use it.
     """
     x.version_counter.value += 1
 
@@ -101,9 +101,9 @@ class Variable:
     # Rarely set, so class-level defaults rather than one more attribute on every Variable:
     output_nr = 0  # step 35: which output of its creator this variable is (PyTorch's name)
     wrapped_number = False  # step 35: a Python number that Function.__call__ wrapped (PyTorch's wrapped number)
-    grad_leaf = None  # step 37: the leaf whose gradient this (unpacked, saved) variable's gradient is
+    grad_leaf = None  # step 38: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
-    view_record = None  # step 36: for a view (reshape, transpose, basic indexing), its inplace.View record
+    view_record = None  # step 37: for a view (reshape, transpose, basic indexing), its inplace.View record
 
     @property
     def _version(self):
@@ -112,7 +112,7 @@ class Variable:
 
     @property
     def _base(self):
-        """For a view, the variable whose memory it shares; else None (step 36; PyTorch's `_base`)."""
+        """For a view, the variable whose memory it shares; else None (step 37; PyTorch's `_base`)."""
         return None if self.view_record is None else self.view_record.base
 
     def run_hooks(self, grad):
@@ -138,7 +138,7 @@ class Variable:
     def zero_(self):
         return inplace.zero_(self)
 
-    # step 44: devices, PyTorch's names
+    # step 48: devices, PyTorch's names
     @property
     def device(self):
         """Where the data lives: device(type='cpu'), or device(type='cuda', index=0) for a CuPy array."""
@@ -480,15 +480,15 @@ class Function:
     _saved = ()  # step 35: the SavedTensors themselves
     output_hooks = None  # step 35: {output index: the hooks of that output variable}
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
-    is_view = False  # step 36: True for functions whose output may share its input's memory
+    is_view = False  # step 37: True for functions whose output may share its input's memory
 
     def __call__(self, *inputs):
         if not all([isinstance(x, Variable) for x in inputs]):  # most calls get Variables only
             inputs = self.coerce(inputs)
         for x in inputs:
             if x.view_record is not None:
-                inplace.refresh_view(x)  # step 36: if its base was changed in place since, a view's graph is redone
-        if len(inputs) > 1 and cuda.cupy is not None:  # step 44: one device per operation, as in PyTorch
+                inplace.refresh_view(x)  # step 37: if its base was changed in place since, a view's graph is redone
+        if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
         # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
         # flow to some input (step 33). Only then do the outputs require grad. (The attribute behind
@@ -502,7 +502,7 @@ class Function:
         # as_array: a 0-d result may come back a scalar (step 09)
         outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
         if self.is_view:
-            inplace.track_view(self, inputs[0], outputs[0])  # step 36: the output may share the input's memory
+            inplace.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
         if requires_grad:
             self.record(inputs, ys, outputs)
         self._to_save = ()
@@ -537,7 +537,7 @@ class Function:
         if self._to_save:
             self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)
         if autograd.anomaly.enabled():
-            autograd.anomaly.record_creation(self)  # step 38: where it was made, for a NaN's report
+            autograd.anomaly.record_creation(self)  # step 39: where it was made, for a NaN's report
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")

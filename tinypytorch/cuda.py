@@ -1,10 +1,10 @@
-"""Devices and array backends: NumPy on the CPU always, CuPy on a GPU when one is usable (steps 23 and 44).
+"""Devices and array backends: NumPy on the CPU always, CuPy on a GPU when one is usable (steps 23 and 48).
 
 Package code never calls `numpy` directly on data that may live on the GPU; it asks
 `get_array_module` for the module that owns the data (`xp`) and calls `xp.exp`,
 `xp.ones_like`, ... CuPy mirrors NumPy's API, so one line of code serves both.
 
-Devices have PyTorch's names (step 44): `device("cpu")`, `device("cuda")`, `device("cuda:0")`;
+Devices have PyTorch's names (step 48): `device("cpu")`, `device("cuda")`, `device("cuda:0")`;
 `to_device` moves an array; `memory_allocated` and `max_memory_allocated` read CuPy's
 memory pool, the instrument that measures device memory.
 """
@@ -81,7 +81,7 @@ def why_unavailable():
     return "CuPy is installed but finds no usable CUDA device"
 
 
-# ----- devices (step 44) -----------------------------------------------------------------------------
+# ----- devices (step 48) -----------------------------------------------------------------------------
 
 class device:  # noqa: N801 (PyTorch's name: torch.device)
     """Where an array lives: `device("cpu")`, `device("cuda")` (the current GPU) or `device("cuda:1")`."""
@@ -156,7 +156,7 @@ def check_same_device(op, arrays):
                                f"devices, {found[0]} and {found[1]}!")
 
 
-# ----- device memory: CuPy's memory pool is the instrument (step 44) ----------------------------------
+# ----- device memory: CuPy's memory pool is the instrument (step 48) ----------------------------------
 
 def memory_allocated():
     """Bytes of device memory held by arrays now (CuPy's pool; PyTorch's `torch.cuda.memory_allocated`)."""
@@ -193,7 +193,7 @@ class _Peak:
         self.start = self.bytes = start
 
 
-# ----- the device's random generator (step 44) ------------------------------------------------------
+# ----- the device's random generator (step 48) ------------------------------------------------------
 
 def manual_seed(seed):
     """Seed the device's generator (PyTorch's `torch.cuda.manual_seed`)."""

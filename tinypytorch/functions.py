@@ -72,7 +72,7 @@ class Tanh(Function):  # step 27
         return gy * (1 - y * y)
 
 
-class Log(Function):  # step 38
+class Log(Function):  # step 39
     def forward(self, x):
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d log(x)/dx = 1/x needs x
@@ -108,7 +108,7 @@ def log(x):
     return Log()(x)
 
 
-class Cast(Function):  # step 41: a change of dtype; its gradient goes back to the input's dtype
+class Cast(Function):  # step 43: a change of dtype; its gradient goes back to the input's dtype
     def __init__(self, dtype):
         self.dtype = np.dtype(dtype)
 
@@ -128,7 +128,7 @@ def astype(x, dtype):
     return Cast(dtype)(x)
 
 
-class ToDevice(Function):  # step 44: a move between devices; its gradient goes back to the input's device
+class ToDevice(Function):  # step 48: a move between devices; its gradient goes back to the input's device
     def __init__(self, where):
         self.where = where
 
@@ -161,7 +161,7 @@ def _as_shape(op, shape):
 
 
 class Reshape(Function):  # step 29
-    is_view = True  # step 36: NumPy returns a view when it can
+    is_view = True  # step 37: NumPy returns a view when it can
 
     def __init__(self, shape):
         self.shape = _as_shape("reshape", shape)
@@ -214,7 +214,7 @@ def _permutation(op, dims, shape):
 
 
 class Transpose(Function):  # step 29: the one node of permute, transpose and .T
-    is_view = True  # step 36: the result shares the input's memory
+    is_view = True  # step 37: the result shares the input's memory
 
     def __init__(self, perm):
         self.perm = perm  # dimension i of y is dimension perm[i] of x
@@ -431,7 +431,7 @@ def _with_index_arrays(key, arrays):
 
 
 class GetItem(Function):  # step 31
-    is_view = True  # step 36: basic indexing (ints, slices, None) gives a view; advanced indexing a copy
+    is_view = True  # step 37: basic indexing (ints, slices, None) gives a view; advanced indexing a copy
 
     def __init__(self, key):
         self.key = key
@@ -477,7 +477,7 @@ def get_item(x, key):
     return GetItem(key)(x)
 
 
-class Concatenate(Function):  # step 41: PyTorch's torch.cat
+class Concatenate(Function):  # step 45: PyTorch's torch.cat
     def __init__(self, axis):
         self.axis = axis
 
@@ -556,7 +556,7 @@ class MeanSquaredError(Function):  # step 32
         return gx0, -gx0
 
 
-class Dropout(Function):  # step 39
+class Dropout(Function):  # step 41
     """Zero each element with probability p, scale the rest by 1/(1-p): the expected value is unchanged."""
 
     def __init__(self, p):
@@ -565,7 +565,7 @@ class Dropout(Function):  # step 39
     def forward(self, x):
         xp = get_array_module(x)
         # from the package's generators, so checkpointing can replay the mask; on a GPU drawn on
-        # the device itself (step 44), not on the host and copied
+        # the device itself (step 48), not on the host and copied
         keep = random.uniform(x.shape, xp) >= self.p
         self.scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
         self.save_for_backward(keep)  # PyTorch saves the mask too

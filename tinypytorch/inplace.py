@@ -1,4 +1,4 @@
-"""In-place operations and views (step 36): add_, sub_, mul_, div_ and zero_, as PyTorch's.
+"""In-place operations and views (steps 36-37): add_, sub_, mul_, div_ and zero_, as PyTorch's.
 
 An in-place operation writes into the variable's own array and adds one to its version
 counter, which every view of the same data shares. Where a gradient can flow, the
@@ -40,7 +40,7 @@ def _overlaps_itself(a):
     """Whether several elements of array `a` are one memory location: a stride of 0 along a dimension of size > 1.
 
     That is what broadcast_to makes. (NumPy also marks such arrays read-only, but CuPy has no
-    such flag: the strides are what both share, step 44.)
+    such flag: the strides are what both share, step 48.)
     """
     return any(stride == 0 and n > 1 for stride, n in zip(a.strides, a.shape))
 
@@ -167,7 +167,7 @@ def refresh_view(v):
 
 
 class View:
-    """What a view remembers (step 36): its base, how it is made from the base, and the base's version then."""
+    """What a view remembers (step 37): its base, how it is made from the base, and the base's version then."""
 
     __slots__ = ("base", "fn", "version")
 

@@ -27,8 +27,8 @@ class Layer:  # step 32
 
     def __init__(self):
         self._registered = []  # attribute names, in the order assigned (PyTorch keeps that order too)
-        self.training = True  # step 39: train() and eval() switch it, for this layer and its sub-layers
-        self._buffer_names = []  # step 44: arrays the layer keeps that are not trained, moved with it
+        self.training = True  # step 41: train() and eval() switch it, for this layer and its sub-layers
+        self._buffer_names = []  # step 48: arrays the layer keeps that are not trained, moved with it
 
     def __setattr__(self, name, value):
         registered = self.__dict__.get("_registered")
@@ -65,7 +65,7 @@ class Layer:  # step 32
                     seen.add(id(value))
                     yield value
 
-    def register_buffer(self, name, array):  # step 44
+    def register_buffer(self, name, array):  # step 48
         """Keep `array` as attribute `name`: state that is not trained (BatchNorm's running statistics), but
         that `to()` moves with the parameters, as PyTorch's buffers."""
         if not isinstance(array, cuda.array_types):
@@ -80,7 +80,7 @@ class Layer:  # step 32
             for name in layer._buffer_names:
                 yield getattr(layer, name)
 
-    def to(self, device):  # step 44
+    def to(self, device):  # step 48
         """Move every parameter (and its gradient) and every buffer to `device`, in place; returns the layer.
 
         The parameters stay the same objects, only their arrays move, so an optimizer made
@@ -172,7 +172,7 @@ class MLP(Layer):  # step 32
         return self.layers[-1](x)
 
 
-class Dropout(Layer):  # step 39
+class Dropout(Layer):  # step 41
     """PyTorch's `nn.Dropout(p)`: drops in training mode, passes through in evaluation mode."""
 
     def __init__(self, p=0.5):
@@ -185,7 +185,7 @@ class Dropout(Layer):  # step 39
         return F.dropout(x, self.p, self.training)
 
 
-class BatchNorm1d(Layer):  # step 41
+class BatchNorm1d(Layer):  # step 45
     """PyTorch's `nn.BatchNorm1d(num_features)` for inputs of shape (N, num_features).
 
     In training mode each feature is normalised with the batch's mean and (biased) variance,
@@ -206,7 +206,7 @@ class BatchNorm1d(Layer):  # step 41
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.weight = Parameter(np.ones(num_features), name="weight")
         self.bias = Parameter(np.zeros(num_features), name="bias")
-        self.register_buffer("running_mean", np.zeros(num_features))  # step 44: buffers move with the layer
+        self.register_buffer("running_mean", np.zeros(num_features))  # step 48: buffers move with the layer
         self.register_buffer("running_var", np.ones(num_features))
         self.num_batches_tracked = 0
 
@@ -214,7 +214,7 @@ class BatchNorm1d(Layer):  # step 41
         x = as_variable(x, "BatchNorm1d")
         if x.ndim != 2 or x.shape[1] != self.num_features:
             raise ValueError(f"BatchNorm1d: expected an input of shape (N, {self.num_features}), got {x.shape}")
-        # step 44: the buffers are raw arrays, which no operation checks: a model left on the CPU fails here
+        # step 48: the buffers are raw arrays, which no operation checks: a model left on the CPU fails here
         cuda.check_same_device("batchnorm1d", [x.data, self.weight.data, self.running_mean])
         if not self.training:
             xp = get_array_module(x)
@@ -228,12 +228,12 @@ class BatchNorm1d(Layer):  # step 41
         centred = x - mean
         var = (centred * centred).sum(axis=0) / n
         y = centred / (var + self.eps) ** 0.5 * self.weight + self.bias
-        if not recomputation.is_recomputing():  # step 41: a recomputation must not count the batch twice
+        if not recomputation.is_recomputing():  # step 45: a recomputation must not count the batch twice
             self.num_batches_tracked += 1
             # momentum None: a cumulative average of every batch so far, as in PyTorch
             m = 1.0 / self.num_batches_tracked if self.momentum is None else self.momentum
             self.running_mean *= 1 - m
-            self.running_mean += m * mean.data  # the buffers live where the batch does (step 44)
+            self.running_mean += m * mean.data  # the buffers live where the batch does (step 48)
             self.running_var *= 1 - m
             self.running_var += m * var.data * n / (n - 1)
         return y

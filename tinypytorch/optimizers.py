@@ -75,7 +75,7 @@ class Adam(Optimizer):  # step 32
         if id(param) not in self.state:
             self.state[id(param)] = [0, xp.zeros_like(param.data), xp.zeros_like(param.data)]
         state = self.state[id(param)]
-        if not cuda.is_on(state[1], param.device):  # step 44: the state follows its parameter to another device
+        if not cuda.is_on(state[1], param.device):  # step 48: the state follows its parameter to another device
             state[1:] = [cuda.to_device(a, param.device) for a in state[1:]]
         state[0] += 1
         t, m, v = state

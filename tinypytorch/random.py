@@ -1,4 +1,4 @@
-"""The framework's own random numbers (step 39), as PyTorch's `torch.manual_seed` and `torch.random`.
+"""The framework's own random numbers (step 41), as PyTorch's `torch.manual_seed` and `torch.random`.
 
     tinypytorch.manual_seed(0)          # the default generator starts again from seed 0
     state = tinypytorch.get_rng_state() # a snapshot of where the stream is
@@ -8,8 +8,8 @@
 
 Everything random in the package (dropout's masks) on the CPU draws from
 `default_generator()`, a NumPy `Generator` (PCG64); on a GPU from `device_generator()`
-(step 44), which draws on the device itself, as PyTorch keeps one generator for the CPU
-and one per GPU. Recomputing a forward pass (checkpointing, steps 39-41) is
+(step 48), which draws on the device itself, as PyTorch keeps one generator for the CPU
+and one per GPU. Recomputing a forward pass (checkpointing, steps 41-45) is
 only correct if it draws the same numbers as the first time, so the state can be
 captured and restored. It starts from a fixed seed (67280421310721, `default_rng_seed_val`
 in PyTorch's C++ source), so a program that never seeds draws the same numbers on every run.
@@ -37,7 +37,7 @@ def manual_seed(seed):
         raise ValueError(f"manual_seed: the seed must be an int >= 0, got {seed!r}")
     _seed = int(seed)
     _generator.bit_generator.state = np.random.PCG64(_seed).state
-    _device_generator.manual_seed(_seed)  # step 44: every generator, as torch.manual_seed seeds every GPU's
+    _device_generator.manual_seed(_seed)  # step 48: every generator, as torch.manual_seed seeds every GPU's
     return _generator
 
 
@@ -58,7 +58,7 @@ def set_rng_state(state):
     _generator.bit_generator.state = state
 
 
-# ----- the device's generator (step 44) -------------------------------------------------------------
+# ----- the device's generator (step 48) -------------------------------------------------------------
 
 class CounterGenerator:
     """Random numbers computed from (seed, position), drawn with any array module: PyTorch's GPU generator's idea.

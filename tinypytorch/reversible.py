@@ -1,10 +1,10 @@
-"""Reversible networks (steps 42-43): backward computes each block's input back from its output.
+"""Reversible networks (steps 46-47): backward computes each block's input back from its output.
 
     block = AdditiveCoupling(f, g)            # RevNet: y1 = x1 + f(x2), y2 = x2 + g(y1)
     net = ReversibleSequential(block1, block2, ...)
     c = RevColumn(levels, alphas)(x, *c_old)  # RevCol: c_i' = l_i(c_{i-1}', c_{i+1}) + alpha_i c_i
 
-Checkpointing (steps 39-41) keeps each segment's input. A reversible block needs not even
+Checkpointing (steps 41-45) keeps each segment's input. A reversible block needs not even
 that: its input follows from its output, so a whole stack keeps only its final output,
 and memory for activations stays the same however deep the stack. Backward walks the
 blocks in reverse: compute the block's input from its output, run the block again with
@@ -91,7 +91,7 @@ def _refuse_unknown_inputs(output, known, since, what, remedy):
         todo.extend(n for n, _ in node.edges)
 
 
-# ----- step 42: RevNet's additive coupling --------------------------------------------------------
+# ----- step 46: RevNet's additive coupling --------------------------------------------------------
 
 class AdditiveCoupling(Layer):
     """y1 = x1 + f(x2), y2 = x2 + g(y1), on the two halves of the features (the last axis).
@@ -140,7 +140,7 @@ class AdditiveCoupling(Layer):
         return concatenate([x1, x2], axis=-1)
 
 
-class ReversibleSequentialFunction(Function):  # step 42
+class ReversibleSequentialFunction(Function):  # step 46
     """A stack of invertible blocks as one node: its inputs are x and every parameter of the blocks."""
 
     first_param_input = 1  # inputs: x, then the parameters
@@ -187,7 +187,7 @@ class ReversibleSequentialFunction(Function):  # step 42
 
 
 class ReversibleSequential(Layer):
-    """Invertible blocks one after another, run as one Function that keeps only the final output (step 42)."""
+    """Invertible blocks one after another, run as one Function that keeps only the final output (step 46)."""
 
     def __init__(self, *blocks):
         super().__init__()
@@ -210,7 +210,7 @@ class ReversibleSequential(Layer):
         return ReversibleSequentialFunction(self.blocks, params)(x, *params)
 
 
-# ----- step 43: RevCol's reversible columns --------------------------------------------------------
+# ----- step 47: RevCol's reversible columns --------------------------------------------------------
 
 ALPHA_MIN = 1e-3  # RevCol keeps |alpha| at least this far from 0, its sign kept
 
@@ -356,7 +356,7 @@ def _column_backward(column, x, new, states, gys, since, where="RevColumn"):
     return g_x, g_old, grads, old
 
 
-class RevColumnFunction(Function):  # step 43
+class RevColumnFunction(Function):  # step 47
     """One RevColumn as one node (RevCol's ReverseFunction): levels bottom-up in forward, top-down in backward."""
 
     def __init__(self, column):

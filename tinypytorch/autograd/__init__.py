@@ -1,11 +1,11 @@
-"""Automatic differentiation as PyTorch's `torch.autograd` offers it (steps 33-38).
+"""Automatic differentiation as PyTorch's `torch.autograd` offers it (steps 33-40).
 
     engine     the backward pass: dependency counting and a ready queue (step 33)
     hooks      hooks on a variable's gradient: register_hook, RemovableHandle (step 34)
     gradients  grad: gradients of outputs with respect to chosen inputs, returned instead of stored
-    graph      saved tensors (step 35), saved_tensors_hooks and save_on_cpu (step 37)
-    anomaly    detect_anomaly, set_detect_anomaly (step 38)
-    gradcheck  gradcheck, gradgradcheck (step 38)
+    graph      saved tensors (step 35), saved_tensors_hooks and save_on_cpu (step 38)
+    anomaly    detect_anomaly, set_detect_anomaly (step 39)
+    gradcheck  gradcheck, gradgradcheck (step 40)
 """
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
 from tinypytorch.autograd.gradients import grad

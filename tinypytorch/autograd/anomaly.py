@@ -1,4 +1,4 @@
-"""Anomaly detection (step 38): find the forward operation behind a failing or NaN-producing backward.
+"""Anomaly detection (step 39): find the forward operation behind a failing or NaN-producing backward.
 
     with tinypytorch.autograd.detect_anomaly():   # as torch.autograd.detect_anomaly
         loss.backward()

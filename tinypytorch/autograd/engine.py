@@ -22,20 +22,20 @@ from tinypytorch.functions import astype
 from tinypytorch.cuda import get_array_module
 
 
-_running = []  # step 39: the backward passes running now, innermost last (a backward may run one inside it)
+_running = []  # step 42: the backward passes running now, innermost last (a backward may run one inside it)
 
 
 def current_pass():
     """The innermost backward pass running now (a GraphTask), or None.
 
-    Checkpointing asks it which pass is unpacking (it recomputes once per pass, step 40) and
-    whether the pass captures (reentrant checkpointing cannot serve autograd.grad, step 39).
+    Checkpointing asks it which pass is unpacking (it recomputes once per pass, step 43) and
+    whether the pass captures (reentrant checkpointing cannot serve autograd.grad, step 42).
     """
     return _running[-1] if _running else None
 
 
 def send_early(function, i, gradient):
-    """Hand the running pass the gradient of `function`'s input i now, from inside its backward (step 42).
+    """Hand the running pass the gradient of `function`'s input i now, from inside its backward (step 46).
 
     A reversible stack is one Function whose backward works through many blocks; each block's
     parameters have their whole gradient long before the backward returns. Sent early, a
@@ -117,7 +117,7 @@ def call_backward(f, gys):
     """`f.backward` on the gradients of f's outputs, checked: one gradient per input, shaped like it.
 
     A gradient of another floating dtype than its input is cast to the input's, as PyTorch's engine
-    does: a float32 input gets a float32 gradient even where float64 met it (step 41).
+    does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
     gxs = f.backward(*gys)
     if not isinstance(gxs, tuple):
@@ -153,7 +153,7 @@ def run_backward(roots, seeds, retain_graph, create_graph, retain_grad=False, in
     {input: gradient} and no `.grad` changes. create_graph: the pass records a graph of its own,
     so that the gradients can be differentiated again (step 27). retain_graph: the functions keep
     their saved tensors (step 35). leaf_hooks=False: the leaves' hooks do not run in this pass
-    (a reversible block's inner pass, whose gradients go on to the outer one, step 42).
+    (a reversible block's inner pass, whose gradients go on to the outer one, step 46).
     """
     task = GraphTask(roots, retain_graph, retain_grad, inputs, leaf_hooks)
     with using_config("enable_backprop", create_graph):
@@ -174,7 +174,7 @@ class GraphTask:
                  "buffers", "ready", "captured", "sent")
 
     def __init__(self, roots, retain_graph, retain_grad=False, inputs=None, leaf_hooks=True):
-        self.id = next(self._ids)  # step 39: tells nested passes apart
+        self.id = next(self._ids)  # step 42: tells nested passes apart
         self.capture = inputs is not None
         self.retain_graph, self.retain_grad, self.leaf_hooks = retain_graph, retain_grad, leaf_hooks
         self.dependencies = count_dependencies(roots)
@@ -183,7 +183,7 @@ class GraphTask:
         self.buffers = {}  # node -> the gradients it has received so far, one per output
         self.ready = []  # functions whose every gradient has arrived
         self.captured = {}  # input -> its gradient (autograd.grad)
-        self.sent = {}  # function -> the inputs whose gradients its backward sent early (step 42)
+        self.sent = {}  # function -> the inputs whose gradients its backward sent early (step 46)
 
     def run(self, roots, seeds):
         _running.append(self)

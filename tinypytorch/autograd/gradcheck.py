@@ -1,4 +1,4 @@
-"""gradcheck and gradgradcheck (step 38): backward's Jacobian against a numerical one, element by element.
+"""gradcheck and gradgradcheck (step 40): backward's Jacobian against a numerical one, element by element.
 
 As PyTorch's `torch.autograd.gradcheck`: for each input that requires grad and each output,
 the Jacobian J[i, j] = d output[j] / d input[i] is computed twice. Numerically, by central

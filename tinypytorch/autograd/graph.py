@@ -1,8 +1,8 @@
-"""What a function keeps for its backward pass (steps 35-37), as PyTorch's `torch.autograd.graph`.
+"""What a function keeps for its backward pass (steps 35-38), as PyTorch's `torch.autograd.graph`.
 
     SavedTensor          one tensor kept by `Function.save_for_backward` (PyTorch's SavedVariable)
-    saved_tensors_hooks  a context: pack every tensor saved inside it, unpack it in backward (step 37)
-    save_on_cpu          hooks that keep saved GPU arrays in host memory (step 37)
+    saved_tensors_hooks  a context: pack every tensor saved inside it, unpack it in backward (step 38)
+    save_on_cpu          hooks that keep saved GPU arrays in host memory (step 38)
 
 A saved tensor is freed after the backward pass that used it, unless the pass was
 asked to `retain_graph`; unpacking it afterwards raises PyTorch's "backward through
@@ -29,7 +29,7 @@ def _describe(data):
     return f"{data.dtype} array of shape {tuple(data.shape)}"
 
 
-# ----- step 37: saved-tensor hooks ---------------------------------------------------------------
+# ----- step 38: saved-tensor hooks ---------------------------------------------------------------
 
 _hooks_stack = []  # the (pack_hook, unpack_hook) pairs of the saved_tensors_hooks contexts entered
 
@@ -94,7 +94,7 @@ class SavedTensor:
     only: the output's Variable refers to this function as its creator, so keeping the
     Variable would make a reference cycle (function -> saved output -> function) that only
     the garbage collector could free (step 17). On unpack a Variable is made around the
-    array with this function as its creator again. With saved-tensor hooks (step 37) only
+    array with this function as its creator again. With saved-tensor hooks (step 38) only
     what the pack hook returned is kept, with what is needed to rebuild the Variable.
     """
 
@@ -117,7 +117,7 @@ class SavedTensor:
             self.variable = variable  # an input (or a leaf): its creator is another function
 
     def _pack(self, variable, function, is_output, pack_hook, unpack_hook):
-        """Step 37: keep what pack_hook returns, and what rebuilds the Variable around it on unpack."""
+        """Step 38: keep what pack_hook returns, and what rebuilds the Variable around it on unpack."""
         if variable.creator is None:
             self.leaf = variable  # kept alive by the graph anyway: its gradient goes there
         elif not is_output:
@@ -134,7 +134,7 @@ class SavedTensor:
         self.unpack_hook = unpack_hook
 
     def unpack(self, function):
-        """The saved tensor as a Variable for `function.backward`, checked (steps 35-37)."""
+        """The saved tensor as a Variable for `function.backward`, checked (steps 35-38)."""
         if self.freed:
             raise RuntimeError(BACKWARD_TWICE)
         if self.unpack_hook is not None:
@@ -153,7 +153,7 @@ class SavedTensor:
         if not isinstance(data, cuda.array_types):
             raise TypeError("Output of saved tensor unpack_hook expected to be a Variable or an array "
                             f"but got result of type {type(data).__name__}")
-        # Step 37: PyTorch skips the version check when hooks are set, and an identity hook then gives
+        # Step 38: PyTorch skips the version check when hooks are set, and an identity hook then gives
         # a silently wrong gradient. Here the check runs whenever the unpacked array still shares
         # memory with the array that was saved, and that array's version moved.
         original = None if self.data_ref is None else self.data_ref()
@@ -168,7 +168,7 @@ class SavedTensor:
         v = Variable(data, requires_grad=self.requires_grad)
         share_version_counter(v, self.counter)
         if self.leaf is not None:
-            v.grad_leaf = self.leaf  # step 37: a leaf's saved tensor, unpacked: its gradient goes to the leaf
+            v.grad_leaf = self.leaf  # step 38: a leaf's saved tensor, unpacked: its gradient goes to the leaf
         elif self.creator is not None:
             v.set_creator(self.creator, self.output_nr)
         elif self.requires_grad:  # an output of `function` itself (step 35)
@@ -189,11 +189,11 @@ class SavedTensor:
 
     def release(self):
         """Free the tensor (step 35): the backward pass that needed it is over."""
-        self.variable = self.data = self.packed = self.unpack_hook = None  # the hooks may hold much (step 40)
+        self.variable = self.data = self.packed = self.unpack_hook = None  # the hooks may hold much (step 43)
         self.freed = True
 
     def nbytes(self):
-        """Bytes of the saved array (0 once freed or when packed by hooks): the measure of steps 35-37."""
+        """Bytes of the saved array (0 once freed or when packed by hooks): the measure of steps 35-38."""
         data = self.data if self.variable is None else self.variable.data
         return 0 if data is None else data.nbytes
 

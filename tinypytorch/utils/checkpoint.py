@@ -1,4 +1,4 @@
-"""Gradient checkpointing (steps 39-41), as PyTorch's `torch.utils.checkpoint`.
+"""Gradient checkpointing (steps 41-45), as PyTorch's `torch.utils.checkpoint`.
 
     y = checkpoint(f, x, use_reentrant=False)     # f's intermediates are not kept: recomputed in backward
     y = checkpoint_sequential([f1, f2, f3, f4], 2, x, use_reentrant=False)
@@ -8,10 +8,10 @@ what it would have saved, the function runs again, drawing the same random numbe
 first time (the RNG state is saved and restored, in a fork_rng so that the stream outside
 is untouched). Two ways to do that, as in PyTorch:
 
-- reentrant (step 39): the whole function is one Function node; its forward runs under
+- reentrant (step 42): the whole function is one Function node; its forward runs under
   no_grad, and its backward recomputes with the graph recorded and runs a backward pass of
   its own, inside the outer one. It cannot serve autograd.grad.
-- non-reentrant (step 40): the function runs normally, under saved-tensor hooks that keep
+- non-reentrant (step 43): the function runs normally, under saved-tensor hooks that keep
   a placeholder instead of each saved tensor; the first unpack in a backward pass
   recomputes the function (stopping as soon as every needed tensor is back), and checks
   that it saved what the first run saved.
@@ -57,7 +57,7 @@ def _as_outputs(result, name):
     return outputs
 
 
-# ----- step 39: reentrant ---------------------------------------------------------------------------
+# ----- step 42: reentrant ---------------------------------------------------------------------------
 
 class CheckpointFunction(Function):
     """The checkpointed function as one node: forward without a graph, backward by recomputing."""
@@ -105,7 +105,7 @@ def _checkpoint_reentrant(function, args, preserve_rng_state):
     return outputs
 
 
-# ----- step 40: non-reentrant, on saved-tensor hooks --------------------------------------------------
+# ----- step 43: non-reentrant, on saved-tensor hooks --------------------------------------------------
 
 class _StopRecomputation(Exception):
     """Raised by the recomputation's pack hook once every needed tensor is back (early stop)."""
@@ -217,7 +217,7 @@ def checkpoint(function, *args, use_reentrant=True, preserve_rng_state=True, ear
                determinism_check="default", **kwargs):
     """`function(*args)`, keeping only `args` for backward and recomputing the rest when backward needs it.
 
-    use_reentrant: True (step 39) or False (step 40, PyTorch's recommendation).
+    use_reentrant: True (step 42) or False (step 43, PyTorch's recommendation).
     preserve_rng_state: restore the random state for the recomputation, so dropout draws the
         same masks (and leave the outer random stream as it was).
     early_stop, determinism_check ("default" or "none"): for use_reentrant=False, as in PyTorch.

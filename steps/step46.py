@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Step 42: Reversible residual blocks
+# # Step 46: Reversible residual blocks
 #
-# Checkpointing (steps 39–41) keeps the input of each segment and recomputes
+# Checkpointing (steps 41–45) keeps the input of each segment and recomputes
 # the rest during backward. At best that leaves about $2\sqrt N$ activations
 # for a chain of $N$ layers. A **reversible** block needs less than that,
 # because its input can be computed back from its output. A stack of such
@@ -131,7 +131,7 @@ print("max |inverse(y) - x|", below(np.abs(block.inverse(y).data - x.data).max()
 # operations records a graph as it runs, and the graph saves the block's
 # intermediate values whether we need them or not. The package therefore
 # runs a whole stack of blocks as a single `Function`, as the reentrant
-# checkpoint of step 39 runs a segment. The layer is `ReversibleSequential`,
+# checkpoint of step 42 runs a segment. The layer is `ReversibleSequential`,
 # and its Function `ReversibleSequentialFunction`:
 
 # %%
@@ -195,7 +195,7 @@ print(inspect.getsource(ReversibleSequentialFunction.block_backward))
 # numbers are handled as in checkpointing, and the whole loop runs in
 # `fork_rng`. The recomputations run inside `replaying` (from
 # `tinypytorch.recomputation`, shared with checkpointing), which tells
-# `BatchNorm1d` not to update its statistics again (step 41).
+# `BatchNorm1d` not to update its statistics again (step 45).
 #
 # The gradients equal a plain run's up to the error of the reconstruction.
 # Let us check that on a stack of six blocks:
@@ -280,7 +280,7 @@ print(f"next draw after backward: reversible {rev_next:.6f}, plain {plain_next:.
 #
 # ## One saved tensor, whatever the depth
 #
-# A saved-tensor hook (step 37) that counts what is packed shows the
+# A saved-tensor hook (step 38) that counts what is packed shows the
 # difference directly. Around the stack alone, not the loss, it sees what
 # the stack keeps for backward:
 
@@ -326,7 +326,7 @@ print("one (5, 8) float64 array:", X.nbytes, "bytes")
 #
 # ### Measuring saved bytes and the peak
 #
-# The saved bytes come from the counting hook above. For the peak, as in step 41, `tracemalloc` traces every allocation, and NumPy reports
+# The saved bytes come from the counting hook above. For the peak, as in step 44, `tracemalloc` traces every allocation, and NumPy reports
 # its arrays' data in a domain of its own. A snapshot filtered on that domain
 # gives the exact bytes of all arrays alive. A snapshot is slow, so we take
 # one when the forward pass ends and then eight during backward, evenly
@@ -437,7 +437,7 @@ print(f"reversible peak, depth 128 / depth 8: {growth:.3f}")
 # three half-width arrays (the outputs of its two $\tanh$, and $y_1$, which
 # $g$'s linear layer saves) and its whole output. `concatenate` made that
 # output a new array, and it stays alive because the next block's linear
-# layer saves $x_2$, a view into it. The √N schedule grows like $\sqrt N$, as in step 41. The reversible peak
+# layer saves $x_2$, a view into it. The √N schedule grows like $\sqrt N$, as in step 44. The reversible peak
 # is 7.5 activations at every depth, plus the parameters' gradients computed
 # so far (1,152 bytes a block, which every way ends up holding): 6% more at
 # depth 128 than at depth 8. The 7.5 activations are one block's worth: the saved output, its gradient, the
@@ -599,7 +599,7 @@ plt.show()
 # activations after all: an ordinary checkpoint every so many blocks resets
 # the error, since the inversion restarts from stored values. The other is
 # to keep $f$ and $g$ gently scaled, which is what normalisation layers and
-# small initial weights do. Step 43 meets the same effect in RevCol, where
+# small initial weights do. Step 47 meets the same effect in RevCol, where
 # the inverse also divides by a learned $\alpha$.
 #
 # ## Pitfalls
@@ -662,7 +662,7 @@ print("gradients of x, the linear layer and the stack; largest difference from t
 # $f$ and $g$ again in training mode. In a naive PyTorch port each of those
 # calls would update the running statistics, so one batch would be counted
 # three times (MemCNN's issues note it too). In tinypytorch both calls run as
-# recomputations (step 41), so the statistics move once, exactly as in one
+# recomputations (step 45), so the statistics move once, exactly as in one
 # plain forward pass:
 
 # %%

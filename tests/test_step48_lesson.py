@@ -1,4 +1,4 @@
-"""Step 44's lesson: the exercises' solutions and the numbers the page prints, on NumPy and on the device backends.
+"""Step 48's lesson: the exercises' solutions and the numbers the page prints, on NumPy and on the device backends.
 
 The page prints only what holds with and without a GPU; these tests run its functions on every backend of the
 `xp` fixture (NumPy, the strict stand-in for CuPy, a real GPU where there is one) and check that the printed
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from steploader import load_step
-from test_step44 import splitmix64
+from test_step48 import splitmix64
 from tinypytorch import random
 
-pytestmark = pytest.mark.step44
-step = load_step(44)
+pytestmark = pytest.mark.step48
+step = load_step(48)
 
 
 def device_of(xp):

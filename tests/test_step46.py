@@ -1,4 +1,4 @@
-"""Step 42: RevNet's additive coupling and ReversibleSequential: gradients against the plain run and torch (with
+"""Step 46: RevNet's additive coupling and ReversibleSequential: gradients against the plain run and torch (with
 dropout), the random stream, one saved tensor whatever the depth, memory flat in depth, inverse drift, the pitfalls
 (backward twice, a tensor saved by the layer before, BatchNorm statistics) and bad input."""
 
@@ -18,8 +18,8 @@ from tinypytorch.layers import Layer, Linear
 from tinypytorch.reversible import AdditiveCoupling, ReversibleSequential, ReversibleSequentialFunction
 from tinypytorch.utils.checkpoint import checkpoint
 
-pytestmark = [pytest.mark.step42, pytest.mark.torch]
-step = load_step(42)  # its halves f and g, and its PyTorch twins (the check cell's), the tests' too
+pytestmark = [pytest.mark.step46, pytest.mark.torch]
+step = load_step(46)  # its halves f and g, and its PyTorch twins (the check cell's), the tests' too
 
 WIDTH, BATCH = 8, 5
 

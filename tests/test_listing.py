@@ -1,0 +1,93 @@
+"""tinypytorch.utils.listing: a step shows package code as it stood at that step.
+
+The listings are checked on a small module written here, whose expected text is spelled out in the test."""
+import importlib.util
+import inspect
+import sys
+import textwrap
+
+import pytest
+
+from tinypytorch.core import Function
+from tinypytorch.utils.listing import show_code, source_at_step
+
+MODULE = '''
+class Node:  # step 11
+    kind = "op"
+    is_view = False  # step 37: views share memory
+
+    def call(self, xs):
+        ys = self.forward(xs)
+        for x in xs:  # step 37: a view whose base changed is redone
+            x.refresh()
+        if self.saving:
+            # step 35: keep what backward needs
+            # (two comment lines above the statement)
+            self.keep(ys)
+        # steps 20-22: a range is not a tag
+        self.count = 1
+        for x in xs:
+            x.check()  # step 48: one device
+        return ys
+
+    def saved(self):  # step 35
+        return self._saved
+
+
+
+def broken(x):
+    if x:
+        pass  # step 40: only statement of the if
+    else:
+        return 1
+'''
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    path = tmp_path_factory.mktemp("listing") / "listing_sample.py"
+    path.write_text(MODULE)
+    spec = importlib.util.spec_from_file_location("listing_sample", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["listing_sample"] = module  # inspect finds a class's source through its module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_a_step_the_source_is_the_whole_dedented_source(sample):
+    assert source_at_step(sample.Node.call) == textwrap.dedent(inspect.getsource(sample.Node.call))
+    assert source_at_step(Function.__call__, step=99) == textwrap.dedent(inspect.getsource(Function.__call__))
+
+
+def test_later_statements_their_blocks_and_their_comment_lines_are_left_out(sample):
+    at_34 = source_at_step(sample.Node.call, step=34)
+    at_36 = source_at_step(sample.Node.call, step=36)
+    at_37 = source_at_step(sample.Node.call, step=37)
+    assert "keep" not in at_34 and "self.keep(ys)" in at_36 and "# (two comment lines" in at_36
+    assert "refresh" not in at_36 and "x.refresh()" in at_37
+    assert "check" not in at_37 and "for x in xs:\n    x.check()" not in at_37
+    assert "# steps 20-22: a range is not a tag\nself.count = 1" in at_34.replace("    ", "")
+    # `if self.saving:` lost its only statement at step 34, so it goes too; the emptied `for` as well
+    assert "if self.saving" not in at_34 and at_34.count("for x in xs") == 0
+    assert at_34 == ("def call(self, xs):\n    ys = self.forward(xs)\n"
+                     "    # steps 20-22: a range is not a tag\n    self.count = 1\n    return ys\n")
+    assert "is_view" not in source_at_step(sample.Node, step=36) and "is_view = False" in source_at_step(sample.Node, step=37)
+
+
+def test_something_that_did_not_exist_yet_or_would_not_parse_is_refused(sample):
+    with pytest.raises(ValueError, match="Node.saved did not exist at step 34"):
+        source_at_step(sample.Node.saved, step=34)
+    with pytest.raises(ValueError, match="broken at step 39 is not valid Python"):
+        source_at_step(sample.broken, step=39)
+
+
+def test_function_call_at_step_35_records_and_saves_without_later_steps():
+    at_35 = source_at_step(Function.__call__, step=35)
+    assert "self.record(inputs, ys, outputs)" in at_35 and "self.needs_input_grad" in at_35
+    assert "refresh_view" not in at_35 and "track_view" not in at_35 and "check_same_device" not in at_35
+    assert "refresh_view" in source_at_step(Function.__call__, step=37)
+
+
+def test_show_code_prints_outside_jupyter(sample, capsys):
+    show_code(sample.Node.saved, step=35)
+    assert capsys.readouterr().out == "def saved(self):  # step 35\n    return self._saved\n\n"

@@ -1,0 +1,108 @@
+"""The package's own code, shown in a step as it stood at that step (stage 4 on).
+
+A statement tagged with a later step than the one being read (`x = y  # step 37: why`, or a
+comment line `# step 37: why` just above it) is left out, with its body if it has one; so is a
+block whose every statement was left out. What remains must still be valid Python, or
+`source_at_step` says which listing needs its tags fixed.
+"""
+import ast
+import inspect
+import io
+import re
+import textwrap
+import tokenize
+
+_TAG = re.compile(r"#\s*step (\d+)\b")
+
+
+def source_at_step(obj, step=None):
+    """The source of `obj` (dedented), without the statements a step after `step` added."""
+    source = textwrap.dedent(inspect.getsource(obj))
+    if step is None:
+        return source
+    lines = source.splitlines()
+    tags, full_line = _step_tags(source, lines)
+    tree = ast.parse(source)
+    dropped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt):
+            dropped |= _lines_if_later(node, lines, tags, full_line, step)
+    _drop_emptied_blocks(tree, dropped)
+    kept = _tidy_blank_lines([line for i, line in enumerate(lines) if i not in dropped])
+    name = getattr(obj, "__qualname__", repr(obj))
+    if not kept:
+        raise ValueError(f"{name} did not exist at step {step}")
+    result = "\n".join(kept) + "\n"
+    try:
+        ast.parse(result)
+    except SyntaxError as error:
+        raise ValueError(f"{name} at step {step} is not valid Python ({error.msg}, line {error.lineno}): "
+                         "tag the enclosing statement instead") from None
+    return result
+
+
+def _step_tags(source, lines):
+    """{line index: step} for every comment that starts with `step N`, and the indices of comment-only lines."""
+    tags, full_line = {}, set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            row, column = token.start[0] - 1, token.start[1]
+            if not lines[row][:column].strip():
+                full_line.add(row)
+            match = _TAG.match(token.string)
+            if match:
+                tags[row] = int(match.group(1))
+    return tags, full_line
+
+
+def _lines_if_later(node, lines, tags, full_line, step):
+    """The lines of `node` (and the comment lines just above it) when its tag is a later step; else none."""
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+    above = first
+    while above - 1 in full_line:
+        above -= 1
+    tag = tags.get(node.lineno - 1) if node.lineno - 1 not in full_line else None
+    if tag is None and above < first:
+        tag = tags.get(above)
+    if tag is None or tag <= step:
+        return set()
+    return set(range(above, node.end_lineno))
+
+
+def _drop_emptied_blocks(tree, dropped):
+    """A compound statement whose body was left out entirely goes too (innermost first)."""
+    for node in reversed(list(ast.walk(tree))):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.stmt) and isinstance(body, list) and body and not getattr(node, "orelse", None):
+            if all(set(range(s.lineno - 1, s.end_lineno)) <= dropped for s in body):
+                dropped |= set(range(node.lineno - 1, node.end_lineno))
+
+
+def _tidy_blank_lines(lines):
+    """No blank line after a blank line, or at either end, where statements were left out."""
+    tidy = []
+    for line in lines:
+        if not line.strip() and (not tidy or not tidy[-1].strip()):
+            continue
+        tidy.append(line)
+    while tidy and not tidy[-1].strip():
+        tidy.pop()
+    return tidy
+
+
+def show_code(*objects, step=None):
+    """Show package code highlighted in Jupyter and the book, and as plain text when run as a script.
+
+    `step`: show each object as it stood at that step (`source_at_step`).
+    """
+    try:
+        import IPython
+        shell = IPython.get_ipython()
+    except ImportError:
+        shell = None
+    for obj in objects:
+        source = source_at_step(obj, step)
+        if shell is None:
+            print(source)
+        else:
+            IPython.display.display(IPython.display.Code(source, language="python"))
