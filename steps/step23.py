@@ -54,19 +54,19 @@
 # those lines for now; each is explained in its step.
 
 # %%
-import inspect
 import pathlib
 
 import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable
+from tinypytorch.utils.listing import show_code
 
 package = pathlib.Path(tinypytorch.__file__).parent
 print("tinypytorch", tinypytorch.__version__)
 print("modules:", ", ".join(sorted(path.name for path in package.glob("*.py"))))
 print()
-print(inspect.getsource(tinypytorch))
+show_code(tinypytorch)
 
 # %% [markdown]
 # Code written for step 22 runs unchanged: only the import is new. Here is
@@ -84,8 +84,9 @@ print("x.grad =", f"{x.grad:.4f}")
 # %% [markdown]
 # ## Inside `core.py`
 #
-# The package shows its own code below with `inspect.getsource`, so what you
-# read is what runs. Each piece carries a comment naming the step that
+# The package shows its own code below with `show_code`
+# (`tinypytorch.utils.listing`), which reads it with `inspect.getsource` and
+# highlights it: what you read is what runs. Each piece carries a comment naming the step that
 # introduced it, for when you want the longer explanation.
 #
 # One of the later additions shows in the outputs: from step 27 on, a
@@ -105,7 +106,7 @@ print("x.grad =", f"{x.grad:.4f}")
 
 # %%
 for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
-    print(inspect.getsource(code))
+    show_code(code)
 
 # %% [markdown]
 # ### `Function.__call__`
@@ -119,8 +120,8 @@ for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
 # `record`, which step 35 reads.
 
 # %%
-print(inspect.getsource(tinypytorch.Function.__call__))
-print(inspect.getsource(tinypytorch.Function.coerce))
+show_code(tinypytorch.Function.__call__)
+show_code(tinypytorch.Function.coerce)
 
 # %% [markdown]
 # Two things differ from step 22's version. The conversion of numbers and
@@ -136,7 +137,7 @@ print(inspect.getsource(tinypytorch.Function.coerce))
 # `edges` as "the inputs":
 
 # %%
-print(inspect.getsource(tinypytorch.Function.record))
+show_code(tinypytorch.Function.record)
 
 # %% [markdown]
 # ### The backward loop: a heap instead of a sort
@@ -290,8 +291,8 @@ for n in (1000, 2000, 4000):
 # the data, calls it `xp`, and writes `xp.exp(x)`:
 
 # %%
-print(inspect.getsource(tinypytorch.cuda.get_array_module))
-print(inspect.getsource(tinypytorch.functions.Exp))
+show_code(tinypytorch.cuda.get_array_module)
+show_code(tinypytorch.functions.Exp)
 
 # %% [markdown]
 # CuPy is optional. `import tinypytorch` works without it, and then

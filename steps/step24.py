@@ -16,7 +16,6 @@
 
 # %%
 import collections
-import inspect
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -25,6 +24,7 @@ import tinypytorch
 from tinypytorch import Variable
 from tinypytorch.testfunctions import goldstein_price, matyas, sphere
 from tinypytorch.utils import functions_in_graph
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # The three functions live in the package, in `tinypytorch.testfunctions`,
@@ -40,7 +40,7 @@ from tinypytorch.utils import functions_in_graph
 # $(1, 1)$ the gradient is $(2, 2)$.
 
 # %%
-print(inspect.getsource(sphere))
+show_code(sphere)
 x, y = Variable(np.array(1.0)), Variable(np.array(1.0))
 z = sphere(x, y)
 z.backward()
@@ -58,7 +58,7 @@ print(f"sphere(1, 1) = {z.data:.6f}   grad = ({x.grad:.6f}, {y.grad:.6f})")
 # already in the valley, the gradient is only $(0.04, 0.04)$.
 
 # %%
-print(inspect.getsource(matyas))
+show_code(matyas)
 x, y = Variable(np.array(1.0)), Variable(np.array(1.0))
 z = matyas(x, y)
 z.backward()
@@ -105,7 +105,7 @@ print("same gradient, bit for bit:", same)
 # global minimum $f(0, -1) = 3$. The code is the formula, line for line:
 
 # %%
-print(inspect.getsource(goldstein_price))
+show_code(goldstein_price)
 x, y = Variable(np.array(1.0)), Variable(np.array(1.0))
 z = goldstein_price(x, y)
 z.backward()
@@ -152,7 +152,7 @@ print(f"relative error = ({abs(numeric_x / -5376 - 1):.1e}, {abs(numeric_y / 806
 # graph from `z` through the creators, as `backward` does:
 
 # %%
-print(inspect.getsource(functions_in_graph))  # kept in tinypytorch.utils: later steps walk graphs too
+show_code(functions_in_graph)  # kept in tinypytorch.utils: later steps walk graphs too
 counts = collections.Counter(type(f).__name__ for f in functions_in_graph(z))
 print(f"{sum(counts.values())} functions:", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
 print("generation of z:", z.generation)

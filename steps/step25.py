@@ -13,7 +13,6 @@
 # `torchviz` package; we borrow its colours.
 
 # %%
-import inspect
 import re
 import tempfile
 import unittest.mock
@@ -25,6 +24,7 @@ import tinypytorch
 from tinypytorch import Variable, utils
 from tinypytorch.testfunctions import goldstein_price
 from tinypytorch.utils import DotGraph, get_dot_graph, plot_dot_graph
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## Graphviz and the DOT language
@@ -126,8 +126,8 @@ DotGraph(legend)
 for kind, style in utils.GRAPH_STYLE.items():
     print(f"{kind:>12}: {style}")
 print()
-print(inspect.getsource(utils._variable_label))
-print(inspect.getsource(get_dot_graph))
+show_code(utils._variable_label)
+show_code(get_dot_graph)
 
 # %% [markdown]
 # A small example first, step 16's graph: $a = x^2$ and $y = a^2 + a^2$, with
@@ -172,9 +172,9 @@ print(get_dot_graph(y, verbose=True))
 # ## Drawing: `plot_dot_graph`
 
 # %%
-print(inspect.getsource(plot_dot_graph))
-print(inspect.getsource(utils.missing_drawing_tools))
-print(inspect.getsource(DotGraph))
+show_code(plot_dot_graph)
+show_code(utils.missing_drawing_tools)
+show_code(DotGraph)
 
 # %% [markdown]
 # `plot_dot_graph` returns a `DotGraph`, a `graphviz.Source` holding the DOT

@@ -9,7 +9,6 @@
 # Rosenbrock function until it reaches the minimum at $(1, 1)$.
 
 # %%
-import inspect
 import itertools
 import math
 
@@ -20,6 +19,7 @@ import tinypytorch
 from tinypytorch import Variable
 from tinypytorch.testfunctions import rosenbrock
 from tinypytorch.utils import get_dot_graph, plot_dot_graph
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## `sin` from its Taylor series
@@ -155,9 +155,9 @@ for value in (1.0, 10.0, 20.0, 30.0, 40.0):
 # a `Function` of the package:
 
 # %%
-print(inspect.getsource(tinypytorch.functions.Sin))
-print(inspect.getsource(tinypytorch.functions.Cos))
-print(inspect.getsource(tinypytorch.functions.sin))
+show_code(tinypytorch.functions.Sin)
+show_code(tinypytorch.functions.Cos)
+show_code(tinypytorch.functions.sin)
 
 # %%
 x = Variable(np.array(np.pi / 4), name="x")
@@ -193,7 +193,7 @@ print("functions in the graph:", get_dot_graph(y).count("shape=box"))
 # The function itself is in the package, next to step 24's:
 
 # %%
-print(inspect.getsource(rosenbrock))
+show_code(rosenbrock)
 
 
 def gradient_descent(start, lr=0.001, tolerance=1e-3, max_iterations=50_000):

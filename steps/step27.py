@@ -23,7 +23,6 @@
 # higher derivative is wanted.
 
 # %%
-import inspect
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -32,6 +31,7 @@ import tinypytorch
 from tinypytorch import Variable
 from tinypytorch.functions import Sin, Tanh
 from tinypytorch.utils import functions_in_graph, plot_dot_graph
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## Backward methods compute with Variables
@@ -45,9 +45,9 @@ from tinypytorch.utils import functions_in_graph, plot_dot_graph
 # differentiable `cos`, not NumPy's:
 
 # %%
-print(inspect.getsource(Sin.backward))
-print(inspect.getsource(tinypytorch.core.Mul.backward))
-print(inspect.getsource(Tanh.backward))
+show_code(Sin.backward)
+show_code(tinypytorch.core.Mul.backward)
+show_code(Tanh.backward)
 
 # %% [markdown]
 # `Mul.backward` returns $\partial y/\partial x_0 = g_y x_1$ and
@@ -79,8 +79,8 @@ print("x.grad.creator:", x.grad.creator)
 # recorded. That is the default, and here is where it is decided:
 
 # %%
-print(inspect.getsource(Variable.backward))
-print(inspect.getsource(tinypytorch.autograd.engine.run_backward))
+show_code(Variable.backward)
+show_code(tinypytorch.autograd.engine.run_backward)
 
 # %% [markdown]
 # The first lines check the input and make the seed (step 33 explains the

@@ -14,13 +14,13 @@
 # PyTorch's names and with PyTorch's arguments.
 
 # %%
-import inspect
 
 import numpy as np
 
 import tinypytorch
 import tinypytorch.functions as F
 from tinypytorch import Variable
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## Element-wise functions already work on arrays
@@ -41,7 +41,7 @@ from tinypytorch import Variable
 # `sin`, `exp`, `tanh` or the arithmetic operators assumed a 0-d array.
 
 # %%
-print(inspect.getsource(F.Sin))
+show_code(F.Sin)
 
 # %% [markdown]
 # So a whole array goes through a formula in one call, and the gradient has
@@ -101,8 +101,8 @@ print("with an explicit seed of ones, the same grad:", np.allclose(x.grad, t.gra
 # incoming gradient back to the input's shape, which forward remembered:
 
 # %%
-print(inspect.getsource(F.Reshape))
-print(inspect.getsource(F.reshape))
+show_code(F.Reshape)
+show_code(F.reshape)
 
 # %% [markdown]
 # Two details. Like NumPy and PyTorch, one entry of the new shape may be $-1$:
@@ -135,7 +135,7 @@ print("reshape to the same shape returns x itself:", F.reshape(x, (2, 3)) is x)
 # both modules are complete.
 
 # %%
-print(inspect.getsource(Variable.reshape))
+show_code(Variable.reshape)
 
 x = Variable(np.arange(6.0).reshape(2, 3))
 calls = {
@@ -178,7 +178,7 @@ for code, y in calls.items():
 # back $x$'s shape and $x$:
 
 # %%
-print(inspect.getsource(F.Transpose))
+show_code(F.Transpose)
 
 x = Variable(np.arange(24.0).reshape(2, 3, 4))
 y = F.permute(x, (1, 2, 0))
@@ -194,9 +194,9 @@ print("permute(y, inverse) equals x:", np.array_equal(F.permute(y, inverse).data
 # does.
 
 # %%
-print(inspect.getsource(F._apply_permutation))
-print(inspect.getsource(F.permute))
-print(inspect.getsource(F.transpose))
+show_code(F._apply_permutation)
+show_code(F.permute)
+show_code(F.transpose)
 
 x = Variable(np.zeros((5, 2, 3)))
 print("transpose(x, -2, -1).shape  =", F.transpose(x, -2, -1).shape)
@@ -224,8 +224,8 @@ print("w.T    =", w.T.tolist())
 # `_dim`.) `permute` also needs each of the $n$ dims exactly once.
 
 # %%
-print(inspect.getsource(F._dim))
-print(inspect.getsource(F._permutation))
+show_code(F._dim)
+show_code(F._permutation)
 
 # %% [markdown]
 # ### The methods `x.transpose`, `x.permute` and `x.T`
@@ -237,9 +237,9 @@ print(inspect.getsource(F._permutation))
 # for anything but a matrix; its `x.mT` transposes the last two dimensions.)
 
 # %%
-print(inspect.getsource(Variable.transpose))
-print(inspect.getsource(Variable.permute))
-print(inspect.getsource(Variable.T.fget))
+show_code(Variable.transpose)
+show_code(Variable.permute)
+show_code(Variable.T.fget)
 
 x, t = Variable(np.zeros((2, 3, 4))), torch.zeros(2, 3, 4)
 print("x.transpose(0, 2).shape  =", x.transpose(0, 2).shape, " torch:", tuple(t.transpose(0, 2).shape))

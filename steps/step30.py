@@ -10,7 +10,6 @@
 # whole batch of rows.
 
 # %%
-import inspect
 
 import numpy as np
 
@@ -18,6 +17,7 @@ import tinypytorch
 import tinypytorch.core
 import tinypytorch.functions as F
 from tinypytorch import Variable
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## `sum`
@@ -45,9 +45,9 @@ from tinypytorch import Variable
 # as it should.
 
 # %%
-print(inspect.getsource(F.Sum))
-print(inspect.getsource(F.sum))
-print(inspect.getsource(Variable.sum))
+show_code(F.Sum)
+show_code(F.sum)
+show_code(Variable.sum)
 
 # %%
 try:
@@ -65,7 +65,7 @@ print("broadcast (3, 1) to (3, 3):", np.broadcast_to(g.reshape(3, 1), (3, 3)).to
 # helper checks `axis` before NumPy sees it:
 
 # %%
-print(inspect.getsource(F._normalize_axis))
+show_code(F._normalize_axis)
 
 # %% [markdown]
 # In each example below, $L = \sum_j w_j y_j$ with distinct weights $w$, so
@@ -98,7 +98,7 @@ for axis, keepdims in [(None, False), (0, False), (1, False), (1, True), ((0, 1)
 # copies: the backward pass is a sum, `sum_to(gy, x.shape)`.
 
 # %%
-print(inspect.getsource(F.BroadcastTo))
+show_code(F.BroadcastTo)
 
 x = Variable(np.array([1.0, 2.0, 3.0]))
 y = F.broadcast_to(x, (2, 3))
@@ -129,7 +129,7 @@ print("x.grad =", x.grad.data.tolist(), " (column sums of w)")
 # prepended axis: $(2, 1)$.
 
 # %%
-print(inspect.getsource(F.sum_to_array))
+show_code(F.sum_to_array)
 
 g = np.arange(24.0).reshape(4, 2, 3)
 print("sum_to_array:", F.sum_to_array(g, (2, 1)).tolist())
@@ -142,8 +142,8 @@ print("by hand:     ", g.sum(axis=(0, 2)).reshape(2, 1).tolist())
 # `broadcast_to` are.
 
 # %%
-print(inspect.getsource(F.SumTo))
-print(inspect.getsource(F.sum_to))
+show_code(F.SumTo)
+show_code(F.sum_to)
 
 # %% [markdown]
 # ## Broadcasting in `+`, `-`, `*` and `/`
@@ -164,9 +164,9 @@ print(inspect.getsource(F.sum_to))
 # then, read `self.saved_tensors` as "the inputs".)
 
 # %%
-print(inspect.getsource(tinypytorch.core._check_broadcast))
-print(inspect.getsource(tinypytorch.core._Binary))
-print(inspect.getsource(tinypytorch.core.Mul))
+show_code(tinypytorch.core._check_broadcast)
+show_code(tinypytorch.core._Binary)
+show_code(tinypytorch.core.Mul)
 
 # %% [markdown]
 # A bias added to every row gets the column sums of the incoming gradient; in

@@ -7,7 +7,6 @@
 # and indexing, `x[...]`, whose backward pass has a trap of its own.
 
 # %%
-import inspect
 import tracemalloc
 
 import numpy as np
@@ -16,6 +15,7 @@ import tinypytorch
 import tinypytorch.functions as F
 from tinypytorch import Variable
 from tinypytorch.utils import functions_in_graph
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## The matrix product and its gradients
@@ -46,9 +46,9 @@ from tinypytorch.utils import functions_in_graph
 # differentiated once more.
 
 # %%
-print(inspect.getsource(F.MatMul))
-print(inspect.getsource(F.matmul))
-print(inspect.getsource(Variable.__matmul__))
+show_code(F.MatMul)
+show_code(F.matmul)
+show_code(Variable.__matmul__)
 
 # %%
 x = Variable(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
@@ -91,7 +91,7 @@ print("W.grad equals the sum of the five matrices' gradients:", np.allclose(W.gr
 # matrices, and a vector must be reshaped to $(1, D)$ or $(D, 1)$ explicitly.
 
 # %%
-print(inspect.getsource(F._check_matmul))
+show_code(F._check_matmul)
 
 attempts = {
     "(2, 3) @ (2, 3)": (np.ones((2, 3)), np.ones((2, 3))),
@@ -135,8 +135,8 @@ for code, (a, b) in attempts.items():
 # $$
 
 # %%
-print(inspect.getsource(F.LinearFunction))
-print(inspect.getsource(F.linear))
+show_code(F.LinearFunction)
+show_code(F.linear)
 
 # %% [markdown]
 # The memory each form holds, measured with `tracemalloc` for a batch of
@@ -222,9 +222,9 @@ print("np.add.at(gx, key, gy) ->", gx.tolist())
 # gradient of a scatter into `key` is a gather from `key`.
 
 # %%
-print(inspect.getsource(F.GetItem))
-print(inspect.getsource(F.GetItemGrad))
-print(inspect.getsource(Variable.__getitem__))
+show_code(F.GetItem)
+show_code(F.GetItemGrad)
+show_code(Variable.__getitem__)
 
 # %%
 x = Variable(np.arange(6.0).reshape(3, 2))

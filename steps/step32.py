@@ -19,7 +19,6 @@
 # small network to noisy samples of $\sin(2\pi x)$.
 
 # %%
-import inspect
 import sys
 
 import matplotlib.pyplot as plt
@@ -31,6 +30,7 @@ import tinypytorch.functions as F
 from tinypytorch import Parameter, Variable
 from tinypytorch.layers import MLP, Layer, Linear
 from tinypytorch.optimizers import SGD, Adam, Optimizer
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## Activations and the loss
@@ -58,8 +58,8 @@ from tinypytorch.optimizers import SGD, Adam, Optimizer
 # gradient flows into it.
 
 # %%
-print(inspect.getsource(F.Sigmoid))
-print(inspect.getsource(F.ReLU))
+show_code(F.Sigmoid)
+show_code(F.ReLU)
 
 x = Variable(np.array([-1000.0, -40.0, -1.0, 0.0, 1.0, 1000.0]))
 print("x:      ", "  ".join(f"{v:10.4g}" for v in x.data))
@@ -83,7 +83,7 @@ print(f"tanh form at -40: {0.5 * np.tanh(-20.0) + 0.5:.4g}")
 # keep.
 
 # %%
-print(inspect.getsource(F.MeanSquaredError))
+show_code(F.MeanSquaredError)
 
 # %% [markdown]
 # ## `Parameter`
@@ -92,7 +92,7 @@ print(inspect.getsource(F.MeanSquaredError))
 # that a layer can tell its weights apart from anything else it stores.
 
 # %%
-print(inspect.getsource(Parameter))
+show_code(Parameter)
 
 # %% [markdown]
 # ## `Layer`
@@ -111,7 +111,7 @@ print(inspect.getsource(Parameter))
 # `zero_grad()`, are aliases.
 
 # %%
-print(inspect.getsource(Layer))
+show_code(Layer)
 
 # %% [markdown]
 # A tiny layer of our own shows the registration: the parameter and the
@@ -177,7 +177,7 @@ except AttributeError as error:
 # `torch.manual_seed`).
 
 # %%
-print(inspect.getsource(Linear))
+show_code(Linear)
 
 # %% [markdown]
 # ## `MLP`
@@ -187,7 +187,7 @@ print(inspect.getsource(Linear))
 # output: two `Linear` layers, 31 parameters in four arrays.
 
 # %%
-print(inspect.getsource(MLP))
+show_code(MLP)
 
 model = MLP((1, 10, 1), rng=np.random.default_rng(1))
 for p in model.params():
@@ -230,9 +230,9 @@ print("number of parameters:", sum(p.size for p in model.params()))
 # skipped without advancing its $t$, as in PyTorch.
 
 # %%
-print(inspect.getsource(Optimizer))
-print(inspect.getsource(SGD))
-print(inspect.getsource(Adam))
+show_code(Optimizer)
+show_code(SGD)
+show_code(Adam)
 
 # %% [markdown]
 # ## Fitting $\sin(2\pi x)$

@@ -20,7 +20,6 @@
 # gradients equal PyTorch's.
 
 # %%
-import inspect
 import time
 
 import numpy as np
@@ -29,6 +28,7 @@ import tinypytorch
 from tinypytorch import Function, Variable, autograd
 from tinypytorch.autograd import engine
 from tinypytorch.utils import functions_in_graph
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## Which variables gradients flow to: `requires_grad`
@@ -51,8 +51,8 @@ from tinypytorch.utils import functions_in_graph
 # `Function.__call__` record the graph (creator, inputs, generation):
 
 # %%
-print(inspect.getsource(tinypytorch.as_variable))
-print(inspect.getsource(Function.__call__))
+show_code(tinypytorch.as_variable)
+show_code(Function.__call__)
 
 # %% [markdown]
 # The new attribute `sequence_nr` numbers the recorded functions in the
@@ -150,8 +150,8 @@ except RuntimeError as error:
 # not the inputs.) The count:
 
 # %%
-print(inspect.getsource(engine.node_of))
-print(inspect.getsource(engine.count_dependencies))
+show_code(engine.node_of)
+show_code(engine.count_dependencies)
 
 # %% [markdown]
 # Step 16's graph, $a = x^2$, $y = a^2 + a^2$, makes a small example: the
@@ -192,12 +192,12 @@ for node, count in engine.count_dependencies([y]).items():
 # hands on before its backward has returned) in step 46.
 
 # %%
-print(inspect.getsource(engine.run_backward))
-print(inspect.getsource(engine.GraphTask.run))
-print(inspect.getsource(engine.GraphTask.run_function))
-print(inspect.getsource(engine.GraphTask.receive))
-print(inspect.getsource(engine.GraphTask.finish_leaf))
-print(inspect.getsource(engine.GraphTask.finish_output))
+show_code(engine.run_backward)
+show_code(engine.GraphTask.run)
+show_code(engine.GraphTask.run_function)
+show_code(engine.GraphTask.receive)
+show_code(engine.GraphTask.finish_leaf)
+show_code(engine.GraphTask.finish_output)
 
 # %% [markdown]
 # Two details.
@@ -243,8 +243,8 @@ print(f"two passes, intermediate grads kept: x.grad = {x.grad:.1f}, a.grad = {a.
 # broadcasting error far away.
 
 # %%
-print(inspect.getsource(engine.call_backward))
-print(inspect.getsource(engine.checked_gradient))
+show_code(engine.call_backward)
+show_code(engine.checked_gradient)
 
 
 class SumWithABug(Function):
@@ -322,7 +322,7 @@ except ValueError as error:
 # `torch.autograd.grad(outputs, inputs)` does that, and so does the package's:
 
 # %%
-print(inspect.getsource(autograd.grad))
+show_code(autograd.grad)
 
 # %% [markdown]
 # It runs the same engine with `inputs`: `functions_leading_to` finds the

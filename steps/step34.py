@@ -13,13 +13,13 @@
 # on the same mechanism.
 
 # %%
-import inspect
 
 import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable, autograd
 from tinypytorch.autograd import hooks
+from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## `register_hook`
@@ -31,8 +31,8 @@ from tinypytorch.autograd import hooks
 # run: that is refused at once.
 
 # %%
-print(inspect.getsource(Variable.register_hook))
-print(inspect.getsource(hooks.RemovableHandle))
+show_code(Variable.register_hook)
+show_code(hooks.RemovableHandle)
 
 # %% [markdown]
 # The engine calls `call_hooks` at the moment a variable's gradient is
@@ -41,7 +41,7 @@ print(inspect.getsource(hooks.RemovableHandle))
 # gradient that the next hook sees and that the pass uses from then on:
 
 # %%
-print(inspect.getsource(hooks.call_hooks))
+show_code(hooks.call_hooks)
 
 # %% [markdown]
 # ## Looking at a gradient
@@ -201,7 +201,7 @@ print(" -> ".join(f"{name} {grad:.6f}" for name, grad in calls))
 # the hooks left it, whenever they were registered:
 
 # %%
-print(inspect.getsource(Variable.retain_grad))
+show_code(Variable.retain_grad)
 x = Variable(np.array(2.0), name="x")
 h = x * x
 h.retain_grad()

@@ -1,25 +1,20 @@
 # %% [markdown]
 # # Step 46: Reversible residual blocks
 #
-# Checkpointing (steps 41–45) keeps the input of each segment and recomputes
-# the rest during backward. At best that leaves about $2\sqrt N$ activations
-# for a chain of $N$ layers. A **reversible** block needs less than that,
-# because its input can be computed back from its output. A stack of such
-# blocks then keeps only its final output. During backward it recovers each
-# block's input from that block's output, one block at a time, from the top.
-# So the memory for activations stays the same at any depth.
+# Checkpointing (steps 42–45) keeps the input of each segment and recomputes
+# the rest during backward: at best about $2\sqrt N$ activations for $N$
+# layers. A **reversible** block needs even less, because its input can be
+# computed back from its output. A stack of such blocks keeps only its final
+# output; backward recovers each block's input from its output, from the top
+# down. The memory for activations is then the same at any depth.
 #
 # RevNet (Gomez, Ren, Urtasun and Grosse, "The Reversible Residual Network",
 # 2017) builds such a block from two ordinary residual functions. This step
-# reads the package's version of it (`tinypytorch.reversible`), checks its
-# gradients against a plain run and PyTorch, and measures two things: the
-# memory it saves, and the price in exactness, since an inverse computed in
-# floating point is not exact and its errors grow with depth. It ends with
-# the pitfalls that reversible libraries have run into.
+# reads the package's version (`tinypytorch.reversible`), checks its
+# gradients, and measures the two prices: compute, and exactness.
 
 # %%
 import gc
-import inspect
 import math
 import tracemalloc
 
@@ -27,14 +22,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Variable, no_grad, random
+from tinypytorch import Variable, autograd, enable_grad, no_grad, random
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import BatchNorm1d, Layer, Linear
+from tinypytorch.recomputation import replaying
 from tinypytorch.reversible import AdditiveCoupling, ReversibleSequential, ReversibleSequentialFunction
 from tinypytorch.utils.checkpoint import checkpoint_sequential
+from tinypytorch.utils.listing import show_code
 
 
+# %% tags=["hide-input"]
 def show(a, decimals=4):
     """An array with fixed decimals, printed the same way on every machine."""
     return np.array2string(np.asarray(a), precision=decimals, floatmode="fixed", separator=", ", suppress_small=True)
@@ -50,36 +48,79 @@ def below(error, bound):
 # ## The additive coupling
 #
 # Split the features of $x$ into two halves, $x = (x_1, x_2)$, and take two
-# functions $f$ and $g$ that map a half to a half. RevNet's block is
+# functions $f$ and $g$ that map a half to a half. RevNet's block is two
+# residual steps, each adding to one half something computed from the other:
 #
 # $$
 # y_1 = x_1 + f(x_2), \qquad y_2 = x_2 + g(y_1).
 # $$
 #
-# These are two residual steps, each adding to one half something computed
-# from the other half. Read the lines from the bottom up to undo them:
+# Read from the bottom up, they undo themselves:
 #
 # $$
 # x_2 = y_2 - g(y_1), \qquad x_1 = y_1 - f(x_2).
 # $$
 #
-# $y_1$ is part of the output, so $g(y_1)$ can be computed again, and that
-# gives $x_2$. Then $f(x_2)$ can be computed again, and that gives $x_1$.
-# Neither $f$ nor $g$ has to be invertible. Each is only *evaluated* again,
-# never inverted, so they can be any layers that keep the shape of a half.
-# Here is the package's block:
+# $y_1$ is part of the output, so $g(y_1)$ can be computed again, which
+# gives $x_2$; then $f(x_2)$ can be computed again, which gives $x_1$.
+# Neither $f$ nor $g$ is ever inverted, only *evaluated* again, so they can
+# be any layers that keep the shape of a half.
+
+# %% tags=["hide-input"]
+def coupling_picture():
+    """RevNet's coupling: forward on the left, its inverse on the right."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    box = dict(boxstyle="round,pad=0.4", facecolor="#dbe9f6", edgecolor="#1f77b4")
+    node = dict(boxstyle="circle,pad=0.15", facecolor="white", edgecolor="black")
+    arrow = dict(arrowstyle="->", color="black", lw=1.2)
+    bend = dict(arrow, connectionstyle="angle,angleA=0,angleB=90")
+
+    def panel(ax, title, inputs, outputs, steps, sign, middle):
+        """steps: (name, lane it reads, lane it adds into), twice; lanes at heights 3 (top) and 1 (bottom)."""
+        ax.set(xlim=(0, 10), ylim=(0, 4.2), title=title)
+        ax.axis("off")
+        for y, label_in, label_out in ((3, inputs[0], outputs[0]), (1, inputs[1], outputs[1])):
+            ax.text(0.4, y, label_in, ha="center", va="center", fontsize=13)
+            ax.text(9.6, y, label_out, ha="center", va="center", fontsize=13)
+            stops = [0.8] + [x_add for (_, _, lane), x_add in zip(steps, (4, 7)) if lane == y] + [9.2]
+            for a, b in zip(stops, stops[1:]):
+                ax.annotate("", xy=(b - (0.25 if b < 9 else 0), y), xytext=(a + (0.25 if a > 1 else 0), y),
+                            arrowprops=arrow)
+        for (name, read_y, add_y), x_box, x_add in zip(steps, (2.6, 5.6), (4, 7)):
+            ax.text(x_box, 2, name, ha="center", va="center", fontsize=12, bbox=box)
+            ax.annotate("", xy=(x_box, 2 + (-0.35 if read_y < 2 else 0.35)), xytext=(x_box, read_y),
+                        arrowprops=arrow)
+            ax.plot([x_box], [read_y], "ko", markersize=4)
+            ax.annotate("", xy=(x_add, add_y + (-0.25 if add_y > 2 else 0.25)), xytext=(x_box + 0.35, 2),
+                        arrowprops=bend)
+            ax.text(x_add, add_y, sign, ha="center", va="center", fontsize=12, bbox=node)
+        for x, y, label in middle:
+            ax.text(x, y + 0.35, label, ha="center", va="bottom", fontsize=10, color="#555555")
+
+    panel(axes[0], "forward: y1 = x1 + f(x2), y2 = x2 + g(y1)", ("x1", "x2"), ("y1", "y2"),
+          [("f", 1, 3), ("g", 3, 1)], "+", [(5.0, 3, "y1")])
+    panel(axes[1], "inverse: x2 = y2 − g(y1), x1 = y1 − f(x2)", ("y1", "y2"), ("x1", "x2"),
+          [("g", 3, 1), ("f", 1, 3)], "−", [(5.0, 1, "x2")])
+    fig.tight_layout()
+    plt.show()
+
+
+coupling_picture()
+
+# %% [markdown]
+# On the left, $f$ reads $x_2$ and adds into the top lane, then $g$ reads
+# the new $y_1$ and adds into the bottom lane. The inverse on the right runs
+# the same two boxes in the opposite order, subtracting. Here is the
+# package's block:
 
 # %%
-print(inspect.getsource(AdditiveCoupling))
+show_code(AdditiveCoupling.forward, AdditiveCoupling.inverse, step=46)
 
 # %% [markdown]
 # `halves` splits the last axis. `apply` runs $f$ or $g$, checks that the
-# shape is kept, and can record or restore the random generator's state
-# (used later, for dropout). `forward` and `inverse` are the two pairs of
-# equations above.
-#
-# For $f$ and $g$ we use a linear layer followed by $\tanh$, with an
-# optional dropout after it:
+# shape is kept, and records (`states`) or restores (`replay`) the random
+# generator's state, for dropout (below). For $f$ and $g$ we use a linear
+# layer and $\tanh$, with an optional dropout:
 
 # %%
 class LinearTanh(Layer):
@@ -115,90 +156,52 @@ def run_plainly(net, x):
 block = make_stack(1, 8).blocks[0]
 x = Variable(np.random.default_rng(1).standard_normal((3, 8)))
 y = block(x)
-print("x[0]            =", show(x.data[0]))
-print("y[0]            =", show(y.data[0]))
-print("inverse(y)[0]   =", show(block.inverse(y).data[0]))
+print("x[0]          =", show(x.data[0]))
+print("inverse(y)[0] =", show(block.inverse(y).data[0]))
 print("max |inverse(y) - x|", below(np.abs(block.inverse(y).data - x.data).max(), 1e-14))
 
 # %% [markdown]
-# The inverse gives $x$ back up to rounding: $y_1 = x_1 + f(x_2)$ was
-# rounded when it was computed, and subtracting $f(x_2)$ again does not undo
-# that rounding exactly.
+# The inverse gives $x$ back up to rounding: $x_1 + f(x_2)$ was rounded, and
+# subtracting $f(x_2)$ does not undo that rounding exactly.
 #
-# ## `ReversibleSequential`: one node for the whole stack
+# ## One node for the whole stack
 #
-# Being invertible is not enough by itself. A block written with ordinary
-# operations records a graph as it runs, and the graph saves the block's
-# intermediate values whether we need them or not. The package therefore
-# runs a whole stack of blocks as a single `Function`, as the reentrant
-# checkpoint of step 42 runs a segment. The layer is `ReversibleSequential`,
-# and its Function `ReversibleSequentialFunction`:
+# Being invertible is not enough. Run with ordinary operations, a block
+# records a graph, and the graph saves its intermediate values anyway. So
+# `ReversibleSequential` runs the whole stack as one `Function`,
+# `ReversibleSequentialFunction`, as step 42's reentrant checkpoint runs a
+# segment. Its inputs are $x$ and every parameter of every block, so the
+# parameters get their gradients through the graph like any input.
 
 # %%
-print(inspect.getsource(ReversibleSequential))
+show_code(ReversibleSequentialFunction.forward, step=46)
 
 # %% [markdown]
-# The inputs of the node are $x$ and every parameter of every block. The
-# parameters receive their gradients as outputs of the node's `backward`,
-# like any other input, so `autograd.grad` with respect to a weight works.
-#
-# ### Forward: no graph, one saved tensor
+# The blocks run under `no_grad`, so nothing inside them is saved; the
+# generator's state is noted before each $f$ and $g$. The node saves one
+# array: the stack's output. Backward walks the blocks from the last:
 
 # %%
-print(inspect.getsource(ReversibleSequentialFunction.forward))
+show_code(ReversibleSequentialFunction.backward, ReversibleSequentialFunction.block_backward, step=46)
 
 # %% [markdown]
-# The blocks run under `no_grad`, so nothing inside them is recorded or
-# saved. Before $f$ and before $g$ of each block the generator's state is
-# noted, two small dictionaries per block. Then the node saves one tensor,
-# the stack's output.
+# For each block, with $y$ its output and $\bar y$ the gradient that arrived:
 #
-# ### Backward: walk the blocks in reverse
-
-# %%
-print(inspect.getsource(ReversibleSequentialFunction.backward))
-
-# %% [markdown]
-# `backward` walks the blocks from the last to the first, and leaves each
-# block's work to `block_backward`:
-
-# %%
-print(inspect.getsource(ReversibleSequentialFunction.block_backward))
-
-# %% [markdown]
-# For each block, starting from the last, with $y$ its output and
-# $\bar y = \partial\mathcal L/\partial y$ the gradient that arrived:
+# 1. **Reconstruct** the input, $x = \text{inverse}(y)$, under `no_grad`.
+# 2. **Recompute** the block from a fresh leaf holding $x$, recording the
+#    graph a plain run would have recorded.
+# 3. **Check** that this small graph reads, of what requires grad, only the
+#    leaf and the block's parameters (`_refuse_unknown_inputs`); any other
+#    weight would silently get no gradient.
+# 4. **Backpropagate** $\bar y$ through it (`_inner_grad`, a backward pass
+#    inside the running one): $\bar x$ becomes $\bar y$ of the block below.
+# 5. **Send on** the block's parameter gradients at once
+#    (`engine.send_early`), then drop the block's graph.
 #
-# 1. **Reconstruct** the block's input, $x = \text{inverse}(y)$, under
-#    `no_grad`.
-# 2. **Recompute** the block from a fresh leaf holding $x$, with the graph
-#    recorded. This is the block exactly as a plain run would have recorded
-#    it, if $x$ is right.
-# 3. **Check** that the recomputed graph reads, of what requires grad, only
-#    the leaf and the block's parameters (`_refuse_unknown_inputs`, see
-#    "Bad input" below): any other weight would get no gradient.
-# 4. **Backpropagate** $\bar y$ through that small graph, in a backward pass
-#    inside the running one (`_inner_grad`). This gives
-#    $\partial\mathcal L/\partial x$, which becomes $\bar y$ for the block
-#    below, and the gradients of the block's parameters.
-# 5. **Drop** the block's graph. The next iteration starts from $x$, which
-#    is the output of the block below.
-# 6. **Send on** the block's parameter gradients. They are complete once the
-#    block is done (the first block that uses a parameter is the last one
-#    backward reaches), so `engine.send_early` hands them to the running
-#    backward pass at once, where they reach `.grad`, hooks or
-#    `autograd.grad` as if the node had returned them. The node never holds
-#    more than one block's gradients, which matters when an optimizer or a
-#    hook lets each gradient go as soon as it is complete.
-#
-# At any moment backward holds one block's graph, whatever the depth. Random
-# numbers are handled as in checkpointing, and the whole loop runs in
-# `fork_rng`. The recomputations run inside `replaying` (from
-# `tinypytorch.recomputation`, shared with checkpointing), which tells
-# `BatchNorm1d` not to update its statistics again (step 45).
-#
-# The gradients equal a plain run's up to the error of the reconstruction.
-# Let us check that on a stack of six blocks:
+# Backward holds one block's graph at a time, whatever the depth. The loop
+# runs in `fork_rng`, and the recomputations in `replaying` (step 45), so
+# `BatchNorm1d` does not count a batch twice. The gradients must equal a
+# plain run's up to the error of the reconstruction:
 
 # %%
 WIDTH = 8
@@ -224,118 +227,73 @@ def relative_difference(ours, reference):
 net = make_stack(6, WIDTH)
 y_rev, rev = gradients(net, True)
 y_plain, plain = gradients(net, False)
-print("the stack's node:", type(net(Variable(X)).creator).__name__)
 print("outputs bitwise equal:", np.array_equal(y_rev, y_plain))
 print(f"{len(plain)} gradient arrays; largest difference, relative:", below(relative_difference(rev, plain), 1e-14))
 
 # %% [markdown]
-# The outputs are the same bits: the forward pass runs the same operations
-# in the same order, only without recording them. The gradients agree to
-# rounding: the printed bound is loose, and the errors are near $10^{-16}$.
-#
 # ## Randomness: dropout inside $f$ and $g$
 #
 # With dropout in $f$ or $g$, the inverse must subtract exactly the
-# $f(x_2)$ and $g(y_1)$ that the forward pass added, so it has to draw the
-# same masks again. So does the recomputation. That is why `forward` notes
-# the generator's state before every $f$ and $g$, and `inverse` and the
-# recomputation put it back (`replay`). Without the replay, the inverse draws
-# new masks and computes a wrong input:
+# $f(x_2)$ and $g(y_1)$ that forward added, so it must draw the same masks;
+# so must the recomputation. That is what the noted states are for. Without
+# the replay the inverse computes a wrong input:
 
 # %%
 block = make_stack(1, WIDTH, p=0.5).blocks[0]
 tinypytorch.manual_seed(0)
-x = Variable(X)
 states = []
-y = block.forward(x, states)  # notes the generator's state before f and before g
-wrong = block.inverse(y)  # draws new masks
-right = block.inverse(y, replay=states)
-print("inverse with new masks:      max |error| =", f"{np.abs(wrong.data - X).max():.2f}")
-print("inverse replaying the masks: max |error|", below(np.abs(right.data - X).max(), 1e-14))
+y = block.forward(Variable(X), states)  # notes the generator's state before f and before g
+print("inverse with new masks:      max |error| =", f"{np.abs(block.inverse(y).data - X).max():.2f}")
+print("inverse replaying the masks: max |error|", below(np.abs(block.inverse(y, replay=states).data - X).max(), 1e-14))
 
-# %% [markdown]
-# A stack with dropout then gives the gradients of the plain run. The outer
-# random stream must also continue as if the reversible backward had drawn
-# nothing: the next number drawn after backward must be the one drawn after
-# the plain run's backward.
 
-# %%
 def seeded_run(net, reversible):
     tinypytorch.manual_seed(0)
     _, grads = gradients(net, reversible)
     return grads, random.default_generator().random()
 
 
-net = make_stack(6, WIDTH, p=0.2)
-rev, rev_next = seeded_run(net, True)
-plain, plain_next = seeded_run(net, False)
-print("with dropout: largest difference from the plain run, relative:", below(relative_difference(rev, plain), 1e-14))
+(rev, rev_next), (plain, plain_next) = (seeded_run(make_stack(6, WIDTH, p=0.2), r) for r in (True, False))
+print("6 blocks with dropout, gradients against the plain run:", below(relative_difference(rev, plain), 1e-14))
 print(f"next draw after backward: reversible {rev_next:.6f}, plain {plain_next:.6f}")
 
 # %% [markdown]
-# Both hold. The first draw after backward is the same number, so the masks
-# of the next training step will be the same too. MemCNN, a PyTorch library
-# of reversible blocks, got this wrong at first: its issues #12 and #44
-# report dropout giving wrong gradients because the masks were not replayed.
+# The next draw after backward is the plain run's, so the next training
+# step draws the same masks too. MemCNN, a PyTorch library of reversible
+# blocks, got this wrong at first (its issues #12 and #44).
 #
-# ## One saved tensor, whatever the depth
+# ## Memory against depth
 #
-# A saved-tensor hook (step 38) that counts what is packed shows the
-# difference directly. Around the stack alone, not the loss, it sees what
-# the stack keeps for backward:
+# A saved-tensor hook (step 38) that counts what is packed shows what the
+# stack keeps for backward:
 
 # %%
 def saved_by(run):
     """(number of tensors, bytes) packed for backward while `run()` executes."""
     packed = []
-
-    def pack(v):
-        packed.append(v.data.nbytes)
-        return v.data
-
-    with saved_tensors_hooks(pack, lambda data: data):
+    with saved_tensors_hooks(lambda v: packed.append(v.data.nbytes) or v.data, lambda data: data):
         run()
     return len(packed), sum(packed)
 
 
-print(f"{'depth':>5} {'plain: tensors':>15} {'bytes':>7} {'reversible: tensors':>20} {'bytes':>6}")
 for depth in (1, 4, 16, 64):
     net = make_stack(depth, WIDTH)
-    plain_count, plain_bytes = saved_by(lambda: run_plainly(net, Variable(X)))
-    rev_count, rev_bytes = saved_by(lambda: net(Variable(X)))
-    print(f"{depth:5} {plain_count:15} {plain_bytes:7,} {rev_count:20} {rev_bytes:6,}")
-print("one (5, 8) float64 array:", X.nbytes, "bytes")
+    print(f"depth {depth:2}: plain saves {saved_by(lambda: run_plainly(net, Variable(X)))[0]:3} tensors, "
+          f"reversible {saved_by(lambda: net(Variable(X)))[0]}")
 
 # %% [markdown]
-# A plain block saves six tensors: the input and the weight of each linear
-# layer, and the output of each $\tanh$. The reversible stack saves one
-# tensor, its output, at every depth. The RNG states it notes are not
-# tensors: they are a few hundred bytes of Python dictionaries per block.
+# A plain block saves six tensors (each linear layer's input and weight,
+# each $\tanh$'s output); the reversible stack saves one, its output.
 #
-# ## Memory against depth
-#
-# ### Three ways to run the same stack
-#
-# Now compare three ways of running the same stack: plainly, with
-# `checkpoint_sequential` in $\operatorname{round}(\sqrt N)$ segments (step
-# 41), and reversibly. To make activations the dominant cost, the batch is
-# large (2,048 rows of 16 features) and $f$, $g$ are small (8 × 8 weights).
-# One activation, a $2048 \times 16$ float64 array, is 256 KiB. The
-# benchmark `bench/bench_memory.py` measures the same stack at full size,
-# in tinypytorch and PyTorch, and writes `bench/results/reversible.md`.
-#
-# ### Measuring saved bytes and the peak
-#
-# The saved bytes come from the counting hook above. For the peak, as in step 44, `tracemalloc` traces every allocation, and NumPy reports
-# its arrays' data in a domain of its own. A snapshot filtered on that domain
-# gives the exact bytes of all arrays alive. A snapshot is slow, so we take
-# one when the forward pass ends and then eight during backward, evenly
-# spaced among the moments when backward reaches the output of an $f$ or a
-# $g$. The first of these is the start of backward. The peak is the largest
-# sample, counted from before the run. It includes the parameters'
-# gradients, about 1 KiB a block.
+# Saved tensors are not the whole story: backward also holds gradients and
+# the recomputed graph. The next table runs the same stack three ways
+# (plainly, with `checkpoint_sequential` in $\operatorname{round}(\sqrt N)$
+# segments as in step 44, and reversibly) on a batch of 2,048 rows of 16
+# features, and measures the peak of NumPy memory with `tracemalloc`,
+# sampled during backward, in units of one activation ($2048 \times 16$
+# float64, 256 KiB). It also counts the calls of $f$ and $g$.
 
-# %%
+# %% tags=["hide-cell"]
 MEM_WIDTH, MEM_BATCH = 16, 2048
 ACTIVATION = MEM_BATCH * MEM_WIDTH * 8
 MEM_X = np.random.default_rng(3).standard_normal((MEM_BATCH, MEM_WIDTH))
@@ -364,6 +322,8 @@ class Probe(Layer):
 
 
 class Run:
+    """One measurement: f and g calls, and the largest NumPy memory sampled (8 samples during backward)."""
+
     def __init__(self, depth):
         self.calls, self.reached_count, self.every = 0, 0, max(1, 2 * depth // 8)
         self.base = numpy_bytes()
@@ -384,17 +344,12 @@ def probed_stack(depth):
         block.f, block.g = Probe(block.f), Probe(block.g)
     return net
 
-# %% [markdown]
-# Each way is run once per depth. The table gives the tensors and bytes the
-# counting hook saw (in activations), the peak, and how many times $f$ and
-# $g$ were called in all. Every figure is a count of bytes or calls, so it is
-# the same on every machine.
 
-# %%
 WAYS = ["plain", "sqrt(N)", "reversible"]
 
 
 def measure(net, way):
+    """(tensors saved, activations saved, peak in activations, f and g calls) of one forward and backward."""
     depth = len(net.blocks)
     x = Variable(MEM_X, requires_grad=False)
     if way == "reversible":
@@ -422,88 +377,59 @@ def measure(net, way):
 
 DEPTHS = [8, 16, 32, 64, 128]
 memory = {}
-print(f"{'N':>4} {'way':>11} {'saved: tensors':>15} {'activations':>12} {'peak':>7} {'f, g calls':>11}")
 for depth in DEPTHS:
     net = probed_stack(depth)
     for way in WAYS:
         memory[depth, way] = measure(net, way)
-        count, saved, peak, calls = memory[depth, way]
-        print(f"{depth:4} {way:>11} {count:15} {saved:12.2f} {peak:7.2f} {calls:11}")
-growth = memory[128, "reversible"][2] / memory[8, "reversible"][2]
-print(f"reversible peak, depth 128 / depth 8: {growth:.3f}")
 
-# %% [markdown]
-# The plain run's peak grows by 2.5 activations per block. Each block keeps
-# three half-width arrays (the outputs of its two $\tanh$, and $y_1$, which
-# $g$'s linear layer saves) and its whole output. `concatenate` made that
-# output a new array, and it stays alive because the next block's linear
-# layer saves $x_2$, a view into it. The √N schedule grows like $\sqrt N$, as in step 44. The reversible peak
-# is 7.5 activations at every depth, plus the parameters' gradients computed
-# so far (1,152 bytes a block, which every way ends up holding): 6% more at
-# depth 128 than at depth 8. The 7.5 activations are one block's worth: the saved output, its gradient, the
-# reconstructed input, and the recomputed block's graph.
-#
-# The price is compute. A reversible block runs $f$ and $g$ three times:
-# forward, inverse and recomputation. The plain run calls them once and the
-# √N schedule about twice. Backward itself costs about two forward passes,
-# so the reversible run does roughly 5 units of work where the plain run
-# does 3.
+# %% tags=["hide-input"]
+print(f"{'':>5} {'peak, in activations':^33}  {'calls of f and g':^24}")
+print(f"{'N':>5} " + "".join(f"{way:>11}" for way in WAYS) + "  " + "".join(f"{way:>12}" for way in WAYS[::2]))
+for depth in DEPTHS:
+    print(f"{depth:5} " + "".join(f"{memory[depth, way][2]:11.2f}" for way in WAYS) + "  "
+          + "".join(f"{memory[depth, way][3]:12}" for way in WAYS[::2]))
+print(f"reversible peak, depth 128 / depth 8: {memory[128, 'reversible'][2] / memory[8, 'reversible'][2]:.3f}")
 
-# %%
-fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-styles = {"plain": "o-", "sqrt(N)": "s-", "reversible": "^-"}
-for axis, index, title in [(left, 1, "saved for backward (counting hook)"), (right, 2, "peak (tracemalloc)")]:
-    for way, style in styles.items():
-        axis.plot(DEPTHS, [memory[d, way][index] for d in DEPTHS], style, label=way)
-    axis.set_xscale("log", base=2)
-    axis.set_yscale("log", base=2)
-    axis.set_xticks(DEPTHS, [str(d) for d in DEPTHS])
-    axis.set_xlabel("depth N (blocks)")
-    axis.set_title(title)
-left.set_ylabel("activations (2048 x 16 float64 arrays)")
-left.legend()
+fig, axis = plt.subplots(figsize=(8, 3.5))
+for way, style in zip(WAYS, ("o-", "s-", "^-")):
+    axis.plot(DEPTHS, [memory[d, way][2] for d in DEPTHS], style, label=way)
+axis.set_xscale("log", base=2)
+axis.set_yscale("log", base=2)
+axis.set_xticks(DEPTHS, [str(d) for d in DEPTHS])
+axis.set(xlabel="depth N (blocks)", ylabel="peak (activations)", title="peak memory of forward + backward")
+axis.legend()
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# On log–log axes the plain run has slope 1, the √N schedule about 1/2, and
-# the reversible stack slope 0.
+# The plain run's peak grows by 2.5 activations a block, the √N schedule's
+# like $\sqrt N$, and the reversible peak stays at 7.5 activations, one
+# block's worth (the saved output, its gradient, the reconstructed input,
+# the recomputed graph), plus the parameters' gradients: 6% more at depth
+# 128 than at 8.
+#
+# The price is compute: a reversible block runs $f$ and $g$ three times
+# (forward, inverse, recomputation), $6N$ calls where the plain run makes
+# $2N$. Exercise 1 brings that down to $4N$.
 #
 # ## Drift: how exact is the inverse?
 #
-# Backward starts from the saved output and inverts block after block. Every
-# inverse is computed in floating point, so it makes a rounding error of its
-# own. It also works on an input that already carries the error of the
-# blocks above it, and it amplifies that error. Suppose the output of a
-# block is off by $\varepsilon$. Then
-#
-# $$
-# \hat x_2 = \hat y_2 - g(\hat y_1)
-# \quad\Rightarrow\quad
-# |\hat x_2 - x_2| \le \varepsilon + \operatorname{Lip}(g)\, \varepsilon,
-# $$
-#
-# and in the same way $|\hat x_1 - x_1| \le \varepsilon + \operatorname{Lip}(f)
-# (1 + \operatorname{Lip}(g))\,\varepsilon$. Here $\operatorname{Lip}(f)$ is
-# the Lipschitz constant of $f$, the most by which $f$ can stretch a
-# difference; for $\tanh(W x + b)$ it is at most $\lVert W\rVert_2$. So
+# Each inverse rounds, and it starts from an output that already carries
+# the errors of the blocks above. If the output is off by $\varepsilon$,
+# then $|\hat x_2 - x_2| \le (1 + \operatorname{Lip}(g))\,\varepsilon$, and
 # each block can multiply the error by up to about
-# $(1 + \operatorname{Lip}(f))(1 + \operatorname{Lip}(g))$. Over $N$ blocks
-# the bound grows geometrically. In practice errors point in many
-# directions and partly cancel, so the growth is much slower than the
-# bound, but it is still geometric in the end.
+# $(1 + \operatorname{Lip}(f))(1 + \operatorname{Lip}(g))$, where
+# $\operatorname{Lip}$ is the most a function can stretch a difference (at
+# most $\lVert W\rVert_2$ for $\tanh(Wx + b)$). Errors partly cancel, so the
+# growth is slower than this bound, but it is geometric in the end.
 #
-# We measure two errors for stacks of 32 features, a batch of 16, and
-# PyTorch's default initialisation (the setting of the drift table in
-# `research/memory-anchors.md`):
-#
-# - **reconstruction**: run the stack forward, invert every block back to
-#   the input, and take $\max|\hat x - x| / \max|x|$;
-# - **gradient**: the gradients of the input and all parameters from the
-#   reversible run against the plain run in the same precision, the largest
-#   difference relative to the largest gradient.
+# The table measures stacks of 32 features on a batch of 16: the
+# **reconstruction** error ($\max|\hat x - x| / \max|x|$ after inverting
+# every block) and the **gradient** error (against the plain run in the
+# same precision). Rounding differs by up to a factor of 3 between CPUs, so
+# it prints a power of ten that each error stays below, and checks it.
 
-# %%
+# %% tags=["hide-cell"]
 DRIFT_WIDTH = 32
 DRIFT_X = np.random.default_rng(4).standard_normal((16, DRIFT_WIDTH))
 DRIFT_WEIGHTS = np.random.default_rng(5).standard_normal((16, DRIFT_WIDTH))
@@ -533,139 +459,64 @@ def drift(depth, dtype, scale=1.0):
 
 DRIFT_DEPTHS = [1, 4, 16, 64, 256, 1024]
 errors = {(d, dtype): drift(d, dtype) for d in DRIFT_DEPTHS for dtype in (np.float32, np.float64)}
-
-# %% [markdown]
-# The exact errors depend on how each matrix product rounds, which depends
-# on the CPU's BLAS kernels: from one machine to another they differ by up to
-# about a factor of 3 (the plot below shows this machine's). So the table
-# prints, for each error, a power of ten that it stays below on every CPU we
-# tried, and the code checks it.
-
-# %%
+doubled = {d: drift(d, np.float64, scale=2.0) for d in DRIFT_DEPTHS}
 BOUNDS = {1: (1e-6, 1e-6, 1e-15, 1e-15), 4: (1e-6, 1e-6, 1e-15, 1e-14), 16: (1e-5, 1e-5, 1e-14, 1e-14),
           64: (1e-4, 1e-4, 1e-13, 1e-13), 256: (1e-2, 1e-2, 1e-11, 1e-11), 1024: (1e0, 1e0, 1e-8, 1e-9)}
+
+# %% tags=["hide-input"]
 print(f"{'depth':>5}  {'float32: reconstruction':>24} {'gradient':>9}  {'float64: reconstruction':>24} {'gradient':>9}")
 for d in DRIFT_DEPTHS:
     (r32, g32), (r64, g64) = errors[d, np.float32], errors[d, np.float64]
     b = BOUNDS[d]
     print(f"{d:5}  {below(r32, b[0]):>24} {below(g32, b[1]):>9}  {below(r64, b[2]):>24} {below(g64, b[3]):>9}")
 print("float32 gradient error above 1e-2 at 1024 blocks:", errors[1024, np.float32][1] > 1e-2)
+print("float64 gradient error at 1024 blocks with every weight doubled, above 1e-6:", doubled[1024][1] > 1e-6)
 
-# %% [markdown]
-# At one block each precision makes about one rounding error: $10^{-7}$ in
-# float32, $10^{-16}$ in float64. The errors then grow slowly at first, by
-# about a factor of 100 over the first 64 blocks, and then faster, by a
-# factor of several hundred from 256 to 1,024 blocks. The float64 errors
-# follow the float32 errors about nine orders of magnitude lower: the
-# amplification is the same, and only the rounding unit differs. This
-# agrees with the table in `research/memory-anchors.md`, measured on the same
-# kind of network: float32 $10^{-7}$ at one block, $3 \cdot 10^{-5}$ at 100
-# and $10^{-1}$ at 1,000; float64 $8 \cdot 10^{-10}$ at 1,000.
-#
-# **Float32 is usable for this network up to about 256 blocks.** There the
-# gradient is within 1% of the plain run's, and close to $10^{-3}$, the
-# tolerance that revlib's own tests use in float32. At 1,024
-# blocks it is off by 5–15%: it is no longer the gradient of the network.
-# Float64 stays within $10^{-9}$ at every depth here.
-#
-# The growth depends on the Lipschitz constants of $f$ and $g$. Doubling
-# every weight lets each block stretch errors more, and in float64 at
-# 1,024 blocks the gradient error jumps by four orders of magnitude or more:
-
-# %%
-doubled = {d: drift(d, np.float64, scale=2.0) for d in DRIFT_DEPTHS}
-print("float64 gradient error at 1024 blocks, weights doubled: above 1e-6:", doubled[1024][1] > 1e-6,
-      "(weights as initialised:", below(errors[1024, np.float64][1], 1e-9) + ")")
-
-# %%
-fig, axis = plt.subplots(figsize=(7, 4))
-curves = [("float32", [errors[d, np.float32] for d in DRIFT_DEPTHS], "C0"),
-          ("float64", [errors[d, np.float64] for d in DRIFT_DEPTHS], "C1"),
-          ("float64, weights x2", [doubled[d] for d in DRIFT_DEPTHS], "C2")]
-for name, values, color in curves:
+fig, axis = plt.subplots(figsize=(8, 3.5))
+for name, values, color in [("float32", [errors[d, np.float32] for d in DRIFT_DEPTHS], "C0"),
+                            ("float64", [errors[d, np.float64] for d in DRIFT_DEPTHS], "C1"),
+                            ("float64, weights x2", [doubled[d] for d in DRIFT_DEPTHS], "C2")]:
     axis.plot(DRIFT_DEPTHS, [r for r, _ in values], "o-", color=color, label=f"{name}, reconstruction")
     axis.plot(DRIFT_DEPTHS, [g for _, g in values], "s--", color=color, label=f"{name}, gradient")
 axis.axhline(1e-2, color="grey", linestyle=":", label="1% (float32 no longer usable above)")
+axis.set(xscale="log", yscale="log", xlabel="depth (blocks)", ylabel="relative error",
+         title="drift of the inverse (this machine's values)")
 axis.set_xscale("log", base=4)
-axis.set_yscale("log")
-axis.set_xlabel("depth (blocks)")
-axis.set_ylabel("relative error")
-axis.legend(fontsize=7)
+axis.legend(fontsize=7, loc="center left")
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Two ways out exist when a network must be deeper. One is to keep some
-# activations after all: an ordinary checkpoint every so many blocks resets
-# the error, since the inversion restarts from stored values. The other is
-# to keep $f$ and $g$ gently scaled, which is what normalisation layers and
-# small initial weights do. Step 47 meets the same effect in RevCol, where
-# the inverse also divides by a learned $\alpha$.
+# At one block each precision makes about one rounding error ($10^{-7}$ in
+# float32, $10^{-16}$ in float64). The errors grow by about 100 over the
+# first 64 blocks, then faster; float64 follows float32 about nine orders of
+# magnitude lower. **Float32 is usable here up to about 256 blocks**, where
+# the gradient is within 1%; at 1,024 blocks it is off by 5–15%. Doubling
+# every weight (larger Lipschitz constants) makes float64 at 1,024 blocks
+# lose four orders of magnitude or more. The remedies: an ordinary
+# checkpoint every so many blocks (the inversion restarts from stored
+# values), or gently scaled $f$ and $g$ (normalisation, small weights).
 #
 # ## Pitfalls
 #
-# ### Backward twice
+# Each of these is demonstrated in the collapsed cell below and tested in
+# `tests/test_step46.py`:
 #
-# The stack's node frees its saved output after a backward pass, like every
-# other node (step 35). A second backward through the same graph raises
-# PyTorch's error. With `retain_graph=True` the output is kept, and the
-# second backward adds the same gradients again:
+# - **Backward twice** raises PyTorch's error, since the node frees its
+#   saved output; with `retain_graph=True` the gradients add up to twice.
+# - **A tensor saved by the layer before.** MemCNN freed its input's storage
+#   (issues #70, #39), which broke a $\tanh$ before it or a residual around
+#   it. The package frees nothing: the graph decides what lives.
+# - **`BatchNorm1d` in $f$ and $g$** counts each batch once (step 45), where
+#   a naive port updates its statistics in forward, inverse and
+#   recomputation, three times.
+# - **Bad input:** $f$ or $g$ changing a half's shape, an odd number of
+#   features, a block without `inverse`, an empty stack.
+# - **A function that hides its weights** (`lambda h: tanh(linear(h))`)
+#   trains plainly, but the stack could not give its weight a gradient, so
+#   backward refuses it rather than skip it silently.
 
-# %%
-net = make_stack(3, WIDTH)
-x = Variable(X.copy())
-loss = (net(x) * LOSS_WEIGHTS).sum()
-loss.backward(retain_graph=True)
-first = x.grad.data.copy()
-loss.backward()
-print("after two backward passes with retain_graph, x.grad == 2 * first:", np.array_equal(x.grad.data, 2 * first))
-loss = (net(Variable(X)) * LOSS_WEIGHTS).sum()
-loss.backward()
-try:
-    loss.backward()
-except RuntimeError as error:
-    print("RuntimeError:", error)
-
-# %% [markdown]
-# ### A tensor that another layer saved
-#
-# MemCNN frees the storage of its input to save memory (issue #70). When the
-# layer before it had saved the same tensor, a ReLU saving its output for
-# example, that layer's backward then read freed memory. A residual
-# connection around the block fails in the same way (issue #39).
-# `ReversibleSequentialFunction` never frees anything: it keeps only its own output
-# and lets the graph decide what lives. Here a $\tanh$ saves its output $h$,
-# the stack takes $h$ as its input, and a residual connection adds $h$ to
-# the stack's output:
-
-# %%
-def tanh_stack_residual(net, linear, x, reversible):
-    h = tinypytorch.tanh(linear(x))  # tanh saves h for its own backward
-    return h + (net(h) if reversible else run_plainly(net, h))
-
-
-net, linear = make_stack(3, WIDTH), Linear(WIDTH, WIDTH, rng=np.random.default_rng(6))
-results = []
-for reversible in (True, False):
-    net.cleargrads()
-    linear.cleargrads()
-    x = Variable(X.copy())
-    (tanh_stack_residual(net, linear, x, reversible) * LOSS_WEIGHTS).sum().backward()
-    results.append([x.grad.data, linear.weight.grad.data] + [p.grad.data for p in net.params()])
-print("gradients of x, the linear layer and the stack; largest difference from the plain run, relative:",
-      below(relative_difference(*results), 1e-14))
-
-# %% [markdown]
-# ### Batch normalisation counts one batch
-#
-# With `BatchNorm1d` in $f$ and $g$, the inverse and the recomputation run
-# $f$ and $g$ again in training mode. In a naive PyTorch port each of those
-# calls would update the running statistics, so one batch would be counted
-# three times (MemCNN's issues note it too). In tinypytorch both calls run as
-# recomputations (step 45), so the statistics move once, exactly as in one
-# plain forward pass:
-
-# %%
+# %% tags=["hide-cell"]
 class NormTanh(Layer):
     """tanh(BatchNorm1d(x W^T + b)): f or g with batch normalisation."""
 
@@ -683,95 +534,65 @@ def norm_stack(depth=3, seed=7):
                                   for _ in range(depth)])
 
 
+net = make_stack(3, WIDTH)
+x = Variable(X.copy())
+loss = (net(x) * LOSS_WEIGHTS).sum()
+loss.backward(retain_graph=True)
+first = x.grad.data.copy()
+loss.backward()
+print("backward twice with retain_graph: x.grad == 2 * first:", np.array_equal(x.grad.data, 2 * first))
+try:
+    loss.backward()
+except RuntimeError as error:
+    print("backward a third time: RuntimeError:", str(error).split(". ")[0])
+
+linear = Linear(WIDTH, WIDTH, rng=np.random.default_rng(6))
+results = []
+for reversible in (True, False):
+    net.cleargrads()
+    linear.cleargrads()
+    x = Variable(X.copy())
+    h = tinypytorch.tanh(linear(x))  # tanh saves h; the stack reads h; a residual adds h again
+    ((h + (net(h) if reversible else run_plainly(net, h))) * LOSS_WEIGHTS).sum().backward()
+    results.append([x.grad.data, linear.weight.grad.data] + [p.grad.data for p in net.params()])
+print("tanh before the stack and a residual around it, gradients against the plain run:",
+      below(relative_difference(*results), 1e-14))
+
 nets = {reversible: norm_stack() for reversible in (True, False)}
 for reversible, net in nets.items():
     gradients(net, reversible)
 norms = {r: [half.norm for block in net.blocks for half in (block.f, block.g)] for r, net in nets.items()}
-print("batches counted by each BatchNorm1d, reversible:", [n.num_batches_tracked for n in norms[True]])
-print("running means equal the plain run's, bitwise:",
+print("batches counted by each BatchNorm1d:", [n.num_batches_tracked for n in norms[True]],
+      "| running statistics equal the plain run's:",
       all(np.array_equal(a.running_mean, b.running_mean) and np.array_equal(a.running_var, b.running_var)
           for a, b in zip(norms[True], norms[False])))
 
-# %% [markdown]
-# ## Bad input
-#
-# The coupling needs $f$ and $g$ to keep the shape of a half, since
-# $x_1 + f(x_2)$ must add like to like. It also needs an even number of
-# features, to split them into two halves of equal size:
-
-# %%
 rng = np.random.default_rng(8)
 attempts = [
-    ("f changes the shape", AdditiveCoupling(Linear(4, 3, rng=rng), LinearTanh(4, rng)), np.ones((2, 8))),
-    ("odd number of features", AdditiveCoupling(LinearTanh(4, rng), LinearTanh(4, rng)), np.ones((2, 9))),
+    lambda: ReversibleSequential(AdditiveCoupling(Linear(4, 3, rng=rng), LinearTanh(4, rng)))(Variable(np.ones((2, 8)))),
+    lambda: ReversibleSequential(AdditiveCoupling(LinearTanh(4, rng), LinearTanh(4, rng)))(Variable(np.ones((2, 9)))),
+    lambda: ReversibleSequential(AdditiveCoupling(LinearTanh(4, rng), LinearTanh(4, rng)), Linear(8, 8, rng=rng)),
+    lambda: ReversibleSequential(),
 ]
-for what, block, data in attempts:
+linear_f, linear_g = Linear(4, 4, rng=rng), Linear(4, 4, rng=rng)
+hidden = AdditiveCoupling(lambda h: tinypytorch.tanh(linear_f(h)), lambda h: tinypytorch.tanh(linear_g(h)))
+attempts.append(lambda: (ReversibleSequential(hidden)(Variable(X)) * LOSS_WEIGHTS).sum().backward())
+for attempt in attempts:
     try:
-        ReversibleSequential(block)(Variable(data))
-    except ValueError as error:
-        print(f"{what}: ValueError: {error}")
-
-# %% [markdown]
-# `ReversibleSequential` needs blocks with an `inverse`, and at least one of
-# them. An ordinary layer has no inverse, and the stack could not compute its
-# input in backward:
-
-# %%
-for blocks in [(AdditiveCoupling(LinearTanh(4, rng), LinearTanh(4, rng)), Linear(8, 8, rng=rng)), ()]:
-    try:
-        ReversibleSequential(*blocks)
-    except (TypeError, ValueError) as error:
+        attempt()
+    except (TypeError, ValueError, RuntimeError) as error:
         print(f"{type(error).__name__}: {error}")
 
 # %% [markdown]
-# ### A function that hides its weights
-#
-# $f$ and $g$ may be any callables, but the block learns only the
-# parameters it can list: those of the Layers it holds. A plain function
-# that closes over a layer, `lambda h: tanh(linear(h))`, hides that layer's
-# weights from `params()`. Run plainly, or under `checkpoint`, the graph
-# reaches them all the same and they train. The reversible stack computes
-# only the gradients of the parameters it knows, so a hidden weight would
-# simply get none, and training would leave it where it is without a word.
-# Backward therefore checks each recomputed block (`_refuse_unknown_inputs`
-# walks its graph) and refuses a Variable that requires grad but is not
-# among its parameters:
-
-# %%
-linear_f, linear_g = Linear(4, 4, rng=rng), Linear(4, 4, rng=rng)
-hidden = AdditiveCoupling(lambda h: tinypytorch.tanh(linear_f(h)), lambda h: tinypytorch.tanh(linear_g(h)))
-print("parameters the block can list:", len(list(hidden.params())))
-(hidden(Variable(X)) * LOSS_WEIGHTS).sum().backward()
-print("plain run: the hidden weight got a gradient:", linear_f.weight.grad is not None)
-try:
-    (ReversibleSequential(hidden)(Variable(X)) * LOSS_WEIGHTS).sum().backward()
-except RuntimeError as error:
-    print("reversible run: RuntimeError:", error)
-
-# %% [markdown]
-# The check walks only the small graph of one block, which backward builds
-# anyway, and costs little next to it. Making $f$ and $g$ Layers, as
-# `LinearTanh` is, registers their weights and makes the block work.
-#
-# A layer that changes the number of features (RevNet's downsampling
-# between stages) cannot be inverted at all. It belongs between two
-# `ReversibleSequential`s, where it saves its input as usual.
-#
 # ## Check against PyTorch
 #
-# - The same coupling network written plainly in `torch` (float64), with
-#   the same weights and the dropout masks of the tinypytorch run: its output
-#   and the gradients of its input and of every parameter equal those of the
-#   reversible stack.
-# - A port of the algorithm as a `torch.autograd.Function` (forward under
-#   `no_grad`, only the output saved, backward inverting block by block)
-#   gives the same gradients without dropout.
-# - With `BatchNorm1d` in $f$ and $g$, tinypytorch's running statistics after
-#   one reversible step equal those of one plain step in torch. The naive
-#   port counts every batch three times.
+# A collapsed cell writes the coupling network plainly in `torch` (float64,
+# the same weights, the dropout masks of the tinypytorch run) and ports the
+# algorithm as a `torch.autograd.Function` (forward under `no_grad`, only the
+# output saved, backward inverting block by block).
 
-# %%
-import torch
+# %% tags=["hide-cell"]
+import torch  # noqa: E402
 
 torch.set_num_threads(1)  # arrays this small gain nothing from threads
 
@@ -873,31 +694,128 @@ def assert_close(ours, theirs, what):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(b).max()), err_msg=what)
 
 
-net = make_stack(6, WIDTH, p=0.2)
-tinypytorch.manual_seed(0)
-y_ours, ours = gradients(net, True)
-y_torch, theirs, _ = torch_run(net, recorded_masks(net))
-assert_close([y_ours], [y_torch], "output")
-assert_close(ours, theirs, "gradients with dropout")
-print(f"6 blocks with dropout: output and {len(theirs)} gradient arrays equal torch's plain network")
-
 net = make_stack(6, WIDTH)
 _, ours = gradients(net, True)
-_, theirs, _ = torch_run(net, [], port=True)
-assert_close(ours, theirs, "gradients of the torch.autograd.Function port")
-print(f"6 blocks: {len(theirs)} gradient arrays equal those of the torch.autograd.Function port")
-
+assert_close(ours, torch_run(net, [], port=True)[1], "gradients of the torch.autograd.Function port")
 net = norm_stack()
 gradients(net, True)
-for port, expected_count in [(False, 1), (True, 3)]:
+for port, expected_count in [(False, 1), (True, 3)]:  # the naive port counts a batch three times
     _, _, blocks = torch_run(net, [], port=port)
     for block, twin in zip(net.blocks, blocks):
         for half, half_t in [(block.f, twin.f), (block.g, twin.g)]:
-            norm_t = half_t[1]
-            assert norm_t.num_batches_tracked.item() == expected_count
+            assert half_t[1].num_batches_tracked.item() == expected_count
             if not port:
                 assert_close([half.norm.running_mean, half.norm.running_var],
-                             [norm_t.running_mean.numpy(), norm_t.running_var.numpy()], "running statistics")
-print("BatchNorm1d in f and g: running statistics equal torch's plain step; the naive torch port counts 3 batches")
-print("PyTorch check passed: reversible stack's outputs and gradients (with dropout) equal torch's plain network "
-      "and a torch.autograd.Function port; BatchNorm statistics updated once")
+                             [half_t[1].running_mean.numpy(), half_t[1].running_var.numpy()], "running statistics")
+print("the torch.autograd.Function port gives the same gradients; BatchNorm statistics as torch's plain step")
+
+# %%
+net = make_stack(6, WIDTH, p=0.2)
+tinypytorch.manual_seed(0)
+y_ours, ours = gradients(net, True)
+y_torch, theirs, _ = torch_run(net, recorded_masks(net))  # torch's plain network, the same masks
+assert_close([y_ours] + ours, [y_torch] + theirs, "output and gradients with dropout")
+print(f"6 blocks with dropout: output and {len(theirs)} gradient arrays equal torch's plain network")
+print("PyTorch check passed: reversible stack's output and gradients (with dropout) equal torch's plain network")
+
+# %% [markdown]
+# ## Recap
+#
+# - RevNet's coupling $y_1 = x_1 + f(x_2)$, $y_2 = x_2 + g(y_1)$ is undone
+#   by $x_2 = y_2 - g(y_1)$, $x_1 = y_1 - f(x_2)$: $f$ and $g$ are evaluated
+#   again, never inverted.
+# - `ReversibleSequential` runs the stack as one node that saves only its
+#   output; backward reconstructs, recomputes and backpropagates one block
+#   at a time, so activation memory is flat in depth.
+# - The generator's state before each $f$ and $g$ is replayed, so dropout
+#   draws the same masks in the inverse and the recomputation.
+# - The price: $f$ and $g$ run three times instead of once, and the inverse
+#   drifts with depth, geometrically; float32 stops being usable here
+#   beyond about 256 blocks.
+# - The package frees nothing itself, counts a batch once in `BatchNorm1d`,
+#   and refuses $f$ and $g$ that hide their weights.
+#
+# ## Exercises
+#
+# **1. Fuse the inverse and the recomputation.** `block_backward` calls $g$
+# and $f$ to invert, then $f$ and $g$ again to recompute. RevNet's own
+# algorithm does both at once: compute $g(y_1)$ *with* the graph recorded
+# from a leaf $z_1 = y_1$; it gives $x_2 = y_2 - g(y_1)$ and, by
+# backpropagating $\bar y_2$, $\bar z_1 = \bar y_1 + (\partial g/\partial
+# y_1)^\top \bar y_2$. Then compute $f(x_2)$ from a leaf $x_2$: it gives
+# $x_1 = y_1 - f(x_2)$ and $\bar x_2 = \bar y_2 + (\partial f/\partial
+# x_2)^\top \bar z_1$; and $\bar x_1 = \bar z_1$. Write a subclass of
+# `ReversibleSequentialFunction` whose `block_backward` does this, count
+# the calls of $f$ and $g$, and check the gradients against the unfused
+# stack and torch.
+
+# %% tags=["hide-cell"]
+class FusedReversibleFunction(ReversibleSequentialFunction):
+    def block_backward(self, k, y, gy):
+        block, (state_f, state_g) = self.blocks[k], self.states[k]
+        y1, y2 = block.halves(Variable(y, requires_grad=False))
+        gy1, gy2 = block.halves(gy)
+        with replaying(None), enable_grad():
+            z1 = Variable(y1.data, requires_grad=True)
+            g_out = block.apply(block.g, "g", z1, replay=state_g)  # one call of g: inverse and gradient
+            x2 = Variable(y2.data - g_out.data, requires_grad=True)
+            f_out = block.apply(block.f, "f", x2, replay=state_f)  # one call of f
+        f_params, g_params = list(block.f.params()), list(block.g.params())
+        gz1, *g_grads = autograd.grad(g_out, [z1, *g_params], gy2)
+        gz1 = gy1 + gz1
+        gx2, *f_grads = autograd.grad(f_out, [x2, *f_params], gz1)
+        x = np.concatenate([y1.data - f_out.data, x2.data], axis=-1)
+        return x, F.concatenate([gz1, gy2 + gx2], axis=-1), f_grads + g_grads
+
+
+class FusedReversibleSequential(ReversibleSequential):
+    def forward(self, x):
+        params = list(self.params())
+        return FusedReversibleFunction(self.blocks, params)(x, *params)
+
+
+class Counted(Layer):
+    """f or g, counting its calls in a shared dict."""
+
+    def __init__(self, layer, counts, name):
+        super().__init__()
+        self.layer, self.counts, self.name = layer, counts, name
+
+    def forward(self, x):
+        self.counts[self.name] += 1
+        return self.layer(x)
+
+
+def counted_run(kind, depth=6, p=0.2):
+    """(gradients, {'f': calls, 'g': calls}) of one forward and backward of a `kind` stack, dropout p."""
+    counts = {"f": 0, "g": 0}
+    blocks = make_stack(depth, WIDTH, p=p).blocks
+    for block in blocks:
+        block.f, block.g = Counted(block.f, counts, "f"), Counted(block.g, counts, "g")
+    net = {"unfused": ReversibleSequential, "fused": FusedReversibleSequential}[kind](*blocks)
+    tinypytorch.manual_seed(0)
+    _, grads = gradients(net, True)
+    return grads, counts
+
+
+(unfused, unfused_calls), (fused, fused_calls) = counted_run("unfused"), counted_run("fused")
+print("calls of f and g for 6 blocks: unfused", unfused_calls, "fused", fused_calls)
+print("fused against unfused:", below(relative_difference(fused, unfused), 1e-14), "| against torch:",
+      below(relative_difference(fused, theirs), 1e-14))
+
+# %% [markdown]
+# **2.** Write `invert_stack(net, y)`, which computes the input of a whole
+# `ReversibleSequential` from its output under `no_grad`, and use it to
+# recover $X$ from the output of a stack of 16 blocks.
+
+# %% tags=["hide-cell"]
+def invert_stack(net, y):
+    with no_grad():
+        for block in reversed(net.blocks):
+            y = block.inverse(y)
+    return y
+
+
+net = make_stack(16, WIDTH)
+print("16 blocks, max |invert_stack(net, net(X)) - X|",
+      below(np.abs(invert_stack(net, net(Variable(X))).data - X).max(), 1e-13))

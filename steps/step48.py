@@ -14,8 +14,6 @@
 # on NumPy, and only statements that hold on both machines are printed.
 
 # %%
-import inspect
-
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -28,25 +26,12 @@ from tinypytorch.layers import BatchNorm1d, Layer, Linear, Parameter
 from tinypytorch.optimizers import Adam
 from tinypytorch.reversible import AdditiveCoupling, ReversibleSequential
 from tinypytorch.utils.checkpoint import checkpoint_sequential
+from tinypytorch.utils.listing import show_code
 
 DEVICE = "cuda" if cuda.is_available() else "cpu"  # the rest of the page runs on DEVICE
 xp = cuda.cupy if cuda.is_available() else np
 
 # %% tags=["hide-input"]
-import textwrap  # noqa: E402  (harness: how package code and numbers are shown)
-
-import IPython  # noqa: E402
-
-
-def show_code(obj):
-    """Package code as highlighted code in Jupyter and the book; as plain text when run as a script."""
-    source = textwrap.dedent(inspect.getsource(obj))
-    if IPython.get_ipython() is None:
-        print(source)
-    else:
-        IPython.display.display(IPython.display.Code(source, language="python"))
-
-
 def show(a, decimals=4):
     """An array with fixed decimals, printed the same way on every machine."""
     return np.array2string(cuda.as_numpy(a), precision=decimals, floatmode="fixed", separator=", ", suppress_small=True)

@@ -690,3 +690,111 @@ def test_keyword_arguments_reach_the_function_and_its_recomputation_like_torch()
     np.testing.assert_allclose(x.grad.data, x_t.grad.numpy(), rtol=1e-15)
     with pytest.raises(ValueError, match="Unexpected keyword arguments: scale"):
         checkpoint(f, x, use_reentrant=True, scale=3.0)
+
+
+# ----- the page's examples, against PyTorch (moved from the page's check) -----------------------------------
+
+def test_the_pages_two_retained_passes_and_a_third_like_torch():
+    def two_passes(m, x, checkpointed_function):
+        calls = [0]
+        y = checkpointed_function(functools.partial(u, m, calls=calls))(x).sum()
+        counts = [calls[0]]
+        for retain in (True, False):
+            y.backward(retain_graph=retain)
+            counts.append(calls[0])
+        with pytest.raises(RuntimeError) as error:
+            y.backward()
+        return counts, grad_of(x), str(error.value)[:60]
+
+    ours = two_passes(tinypytorch, make_ours(step.x0), lambda fn: functools.partial(checkpoint, fn, use_reentrant=False))
+    theirs = two_passes(torch, make(torch, step.x0),
+                        lambda fn: functools.partial(torch_checkpoint.checkpoint, fn, use_reentrant=False))
+    assert ours[0] == theirs[0] == [1, 2, 3] and ours[2] == theirs[2], (ours, theirs)
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-14)
+    np.testing.assert_allclose(theirs[1], 2 * (np.cos(step.x0) + np.sin(step.x0)) * np.exp(step.x0), rtol=1e-14)
+
+
+def test_the_pages_nested_checkpoint_like_torch():
+    step.runs.update(outer=0, inner=0)
+    x = make_ours(step.x0)
+    checkpoint(step.outer, x, use_reentrant=False).sum().backward()
+    runs_t = {"outer": 0, "inner": 0}
+
+    def inner_t(h):
+        runs_t["inner"] += 1
+        return torch.tanh(h) * h
+
+    def outer_t(x):
+        runs_t["outer"] += 1
+        return torch.sin(torch_checkpoint.checkpoint(inner_t, torch.exp(x), use_reentrant=False))
+
+    xt = make(torch, step.x0)
+    torch_checkpoint.checkpoint(outer_t, xt, use_reentrant=False).sum().backward()
+    assert step.runs == runs_t == {"outer": 2, "inner": 3}, (step.runs, runs_t)
+    np.testing.assert_allclose(x.grad.data, xt.grad.numpy(), rtol=1e-14)
+
+
+def test_the_pages_determinism_errors_and_gradients_like_torch():
+    assert step.backward_after_change(None) == f"no error, x.grad = {step.show(right_gradient(step.x0))}"
+    fewer = step.backward_after_change("one op fewer")
+    assert fewer == (f"CheckpointError: tinypytorch.utils.checkpoint: {FEWER}\nNumber of tensors saved during "
+                     "forward: 4\nNumber of tensors saved during recomputation: 2.")
+    cast = step.backward_after_change("float32")
+    assert cast.startswith(f"CheckpointError: tinypytorch.utils.checkpoint: {METADATA}\n")
+    assert [line for line in cast.split("\n") if line.startswith("tensor at position")] == \
+        [f"tensor at position {k}:" for k in (1, 2, 3)]  # PyTorch lists the same positions
+    theirs = str(after_change(torch, "float32"))
+    assert [line for line in theirs.split("\n") if line.startswith("tensor at position")] == \
+        [f"tensor at position {k}:" for k in (1, 2, 3)]
+    assert step.torch_after_change("one op fewer").startswith(fewer.replace("tinypytorch.utils", "torch.utils"))
+
+
+def test_the_pages_dropout_gradients_are_bitwise_the_plain_ones_in_torch_too():
+    linears = []
+    for layer in step.drop_model.layers:
+        linears.append(torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=torch.float64))
+        with torch.no_grad():
+            linears[-1].weight.copy_(torch.from_numpy(layer.weight.data))
+            linears[-1].bias.copy_(torch.from_numpy(layer.bias.data))
+
+    def dropped_t(h):
+        for linear in linears[:-1]:
+            h = torch.nn.functional.dropout(torch.tanh(linear(h)), p=0.3)
+        return h
+
+    def gradients_t(use_checkpoint):
+        for linear in linears:
+            linear.zero_grad()
+        torch.manual_seed(0)
+        xt = make(torch, step.drop_batch)
+        hidden = torch_checkpoint.checkpoint(dropped_t, xt, use_reentrant=False) if use_checkpoint else dropped_t(xt)
+        (linears[-1](hidden) ** 2).sum().backward()
+        return [p.grad.clone() for linear in linears for p in linear.parameters()] + [xt.grad]
+
+    assert all(torch.equal(a, b) for a, b in zip(gradients_t(False), gradients_t(True)))
+    plain = step.dropout_gradients(False)
+    assert all(np.array_equal(a, b) for a, b in zip(plain, step.dropout_gradients(True)))
+    assert not all(np.array_equal(a, b) for a, b in zip(plain, step.dropout_gradients(True, preserve_rng_state=False)))
+
+
+def test_the_pages_mlp_bytes_and_loss_like_torch():
+    assert (step.plain_bytes, step.checkpointed_bytes) == \
+        (held_bytes_torch(step.model, step.batch, False), held_bytes_torch(step.model, step.batch, True))
+    twin = [torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=torch.float64)
+            for layer in step.model.layers]
+    with torch.no_grad():
+        for layer, linear in zip(step.model.layers, twin):
+            linear.weight.copy_(torch.from_numpy(layer.weight.data))
+            linear.bias.copy_(torch.from_numpy(layer.bias.data))
+        h = torch.from_numpy(step.batch)
+        for linear in twin[:-1]:
+            h = torch.tanh(linear(h))
+        loss_t = (twin[-1](h) ** 2).sum().item()
+    np.testing.assert_allclose(float(step.loss_of(True).data), loss_t, rtol=1e-12)
+
+
+def test_the_pages_peak_during_backward_is_not_lowered_by_one_checkpoint():
+    (after_plain, peak_plain), (after_kept, peak_kept) = step.traced[False], step.traced[True]
+    activation = step.ACTIVATION
+    assert round(after_plain / activation) == 8 and round(after_kept / activation) == 1  # between the passes
+    assert round(peak_plain / activation) == round(peak_kept / activation)  # the printed "~11" twice

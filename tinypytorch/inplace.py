@@ -28,7 +28,7 @@ def check_writable(op, x):
     if Config.enable_backprop and x.requires_grad:
         if x.creator is None and x.view_record is None:
             raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")
-        if x._base is not None and x._base.creator is None and x._base.requires_grad:
+        if x._base is not None and x._base.creator is None and x._base.requires_grad:  # step 37: a view of such a leaf, too
             raise RuntimeError(f"{op}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
     if _overlaps_itself(x.data):
@@ -73,7 +73,7 @@ def take_place(x, y):
     x.set_creator(f, y.output_nr)
     x.requires_grad = True
     f.outputs[y.output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
-    if x.view_record is not None:
+    if x.view_record is not None:  # step 37: a view's graph now matches its base's version
         x.view_record.version = x._version
 
 
@@ -85,7 +85,7 @@ def apply(op, x, other):
     if not recording:
         write(op, x, OPERATIONS[op](Variable(x.data, requires_grad=False), other).data)
         return x
-    if x.view_record is not None:
+    if x.view_record is not None:  # step 37: a view whose base changed is made again first
         refresh_view(x)
     # The old value, if the gradient of `other` needs it (mul_, div_), is copied first, as PyTorch
     # does: writing into x's array would otherwise change the tensor the function saved.
@@ -99,7 +99,7 @@ def zero_(x):
     if not (Config.enable_backprop and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
         return x
-    if x.view_record is not None:
+    if x.view_record is not None:  # step 37: a view whose base changed is made again first
         refresh_view(x)
     return record("zero_", x, Zero()(alias(x)))
 

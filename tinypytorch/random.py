@@ -9,7 +9,7 @@
 Everything random in the package (dropout's masks) on the CPU draws from
 `default_generator()`, a NumPy `Generator` (PCG64); on a GPU from `device_generator()`
 (step 48), which draws on the device itself, as PyTorch keeps one generator for the CPU
-and one per GPU. Recomputing a forward pass (checkpointing, steps 41-45) is
+and one per GPU. Recomputing a forward pass (checkpointing, steps 42-45) is
 only correct if it draws the same numbers as the first time, so the state can be
 captured and restored. It starts from a fixed seed (67280421310721, `default_rng_seed_val`
 in PyTorch's C++ source), so a program that never seeds draws the same numbers on every run.

@@ -1,6 +1,6 @@
-"""Running a forward computation again for backward (steps 41-47): checkpointing and reversible blocks.
+"""Running a forward computation again for backward (steps 42-47): checkpointing and reversible blocks.
 
-Checkpointing (steps 41-45) recomputes a segment it did not keep; a reversible block (steps
+Checkpointing (steps 42-45) recomputes a segment it did not keep; a reversible block (steps
 46-47) recomputes each block from the input it computed back. Both must draw the same random
 numbers as the first run, without moving the streams outside, and both must tell layers
 with running state that this run is a repeat: BatchNorm counts a batch once (step 45).

@@ -103,10 +103,10 @@ class SavedTensor:
 
     def __init__(self, variable, function, is_output):
         self.variable = self.data = self.packed = self.unpack_hook = self.leaf = self.creator = None
-        self.data_ref = self.variable_ref = None
+        self.data_ref = self.variable_ref = None  # step 38: what a hooked tensor keeps for its checks
         self.freed = False
         self.counter = variable.version_counter  # step 36: shared with every view of the same data
-        self.version = self.counter.value
+        self.version = self.counter.value  # step 36: the version it must still have when unpacked
         self.output_nr = variable.output_nr
         self.requires_grad = variable.requires_grad
         if _hooks_stack:  # current_hooks(), without the call: every saved tensor asks
@@ -137,9 +137,9 @@ class SavedTensor:
         """The saved tensor as a Variable for `function.backward`, checked (steps 35-38)."""
         if self.freed:
             raise RuntimeError(BACKWARD_TWICE)
-        if self.unpack_hook is not None:
+        if self.unpack_hook is not None:  # step 38: packed by a saved_tensors_hooks pack hook
             return self._unpack_hooked(function)
-        if self.counter.value != self.version:
+        if self.counter.value != self.version:  # step 36: changed in place since it was saved
             raise RuntimeError(self._modified_message(function, self.data if self.variable is None
                                                       else self.variable.data))
         if self.variable is not None:

@@ -1,4 +1,4 @@
-"""Gradient checkpointing (steps 41-45), as PyTorch's `torch.utils.checkpoint`.
+"""Gradient checkpointing (steps 42-45), as PyTorch's `torch.utils.checkpoint`.
 
     y = checkpoint(f, x, use_reentrant=False)     # f's intermediates are not kept: recomputed in backward
     y = checkpoint_sequential([f1, f2, f3, f4], 2, x, use_reentrant=False)
