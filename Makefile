@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
-.PHONY: run test check-without-dot check-other-cpu notebooks book check-book bench bench-gpu bench-changes mutants lab clean
+.PHONY: run test check-without-dot check-other-cpu notebooks book check-book pages bench bench-gpu bench-changes mutants lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -48,6 +48,11 @@ book: $(STAMP)
 ## check-book: the built book opened in headless Chromium with the network off: every page's maths typeset
 check-book: book
 	$(PY) tools/check_book.py book/_build/html
+
+## pages: the steps' pages (stage 4 on) as a learner meets them: visible code and markdown lines, figures, recap
+## and exercises, and each page's height in the built book at 1280 px (headless Chromium); SHOTS=dir for screenshots
+pages: book
+	$(PY) tools/pages.py $(if $(SHOTS),--shots $(SHOTS))
 
 ## bench: speed of tinypytorch vs PyTorch vs hand-written NumPy, and memory vs PyTorch, into bench/results/
 bench: $(STAMP)

@@ -48,4 +48,5 @@ html_theme_options = {
     "path_to_docs": "book",
     "show_toc_level": 2,
     "use_download_button": True,
+    "secondary_sidebar_items": {"notebooks/*": []},
 }

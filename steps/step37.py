@@ -70,8 +70,16 @@ def node(axis, x, y, text, kind):
     axis.text(x, y, text, ha="center", va="center", fontsize=8.5)
 
 
+def edge_point(centre, towards):
+    """Where the line from a box's centre towards another point leaves the box (half-sizes 0.67 x 0.27)."""
+    dx, dy = towards[0] - centre[0], towards[1] - centre[1]
+    t = min(0.67 / abs(dx) if dx else np.inf, 0.27 / abs(dy) if dy else np.inf)
+    return centre[0] + t * dx, centre[1] + t * dy
+
+
 def arrow(axis, start, end, color="black"):
-    axis.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", color=color, shrinkA=12, shrinkB=12))
+    axis.annotate("", xy=edge_point(end, start), xytext=edge_point(start, end),
+                  arrowprops=dict(arrowstyle="->", color=color, shrinkA=0, shrinkB=0))
 
 
 fig, axis = plt.subplots(figsize=(8, 3.6))

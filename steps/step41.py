@@ -228,6 +228,7 @@ state = tinypytorch.get_rng_state()
 print("evaluation:       ", show(net(x).data), show(net(x).data))
 print("evaluation drew no random numbers:", tinypytorch.get_rng_state() == state)
 net.train()
+print("training flags after train():", [m.training for m in net.modules()])
 
 # %% [markdown]
 # In training mode two calls give two answers, from two masks. In evaluation

@@ -378,12 +378,12 @@ for (name, timeline), style in zip(timelines.items(), ["o-", "s-"]):
     if recomputed:
         axis.plot(recomputed, held[recomputed], "x", color="red", label="recomputation (k = 4)")
 axis.axvline(15.5, color="grey", linestyle=":")  # 16 forward samples, then backward
-axis.text(8, 19, "forward", ha="center")
-axis.text(30, 19, "backward", ha="center")
+axis.text(15, 19, "forward ", ha="right")
+axis.text(16, 19, " backward", ha="left")
 axis.set_xlabel("sample (after each layer's forward; before each layer's backward)")
 axis.set_ylabel("activations held")
 axis.set_ylim(0, 21)
-axis.legend(loc="upper right", fontsize=9)
+axis.legend(loc="upper right", fontsize=9, framealpha=1)
 fig.tight_layout()
 plt.show()
 for name, timeline in timelines.items():

@@ -60,7 +60,7 @@ def draw_growth(num_layers=4):
     axis.set_xlim(0, IN_FEATURES + num_layers * GROWTH + 9)
     axis.set_xlabel("features (columns of the concatenation)")
     axis.set_title(f"a dense block: {IN_FEATURES} features in, growth {GROWTH}", fontsize=11)
-    axis.legend(loc="lower right", fontsize=8, ncol=1, frameon=False)
+    axis.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     fig.tight_layout()
     plt.show()
 
@@ -550,7 +550,7 @@ print("PyTorch check passed: concatenate, BatchNorm1d and the memory-efficient d
 # ## Exercises
 #
 # **1.** Write `dense_features(features, weight)`, a minimal dense layer:
-# $\mathrm{relu}(\mathrm{concatenate}(features) \, W^T)$ along axis 1. For the
+# $\mathrm{relu}(\mathrm{concatenate}(\mathit{features}) \, W^\top)$ along axis 1. For the
 # block's input and two 6-feature arrays, check that every input's gradient
 # of the sum equals what `torch.cat` gives in the same computation.
 

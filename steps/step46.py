@@ -482,7 +482,7 @@ axis.axhline(1e-2, color="grey", linestyle=":", label="1% (float32 no longer usa
 axis.set(xscale="log", yscale="log", xlabel="depth (blocks)", ylabel="relative error",
          title="drift of the inverse (this machine's values)")
 axis.set_xscale("log", base=4)
-axis.legend(fontsize=7, loc="center left")
+axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
 fig.tight_layout()
 plt.show()
 

@@ -135,7 +135,8 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
 
     The function checked maps (inputs, grad_outputs) to the gradients of fn's outputs, seeded
     with grad_outputs, with respect to the inputs that require grad: its Jacobian holds every
-    second derivative. grad_outputs default to random values (seeded), as in PyTorch.
+    second derivative. grad_outputs default to random values, as in PyTorch, but drawn from a generator
+    seeded with `seed`, so that every call checks the same ones (PyTorch draws from its global generator).
     """
     inputs = _checked_inputs(inputs, "gradgradcheck")
     outputs = _outputs(fn, inputs)
