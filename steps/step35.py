@@ -337,8 +337,8 @@ tracemalloc.stop()
 # before and cost nothing new, and a $\tanh$ output is also the next layer's
 # input, one array saved twice. What the forward pass created and keeps is
 # four arrays of $256 \times 512$ float64, 1 MiB each: three hidden
-# activations and the output. That is exactly the 4096 KiB `tracemalloc`
-# finds, and after the backward pass they are gone.
+# activations and the output. That is the 4096 KiB `tracemalloc` finds (the
+# loss, one float64, adds 8 bytes), and after the backward pass they are gone.
 #
 # Before this step each $\tanh$ also kept its input Variable, the
 # pre-activation $xW^\top + b$: three more MiB, and nothing freed any of

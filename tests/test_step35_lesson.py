@@ -44,9 +44,10 @@ def test_the_drawings_read_the_records_and_after_backward_every_record_is_freed(
 
 
 def test_the_printed_measurement_of_the_mlp():
-    # four arrays of 256 x 512 float64 made by the forward pass and saved: 4 x 1 MiB; none left after backward
-    assert step.held_after_forward == 4 * 256 * 512 * 8 / 1024
-    assert step.held_after_backward == 0.0
+    # four arrays of 256 x 512 float64 made by the forward pass and saved: 4 x 1 MiB, and the loss, a 0-d array
+    # (8 bytes, unless NumPy's cache of small allocations served it untraced); none left after backward
+    assert 4 * 256 * 512 * 8 / 1024 <= step.held_after_forward <= (4 * 256 * 512 * 8 + 8) / 1024
+    assert step.held_after_backward <= 8 / 1024  # the loss may remain
     assert len(step.our_saved) == 12 and sum(step.our_saved) == sum(step.torch_saved)
 
 

@@ -104,7 +104,7 @@ def test_the_pictured_jacobian_is_torchs_and_the_numerical_one():
 def test_gradgradchecks_v_seeded_in_tinypytorch_drawn_from_the_global_generator_in_torch():
     # the page: PyTorch's gradgradcheck draws v from the global generator (its state moves on), tinypytorch's
     # from its own np.random.default_rng(seed) (no global state moves, and an explicit v of that draw agrees)
-    t = torch.tensor([0.5, -1.0, 1.5], requires_grad=True)
+    t = torch.tensor([0.5, -1.0, 1.5], dtype=torch.float64, requires_grad=True)
     before = torch.get_rng_state()
     torch.autograd.gradgradcheck(torch.sin, t)
     assert not torch.equal(before, torch.get_rng_state())
