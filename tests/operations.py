@@ -16,6 +16,7 @@ import torch
 
 import tinypytorch
 from tinypytorch import Function
+from tinypytorch import classification as C
 from tinypytorch import functions as F
 from tinypytorch import inplace
 from tinypytorch.core import Add, Div, Mul, Neg, Pow, Sub
@@ -148,6 +149,33 @@ OPERATIONS = [
     Operation("zero_ of a non-leaf", _inplace_zero, _torch_inplace_zero, ((2, 3),), (inplace.Zero,)),
     Operation("mul_ of a view", _inplace_view_mul, _torch_inplace_view_mul, ((2, 3), (3,)),
               (inplace.ViewScatter, Mul)),
+    # step 50: reductions along an axis, softmax and cross-entropy
+    Operation("mean", lambda a: F.mean(a), lambda a: a.mean(), ((2, 3),), (F.Mean,)),
+    Operation("mean axis 1 keepdims cubed", lambda a: F.mean(a, axis=1, keepdims=True) ** 3,
+              lambda a: a.mean(1, keepdim=True) ** 3, ((2, 3),), (F.Mean, Pow)),
+    Operation("max", lambda a: F.max(a), lambda a: a.amax(), ((2, 3),), (F.Max,)),
+    Operation("max axis 0 cubed", lambda a: F.max(a, axis=0) ** 3, lambda a: a.amax(0) ** 3, ((2, 3),),
+              (F.Max, Pow)),
+    Operation("logsumexp axis 1", lambda a: F.logsumexp(a, axis=1), lambda a: torch.logsumexp(a, 1), ((2, 3),),
+              (F.LogSumExp,)),
+    Operation("logsumexp keepdims", lambda a: F.logsumexp(a, axis=(0, 1), keepdims=True),
+              lambda a: torch.logsumexp(a, (0, 1), keepdim=True), ((2, 3),), (F.LogSumExp,)),
+    Operation("softmax axis 1", lambda a: C.softmax(a, axis=1), lambda a: torch.softmax(a, 1), ((2, 3),),
+              (C.Softmax,)),
+    Operation("softmax axis 0", lambda a: C.softmax(a, axis=0), lambda a: torch.softmax(a, 0), ((2, 3),),
+              (C.Softmax,)),
+    Operation("log_softmax axis 1", lambda a: C.log_softmax(a, axis=1), lambda a: torch.log_softmax(a, 1),
+              ((2, 3),), (C.LogSoftmax,)),
+    Operation("cross_entropy", lambda a: C.cross_entropy(a, np.array([2, 0, 1])),
+              lambda a: torch.nn.functional.cross_entropy(a, torch.tensor([2, 0, 1])), ((3, 4),),
+              (C.LogSoftmax, C.NLLLoss, F.GetItemGrad)),
+    Operation("cross_entropy, sum, a row ignored", lambda a: C.cross_entropy(a, np.array([2, -1, 1]), "sum", -1),
+              lambda a: torch.nn.functional.cross_entropy(a, torch.tensor([2, -1, 1]), reduction="sum",
+                                                          ignore_index=-1), ((3, 4),),
+              (C.LogSoftmax, C.NLLLoss, F.GetItemGrad)),
+    Operation("cross_entropy, none", lambda a: C.cross_entropy(a, np.array([3, 1]), "none"),
+              lambda a: torch.nn.functional.cross_entropy(a, torch.tensor([3, 1]), reduction="none"), ((2, 4),),
+              (C.LogSoftmax, C.NLLLoss, F.GetItemGrad)),
 ]
 
 
@@ -157,7 +185,10 @@ NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step42.py (reentrant checkpo
                   "RevColumnFunction": "tests/test_step47.py (reversible columns)",
                   "ReversibleColumnsFunction": "tests/test_step47.py (reversible columns, one Function for all)",
                   # a move needs two devices: the stand-in's (tests/strict_cupy.py) and the CPU
-                  "ToDevice": "tests/test_step48.py (x.to(device): gradients go back to the source device)"}
+                  "ToDevice": "tests/test_step48.py (x.to(device): gradients go back to the source device)",
+                  # a custom Function's node runs the user's forward and backward (autograd.function.Function)
+                  "CustomNode": "tests/test_step49.py (custom Functions, PyTorch's way)",
+                  "DelayedError": "tests/test_step49.py (once_differentiable)"}
 
 
 def package_functions():

@@ -250,17 +250,18 @@ class ndarray:  # noqa: N801 (CuPy's name)
     def __setitem__(self, key, value):
         self._a[_key(key)] = _unwrap(value)
 
+    # unary operators on a 0-d array give NumPy scalars; CuPy gives 0-d device arrays (_wrap)
     def __neg__(self):
-        return ndarray(-self._a)
+        return _wrap(-self._a)
 
     def __pos__(self):
-        return ndarray(+self._a)
+        return _wrap(+self._a)
 
     def __abs__(self):
-        return ndarray(builtins.abs(self._a))
+        return _wrap(builtins.abs(self._a))
 
     def __invert__(self):
-        return ndarray(~self._a)
+        return _wrap(~self._a)
 
     __add__, __radd__, __iadd__ = _binary("add"), _binary("add", True), _inplace("iadd")
     __sub__, __rsub__, __isub__ = _binary("sub"), _binary("sub", True), _inplace("isub")

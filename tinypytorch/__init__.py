@@ -15,15 +15,21 @@ on it lives here, in modules:
     inplace     in-place operations, version counters and views (steps 36-37)
     random      the default random generator, its state, fork_rng (step 41); the device's generator (step 48)
     reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 46-47)
+    classification  softmax, log_softmax, cross_entropy, accuracy (step 50)
+    datasets    a spiral and handwritten digits, offline (step 51); utils.data: Dataset, DataLoader (step 51)
 """
-from tinypytorch import autograd, cuda, functions, inplace, layers, optimizers, random, reversible, testfunctions, utils
+from tinypytorch import (
+    autograd, classification, cuda, datasets, functions, inplace, layers, optimizers, random, reversible, testfunctions,
+    utils,
+)
+from tinypytorch.classification import cross_entropy, log_softmax, softmax
 from tinypytorch.core import (
     Config, Function, Variable, add, as_array, as_variable, div, enable_grad, mul, neg, no_grad, pow, rdiv, rsub, sub,
     using_config,
 )
 from tinypytorch.functions import (
-    broadcast_to, concatenate, cos, exp, get_item, linear, log, matmul, mean_squared_error, permute, relu, reshape,
-    sigmoid, sin, square, sum, sum_to, tanh, transpose,
+    broadcast_to, concatenate, cos, exp, get_item, linear, log, logsumexp, matmul, max, mean, mean_squared_error,
+    permute, relu, reshape, sigmoid, sin, square, sum, sum_to, tanh, transpose,
 )
 from tinypytorch.cuda import device
 from tinypytorch.layers import Parameter
@@ -36,7 +42,8 @@ __all__ = [
     "add", "mul", "neg", "sub", "rsub", "div", "rdiv", "pow",
     "square", "exp", "log", "sin", "cos", "tanh", "sigmoid", "relu", "mean_squared_error",
     "reshape", "transpose", "permute", "sum", "broadcast_to", "sum_to", "matmul", "linear", "get_item", "concatenate",
+    "mean", "max", "logsumexp", "softmax", "log_softmax", "cross_entropy",
     "manual_seed", "get_rng_state", "set_rng_state", "device",
-    "autograd", "cuda", "functions", "inplace", "layers", "optimizers", "random", "reversible", "testfunctions",
-    "utils",
+    "autograd", "classification", "cuda", "datasets", "functions", "inplace", "layers", "optimizers", "random",
+    "reversible", "testfunctions", "utils",
 ]

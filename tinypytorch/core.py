@@ -276,6 +276,12 @@ class Variable:
     def sum(self, axis=None, keepdims=False):
         return F.sum(self, axis, keepdims)
 
+    def mean(self, axis=None, keepdims=False):
+        return F.mean(self, axis, keepdims)  # step 50
+
+    def max(self, axis=None, keepdims=False):
+        return F.max(self, axis, keepdims)  # step 50: the values only (PyTorch's amax)
+
     def __getitem__(self, key):
         return F.get_item(self, key)
 

@@ -292,6 +292,97 @@ def sum(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name
     return Sum(axis, keepdims)(x)
 
 
+class Mean(Function):  # step 50
+    """The average over `axis`: the sum divided by the number of elements summed (PyTorch's mean)."""
+
+    def __init__(self, axis=None, keepdims=False):
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        self.axes = _normalize_axis("mean", self.axis, x.ndim)
+        self.count = int(np.prod([x.shape[a] for a in self.axes]))
+        if self.count == 0:
+            raise ValueError(f"mean: the mean over axis {self.axis!r} of an empty variable of shape {x.shape}")
+        return x.mean(axis=self.axes, keepdims=self.keepdims)
+
+    def backward(self, gy):
+        # each element contributed 1/count of itself to its mean
+        return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) / self.count
+
+
+def mean(x, axis=None, keepdims=False):
+    return Mean(axis, keepdims)(x)
+
+
+def _kept_shape(axes, x_shape):
+    """The shape of a reduction of x over `axes` with keepdims: those axes of length 1."""
+    return tuple(1 if i in axes else n for i, n in enumerate(x_shape))
+
+
+def _keep_axes(y, axes, x_shape, keepdims):
+    """Variable `y`, reduced over `axes` of x, with those axes back as length 1, ready to broadcast to x."""
+    return y if keepdims else reshape(y, _kept_shape(axes, x_shape))
+
+
+class Max(Function):  # step 50
+    """The largest element over `axis` (PyTorch's amax; torch.max(x, dim) also returns the indices).
+
+    The derivative is 1 at the maximum and 0 elsewhere. Where several elements tie for the
+    maximum, the gradient is shared equally between them, as PyTorch's amax shares it.
+    """
+
+    def __init__(self, axis=None, keepdims=False):
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        self.axes = _normalize_axis("max", self.axis, x.ndim)
+        if any(x.shape[a] == 0 for a in self.axes) or (x.size == 0 and self.axis is None):
+            raise ValueError(f"max: the maximum over axis {self.axis!r} of an empty variable of shape {x.shape}")
+        y = x.max(axis=self.axes, keepdims=self.keepdims)
+        self.save_for_backward(x, y)  # which elements are the maximum (PyTorch saves input and result too)
+        return y
+
+    def backward(self, gy):
+        x, y = self.saved_tensors
+        winners = (x.data == y.data.reshape(_kept_shape(self.axes, self.x_shape))).astype(gy.dtype)
+        share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
+        return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name)
+    return Max(axis, keepdims)(x)
+
+
+class LogSumExp(Function):  # step 50
+    """log(sum(exp(x))) over `axis`, computed as m + log(sum(exp(x - m))) with m the maximum: no overflow."""
+
+    def __init__(self, axis=None, keepdims=False):
+        self.axis, self.keepdims = axis, keepdims
+
+    def forward(self, x):
+        xp = get_array_module(x)
+        self.x_shape = x.shape
+        self.axes = _normalize_axis("logsumexp", self.axis, x.ndim)
+        m = x.max(axis=self.axes, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)  # a row of -inf has logsumexp -inf, not NaN
+        y = xp.log(xp.exp(x - m).sum(axis=self.axes, keepdims=True)) + m
+        if not self.keepdims:
+            y = y.reshape([n for i, n in enumerate(x.shape) if i not in self.axes])
+        self.save_for_backward(x, y)  # PyTorch saves both too: the gradient is exp(x - y), the softmax
+        return y
+
+    def backward(self, gy):
+        x, y = self.saved_tensors  # y as an output: the second derivative goes through it
+        gy, y = [_keep_axes(v, self.axes, self.x_shape, self.keepdims) for v in (gy, y)]
+        return broadcast_to(gy, self.x_shape) * exp(x - y)
+
+
+def logsumexp(x, axis=None, keepdims=False):
+    return LogSumExp(axis, keepdims)(x)
+
+
 class BroadcastTo(Function):  # step 30
     def __init__(self, shape):
         self.shape = _as_shape("broadcast_to", shape)

@@ -6,12 +6,14 @@
     graph      saved tensors (step 35), saved_tensors_hooks and save_on_cpu (step 38)
     anomaly    detect_anomaly, set_detect_anomaly (step 39)
     gradcheck  gradcheck, gradgradcheck (step 40)
+    function   Function with a ctx, once_differentiable: custom functions written PyTorch's way (step 49)
 """
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
 from tinypytorch.autograd.gradients import grad
 from tinypytorch.autograd.anomaly import detect_anomaly, set_detect_anomaly
 from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
+from tinypytorch.autograd.function import Function, FunctionCtx, once_differentiable
 
 
 __all__ = ["grad", "engine", "hooks", "graph", "anomaly", "detect_anomaly", "set_detect_anomaly",
-           "gradcheck", "gradgradcheck", "GradcheckError"]
+           "gradcheck", "gradgradcheck", "GradcheckError", "Function", "FunctionCtx", "once_differentiable"]

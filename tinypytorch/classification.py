@@ -1,0 +1,138 @@
+"""From scores to class probabilities and a loss (step 50): softmax, log_softmax, cross_entropy, accuracy.
+
+A classifier ends in one score (a logit) per class. Softmax turns a row of scores into
+probabilities, exp(x_i) / sum_j exp(x_j); cross-entropy is the negative log-probability of the
+right class. Computed naively, both overflow: exp(1000) is inf. Each is computed here, as in
+PyTorch, after subtracting the row's maximum, and the loss from `log_softmax` directly, never
+as the log of a softmax that may have rounded to 0.
+"""
+import numbers
+
+import numpy as np
+
+from tinypytorch import cuda
+from tinypytorch.core import Function, Variable, as_variable
+from tinypytorch.cuda import get_array_module
+from tinypytorch.functions import GetItemGrad, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
+
+
+def _axis(op, axis, ndim):
+    """One axis (an int), as a non-negative int."""
+    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
+        raise TypeError(f"{op}: axis must be an int, got {axis!r}")
+    return _normalize_axis(op, axis, ndim)[0]
+
+
+class Softmax(Function):  # step 50
+    """s = exp(x - max) / sum(exp(x - max)) along `axis`; backward s * (g - <s, g>)."""
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, x):
+        xp = get_array_module(x)
+        self.axis = _axis("softmax", self.axis, x.ndim)
+        e = xp.exp(x - x.max(axis=self.axis, keepdims=True))  # the largest is exp(0) = 1: no overflow
+        s = e / e.sum(axis=self.axis, keepdims=True)
+        self.save_for_backward(s)  # the output: its derivative needs nothing else (PyTorch saves it too)
+        return s
+
+    def backward(self, gy):
+        (s,) = self.saved_tensors
+        return s * (gy - sum(gy * s, axis=self.axis, keepdims=True))
+
+
+class LogSoftmax(Function):  # step 50
+    """y = x - logsumexp(x) along `axis`; backward g - exp(y) * sum(g)."""
+
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, x):
+        xp = get_array_module(x)
+        self.axis = _axis("log_softmax", self.axis, x.ndim)
+        shifted = x - x.max(axis=self.axis, keepdims=True)
+        y = shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
+        self.save_for_backward(y)  # the output, as PyTorch saves it
+        return y
+
+    def backward(self, gy):
+        (y,) = self.saved_tensors
+        return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
+
+
+def softmax(x, axis):
+    """PyTorch's `softmax(x, dim)`: probabilities along `axis`, each row summing to 1."""
+    return Softmax(axis)(x)
+
+
+def log_softmax(x, axis):
+    """PyTorch's `log_softmax(x, dim)`: log-probabilities along `axis`, finite even where softmax rounds to 0."""
+    return LogSoftmax(axis)(x)
+
+
+class NLLLoss(Function):  # step 50
+    """The negative log-likelihood of the target classes, given log-probabilities of shape (N, C)."""
+
+    def __init__(self, target, reduction, ignore_index):
+        self.target, self.reduction, self.ignore_index = target, reduction, ignore_index
+
+    def forward(self, logp):
+        xp = get_array_module(logp)
+        kept = self.target != self.ignore_index
+        self.rows, self.classes = xp.arange(len(self.target)), xp.where(kept, self.target, 0)
+        total = xp.asarray(kept.sum(), dtype=logp.dtype)  # the number of rows that count (0-d, as PyTorch)
+        # the derivative of the loss with respect to each picked log-probability, times -1
+        with np.errstate(invalid="ignore"):  # every row ignored: the mean is 0/0 = nan, as in PyTorch
+            self.weights = kept.astype(logp.dtype) / (total if self.reduction == "mean" else 1)
+        self.save_for_backward(logp, self.target, total)  # what PyTorch's NllLossBackward keeps
+        picked = -logp[self.rows, self.classes] * self.weights
+        return picked if self.reduction == "none" else picked.sum()
+
+    def backward(self, gy):
+        shape = self.saved_tensors[0].shape
+        # each row's gradient goes to its target class only; ignored rows get none
+        return GetItemGrad((self.rows, self.classes), shape)(-gy * self.weights)
+
+
+def cross_entropy(input, target, reduction="mean", ignore_index=-100):  # noqa: A002 (PyTorch's name)
+    """PyTorch's `cross_entropy`: log_softmax over the classes, then the negative log-likelihood of `target`.
+
+    input: scores of shape (N, C); target: N class indices (integers in [0, C), or ignore_index for a
+    row that does not count); reduction: "mean" over the rows that count, "sum", or "none" (one loss a row).
+    """
+    input = as_variable(input, "cross_entropy")
+    target = _checked_target(input, target, ignore_index)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: {reduction!r} is not a valid value for reduction: "
+                         "expected 'mean', 'sum' or 'none'")
+    return NLLLoss(target, reduction, ignore_index)(log_softmax(input, axis=1))
+
+
+def _checked_target(input, target, ignore_index):
+    """`target` as an integer array on input's device, after checking it against input of shape (N, C)."""
+    if input.ndim != 2:
+        raise ValueError(f"cross_entropy: expected an input of shape (N, C), got {input.shape}")
+    if isinstance(target, Variable):
+        target = target.data
+    xp = get_array_module(input.data)
+    target = xp.asarray(target) if isinstance(target, cuda.array_types) else xp.asarray(np.asarray(target))
+    if not np.issubdtype(target.dtype, np.integer) or target.dtype == bool:
+        raise TypeError(f"cross_entropy: expected target dtype to be an integer type (class indices), "
+                        f"but got {target.dtype}")
+    if target.shape != (input.shape[0],):
+        raise ValueError(f"cross_entropy: expected input batch_size ({input.shape[0]}) to match target "
+                         f"batch_size ({target.shape[0] if target.ndim else target.shape})")
+    wrong = (target != ignore_index) & ((target < 0) | (target >= input.shape[1]))
+    if bool(wrong.any()):
+        raise ValueError(f"cross_entropy: target {int(target[wrong][0])} is out of bounds "
+                         f"for {input.shape[1]} classes")
+    return target
+
+
+def accuracy(scores, target):
+    """The fraction of rows whose highest score is the target class (a number; nothing to differentiate)."""
+    scores = scores.data if isinstance(scores, Variable) else scores
+    target = target.data if isinstance(target, Variable) else target
+    xp = get_array_module(scores)
+    return float((scores.argmax(axis=1) == xp.asarray(target)).mean())
