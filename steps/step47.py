@@ -1,61 +1,49 @@
 # %% [markdown]
 # # Step 47: Reversible columns (RevCol)
 #
-# Step 46 made a stack of blocks reversible: a block's input can be
-# computed from its output, so the stack keeps no activations for backward
-# and recomputes them on the way down. This step applies the idea to a
-# network of another shape, the reversible column network RevCol (Cai et
-# al., "Reversible Column Networks", ICLR 2023).
-#
-# A RevCol network is made of $N$ **columns**, each a small network of $L$
-# **levels** (in the paper, four feature scales of an image). Column $k$
-# takes the input $x$ and the $L$ states $c_0, \dots, c_{L-1}$ of column
-# $k - 1$ and returns $L$ new states for column $k + 1$. A column is built
-# so that its input states can be computed back from its output states.
-# RevCol's `ReverseFunction` uses this: a column keeps only $x$ and its new
-# states, and backward recomputes everything else.
-#
-# We read the package's version, check its gradients against a plain run
-# and against PyTorch (a plain column, and a port of RevCol's own
-# `ReverseFunction`), and then measure what reversibility costs and where it
-# breaks: memory against the number of columns, rounding errors that grow
-# when they are divided by a small $\alpha$, and random numbers that must be
-# drawn again identically.
+# Step 46 made a stack of blocks reversible, so that it keeps no
+# activations for backward. This step applies the idea to a network of
+# another shape: RevCol (Cai et al., "Reversible Column Networks", ICLR
+# 2023), made of $N$ **columns** of $L$ **levels** each (in the paper, four
+# feature scales of an image). Every column reads the input $x$ and the $L$
+# states of the column before, and hands $L$ new states to the next; it is
+# built so that the states it received can be computed back from those it
+# returned. We read the package's version (`tinypytorch.reversible`), check
+# its gradients, and measure what it saves and what it costs.
 
 # %%
 import gc
-import inspect
 import math
 import tracemalloc
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 
 import tinypytorch
-from tinypytorch import Parameter, Variable, autograd, random
+from tinypytorch import Parameter, Variable, no_grad, random
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import Layer, Linear
-from tinypytorch.reversible import (RevColumn, RevColumnFunction, ReversibleColumns, ReversibleColumnsFunction,
-                                    _column_backward, _column_forward, _level_backward, clamp_alpha)
+from tinypytorch.optimizers import SGD
+from tinypytorch.reversible import (RevColumn, RevColumnFunction, ReversibleColumns,
+                                    ReversibleColumnsFunction, _column_backward, _column_forward,
+                                    clamp_alpha)
+from tinypytorch.utils.listing import show_code
 
-torch.set_num_threads(1)  # arrays this small gain nothing from threads
 
-
+# %% tags=["hide-input"]
 def show(a, decimals=4):
     """An array with fixed decimals, printed the same way on every machine."""
     return np.array2string(np.asarray(a), precision=decimals, floatmode="fixed", separator=", ")
 
 
-def bounded(value, bound):
-    """'< 1eK' after checking that value is below bound = 1eK; '0' for a value that must be exactly 0.
+def below(error, bound):
+    """'< 1e-14' after checking that error < bound (a power of ten); '0' for an error that must be exactly 0.
 
-    Rounding errors differ from one CPU to another (BLAS kernels, NumPy's vectorised tanh), by a small
-    factor, so the step prints a power of ten the error stays below, never the error itself."""
+    Rounding errors differ from one CPU to another by a small factor; a bound does not."""
     if bound == 0:
-        assert value == 0, value
+        assert error == 0, error
         return "0"
-    assert value < bound, (value, bound)
+    assert error < bound, f"{error:.3g} is not below {bound:.0e}"
     return f"< 1e{round(math.log10(bound))}"
 
 
@@ -63,173 +51,173 @@ def bounded(value, bound):
 # ## The level equation
 #
 # Write $c_i$ for the state of level $i$ that a column receives and $c_i'$
-# for the state it returns. A column computes its levels from the bottom
+# for the state it returns. The column computes its levels from the bottom
 # up:
 #
 # $$
-# c_i' = l_i\bigl(c_{i-1}',\ c_{i+1}\bigr) + \alpha_i\, c_i, \qquad i = 0, \dots, L - 1,
+# c_i' = l_i\bigl(c_{i-1}',\ c_{i+1}\bigr) + \alpha_i\, c_i, \qquad c_{-1}' = x .
 # $$
 #
-# with $c_{-1}' = x$ (level 0 reads the input) and no $c_L$ (the top level
-# reads only the level below). $l_i$ is any function with parameters; in
-# RevCol it *fuses* the new state of the level below with the old state of
-# the level above and runs a few ConvNeXt blocks on the result. $\alpha_i$
-# is a learnable scale, one number per channel, which RevCol starts at 0.5,
-# and $\alpha_i c_i$ is a shortcut from the same level of the previous
-# column. For four levels:
+# $l_i$, any function with parameters, reads the *new* state of the level
+# below (the input $x$ for level 0) and the *old* state of the level above
+# (nothing at the top); in RevCol it fuses the two and runs a few ConvNeXt
+# blocks. $\alpha_i c_i$ is a shortcut from the previous column, scaled by
+# a learnable $\alpha_i$, one number per channel, which RevCol starts at
+# 0.5. With four levels:
 #
 # $$
-# c_0' = l_0(x, c_1) + \alpha_0 c_0, \quad
-# c_1' = l_1(c_0', c_2) + \alpha_1 c_1, \quad
-# c_2' = l_2(c_1', c_3) + \alpha_2 c_2, \quad
-# c_3' = l_3(c_2') + \alpha_3 c_3.
+# \begin{aligned}
+# c_0' &= l_0(x, c_1) + \alpha_0 c_0, & c_1' &= l_1(c_0', c_2) + \alpha_1 c_1, \\
+# c_2' &= l_2(c_1', c_3) + \alpha_2 c_2, & c_3' &= l_3(c_2') + \alpha_3 c_3.
+# \end{aligned}
 # $$
-#
-# ### Why a column can be inverted
 #
 # Solve each equation for the old state:
 #
 # $$
-# c_i = \frac{c_i' - l_i\bigl(c_{i-1}',\ c_{i+1}\bigr)}{\alpha_i}.
+# c_i = \bigl(c_i' - l_i(c_{i-1}',\ c_{i+1})\bigr) / \alpha_i .
 # $$
 #
-# The right-hand side needs $c_i'$ and $c_{i-1}'$, outputs of the column,
-# and $c_{i+1}$, an *old* state. So the inverse runs from the top down: the
-# top level needs no old state, so $c_3$ comes first, then $c_2$ from it,
-# and so on down to $c_0$. $l_i$ need not be invertible: it never sees
-# $c_i$, which reaches $c_i'$ only through the shortcut. This is step 46's
-# additive coupling with a scale on the shortcut, and the inverse divides
-# by that scale. So $\alpha_i$ must never be 0, and, as we shall measure,
-# had better not be small.
-#
-# ### Columns
-#
-# A network stacks $N$ columns. Every column receives the same input $x$,
-# and the states one column returns are those the next one receives. The
-# first column has no previous column and starts from zeros (RevCol passes
-# the integer 0; here they are arrays of zeros).
-#
-# ## The package: `RevColumn`
-#
-# `RevColumn(levels, alphas)` is one column. `levels[i]` is a callable of
-# `(below, above)`, usually a `Layer`, returning an array shaped like
-# $c_i$ (`above` is `None` for the top level); `alphas[i]` is a `Parameter`
-# that broadcasts against $c_i$. Called with $x$ and the old states, it
-# returns the new ones:
+# The right-hand side needs two returned states and one *old* state,
+# $c_{i+1}$. The top level needs none, so $c_3$ comes first, then $c_2$
+# from it, down to $c_0$: the inverse runs from the top down. $l_i$ is only
+# evaluated again, never inverted, since it does not read $c_i$. This is
+# step 46's additive coupling with a scale on the shortcut, and the inverse
+# divides by it, so $\alpha_i$ must not be 0. A network chains $N$ columns
+# that all read $x$, the first starting from zeros; RevCol's image models
+# have 4 (RevCol-T), 8 (S, L, XL and H) or 16 (B).
 
-# %%
-print(inspect.getsource(RevColumn.forward))
-print(inspect.getsource(RevColumn.plain))
+# %% tags=["hide-input"]
+def columns_picture():
+    """RevCol's grid (left): what level i of a column reads; one column undone from the top down (right)."""
+    fig, (grid, undo) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [1.2, 1]})
+    node = dict(boxstyle="round,pad=0.3", facecolor="#dbe9f6", edgecolor="#1f77b4")
+    lit_node = dict(node, facecolor="#fde0c5", edgecolor="#d62728")
+    grey = dict(arrowstyle="->", color="#b0b0b0", lw=1.0, shrinkA=12, shrinkB=12)
+    colour = {"below": "#1f77b4", "above": "#ff7f0e", "alpha": "#2ca02c"}
+    xs = (1.2, 3.6, 6.0)
+    grid.set(xlim=(-0.2, 7.6), ylim=(-1.7, 3.8))
+    grid.axis("off")
+    grid.set_title("forward: columns of L = 4 levels, bottom up", fontsize=12)
+    for k, xk in enumerate(xs, start=1):
+        grid.text(xk, 3.55, f"column {k}", ha="center", fontsize=11)
+        for i in range(4):
+            lit = (k, i) == (3, 1)
+            grid.text(xk, i, f"$c_{i}^{{({k})}}$", ha="center", va="center", fontsize=12,
+                      bbox=lit_node if lit else node)
+
+            def arrow(what, start, **extra):
+                style = dict(grey, color=colour[what], lw=2.0) if lit else grey
+                grid.annotate("", xy=(xk, i), xytext=start, arrowprops={**style, **extra})
+
+            arrow("below", (xk, i - 1) if i else (xk, -1.25), **({} if i else {"shrinkA": 0}))
+            if k > 1:
+                arrow("alpha", (xs[k - 2], i))
+                if i < 3:
+                    arrow("above", (xs[k - 2], i + 1))
+            else:
+                grid.text(0.0, i, "0", ha="center", va="center", fontsize=11, color="#555555")
+                grid.annotate("", xy=(xk, i), xytext=(0.0, i), arrowprops=dict(grey, shrinkA=6))
+    grid.plot([xs[0], xs[-1]], [-1.25, -1.25], color="#b0b0b0", lw=1.0)
+    grid.text(3.6, -1.6, "the input x, read by level 0 of every column", ha="center", fontsize=10, color="#555555")
+    grid.text(4.8, 0.93, r"$\alpha_1 \cdot$", ha="center", va="top", fontsize=12, color=colour["alpha"])
+    grid.text(4.55, 1.62, "above", ha="center", fontsize=11, color=colour["above"], rotation=-22)
+    grid.text(6.12, 0.5, "below", ha="left", va="center", fontsize=11, color=colour["below"])
+
+    undo.set(xlim=(0, 10), ylim=(-1.7, 3.8))
+    undo.axis("off")
+    undo.set_title("backward: column 3 undone, top down", fontsize=12)
+    undo.text(0.2, 3.55, r"$c_i = c_i^{(2)}$ (received),  $c_i' = c_i^{(3)}$ (returned, saved)", fontsize=11)
+    steps = [r"$c_3 = (c_3' - l_3(c_2'))\,/\,\alpha_3$", r"$c_2 = (c_2' - l_2(c_1', c_3))\,/\,\alpha_2$",
+             r"$c_1 = (c_1' - l_1(c_0', c_2))\,/\,\alpha_1$", r"$c_0 = (c_0' - l_0(x, c_1))\,/\,\alpha_0$"]
+    for n, (i, text) in enumerate(zip((3, 2, 1, 0), steps), start=1):
+        undo.text(0.6, i - 0.25, str(n), ha="center", va="center", fontsize=11, color="white",
+                  bbox=dict(boxstyle="circle,pad=0.25", facecolor="#d62728", edgecolor="none"))
+        undo.text(1.3, i - 0.25, text, ha="left", va="center", fontsize=13)
+        if i:
+            undo.annotate("", xy=(0.6, i - 1.0), xytext=(0.6, i - 0.5),
+                          arrowprops=dict(arrowstyle="->", color="#d62728", lw=1.3))
+    undo.text(0.2, -1.25, "each old state just computed is what the level below\n"
+              "reads above: so the levels come off from the top", ha="left", va="center", fontsize=10,
+              color="#555555")
+    fig.tight_layout()
+    plt.show()
+
+
+columns_picture()
 
 # %% [markdown]
-# `forward` checks that it got one state per level and keeps every $\alpha$
-# away from 0 (`clamp_alpha`, below). Then there are two paths:
+# Left: level 1 of column 3 reads the new state below it (blue), the
+# previous column's state above it (orange), and adds $\alpha_1$ times the
+# previous column's state of its own level (green). Right: column 3 undone,
+# each line using the old state the line above computed.
 #
-# - with `reversible=False`, or with recording switched off, `plain`
-#   computes the level equations with ordinary operations and the graph
-#   records everything. This is RevCol's `_forward_nonreverse`, the
-#   reference the reversible path must reproduce;
-# - otherwise one `RevColumnFunction` node (RevCol's `ReverseFunction`)
-#   computes the whole column. Its
-#   inputs are $x$, the old states, the $\alpha$'s and every parameter of
-#   the levels, so the parameters' gradients come back through the graph
-#   like any other gradient.
+# ## One column as one node
 #
-# ### Forward
-#
-# `RevColumnFunction` is a thin shell around two functions on arrays, one
-# column's forward and backward, which the next section will reuse:
+# `RevColumn(levels, alphas)` is one column: `levels[i]` is a `Layer` called
+# as `level(below, above)`, `alphas[i]` a `Parameter` that broadcasts
+# against $c_i$. Its `plain` method is the level equation with ordinary
+# operations, everything recorded (RevCol's `_forward_nonreverse`): the
+# reference. The reversible path is one `Function`, `RevColumnFunction`
+# (RevCol's `ReverseFunction`), whose inputs are $x$, the old states, the
+# $\alpha$'s and every parameter of the levels, so that all their gradients
+# come back through the graph. Its forward runs the same equation on
+# arrays, under `no_grad`:
 
 # %%
-print(inspect.getsource(RevColumnFunction))
-print(inspect.getsource(_column_forward))
+show_code(RevColumn.plain, RevColumnFunction.forward, _column_forward, step=47)
 
 # %% [markdown]
-# Under `no_grad` nothing inside the levels is recorded. Before each level
-# the generator's state is noted (step 41), one snapshot per level, because
-# a level may draw random numbers (RevCol's blocks use DropPath) and
-# backward must draw the same ones again. Each level must return an array
-# of its state's shape. Then `save_for_backward(x, *new)` keeps $x$ and the
-# $L$ new states and nothing else, whatever the levels compute inside.
+# Nothing inside the levels is recorded; the node saves $x$ and the $L$ new
+# states. The generator's state is noted before each level (step 41).
 #
-# ### Backward
-#
-# Backward receives $\bar g_i = \partial\mathcal{L}/\partial c_i'$, the
-# gradients of the new states from whatever used them. Two facts organise
-# it. First, $c_i'$ is used outside the column *and* by level $i + 1$ as
-# `below`, so its whole gradient is
+# **Backward, top level down.** Backward receives $\bar g_i = \partial\mathcal{L}/\partial c_i'$ from
+# whatever used the new states. As $c_i'$ is also level $i + 1$'s `below`,
+# its whole gradient is
 #
 # $$
 # T_i = \bar g_i + \Bigl(\frac{\partial l_{i+1}}{\partial\,\text{below}}\Bigr)^{\!\top} T_{i+1},
 # $$
 #
-# which needs level $i + 1$ done first: backward runs from the top down,
-# the order in which the inverse recovers the old states. Second,
-# everything else follows from $T_i$:
+# which needs level $i + 1$ done first: backward goes top down, the order
+# of the inverse. The rest follows from $T_i$:
 #
 # $$
-# \frac{\partial\mathcal{L}}{\partial c_i} = \alpha_i T_i + \Bigl(\frac{\partial l_{i-1}}{\partial\,\text{above}}\Bigr)^{\!\top} T_{i-1},
-# \qquad
-# \frac{\partial\mathcal{L}}{\partial \alpha_i} = \sum_{\text{rows}} T_i \odot c_i,
-# \qquad
-# \frac{\partial\mathcal{L}}{\partial \theta_i} = \Bigl(\frac{\partial l_i}{\partial \theta_i}\Bigr)^{\!\top} T_i,
-# \qquad
-# \frac{\partial\mathcal{L}}{\partial x} = \Bigl(\frac{\partial l_0}{\partial\,\text{below}}\Bigr)^{\!\top} T_0.
+# \begin{aligned}
+# \frac{\partial\mathcal{L}}{\partial c_i} &= \alpha_i T_i
+#   + \Bigl(\frac{\partial l_{i-1}}{\partial\,\text{above}}\Bigr)^{\!\top} T_{i-1}, &
+# \frac{\partial\mathcal{L}}{\partial \alpha_i} &= \sum_{\text{rows}} T_i \odot c_i, \\
+# \frac{\partial\mathcal{L}}{\partial \theta_i} &= \Bigl(\frac{\partial l_i}{\partial \theta_i}\Bigr)^{\!\top} T_i, &
+# \frac{\partial\mathcal{L}}{\partial x} &= \Bigl(\frac{\partial l_0}{\partial\,\text{below}}\Bigr)^{\!\top} T_0.
+# \end{aligned}
 # $$
 #
-# The old $c_i$ gets the shortcut's share and what level $i - 1$ sends back
-# (it read $c_i$ as `above`); $\alpha_i$'s gradient needs the old $c_i$,
-# which backward must compute back first.
+# $\alpha_i$'s gradient needs the old $c_i$, which is why backward computes
+# it back before moving down a level:
 
 # %%
-print(inspect.getsource(_column_backward))
+show_code(_column_backward, step=47)
 
 # %% [markdown]
-# The work on one level is `_level_backward`'s:
-
-# %%
-print(inspect.getsource(_level_backward))
-
-# %% [markdown]
-# For each level, from the top:
-#
-# 1. **Recompute.** Fresh leaves hold `below` ($c_{i-1}'$, or $x$) and
-#    `above` (the old $c_{i+1}$, computed back by the previous iteration).
-#    The level runs again with recording on, inside `replaying`, which sets
-#    the generator to this level's snapshot: step 42's recomputation, for
-#    one level.
-# 2. **Check** that the recomputed graph reads, of what requires grad, only
-#    `below`, `above` and the level's parameters (`_refuse_unknown_inputs`,
-#    step 46): a weight the column cannot list would get no gradient.
-# 3. **Backpropagate** in a backward pass inside the running one
-#    (`_inner_grad`), seeded with $T_i$: the gradient of `below` (added into
-#    $T_{i-1}$, or $x$'s for level 0), of `above`, and of the level's
-#    parameters, all at once.
-# 4. **Invert.** `old[i] = (new[i] - out.data) / alphas[i]` is the `above`
-#    of the next iteration, and gives $\alpha_i$'s gradient (`sum_to` folds
-#    $T_i \odot c_i$ to $\alpha_i$'s shape).
-#
-# The loop runs inside `fork_rng`, so the generator outside continues as if
-# backward drew nothing. The old states computed back are kept in
-# `reconstructed`, for us to look at.
-#
-# RevCol's backward does the same arithmetic but only *adds* the
-# parameters' and $\alpha$'s gradients to their `.grad` (the check at the
-# end shows the consequence); here they are returned, so `autograd.grad`
-# with respect to an $\alpha$ or a weight works.
+# For each level from the top, `_level_backward` **recomputes** the level
+# from fresh leaves holding `below` and `above` (the old $c_{i+1}$ just
+# computed back), graph recorded, generator set to the level's noted state
+# (`replaying`, steps 42 and 45); **checks** that it reads no weight the
+# column cannot list (step 46); and **backpropagates** $T_i$, giving the
+# gradients of `below`, `above` and the level's parameters. Then the loop
+# **inverts**: `old[i] = (new[i] - out) / alphas[i]`.
 #
 # ## A model to test on
 #
-# Each level is RevCol's level with linear layers for convolutions. A
-# fusion adds a linear map of the state below and one of the state above
-# and squashes the sum with $\tanh$; one block follows, RevCol's ConvNeXt
-# block reduced to its shape: four times wider, $\tanh$, back, added to its
-# input. An optional DropPath on the block's branch is used later.
+# Each level is RevCol's with linear layers for convolutions: a fusion
+# $f = \tanh(\text{down}(\text{below}) + \text{up}(\text{above}))$, then one ConvNeXt block
+# reduced to its shape (four times wider, $\tanh$, back, added to its
+# input), with an optional DropPath on its branch. Widths grow upwards, as
+# RevCol's channels do.
 
 # %%
 def drop_path(h, p, training):
-    """timm's DropPath, as RevCol's blocks use it: each row's branch dropped with probability p, the rest scaled
-    by 1 / (1 - p); the mask drawn from the framework's generator."""
+    """timm's DropPath, as RevCol's blocks use it: each row's branch dropped with probability p."""
     if not training or p == 0.0:
         return h
     keep = random.default_generator().random((h.shape[0], 1)) >= p
@@ -237,12 +225,12 @@ def drop_path(h, p, training):
 
 
 class Level(Layer):
-    """l_i(below, above) = f + block(f), f = tanh(down(below) + up(above)): RevCol's fusion and one block."""
+    """l_i(below, above) = f + block(f), f = tanh(down(below) + up(above))."""
 
     def __init__(self, n_below, n, n_above, rng, drop=0.0):
         super().__init__()
-        self.down = Linear(n_below, n, rng=rng)  # from the new state below (RevCol: a strided convolution)
-        self.up = Linear(n_above, n, bias=False, rng=rng) if n_above else None  # from the old state above
+        self.down = Linear(n_below, n, rng=rng)  # RevCol: a strided convolution
+        self.up = Linear(n_above, n, bias=False, rng=rng) if n_above else None
         self.expand = Linear(n, 4 * n, rng=rng)  # the block: 4x wider, tanh, and back
         self.project = Linear(4 * n, n, rng=rng)
         self.drop = drop
@@ -250,30 +238,23 @@ class Level(Layer):
     def forward(self, below, above):
         fused = self.down(below) if above is None else self.down(below) + self.up(above)
         f = tinypytorch.tanh(fused)
-        return f + drop_path(self.project(tinypytorch.tanh(self.expand(f))), self.drop, self.training)
+        block = self.project(tinypytorch.tanh(self.expand(f)))
+        return f + drop_path(block, self.drop, self.training)
 
 
-# %% [markdown]
-# Four levels whose widths grow upwards, as RevCol's channels do; every
-# $\alpha_i$ starts at 0.5 with one entry per channel, shape $(1, d_i)$.
-# `run` computes a stack of columns in one of three ways: **plain**
-# (everything recorded), **chained** (reversible `RevColumn`s one after
-# another) and **one Function** (`ReversibleColumns`, introduced in the
-# memory section). It returns the last column's states and the node that
-# made the first column's.
-
-# %%
 D_IN, WIDTHS, ROWS = 8, (8, 12, 16, 20), 16
 L = len(WIDTHS)
 WAYS = ("plain", "chained", "one Function")
 
 
 def make_stack(n_columns, alpha=0.5, seed=0, drop=0.0, dtype=np.float64):
+    """n_columns RevColumns of four Levels; every alpha starts at `alpha`."""
     rng = np.random.default_rng(seed)
     columns = []
     for _ in range(n_columns):
-        levels = [Level(D_IN if i == 0 else WIDTHS[i - 1], WIDTHS[i], WIDTHS[i + 1] if i + 1 < L else 0, rng, drop)
-                  for i in range(L)]
+        sizes = [(D_IN if i == 0 else WIDTHS[i - 1], WIDTHS[i], WIDTHS[i + 1] if i + 1 < L else 0)
+                 for i in range(L)]
+        levels = [Level(*size, rng, drop) for size in sizes]
         columns.append(RevColumn(levels, [Parameter(np.full((1, d), alpha)) for d in WIDTHS]))
         for p in columns[-1].params():
             p.data = p.data.astype(dtype)
@@ -281,11 +262,11 @@ def make_stack(n_columns, alpha=0.5, seed=0, drop=0.0, dtype=np.float64):
 
 
 def run(columns, x, way):
-    """(the last column's new states, the node that made the first column's), the first column from zeros."""
+    """(the last column's states, the node that made the first column's); first from zeros."""
     for column in columns:
         column.reversible = way != "plain"
     cs = [Variable(np.zeros((x.shape[0], d), x.dtype), requires_grad=False) for d in WIDTHS]
-    if way == "one Function":
+    if way == "one Function":  # all the columns as one node: see below
         cs = ReversibleColumns(*columns)(x, *cs)
         return cs, cs[0].creator
     first = None
@@ -295,10 +276,11 @@ def run(columns, x, way):
     return cs, first
 
 
+# %% tags=["hide-cell"]
 rng = np.random.default_rng(1)
 X = rng.standard_normal((ROWS, D_IN))
 LOSS_WEIGHTS = [rng.standard_normal((256, d)) for d in WIDTHS]  # 256 rows: the memory section uses more
-OLD = [np.random.default_rng(2).standard_normal((ROWS, d)) for d in WIDTHS]  # old states for one column
+OLD = [np.random.default_rng(2).standard_normal((ROWS, d)) for d in WIDTHS]  # old states for a column on its own
 
 
 def loss_of(cs):
@@ -306,57 +288,8 @@ def loss_of(cs):
     return sum((c * w[:c.shape[0]].astype(c.dtype, copy=False)).sum() for c, w in zip(cs, LOSS_WEIGHTS))
 
 
-stack = make_stack(3)
-print("one column:", [sum(p.size for p in level.params()) for level in stack[0].levels], "weights in its levels,",
-      "alphas of shapes", [a.shape for a in stack[0].alphas])
-outputs = {}
-for way in WAYS:
-    cs, _ = run(stack, Variable(X), way)
-    outputs[way] = [c.data for c in cs]
-    print(f"{way:12}: made by {type(cs[0].creator).__name__:25} c_3'[0, :4] = {show(cs[3].data[0, :4])}")
-print("outputs bitwise equal:", all(np.array_equal(a, b) for way in WAYS for a, b in zip(outputs[way],
-                                                                                         outputs["plain"])))
-
-# %% [markdown]
-# The outputs are the same bits: the reversible forward runs the same
-# operations on the same arrays in the same order, and only records nothing.
-#
-# ## Gradients equal the plain run
-#
-# The gradients are computed differently (the old $c_{i+1}$ comes from the
-# inversion, not from memory), so they should agree with the plain run to
-# rounding. First one column, with random old states that require
-# gradients, so that every gradient of the column is there to compare:
-
-# %%
-def largest_difference(ours, theirs):
-    """max |ours - theirs| over a list of arrays, relative to the largest |theirs|."""
-    return max(np.abs(a - b).max() for a, b in zip(ours, theirs, strict=True)) / max(np.abs(b).max() for b in theirs)
-
-
-def column_gradients(column, reversible):
-    column.reversible = reversible
-    column.cleargrads()
-    x, cs = Variable(X), [Variable(c) for c in OLD]
-    loss_of(column(x, *cs)).backward()
-    return {"x": [x.grad.data], "old c's": [c.grad.data for c in cs], "alphas": [a.grad.data for a in column.alphas],
-            "level weights": [p.grad.data for i in range(L) for p in column.levels[i].params()]}
-
-
-ours, plain = column_gradients(stack[1], True), column_gradients(stack[1], False)
-for what in plain:
-    print(f"{what:14} {len(plain[what]):2} arrays: difference {bounded(largest_difference(ours[what], plain[what]), 1e-14)}"
-          " of the largest gradient")
-
-
-# %% [markdown]
-# Then the stack of three columns, where the gradients of one column's old
-# states are the incoming gradients of the column before, computed chained
-# and as one Function:
-
-# %%
-def stack_gradients(columns, x0, way):
-    """[x's gradient, every parameter's in params() order], and the node that made the first column's states."""
+def gradients(columns, way, x0=X):
+    """[x's gradient] + every parameter's (params() order), and the node that made the first column's states."""
     for column in columns:
         column.cleargrads()
     x = Variable(x0)
@@ -365,203 +298,144 @@ def stack_gradients(columns, x0, way):
     return [x.grad.data] + [p.grad.data for column in columns for p in column.params()], first
 
 
-plain, _ = stack_gradients(stack, X, "plain")
-for way in WAYS[1:]:
-    grads, _ = stack_gradients(stack, X, way)
-    print(f"{way:12}: {len(grads)} gradient arrays, difference from the plain run "
-          f"{bounded(largest_difference(grads, plain), 1e-14)} of the largest")
+def relative_difference(ours, theirs):
+    """max |ours - theirs| over a list of arrays, relative to the largest |theirs|."""
+    return max(np.abs(a - b).max() for a, b in zip(ours, theirs, strict=True)) / max(np.abs(b).max() for b in theirs)
+
 
 # %% [markdown]
-# ### `autograd.grad` with respect to $\alpha$ and the weights
-#
-# Because the node returns its parameters' gradients, `autograd.grad` can
-# ask for them, and leaves every `.grad` alone (step 33):
+# A collapsed cell holds the data, a loss that reads every level of the
+# last column, and `gradients(columns, way)`: the gradients of $x$ and of
+# every parameter. Three columns, run the three ways:
 
 # %%
-for column in stack:
-    column.cleargrads()
-params = [p for column in stack for p in column.params()]
-wanted = [stack[2].alphas[3], stack[1].levels[0].down.weight]
-for way in WAYS[1:]:
-    g_alpha, g_weight = autograd.grad(loss_of(run(stack, Variable(X), way)[0]), wanted)
-    for g, p in zip([g_alpha, g_weight], wanted):
-        index = next(i for i, q in enumerate(params) if q is p)
-        np.testing.assert_allclose(g.data, plain[1 + index], rtol=1e-12, atol=1e-14)  # plain[0] is x's
-    print(f"{way:12}: d loss / d alpha_3 of the last column {show(g_alpha.data[0, :4])} ..., as plain; "
-          f"every .grad still None: {all(p.grad is None for p in params)}")
+stack = make_stack(3)
+plain, _ = gradients(stack, "plain")
+for way in WAYS:
+    cs, first = run(stack, Variable(X), way)
+    print(f"{way:12}: made by {type(first).__name__:25} c_3'[0, :3] = {show(cs[3].data[0, :3])}")
+grads, _ = gradients(stack, "chained")
+difference = relative_difference(grads, plain)
+print(f"chained, {len(grads)} gradient arrays against the plain run:", below(difference, 1e-14))
 
 # %% [markdown]
-# ## The first column computes back to zero
+# The reversible forward runs the same operations on the same arrays, only
+# recording nothing: the same bits. The gradients, computed from inverted
+# states, agree to rounding.
 #
-# During backward each column computes its old states back. For the first
-# column these are the zeros it started from. RevCol's code has a
-# commented-out `print` of this value, a cheap probe of how exact the
-# inversion is:
+# ## $\alpha$, kept away from 0
+#
+# Training could drive $\alpha_i$ to 0, where the inverse divides by 0.
+# Before every forward pass RevCol calls `_clamp_abs(alpha.data, 1e-3)`:
+# lift $|\alpha|$ to at least $10^{-3}$, keeping the sign. `clamp_alpha`
+# does the same, in place and only when needed (bumping the version
+# counter, step 36). Exactly 0 slips through RevCol's clamp (its sign is
+# 0, so it stays 0, and the inverse yields infinities); `clamp_alpha`
+# refuses it.
 
 # %%
-for way, bound in [("chained", 0), ("one Function", 1e-13)]:
-    _, first = stack_gradients(stack, X, way)
-    print(f"{way:12}: largest |first column's states computed back| "
-          f"{bounded(max(np.abs(c).max() for c in first.reconstructed), bound)}")
-
-# %% [markdown]
-# In the chained run the zeros come back *exactly*: in forward $c_i' =
-# l_i(\cdot) + \alpha_i \cdot 0$ is exactly $l_i(\cdot)$, and backward
-# recomputes $l_i$ from the same arrays, gets the same bits and subtracts
-# them to 0. Each `RevColumn` inverts from its *own* saved states, so one
-# column's errors never reach another. With one Function only the last
-# column's states were saved, each column is inverted from what the column
-# after it computed back, and the zeros come back as rounding noise. Why
-# accept that, and what it costs, is the subject of the memory and drift
-# sections.
-#
-# ## $\alpha$: learnable, and kept away from 0
-#
-# $\alpha_i$ is trained with the rest, and training could drive it towards
-# 0, where the inverse divides by 0. Before every forward pass RevCol calls
-# `_clamp_abs(alpha.data, 1e-3)`: take the sign, clamp $|\alpha|$ to at
-# least $10^{-3}$, put the sign back. `clamp_alpha` does the same, in place
-# and only when a value needs it (an in-place change bumps the version
-# counter, step 36):
-
-# %%
-print(inspect.getsource(clamp_alpha))
-alpha = Parameter(np.array([[0.5, 2e-4, -2e-4, -1e-3, -0.25]]))
+show_code(clamp_alpha, step=47)
+alpha = Parameter(np.array([[0.5, 2e-4, -2e-4, -0.25]]))
 clamp_alpha(alpha)
 print("clamped:", show(alpha.data), "version", alpha._version)
-clamp_alpha(alpha)
-print("clamped again: version", alpha._version, "(nothing needed clamping: no write)")
-
 
 # %% [markdown]
-# The sign is kept: $-2 \cdot 10^{-4}$ becomes $-10^{-3}$. One value slips
-# through RevCol's clamp: exactly 0, whose sign is 0, so the clamped value
-# multiplied back by the sign is 0 again. PyTorch shows it:
+# ## One random state per level
+#
+# A level that draws random numbers computes something else when it runs
+# again, unless it draws the same numbers. The levels are recomputed one at
+# a time, in reverse order, so the column notes one generator state per
+# level (step 42's checkpoint needs one: it reruns its function from the
+# start). To see that they matter, throw them away before backward:
 
 # %%
-def revcol_clamp_abs(data, value):
-    """RevCol's SubNet._clamp_abs, as in models/revcol.py."""
-    with torch.no_grad():
-        sign = data.sign()
-        data.abs_().clamp_(value)
-        data *= sign
+class ForgetfulRevColumnFunction(RevColumnFunction):
+    """RevColumnFunction that forgets its noted states: levels recomputed with whatever is drawn."""
+
+    def backward(self, *gys):
+        self.states = [None] * len(self.states)
+        return super().backward(*gys)
 
 
-data = torch.tensor([0.5, 2e-4, -2e-4, 0.0], dtype=torch.float64)
-revcol_clamp_abs(data, 1e-3)
-print("RevCol's clamp:", show(data.numpy()))
-zero = make_stack(1)[0]
-zero.alphas[2].data[0, 5] = 0.0
-try:
-    zero(Variable(X), *[Variable(c) for c in OLD])
-except ValueError as error:
-    print("ValueError:", error)
-
-# %% [markdown]
-# With $\alpha_i = 0$ a column forgets $c_i$: $c_i' = l_i(\cdot)$, and there
-# is nothing to compute back. RevCol's inverse would divide by zero and
-# carry on with infinities and NaNs; `clamp_alpha` refuses before the
-# column runs.
-#
-# ### What a small $\alpha$ costs
-#
-# Why $10^{-3}$ and not smaller? An error $\varepsilon$ in $c_i' -
-# l_i(\cdot)$ becomes $\varepsilon / \alpha_i$ in $c_i$. The levels are
-# coupled: the old $c_{i+1}$ computed back, with its error, is the `above`
-# of level $i$, so its error passes through $l_i$ and is divided by
-# $\alpha_i$ again. Over $L$ levels the error grows like $1/\alpha^L$. And
-# there is an error to begin with: $c_i' = l_i + \alpha_i c_i$ was rounded,
-# and a small $\alpha_i c_i$ added to a larger $l_i$ keeps only some of its
-# digits.
-#
-# One column, every $\alpha$ set to the same value, old states from a
-# standard normal: the largest error of the states computed back, relative
-# to the largest state.
-
-# %%
-ALPHA_SWEEP = [0.5, 0.1, 0.01, 0.001]
-
-
-def inversion_error(alpha, dtype):
-    column = make_stack(1, alpha=alpha, dtype=dtype)[0]
-    old = [c.astype(dtype) for c in OLD]
-    cs = column(Variable(X.astype(dtype)), *[Variable(c) for c in old])
+# %% tags=["hide-input"]
+def dropout_run(columns, way):
+    """(gradients of x and every parameter, the first column's states computed back, the next draw)."""
+    tinypytorch.manual_seed(0)
+    if way != "forgetful":
+        grads, first = gradients(columns, way)
+        return grads, getattr(first, "reconstructed", None), random.default_generator().random()
+    for column in columns:
+        column.cleargrads()
+    x, cs, first = Variable(X), [Variable(np.zeros((ROWS, d)), requires_grad=False) for d in WIDTHS], None
+    for column in columns:  # what RevColumn.forward does, with the forgetful Function
+        params = [p for i in range(L) for p in column.level_params(i)]
+        cs = ForgetfulRevColumnFunction(column)(x, *cs, *column.alphas, *params)
+        first = first or cs[0].creator
     loss_of(cs).backward()
-    back = cs[0].creator.reconstructed
-    return max(np.abs(r.astype(np.float64) - c).max() for r, c in zip(back, old)) / max(np.abs(c).max() for c in old)
+    grads = [x.grad.data] + [p.grad.data for column in columns for p in column.params()]
+    return grads, first.reconstructed, random.default_generator().random()
 
 
-INVERSION = {(a, dtype): inversion_error(a, dtype) for a in ALPHA_SWEEP for dtype in (np.float64, np.float32)}
-INVERSION_BOUNDS = {0.5: (1e-14, 1e-6), 0.1: (1e-12, 1e-4), 0.01: (1e-9, 1.0), 0.001: (1e-5, 1e4)}
-print(f"{'alpha':>6} {'float64':>9} {'float32':>9}   (relative error of the old states computed back)")
-for a in ALPHA_SWEEP:
-    print(f"{a:6} {bounded(INVERSION[a, np.float64], INVERSION_BOUNDS[a][0]):>9}"
-          f" {bounded(INVERSION[a, np.float32], INVERSION_BOUNDS[a][1]):>9}")
-
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for dtype, marker in [(np.float64, "o-"), (np.float32, "s-")]:
-    ax.plot(ALPHA_SWEEP, [INVERSION[a, dtype] for a in ALPHA_SWEEP], marker, label=dtype.__name__)
-ax.plot(ALPHA_SWEEP, [1e-16 * (0.5 / a) ** L for a in ALPHA_SWEEP], "k:", label="proportional to $1/\\alpha^4$")
-ax.set(xscale="log", yscale="log", xlabel="alpha (every level)", ylabel="relative error of the old states",
-       title="One column inverted: error against alpha")
-ax.invert_xaxis()
-ax.legend()
-plt.show()
+dropped = make_stack(3, drop=0.2)
+dropped_plain, _, next_plain = dropout_run(dropped, "plain")
+print("3 columns, DropPath 0.2      gradients vs plain   first column's zeros back   next draw as plain's")
+for way in ("chained", "forgetful"):
+    grads, back, next_draw = dropout_run(dropped, way)
+    d, b = relative_difference(grads, dropped_plain), max(np.abs(c).max() for c in back)
+    if way == "forgetful":  # other masks: errors the size of the values themselves
+        assert d > 0.1 and b > 0.1
+    print(f"{way + (' (one state a level)' if way == 'chained' else ' (no states)'):30}"
+          f"{'> 1e-1' if way == 'forgetful' else below(d, 1e-14):>16}"
+          f"{'> 1e-1' if way == 'forgetful' else below(b, 0):>27}{str(next_draw == next_plain):>23}")
 
 # %% [markdown]
-# Once $\alpha$ is small, each tenfold decrease multiplies the error by
-# about $10^4 = 10^L$. At $\alpha = 10^{-3}$ float64 keeps about six correct
-# digits of the old states; float32, which starts with seven, returns
-# states hundreds of times larger than they were. RevCol's floor of
-# $10^{-3}$ protects against a division by zero, not against this: a column
-# whose $\alpha$'s train towards the floor computes its backward from wrong
-# states, and nothing raises. (The plot shows the values measured on the
-# machine that ran it; the table, bounds that hold on every CPU.)
+# With its states, DropPath draws the same masks when a level is
+# recomputed. Without them, every recomputed level drops other rows: the
+# gradients belong to a network that never ran, and the inversion subtracts
+# the wrong $l_i(\cdot)$, so the first column's zeros come back as large as
+# the states. Nothing raises. (RevCol fixes `preserve_rng_state = True`.)
 #
-# ## Memory against the number of columns
+# ## One Function for all the columns
 #
-# ### Why a chain of columns grows
-#
-# Each `RevColumn` saves $x$ and its $L$ new states. $x$ is one array shared
-# by all columns, but the states are new arrays in every column: a chain of
-# $N$ columns keeps $N L$ states. Yet column $k$'s new states are the old
-# states of column $k + 1$, which column $k + 1$'s backward *computes back*
-# anyway. Saving them is redundant: only the last column's are needed.
-#
-# A chain cannot drop them by itself: each column is a separate node of the
-# graph, and a node cannot hand its saved arrays to another. So the package
-# runs all the columns as **one** Function, `ReversibleColumns(*columns)`.
-# Its forward runs `_column_forward` column after column and saves $x$ and
-# the last column's states; its backward runs `_column_backward` from the
-# last column to the first, and hands each column's computed-back old
-# states to the column before as *its* new states:
+# Each `RevColumn` saves $x$ and its $L$ new states, so a chain of $N$
+# columns keeps $N L$ states (RevCol chains one `ReverseFunction` a
+# column). Yet column $k$'s new states are the old states of column
+# $k + 1$, which its backward computes back anyway: only the last column's
+# are needed. A chain cannot drop them, since a node cannot hand its saved
+# arrays to another. So `ReversibleColumns(*columns)` runs all the columns
+# as one node, whose backward hands each column's computed-back old states
+# to the column before, as *its* new states:
 
 # %%
-print(inspect.getsource(ReversibleColumnsFunction))
+show_code(ReversibleColumnsFunction.forward, ReversibleColumnsFunction.backward, step=47)
 
 # %% [markdown]
-# The gradients of the old states that one column returns are the incoming
-# gradients of the column before, and $x$'s gradient is the sum over the
-# columns, since every column reads $x$. Each column's parameter gradients
-# are sent on to the running backward pass as soon as that column is done
-# (`engine.send_early`, as in step 46). `reconstructed` now holds the
-# first column's old states, computed back through every column.
-#
-# ### Saved bytes and peak, measured
-#
-# A pack hook (step 38) around the columns sees every array they save; we
-# add up the distinct ones that are not parameters. The peak comes during
-# backward: as in step 44, `tracemalloc` (filtered to NumPy's domain) gives
-# the bytes of every array alive, sampled by a wrapper around each level
-# after every call and when backward reaches the level's output (a gradient
-# hook, step 34). From the largest sample, the bytes held since the start,
-# we take away the parameters' gradients, which every run holds at the end
-# (one Function holds them all inside its backward, until it returns
-# them). A batch of 256 rows makes the activations weigh more than the
-# weights, as in RevCol's image models. The unit of the peaks is one
-# column's $L$ states.
+# $x$'s gradient is summed over the columns, which all read $x$; each
+# column's parameter gradients go on as soon as it is done
+# (`engine.send_early`, step 46). The first column started from zeros, so
+# what it computes back should be zeros, a cheap probe of the inversion:
 
 # %%
+grads, first = gradients(stack, "one Function")
+print(f"one Function, {len(grads)} gradient arrays against the plain run:",
+      below(relative_difference(grads, plain), 1e-14))
+for way, bound in [("chained", 0), ("one Function", 1e-13)]:
+    _, first = gradients(stack, way)
+    back = max(np.abs(c).max() for c in first.reconstructed)
+    print(f"{way:12}: largest |first column's states computed back|", below(back, bound))
+
+# %% [markdown]
+# Chained, the zeros come back *exactly*: $l_i(\cdot) + \alpha_i \cdot 0$ is
+# exactly $l_i(\cdot)$, recomputed from the same arrays, and each column
+# inverts from its own saved states. As one Function, each column inverts
+# from what the next computed back, and the zeros return as rounding noise.
+#
+# Memory, measured in a collapsed cell: a pack hook (step 38) sees what the
+# columns save; `tracemalloc`, sampled during backward, gives the peak of
+# NumPy memory, less the parameters' gradients. 256 rows make the
+# activations outweigh the weights, as in RevCol's image models.
+
+# %% tags=["hide-input"]
 MEMORY_ROWS = 256
 X_MEMORY = np.random.default_rng(3).standard_normal((MEMORY_ROWS, D_IN))
 STATES = MEMORY_ROWS * sum(WIDTHS) * 8  # one column's L states, float64
@@ -629,83 +503,86 @@ def peak_bytes(columns, way):
 
 COLUMNS = [1, 2, 4, 8]
 SAVED, PEAK = {}, {}
-print(f"x: {X_MEMORY.nbytes:,} bytes; one column's {L} states: {STATES:,} bytes (the unit below)")
-print(f"{'':>6}" + "".join(f"{way + ': saved':>21}{'peak':>6}" for way in WAYS))
 for n in COLUMNS:
     columns = make_stack(n)
     for way in WAYS:
         SAVED[way, n], PEAK[way, n] = saved_bytes(columns, way), peak_bytes(columns, way)
-    print(f"N = {n:2}" + "".join(f"{SAVED[way, n]:21,}{PEAK[way, n] / STATES:6.1f}" for way in WAYS))
 assert [SAVED["chained", n] for n in COLUMNS] == [X_MEMORY.nbytes + n * STATES for n in COLUMNS]
 assert {SAVED["one Function", n] for n in COLUMNS} == {X_MEMORY.nbytes + STATES}
 assert [PEAK["chained", b] - PEAK["chained", a] for a, b in zip(COLUMNS[1:], COLUMNS[2:])] == [2 * STATES, 4 * STATES]
 assert 0 <= PEAK["one Function", 4] - PEAK["one Function", 2] <= X_MEMORY.nbytes  # x's gradient, summed
 assert PEAK["one Function", 4] == PEAK["one Function", 8]
-plain_column = (SAVED["plain", 2] - SAVED["plain", 1]) / STATES
-print(f"each column adds: plain {plain_column:.1f} states, chained exactly 1, one Function nothing")
 
-# %%
-fig, ax = plt.subplots(figsize=(6, 3.5))
-for way, marker in zip(WAYS, "os^"):
-    ax.plot(COLUMNS, [PEAK[way, n] / STATES for n in COLUMNS], marker + "-", label=f"{way}: peak")
-    ax.plot(COLUMNS, [SAVED[way, n] / STATES for n in COLUMNS], marker + ":", color=ax.lines[-1].get_color(),
-            label=f"{way}: saved")
-ax.set_xscale("log", base=2)
-ax.set_xticks(COLUMNS, [str(n) for n in COLUMNS])
-ax.set(xlabel="columns N", ylabel="bytes, in units of one column's states", title="Memory of forward + backward")
-ax.legend(fontsize=8)
-plt.show()
+
+def memory_picture():
+    per_column = {way: (SAVED[way, 2] - SAVED[way, 1]) / STATES for way in WAYS}
+    for way in WAYS:
+        assert all(SAVED[way, n] == SAVED[way, 1] + (n - 1) * per_column[way] * STATES for n in COLUMNS)
+    print(f"saved, in one column's {L} states: " + ", ".join(
+        f"{way} {SAVED[way, 1] / STATES:.2f}" + (f" + {per_column[way]:.0f}/column" if per_column[way] else "")
+        for way in WAYS))
+    fig, ax = plt.subplots(figsize=(8, 3.0))
+    for way, marker in zip(WAYS, "os^"):
+        ax.plot(COLUMNS, [PEAK[way, n] / STATES for n in COLUMNS], marker + "-", label=f"{way}: peak")
+        ax.plot(COLUMNS, [SAVED[way, n] / STATES for n in COLUMNS], marker + ":", color=ax.lines[-1].get_color(),
+                label=f"{way}: saved")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(COLUMNS, [str(n) for n in COLUMNS])
+    ax.set(xlabel="columns N", ylabel="one column's states", title="memory of one forward and backward pass")
+    ax.legend(fontsize=8, ncol=3, loc="upper left")
+    fig.tight_layout()
+    plt.show()
+
+
+memory_picture()
 
 # %% [markdown]
-# A plain column keeps everything its levels computed: the inputs of the
-# linear layers and the outputs of the $\tanh$'s, among them the block's
-# four-times-wider one, six times the states. A chained reversible column
-# saves $x$ and its new states, so the chain's saved bytes, and its peak,
-# grow by exactly one column's states per column. One Function saves $x$
-# and one column's states however many columns there are, and its peak is
-# flat: from 4 columns on the same number of bytes, and at 2 less only by
-# one array of $x$'s size (the gradient of $x$, summed over the columns).
+# A plain column keeps everything its levels computed, six times its
+# states. A chained reversible column saves $x$ and its new states: saved
+# bytes and peak grow by exactly one column's states a column. One Function
+# saves $x$ and one column's states, and its peak is flat from 4 columns on;
+# what remains is backward's working memory (one level's recomputed graph,
+# the gradients in flight). The price in time: every level runs twice
+# (`bench/results/reversible.md`).
 #
-# What remains in the peak is the working memory of backward: one level's
-# recomputed graph, the gradients in flight, the states computed back, and
-# from two columns on the hand-over from one column to the one before.
-# With one column the reversible peak is nearly a plain column's; the
-# saving is in the slope, and grows with the blocks in a level (RevCol's
-# levels hold several ConvNeXt blocks). The price is time: every level runs
-# twice, in forward and again in backward (timings are in
-# `bench/results/reversible.md`, measured by `bench/bench_memory.py`).
+# ## The price: drift
 #
-# ## Drift
-#
-# One Function keeps memory flat, but changes where its inversions start.
-# A chained `RevColumn` inverts from its own saved states and goes back
-# through one column: its error is one column's rounding. With one
-# Function, the last column computes back the states of the column before,
-# which computes back those of the column before it from these, and so on:
-# each inversion starts from the previous one's errors, divides them by
-# $\alpha$ at every level and passes them on. This is the situation of a
-# RevCol network whose memory does not grow with its columns, and the
-# first-column probe measures it.
-#
-# For $\alpha = 0.5$ and $0.25$, 1 to 16 columns, float64 and float32: the
-# gradients of both reversible ways against the plain run (relative to the
-# largest gradient), and the first column's states as one Function
-# computes them back (0 is right; the chained run gives exactly 0, checked).
+# The inversion divides by $\alpha$. An error $\varepsilon$ in
+# $c_i' - l_i(\cdot)$ becomes $\varepsilon / \alpha_i$ in $c_i$, which level
+# $i - 1$ reads as `above`: its error passes through $l_{i-1}$ and is
+# divided again. Over $L$ levels the error grows like $1/\alpha^L$. As one
+# Function, the columns multiply it again: each inversion starts from the
+# errors of the next. Below, left: one column inverted from its own
+# outputs, every $\alpha$ the same; right: the gradients through $N$
+# columns run as one Function, against the plain run.
 
-# %%
+# %% tags=["hide-input"]
+def inversion_error(alpha, dtype):
+    """Relative error of the old states one column computes back, every alpha = `alpha`."""
+    column = make_stack(1, alpha=alpha, dtype=dtype)[0]
+    old = [c.astype(dtype) for c in OLD]
+    cs = column(Variable(X.astype(dtype)), *[Variable(c) for c in old])
+    loss_of(cs).backward()
+    back = cs[0].creator.reconstructed
+    return max(np.abs(r.astype(np.float64) - c).max() for r, c in zip(back, old)) / max(np.abs(c).max() for c in old)
+
+
 def drift(n, alpha, dtype):
-    columns = make_stack(n, alpha=alpha, dtype=dtype)
-    x0 = X.astype(dtype)
-    plain, _ = stack_gradients(columns, x0, "plain")
-    chained, first = stack_gradients(columns, x0, "chained")
-    assert not any(c.any() for c in first.reconstructed)
-    one, first = stack_gradients(columns, x0, "one Function")
-    return {"chained: gradients": largest_difference(chained, plain),
-            "one Function: gradients": largest_difference(one, plain),
+    columns, x0 = make_stack(n, alpha=alpha, dtype=dtype), X.astype(dtype)
+    plain, _ = gradients(columns, "plain", x0)
+    chained, first = gradients(columns, "chained", x0)
+    assert not any(c.any() for c in first.reconstructed)  # chained: the zeros come back exactly
+    one, first = gradients(columns, "one Function", x0)
+    return {"chained: gradients": relative_difference(chained, plain),
+            "one Function: gradients": relative_difference(one, plain),
             "one Function: first states": max(np.abs(c).max() for c in first.reconstructed)}
 
 
-DRIFT_COLUMNS, DRIFT_ALPHAS, DTYPES = [1, 2, 4, 8, 16], [0.5, 0.25], [np.float64, np.float32]
+DTYPES = [np.float64, np.float32]
+ALPHA_SWEEP = [0.5, 0.1, 0.01, 0.001]
+INVERSION = {(a, dtype): inversion_error(a, dtype) for a in ALPHA_SWEEP for dtype in DTYPES}
+INVERSION_BOUNDS = {0.5: (1e-14, 1e-6), 0.1: (1e-12, 1e-4), 0.01: (1e-9, 1.0), 0.001: (1e-5, 1e4)}
+DRIFT_COLUMNS, DRIFT_ALPHAS = [1, 2, 4, 8, 16], [0.5, 0.25]
 DRIFT = {(dtype, a, n): drift(n, a, dtype) for dtype in DTYPES for a in DRIFT_ALPHAS for n in DRIFT_COLUMNS}
 # Powers of ten for N = 2, 4, 8, 16 (N = 1: exactly 0) that the errors stay below on every CPU setting we tried,
 # by a factor of 3 or more: chained gradients, one Function's gradients, one Function's first states.
@@ -713,126 +590,87 @@ DRIFT_BOUNDS = {(np.float64, 0.5): ([-14] * 4, [-14, -13, -12, -9], [-14, -12, -
                 (np.float64, 0.25): ([-14] * 4, [-13, -12, -9, -3], [-12, -10, -6, 1]),
                 (np.float32, 0.5): ([-5] * 4, [-6, -5, -3, -1], [-5, -4, -1, 2]),
                 (np.float32, 0.25): ([-5] * 4, [-5, -3, 0, 0], [-4, -2, 2, 7])}
-print(f"{'':49}" + "".join(f"{f'N = {n}' if n == 1 else n:>9}" for n in DRIFT_COLUMNS))
+WHAT = ["chained: gradients", "one Function: gradients", "one Function: first states"]
+print(f"{'one column, old states back':30}alpha =" + "".join(f"{a:>8}" for a in ALPHA_SWEEP))
+for k, dtype in enumerate(DTYPES):
+    print(f"{dtype.__name__:>37}" +
+          "".join(f"{below(INVERSION[a, dtype], INVERSION_BOUNDS[a][k]):>8}" for a in ALPHA_SWEEP))
+print(f"\n{'one Function':19}{'gradients against the plain run':^40}   {'first column computed back':^40}".rstrip())
+print(f"{'N =':>19}" + "".join(f"{n:>8}" for n in DRIFT_COLUMNS) + "   " + "".join(f"{n:>8}" for n in DRIFT_COLUMNS))
 for dtype in DTYPES:
     for a in DRIFT_ALPHAS:
-        rows = {what: [0] + [10.0 ** k for k in exponents] for what, exponents in
-                zip(["chained: gradients", "one Function: gradients", "one Function: first states"],
-                    DRIFT_BOUNDS[dtype, a])}
-        for what, row in rows.items():
-            cells = [bounded(DRIFT[dtype, a, n][what], bound) for n, bound in zip(DRIFT_COLUMNS, row)]
-            print(f"{dtype.__name__ + ', alpha = ' + str(a):21} {what:27}" + "".join(f"{c:>9}" for c in cells))
+        cells = {what: [below(DRIFT[dtype, a, n][what], 10.0 ** k if n > 1 else 0)
+                        for n, k in zip(DRIFT_COLUMNS, [0] + exponents)]
+                 for what, exponents in zip(WHAT, DRIFT_BOUNDS[dtype, a])}
+        print(f"{dtype.__name__}, alpha {a:<4}" + "".join(f"{c:>8}" for c in cells[WHAT[1]]) + "   "
+              + "".join(f"{c:>8}" for c in cells[WHAT[2]]))
+print("chained columns, every N: gradients",
+      ", ".join(f"{dtype.__name__} < 1e{DRIFT_BOUNDS[dtype, 0.5][0][0]}" for dtype in DTYPES))
 
-# %%
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.3))
+for dtype, marker in [(np.float64, "o-"), (np.float32, "s-")]:
+    left.plot(ALPHA_SWEEP, [INVERSION[a, dtype] for a in ALPHA_SWEEP], marker, label=dtype.__name__)
+left.plot(ALPHA_SWEEP, [1e-16 * (0.5 / a) ** L for a in ALPHA_SWEEP], "k:", label=r"$\propto 1/\alpha^4$")
+left.set(xscale="log", yscale="log", xlabel="alpha (every level)", title="one column: old states back")
+left.invert_xaxis()
+left.legend(fontsize=9)
 shown = DRIFT_COLUMNS[1:]  # with one column every error is exactly 0
-for ax, dtype in zip(axes, DTYPES):
+for dtype, marker in [(np.float64, "o-"), (np.float32, "s-")]:
     for a, colour in zip(DRIFT_ALPHAS, ["C0", "C1"]):
-        for what, marker in [("one Function: first states", "o-"), ("one Function: gradients", "s--"),
-                             ("chained: gradients", "^:")]:
-            ax.plot(shown, [DRIFT[dtype, a, n][what] for n in shown], marker, color=colour,
-                    label=f"{what}, alpha = {a}")
-    ax.set(yscale="log", xlabel="columns N", title=dtype.__name__)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(shown, [str(n) for n in shown])
-axes[0].set_ylabel("error (gradients: relative)")
-axes[1].legend(fontsize=7)
+        right.plot(shown, [DRIFT[dtype, a, n]["one Function: gradients"] for n in shown], marker, color=colour,
+                   label=f"{dtype.__name__}, alpha = {a}")
+right.set(yscale="log", xlabel="columns N", title="one Function: gradients vs plain")
+right.set_xscale("log", base=2)
+right.set_xticks(shown, [str(n) for n in shown])
+right.legend(fontsize=8, loc="center left", bbox_to_anchor=(0.0, 0.4))
+left.set_ylabel("relative error")
+fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The chained columns' error does not grow with $N$: every column inverts
-# from its own saved states, so the error is one column's rounding, in
-# float64 and float32 alike.
+# Left: once $\alpha$ is small, each tenfold decrease multiplies the error
+# by about $10^4 = 10^L$. At RevCol's floor, $\alpha = 10^{-3}$, float64
+# keeps about six digits of the old states and float32 none: the floor
+# prevents a division by zero, not this, and nothing raises.
 #
-# One Function's error grows geometrically with $N$: each column multiplies
-# the error it inherits by roughly the same factor, here about 3 a column
-# at $\alpha = 0.5$ and about 10 at $\alpha = 0.25$ (the slopes of the plot).
-# In float64 at $\alpha = 0.5$, 16 columns still leave the gradients good to
-# about ten digits; at $\alpha = 0.25$ the first column's zeros come back as
-# numbers the size of the states. Float32 starts with seven digits instead
-# of sixteen: with $\alpha = 0.25$ the gradients are wrong in their first
-# digit after 8 columns, and then the error cannot grow much further, being
-# as large as the gradients it is measured against. The research notes'
-# table (four levels of Linear and $\tanh$, width 16) tells the same story:
-# about $10^{-13}$ at 8 columns and $10^{-11}$ at 16 for float64 with
-# $\alpha = 0.5$; $10^{-2}$ at 16 columns for float32; a first-column probe
-# of about 7 for float32, $\alpha = 0.5$, $N = 16$.
+# Right: one Function's error grows geometrically with $N$, about 2 to 3
+# times a column at $\alpha = 0.5$ and 5 times at $0.25$ (the first column's
+# states, in the table, 3 and 10 times). Float64 at $\alpha = 0.5$ keeps
+# about ten digits through 16 columns; float32 at $0.25$ is off by percents
+# of the largest gradient from 8 columns on. Chained columns do not drift.
+# So flat memory and exact inversions cannot both be had: at RevCol's 4 to
+# 16 columns the trade depends on $\alpha$ and the float type, and the
+# first-column probe is the cheap way to watch it. (The plots show this
+# machine's values; the tables, bounds that hold on every CPU.)
 #
-# RevCol's largest models have 16 columns. Flat memory and exact
-# reconstructions cannot both be had: one Function trades a few states per
-# column for drift that depends on $\alpha$, $N$ and the float type, and the
-# first-column probe is the cheap way to watch it during training.
+# ## Pitfalls
 #
-# ## Randomness: DropPath inside the levels
-#
-# A level that draws random numbers computes something else when it is run
-# again, unless it draws the same numbers. `_column_forward` snapshots the
-# generator before each level, and `_column_backward` restores the snapshot
-# before recomputing it: one snapshot per level, because the levels are
-# recomputed one at a time and in reverse order (step 42's checkpoint needs
-# one: it reruns its function from the start). To see that they matter,
-# here is `RevColumnFunction` with its snapshots thrown away before backward,
-# as `preserve_rng_state=False` does for a checkpoint:
+# Shown in the collapsed cell below and tested in `tests/test_step47.py`:
+# **bad input** is refused before anything runs (an $\alpha$ of exactly 0,
+# mismatched numbers of levels, $\alpha$'s and states, an $\alpha$ that is
+# not a `Parameter`, a level that changes its state's shape); **a level
+# that hides its weights** (`lambda below, above: level(below, above)`) is
+# refused in backward rather than left without gradients; **backward
+# twice** raises PyTorch's error.
 
-# %%
-class ForgetfulRevColumnFunction(RevColumnFunction):
-    """RevColumnFunction without its RNG snapshots: each level is recomputed with whatever the generator draws."""
+# %% tags=["hide-cell"]
+import torch  # noqa: E402
 
-    def backward(self, *gys):
-        self.states = [None] * len(self.states)
-        return super().backward(*gys)
+torch.set_num_threads(1)  # arrays this small gain nothing from threads
 
 
-def dropout_run(columns, way):
-    """(gradients of x and every parameter, the first column's states computed back, the next draw)."""
-    tinypytorch.manual_seed(0)
-    if way != "forgetful":
-        grads, first = stack_gradients(columns, X, way)
-        return grads, getattr(first, "reconstructed", None), random.default_generator().random()
-    for column in columns:
-        column.cleargrads()
-    x, cs, first = Variable(X), [Variable(np.zeros((ROWS, d)), requires_grad=False) for d in WIDTHS], None
-    for column in columns:  # what RevColumn.forward does, with the forgetful Function
-        params = [p for i in range(L) for p in column.level_params(i)]
-        cs = ForgetfulRevColumnFunction(column)(x, *cs, *column.alphas, *params)
-        first = first or cs[0].creator
-    loss_of(cs).backward()
-    grads = [x.grad.data] + [p.grad.data for column in columns for p in column.params()]
-    return grads, first.reconstructed, random.default_generator().random()
+def revcol_clamp_abs(data, value):
+    """RevCol's SubNet._clamp_abs, as in its models/revcol.py."""
+    with torch.no_grad():
+        sign = data.sign()
+        data.abs_().clamp_(value)
+        data *= sign
 
 
-dropped = make_stack(3, drop=0.2)
-plain, _, next_plain = dropout_run(dropped, "plain")
-for way in ("chained", "one Function", "forgetful"):
-    grads, back, next_draw = dropout_run(dropped, way)
-    d, b = largest_difference(grads, plain), max(np.abs(c).max() for c in back)
-    if way == "forgetful":  # other masks: errors the size of the values themselves
-        assert d > 0.1 and b > 0.1
-    print(f"{way:12}: gradients vs plain {'> 1e-1' if way == 'forgetful' else bounded(d, 1e-14):>7}; first column's "
-          f"states back {'> 1e-1' if way == 'forgetful' else bounded(b, 1e-13 if way == 'one Function' else 0):>7}; "
-          f"next draw as after the plain run: {next_draw == next_plain}")
+data = torch.tensor([0.5, 2e-4, -2e-4, 0.0], dtype=torch.float64)
+revcol_clamp_abs(data, 1e-3)
+print("RevCol's clamp of [0.5, 2e-4, -2e-4, 0]:", show(data.numpy()))
 
-# %% [markdown]
-# With the snapshots, DropPath draws the same masks when each level is
-# recomputed, in both reversible ways: the gradients equal the plain run's
-# to rounding. Without them, every recomputed level drops other rows: the
-# gradients are those of a network that never ran, and the inversion
-# subtracts the wrong $l_i(\cdot)$, so the first column's "zeros" come back
-# the size of the states. Nothing raises; RevCol's hard-coded
-# `preserve_rng_state = True` prevents exactly this. In every run the next
-# draw is the plain run's: backward runs inside `fork_rng`, so its draws
-# leave no trace outside.
-#
-# ## Bad input
-#
-# A column refuses what it could not invert, before it computes anything:
-# an $\alpha$ of exactly 0, a different number of levels and $\alpha$'s or
-# of states, an $\alpha$ that is not a `Parameter` (its gradient would have
-# nowhere to go), a level whose output is not its state's shape (the
-# inverse subtracts it from $c_i'$), and, in `ReversibleColumns`, a column
-# that is not a `RevColumn`:
-
-# %%
 column = make_stack(1)[0]
 attempts = {
     "alpha = 0": lambda: RevColumn(column.levels, column.alphas[:3] + [Parameter(np.zeros((1, 20)))]),
@@ -851,15 +689,6 @@ for what, make in attempts.items():
     except (ValueError, TypeError) as error:
         print(f"{what}: {type(error).__name__}: {error}")
 
-# %% [markdown]
-# A level with weights must be a `Layer`, as in step 46: a plain function
-# that closes over a level, `lambda below, above: level(below, above)`,
-# hides the level's weights from the column. The plain column trains them
-# all the same; the reversible column, which computes the gradients of the
-# parameters it can list and no others, refuses in backward rather than
-# leave them without a gradient, both alone and in `ReversibleColumns`:
-
-# %%
 hiding = [lambda below, above, level=level: level(below, above) for level in column.levels]
 for name, layer in [("plain column", RevColumn(hiding, column.alphas, reversible=False)),
                     ("RevColumn", RevColumn(hiding, column.alphas)),
@@ -871,14 +700,6 @@ for name, layer in [("plain column", RevColumn(hiding, column.alphas, reversible
     except RuntimeError as error:
         print(f"{name}: RuntimeError: {error}")
 
-# %% [markdown]
-# The plain path would not catch the wrong shape: it adds $l_i(\cdot) +
-# \alpha_i c_i$, and NumPy broadcasts where it can. Backward through the
-# columns a second time fails as any graph does after its saved tensors
-# were freed (step 35); with `retain_graph=True` the gradients add up to
-# exactly twice the first ones:
-
-# %%
 x = Variable(X)
 loss = loss_of(run(stack, x, "one Function")[0])
 loss.backward(retain_graph=True)
@@ -893,20 +714,14 @@ except RuntimeError as error:
 # %% [markdown]
 # ## Check against PyTorch
 #
-# The same columns in PyTorch, float64, with the weights copied:
-#
-# - a **plain column**, RevCol's `_forward_nonreverse` in torch operations;
-# - a **port of RevCol's `ReverseFunction`** to `torch.autograd.Function`
-#   for any number of levels, written as RevCol writes it: forward under
-#   `no_grad` saving $x$, the new states and an RNG state per level;
-#   backward from the top level down, with `torch.autograd.backward` inside.
-#
-# For one column (gradients of $x$, of every old state, $\alpha$ and weight)
-# and for a stack of three (run plain, chained and as one Function here,
-# plain and ported there), the outputs and gradients must agree. Then the
-# port's side effect.
+# A collapsed cell writes the columns in `torch` (float64): a plain column,
+# and RevCol's `ReverseFunction` ported to any number of levels. It checks
+# one column with every gradient, and one difference: the port's weights
+# and $\alpha$'s are not inputs of its node, so `torch.autograd.grad`
+# cannot return their gradients (its backward fills their `.grad`). Below,
+# three columns run the three ways here, plainly and ported there.
 
-# %%
+# %% tags=["hide-cell"]
 def twin(linear):
     """torch.nn.Linear (float64) with a tinypytorch Linear's weights."""
     out_size, in_size = linear.weight.shape
@@ -998,7 +813,6 @@ def torch_loss(cs):
     return sum((c * torch.from_numpy(w[:c.shape[0]])).sum() for c, w in zip(cs, LOSS_WEIGHTS))
 
 
-# %%
 column, twin_column = stack[1], TorchColumn(stack[1])
 for torch_way in ("plain", "reverse"):
     x_t, old_t = torch.tensor(X, requires_grad=True), [torch.tensor(c, requires_grad=True) for c in OLD]
@@ -1017,51 +831,174 @@ for torch_way in ("plain", "reverse"):
 print(f"one column: new states, gradients of x, {L} old states, {L} alphas and "
       f"{sum(len(list(level.params())) for level in column.levels)} weights equal torch's, plain and ported")
 
-twins = [TorchColumn(column) for column in stack]
-for torch_way in ("plain", "reverse"):
+twin_column = TorchColumn(stack[1])
+x_t = torch.tensor(X, requires_grad=True)
+loss_t = torch_loss(twin_column.reverse(x_t, [torch.tensor(c) for c in OLD]))
+params_t = twin_column.ordered()
+grads_t = torch.autograd.grad(loss_t, [x_t, *params_t], allow_unused=True)
+print(f"the port: torch.autograd.grad returns {sum(g is not None for g in grads_t[1:])} of {len(params_t)} weights' "
+      f"and alphas' gradients, yet fills every .grad: {all(p.grad is not None for p in params_t)}")
+column.reversible = True
+grads = tinypytorch.autograd.grad(loss_of(column(Variable(X), *[Variable(c) for c in OLD])), list(column.params()))
+for g, p_t in zip(grads, params_t, strict=True):
+    assert_close(g.data, p_t.grad.numpy(), "autograd.grad")
+print(f"tinypytorch's autograd.grad returns all {len(grads)}, equal to the port's .grad")
+
+
+def torch_stack(columns, torch_way):
+    """The last column's states and [x's gradient] + every parameter's, in torch, the first column from zeros."""
+    twins = [TorchColumn(column) for column in columns]
     x_t = torch.tensor(X, requires_grad=True)
     cs_t = [torch.zeros(ROWS, d, dtype=torch.float64) for d in WIDTHS]
     for twin_column in twins:
         cs_t = getattr(twin_column, torch_way)(x_t, cs_t)
     torch_loss(cs_t).backward()
-    theirs = [x_t.grad.numpy()] + [p.grad.numpy() for t in twins for p in t.ordered()]
-    for way in WAYS:
-        cs, _ = run(stack, Variable(X), way)
-        for c, c_t in zip(cs, cs_t, strict=True):
-            assert_close(c.data, c_t.detach().numpy(), f"stack, {way}, torch {torch_way}")
-        for g, g_t in zip(stack_gradients(stack, X, way)[0], theirs, strict=True):
-            assert_close(g, g_t, f"stack, {way}, torch {torch_way}")
-    for t in twins:
-        t.zero_grad()
-print(f"stack of 3 columns, plain, chained and one Function: states and gradients of x and of all "
-      f"{len(theirs) - 1} parameters equal torch's, plain and ported")
+    return [c.detach().numpy() for c in cs_t], [x_t.grad.numpy()] + [p.grad.numpy() for t in twins for p in t.ordered()]
 
-# %% [markdown]
-# The port's weights and $\alpha$'s are not inputs of its node: RevCol
-# passes them in Python lists, and its backward reaches them by calling
-# `torch.autograd.backward` itself. So `torch.autograd.grad` with respect to
-# them finds nothing, and yet, running the port's backward to reach $x$,
-# fills their `.grad`:
 
 # %%
-twin_column = TorchColumn(stack[1])
-x_t = torch.tensor(X, requires_grad=True)
-loss_t = torch_loss(twin_column.reverse(x_t, [torch.tensor(c) for c in OLD]))
-params_t = twin_column.ordered()
-try:
-    torch.autograd.grad(loss_t, [x_t, *params_t], retain_graph=True)
-except RuntimeError as error:
-    print("torch.autograd.grad:", str(error).splitlines()[0])
-twin_column.zero_grad()
-grads_t = torch.autograd.grad(loss_t, [x_t, *params_t], allow_unused=True)
-print(f"with allow_unused=True: {sum(g is not None for g in grads_t[1:])} of {len(params_t)} weights' and alphas' "
-      f"gradients returned, yet all their .grad filled: {all(p.grad is not None for p in params_t)}")
+for torch_way in ("plain", "reverse"):
+    states_t, grads_t = torch_stack(stack, torch_way)
+    for way in WAYS:
+        cs, _ = run(stack, Variable(X), way)
+        for c, c_t in zip(cs, states_t, strict=True):
+            assert_close(c.data, c_t, f"{way}: states")
+        for g, g_t in zip(gradients(stack, way)[0], grads_t, strict=True):
+            assert_close(g, g_t, f"{way}: gradients, against torch {torch_way}")
+print(f"3 columns, states and {len(grads_t)} gradient arrays, every way: equal to torch's")
+print("PyTorch check passed: RevColumn and ReversibleColumns states and gradients equal torch's"
+      " and the port's")
 
-column = stack[1]
-column.reversible = True
-grads = autograd.grad(loss_of(column(Variable(X), *[Variable(c) for c in OLD])), list(column.params()))
-for g, p_t in zip(grads, params_t, strict=True):
-    assert_close(g.data, p_t.grad.numpy(), "autograd.grad")
-print(f"tinypytorch's autograd.grad returns all {len(grads)}, equal to the port's .grad")
-print("PyTorch check passed: RevColumn and ReversibleColumns states, grads of x, states, weights and alphas equal "
-      "a torch column and a port of RevCol's ReverseFunction")
+# %% [markdown]
+# ## Recap
+#
+# - A RevCol level computes $c_i' = l_i(c_{i-1}', c_{i+1}) + \alpha_i c_i$,
+#   bottom up; the column is undone top down, $c_i = (c_i' -
+#   l_i(\cdot))/\alpha_i$, evaluating each $l_i$ again, never inverting it.
+# - `RevColumn` runs a column as one node (`RevColumnFunction`) that saves
+#   $x$ and the new states; backward recomputes, backpropagates and inverts
+#   one level at a time, replaying one generator state per level.
+# - `clamp_alpha` keeps $|\alpha| \ge 10^{-3}$ with its sign, and refuses an
+#   $\alpha$ of exactly 0, which RevCol's clamp lets through.
+# - `ReversibleColumns` runs all the columns as one node: saved memory no
+#   longer grows with their number, but each inversion starts from the
+#   errors of the next, so the error grows geometrically with $N$, and like
+#   $1/\alpha^L$ as $\alpha$ shrinks.
+#
+# ## Exercises
+#
+# **1. Learn $\alpha$.** Make targets: a column's outputs with its
+# $\alpha$'s replaced by random ones in $\pm[0.2, 1]$, five top-level
+# channels set to 0. Train only the $\alpha$'s of the column, from 0.5, with `SGD`
+# (rate 0.1, 200 steps) on the squared error, reversibly. Check that they
+# reach the targets, except the five, which `clamp_alpha` holds at
+# $\pm 10^{-3}$.
+
+# %% tags=["hide-cell"]
+rng = np.random.default_rng(5)
+TARGET_ALPHAS = [rng.uniform(0.2, 1.0, (1, d)) * rng.choice([-1.0, 1.0], (1, d)) for d in WIDTHS]
+TARGET_ALPHAS[3][0, :5] = 0.0
+
+
+def make_targets(column, alphas):
+    """The new states of `column` with its alphas replaced by `alphas` (zeros allowed), from X and OLD."""
+    with no_grad():
+        new = []
+        for i, level in enumerate(column.levels):
+            above = Variable(OLD[i + 1]) if i + 1 < L else None
+            new.append(level(Variable(X) if i == 0 else new[-1], above) + Variable(alphas[i]) * Variable(OLD[i]))
+    return [c.data for c in new]
+
+
+def train_alphas(column, targets, steps=200, lr=0.1):
+    """SGD on the column's alphas alone; the loss: sum of squared errors against `targets`, over ROWS."""
+    optimizer = SGD(column.alphas, lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        new = column(Variable(X), *[Variable(c) for c in OLD])  # clamps its alphas, then runs reversibly
+        loss = sum(((c - t) ** 2).sum() for c, t in zip(new, targets)) / ROWS
+        loss.backward()
+        optimizer.step()
+    for alpha in column.alphas:
+        clamp_alpha(alpha)  # as the next forward pass would
+    return loss.data
+
+
+learner = make_stack(1)[0]
+final_loss = train_alphas(learner, make_targets(learner, TARGET_ALPHAS))
+zeros_at = TARGET_ALPHAS[3] == 0
+reached = max(np.abs(a.data - t)[t != 0].max() for a, t in zip(learner.alphas, TARGET_ALPHAS))
+print("largest |alpha - target| where the target is not 0:", below(reached, 1e-3))
+print("alphas whose target is 0:", show(learner.alphas[3].data[zeros_at]))
+
+# %% [markdown]
+# **2. Invert a whole stack.** Write `invert_stack(columns, x, states)`,
+# which computes back, under `no_grad`, the states every column received
+# from the last column's states. Recover the random start of 4 columns.
+
+# %% tags=["hide-cell"]
+def invert_column(column, x, new):
+    """The states `column` received, from x and the states it returned: top level first."""
+    old = [None] * len(new)
+    with no_grad():
+        for i in reversed(range(len(new))):
+            below_state = Variable(x if i == 0 else new[i - 1])
+            above = None if i + 1 == len(new) else Variable(old[i + 1])
+            old[i] = (new[i] - column.levels[i](below_state, above).data) / column.alphas[i].data
+    return old
+
+
+def invert_stack(columns, x, states):
+    """[the states each column received, first column's first], from the last column's states."""
+    received = []
+    for column in reversed(columns):
+        states = invert_column(column, x, states)
+        received.insert(0, states)
+    return received
+
+
+columns = make_stack(4, seed=4)
+start = [np.random.default_rng(7).standard_normal((ROWS, d)) for d in WIDTHS]
+with no_grad():
+    cs = [Variable(c) for c in start]
+    for column in columns:
+        cs = column(Variable(X), *cs)
+back = invert_stack(columns, X, [c.data for c in cs])
+print("4 columns, max |states computed back - random start|",
+      below(max(np.abs(b - s).max() for b, s in zip(back[0], start)), 1e-12))
+
+# %% [markdown]
+# **3. Where float32 gives up.** Write `gradient_error(alpha)`: how far the
+# gradients of a float32 reversible column (every $\alpha$ = `alpha`) are
+# from the same column's run plainly in float64, relative to the largest.
+# Find the first $\alpha$ of 0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005 where
+# more than 1% is lost.
+
+# %% tags=["hide-cell"]
+ALPHA_GRID = [0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005]
+
+
+
+
+def column_gradients(alpha, dtype, reversible):
+    """Gradients of x, of the old states and of every parameter, one column, every alpha = `alpha`."""
+    column = make_stack(1, alpha=alpha, dtype=dtype)[0]
+    column.reversible = reversible
+    x, old = Variable(X.astype(dtype)), [Variable(c.astype(dtype)) for c in OLD]
+    loss_of(column(x, *old)).backward()
+    return [x.grad.data] + [c.grad.data for c in old] + [p.grad.data for p in column.params()]
+
+
+def gradient_error(alpha, dtype=np.float32):
+    ours = [g.astype(np.float64) for g in column_gradients(alpha, dtype, True)]
+    return relative_difference(ours, column_gradients(alpha, np.float64, False))
+
+
+def first_alpha_losing(fraction=0.01):
+    return next(a for a in ALPHA_GRID if gradient_error(a) > fraction)
+
+
+ALPHA_LOST = first_alpha_losing()
+previous = ALPHA_GRID[ALPHA_GRID.index(ALPHA_LOST) - 1]
+print(f"float32 gradients: error {below(gradient_error(previous), 1e-2)} at alpha = {previous}, "
+      f"> 1e-2 from alpha = {ALPHA_LOST}")

@@ -5,6 +5,7 @@ Each is a `Function` subclass plus a lower-case function that users call.
 CuPy), so the same code runs on the CPU and the GPU. `backward` works on
 Variables (step 27), so that a gradient can itself be differentiated.
 """
+import builtins
 import numbers
 
 import numpy as np
@@ -193,7 +194,7 @@ def _dim(op, dim, ndim):
     """`dim` (negative: counted from the end) as an index in range(ndim), checked as PyTorch checks it."""
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise TypeError(f"{op}: a dim must be an int, got {dim!r}")
-    n = max(ndim, 1)  # PyTorch lets a 0-d tensor answer to dim 0 and -1
+    n = builtins.max(ndim, 1)  # PyTorch lets a 0-d tensor answer to dim 0 and -1 (max: this module's is below)
     if not -n <= dim < n:
         raise IndexError(f"{op}: dim {dim} is out of range for a variable with {ndim} dimension(s) "
                          f"(expected to be in range of [{-n}, {n - 1}])")
@@ -574,7 +575,7 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
 
     def forward(self, *xs):
         ndim = xs[0].ndim
-        if not -ndim <= self.axis < max(ndim, 1) or ndim == 0:
+        if not -ndim <= self.axis < builtins.max(ndim, 1) or ndim == 0:
             raise ValueError(f"concatenate: axis {self.axis} is out of range for {ndim}-d inputs")
         axis = self.axis % ndim
         for x in xs[1:]:

@@ -121,6 +121,8 @@ class CustomNode(Node):
         results = self.user_class.backward(self.ctx, *grads)
         results = results if isinstance(results, tuple) else (results,)
         name = type(self).__name__
+        if len(results) > len(self.args) and all(g is None for g in results[len(self.args):]):
+            results = results[:len(self.args)]  # extra Nones are allowed, as in PyTorch
         if len(results) != len(self.args):
             raise RuntimeError(f"function {name} returned an incorrect number of gradients "
                                f"(expected {len(self.args)}, got {len(results)})")
@@ -137,6 +139,8 @@ class CustomNode(Node):
             return None
         if g is None:
             return None
+        if isinstance(g, Variable) and g.creator is None and g.requires_grad and not any(g is a for a in self.args):
+            g = Variable(g.data, requires_grad=False)  # made in backward: a constant, as a new tensor in PyTorch
         if not isinstance(g, (Variable, *cuda.array_types)):
             raise TypeError(f"function {name} returned a gradient of type {type(g).__name__} at index {i}: "
                             "expected a Variable, an array or None")
