@@ -53,3 +53,23 @@ def test_notebook_was_executed_in_order_without_errors(path):
 def test_notebook_outputs_carry_no_memory_addresses(path):
     text = path.read_text()
     assert not re.search(r"\bat 0x[0-9a-fA-F]{6,}", text), "an object repr with an address: outputs change run to run"
+
+
+HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
+LESSONS = [path for path in NOTEBOOKS if int(path.stem[4:]) >= 35]  # stage 4 on: CONTRIBUTING.md's lesson form
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_a_step_from_stage_4_on_reads_as_a_lesson(path):
+    """At most 200 visible code lines, package code shown highlighted (never printed source), and the page ends with
+    its check against PyTorch, a recap and exercises whose solutions tests/test_stepNN_lesson.py checks."""
+    notebook = json.loads(path.read_text())
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    visible = sum(len("".join(cell["source"]).strip("\n").splitlines()) for cell in code
+                  if not HIDDEN & set(cell["metadata"].get("tags", [])))
+    assert visible <= 200, f"{visible} visible code lines: collapse harnesses or move them to tests/"
+    assert not any("getsource" in "".join(cell["source"]) for cell in code), "show package code with show_code"
+    headings = [line for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+                for line in "".join(cell["source"]).splitlines() if line.startswith("## ")]
+    assert headings[-3:] == ["## Check against PyTorch", "## Recap", "## Exercises"], headings[-3:]
+    assert (ROOT / "tests" / f"test_{path.stem}_lesson.py").exists(), "the exercises' solutions are untested"

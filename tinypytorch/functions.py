@@ -194,7 +194,7 @@ def _dim(op, dim, ndim):
     """`dim` (negative: counted from the end) as an index in range(ndim), checked as PyTorch checks it."""
     if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
         raise TypeError(f"{op}: a dim must be an int, got {dim!r}")
-    n = builtins.max(ndim, 1)  # PyTorch lets a 0-d tensor answer to dim 0 and -1 (max: this module's is below)
+    n = builtins.max(ndim, 1)  # PyTorch lets a 0-d tensor answer to dim 0 and -1 (builtins: this module has its own max)
     if not -n <= dim < n:
         raise IndexError(f"{op}: dim {dim} is out of range for a variable with {ndim} dimension(s) "
                          f"(expected to be in range of [{-n}, {n - 1}])")

@@ -3,6 +3,7 @@
     python tools/pages.py                       # stage 4 on: a table from notebooks/ and book/_build/html
     python tools/pages.py 35 36 --shots DIR     # some steps, with screenshots cut into 1280 x 1600 screens
     python tools/pages.py --notebooks N --html H  # another checkout's notebooks and built book
+    python tools/pages.py --check                # fail if a page is taller than 12,000 px (make check-book)
 
 For each step: the visible code lines (code cells not collapsed by a `hide-input`, `hide-cell`,
 `remove-input` or `remove-cell` tag), the markdown lines, the figures (image outputs), whether it
@@ -23,6 +24,7 @@ from check_book import OFFLINE, browser  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
 WIDTH, SCREEN = 1280, 1600
+MOST_PX = 12_000  # CONTRIBUTING.md: a page a learner reads in one sitting
 # Written into a copy of the page: once it has laid out, the page's height replaces the body.
 MEASURE = ("<script>window.addEventListener('load', () => setTimeout(() => {"
            "document.body.innerHTML = '<pre id=height>' + document.documentElement.scrollHeight + '</pre>';"
@@ -59,13 +61,14 @@ def page_height(page, profile):
     probe = page.with_name(f".measure-{page.name}")
     probe.write_text(page.read_text().replace("</body>", MEASURE, 1))
     try:
-        dom = chromium(f"--user-data-dir={profile}", "--dump-dom", probe.as_uri())
+        for _ in range(3):  # on a busy machine the page may not have laid out before the DOM was read: again
+            match = re.search(r'<pre id="height">(\d+)</pre>',
+                              chromium(f"--user-data-dir={profile}", "--dump-dom", probe.as_uri()))
+            if match:
+                return int(match.group(1))
     finally:
         probe.unlink()
-    match = re.search(r'<pre id="height">(\d+)</pre>', dom)
-    if not match:
-        sys.exit(f"pages: could not measure {page}")
-    return int(match.group(1))
+    sys.exit(f"pages: could not measure {page}")
 
 
 def screenshots(page, height, profile, folder):
@@ -87,11 +90,13 @@ def main():
     parser.add_argument("--notebooks", type=pathlib.Path, default=ROOT / "notebooks")
     parser.add_argument("--html", type=pathlib.Path, default=ROOT / "book" / "_build" / "html")
     parser.add_argument("--shots", type=pathlib.Path, help="write screenshots of each page into this folder")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 if a page is taller than {MOST_PX:,} px")
     args = parser.parse_args()
     numbers = args.steps or sorted(int(p.stem[4:]) for p in args.notebooks.glob("step[0-9][0-9].ipynb")
                                    if int(p.stem[4:]) >= 35)
     print("| step | visible code lines | markdown lines | figures | recap | exercises | height (px) |")
     print("|---|---|---|---|---|---|---|")
+    too_tall = []
     with tempfile.TemporaryDirectory() as profile:
         for number in numbers:
             code, markdown, figures, recap, exercises = notebook_measures(args.notebooks / f"step{number:02d}.ipynb")
@@ -102,6 +107,10 @@ def main():
                 screenshots(page, height, profile, args.shots)
             print(f"| {number} | {code} | {markdown} | {figures} | {'yes' if recap else 'no'} | "
                   f"{'yes' if exercises else 'no'} | {height if height else 'not built'} |", flush=True)
+            if height is None or height > MOST_PX:
+                too_tall.append(f"step {number}: {'not built' if height is None else f'{height:,} px'}")
+    if args.check and too_tall:
+        sys.exit(f"pages: taller than {MOST_PX:,} px at 1280 px, or missing: {'; '.join(too_tall)}")
 
 
 if __name__ == "__main__":
