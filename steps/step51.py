@@ -145,8 +145,8 @@ plt.show()
 # (`tinypytorch/datasets/DIGITS_LICENSE.txt`: CC BY 4.0 from UCI, BSD-3
 # from the copy scikit-learn distributes). scikit-learn's `load_digits`
 # reads the very same file, but installing scikit-learn brings SciPy,
-# joblib and threadpoolctl, tens of megabytes for one small table; and a
-# file in the repository cannot change under the tutorial.
+# joblib and threadpoolctl: about 170 MB on disk for one small table. And
+# a file in the repository cannot change under the tutorial.
 
 # %%
 images, digits = datasets.load_digits()
