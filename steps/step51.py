@@ -213,8 +213,9 @@ train(digits_model, train_loader, EPOCHS, lr=0.005, on_epoch=lambda epoch, model
 bar.close()
 
 # %%
-print(f"after {EPOCHS} epochs: train accuracy {history['train accuracy'][-1]:.2f}, "
-      f"test accuracy {history['test accuracy'][-1]:.2f}")
+for name, subset in (("train", train_set), ("test", test_set)):
+    fraction = history[f"{name} accuracy"][-1]
+    print(f"after {EPOCHS} epochs, {name} accuracy {fraction:.1%}: {round(fraction * len(subset))} of {len(subset)}")
 
 # %% tags=["hide-input"]
 fig, (left, right) = plt.subplots(1, 2, figsize=(8.5, 3.2))
@@ -316,7 +317,7 @@ print("PyTorch check passed: a digits classifier's parameters after every miniba
 #
 # **1. A confusion matrix.** Write `confusion(predicted, target, classes)`,
 # whose entry $(i, j)$ counts the test digits of class $i$ predicted as
-# $j$. Which two digits does the model confuse most?
+# $j$. Which digit does the model answer most often when it is wrong?
 
 # %% tags=["hide-cell"]
 def confusion(predicted, target, classes=10):
@@ -326,9 +327,10 @@ def confusion(predicted, target, classes=10):
 
 
 matrix = confusion(predicted, t_test.data)
-off = matrix - np.diag(np.diag(matrix))
-i, j = np.unravel_index(off.argmax(), off.shape)
-print(f"right: {np.trace(matrix)} of {matrix.sum()}; most confused: {i} taken for {j}, {off[i, j]} of them")
+print(matrix)
+wrongly = matrix.sum(axis=0) - np.diag(matrix)  # column j: the digits taken for a j
+print(f"right: {np.trace(matrix)} of {matrix.sum()}; the wrong answer given most: {wrongly.argmax()}, "
+      f"{wrongly.max()} times")
 
 # %% [markdown]
 # **2. A dataset that augments.** Write `Shifted(dataset)`, a `Dataset`
@@ -357,3 +359,28 @@ class Shifted(tinypytorch.utils.data.Dataset):
 augmented = Shifted(train_set)
 x, t = next(iter(DataLoader(augmented, batch_size=8)))
 print("samples:", len(augmented), "| a batch:", x.shape, t.shape)
+
+# %% [markdown]
+# **3. A stratified split.** `random_split` leaves the share of each digit
+# in the test set to chance. Write `stratified_split(targets, test_fraction)`,
+# which splits the indices of each class on its own with `random_split`
+# (so still from the framework's generator) and returns (train, test)
+# index lists in which every class keeps its proportion. Compare the
+# digits per class in a test set of 297 both ways.
+
+# %% tags=["hide-cell"]
+def stratified_split(targets, test_fraction):
+    train, test = [], []
+    for c in np.unique(targets):
+        members = np.flatnonzero(targets == c)
+        held = round(test_fraction * len(members))
+        kept, out = random_split(members, [len(members) - held, held])
+        train += [int(kept[i]) for i in range(len(kept))]
+        test += [int(out[i]) for i in range(len(out))]
+    return train, test
+
+
+tinypytorch.manual_seed(0)
+_, stratified = stratified_split(digits, 297 / 1797)
+print("test digits per class, random_split:    ", np.bincount(digits[test_set.indices]).tolist())
+print("test digits per class, stratified_split:", np.bincount(digits[stratified]).tolist())

@@ -44,7 +44,8 @@ def test_bce_with_logits_equals_torchs_and_stays_finite(z, seed):
     loss_t.backward()
     assert np.isfinite(loss.data)
     np.testing.assert_allclose(loss.data, loss_t.item(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(zv.grad.data, zt.grad.numpy(), rtol=1e-9, atol=1e-15)
+    # sigma(z) - y cancels for large z: an absolute error of a few ulps of 1 remains
+    np.testing.assert_allclose(zv.grad.data, zt.grad.numpy(), rtol=1e-9, atol=1e-14)
 
 
 def test_bce_with_logits_equals_the_textbook_formula_where_that_does_not_overflow():

@@ -114,17 +114,18 @@ def test_accuracy_is_the_fraction_of_rows_whose_largest_score_is_the_target():
 
 @pytest.mark.parametrize("batch_size", [0, -3, 2.5, True, "4"])
 def test_a_batch_size_that_is_not_a_positive_int_is_refused_like_torch(batch_size):
-    with pytest.raises(ValueError, match=f"batch_size should be a positive integer value, but got batch_size="):
+    with pytest.raises(ValueError, match="batch_size should be a positive integer value, but got batch_size="):
         DataLoader(numbered(4), batch_size=batch_size)
-    if batch_size in (0, -3):
-        with pytest.raises(ValueError, match="batch_size should be a positive integer value"):
-            torch.utils.data.DataLoader(list(range(4)), batch_size=batch_size)
+    with pytest.raises(ValueError, match="batch_size should be a positive integer value, but got batch_size="):
+        torch.utils.data.DataLoader(list(range(4)), batch_size=batch_size)
 
 
 @pytest.mark.parametrize("dataset", [3, object(), None])
 def test_a_dataset_without_len_and_indexing_is_refused(dataset):
     with pytest.raises(TypeError, match="DataLoader: dataset must support len\\(\\) and indexing"):
         DataLoader(dataset, batch_size=2)
+    with pytest.raises(TypeError, match="has no len\\(\\)"):  # torch finds out when it first needs the length
+        list(torch.utils.data.DataLoader(dataset, batch_size=2))
 
 
 def test_arrays_of_different_lengths_and_lengths_that_do_not_add_up_are_refused_like_torch():
@@ -156,6 +157,8 @@ def test_the_replayed_first_epoch_is_the_one_training_saw():
 
 
 def test_the_classifiers_printed_figures():
+    # printed as 98.3% (292 of 297) and 99.7% (1495 of 1500); another CPU's rounding may flip a digit or two
     assert step.history["test accuracy"][-1] == pytest.approx(292 / 297, abs=2 / 297)
+    assert step.history["train accuracy"][-1] == pytest.approx(1495 / 1500, abs=2 / 1500)
     assert step.history["train loss"][-1] < step.history["train loss"][0] / 10
     assert step.accuracy(step.spiral_model(Variable(step.points)), step.arms) > 0.95
