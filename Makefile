@@ -56,7 +56,8 @@ check-book: book
 pages: book
 	$(PY) tools/pages.py $(if $(SHOTS),--shots $(SHOTS))
 
-## bench: speed of tinypytorch vs PyTorch vs hand-written NumPy, and memory vs PyTorch, into bench/results/
+## bench: speed of tinypytorch vs DeZero (if installed: bench/requirements-peers.txt) vs PyTorch vs hand-written
+## NumPy, and memory vs PyTorch, into bench/results/
 bench: $(STAMP)
 	$(PY) bench/bench_autograd.py
 	$(PY) bench/bench_memory.py
@@ -66,8 +67,9 @@ bench: $(STAMP)
 bench-gpu: $(STAMP)
 	$(PY) bench/bench_gpu.py
 
-## bench-changes: what the speed changes save, the package at commit BEFORE against this one (bench/results/changes.md)
-BEFORE ?= a3f72d5
+## bench-changes: what the speed changes save, the package at commit BEFORE against this one (bench/results/changes.md;
+## the default is the package before the backward formulas ran on arrays; a3f72d5: before every speed change)
+BEFORE ?= a4e1187
 bench-changes: $(STAMP)
 	before=$$(mktemp -d) && git archive $(BEFORE) tinypytorch | tar -x -C $$before && \
 	$(PY) bench/bench_changes.py --before $$before; status=$$?; rm -rf $$before; exit $$status

@@ -21,13 +21,21 @@ from autograd_workloads import (arrays_input, arrays_numpy, arrays_tinypytorch, 
                                 gp_torch, mlp_data, mlp_numpy, mlp_tinypytorch, mlp_torch, one_operation,
                                 ratio_numpy, ratio_tinypytorch, ratio_torch, wide_coefficients, wide_numpy,
                                 wide_tinypytorch, wide_torch)
+import dezero_workloads as dz
 from timing import in_turns, page_faults_per_call
 from writing import format_time, machine_lines, pyplot, save, verdict, written_by
 
 torch.set_num_threads(1)
 
-FRAMEWORKS = ("tinypytorch", "torch", "numpy")
-LABELS = {"tinypytorch": "tinypytorch", "torch": "PyTorch", "numpy": "NumPy"}
+# DeZero, when installed (dezero_workloads.py): the framework a learner would otherwise pick
+FRAMEWORKS = ("tinypytorch", "dezero", "torch", "numpy") if dz.AVAILABLE else ("tinypytorch", "torch", "numpy")
+LABELS = {"tinypytorch": "tinypytorch", "dezero": "DeZero", "torch": "PyTorch", "numpy": "NumPy"}
+DEZERO_TARGET = 1.0  # every workload at most as slow as DeZero
+
+
+def measured(results):
+    """The frameworks the results hold, in the order of the tables (DeZero only where it was installed)."""
+    return [name for name in ("tinypytorch", "dezero", "torch", "numpy") if name in results["scalar graph"]]
 
 
 def fitted_slope(sizes, seconds):
@@ -47,41 +55,51 @@ SETTINGS = {
 
 
 def _three(functions, call, **timing):
-    """{framework: (median, best)} of the three `functions` (one per framework), each prepared by call(f)."""
-    return in_turns({name: (lambda f=f: call(f)) for name, f in zip(FRAMEWORKS, functions)}, **timing)
+    """{framework: (median, best)} of `functions` (tinypytorch's, DeZero's, PyTorch's, NumPy's: DeZero's is
+    left out when it is not installed), each prepared by call(f)."""
+    named = dict(zip(("tinypytorch", "dezero", "torch", "numpy"), functions))
+    return in_turns({name: (lambda f=named[name]: call(f)) for name in FRAMEWORKS}, **timing)
 
 
 def run_workloads(s):
     """Every measurement: {workload: {framework: (median, best)}} plus the scaling curves."""
-    results = {"scalar graph": _three((gp_tinypytorch, gp_torch, gp_numpy), lambda f: (lambda: f(1.0, 1.0)),
-                                      number=s["gp_number"], repeats=s["gp_repeats"]),
-               "chain": _three((chain_tinypytorch, chain_torch, chain_numpy), lambda f: f(s["chain_length"]),
-                               repeats=s["chain_repeats"])}
+    results = {"scalar graph": _three((gp_tinypytorch, dz.gp_dezero, gp_torch, gp_numpy),
+                                      lambda f: (lambda: f(1.0, 1.0)), number=s["gp_number"], repeats=s["gp_repeats"]),
+               "chain": _three((chain_tinypytorch, dz.chain_dezero, chain_torch, chain_numpy),
+                               lambda f: f(s["chain_length"]), repeats=s["chain_repeats"])}
     coefficients = wide_coefficients(s["wide_branches"])
-    results["wide graph"] = _three((wide_tinypytorch, wide_torch, wide_numpy), lambda f: f(coefficients),
-                                   repeats=s["wide_repeats"])
+    results["wide graph"] = _three((wide_tinypytorch, dz.wide_dezero, wide_torch, wide_numpy),
+                                   lambda f: f(coefficients), repeats=s["wide_repeats"])
     a = arrays_input(s["array_size"])
-    arrays = (arrays_tinypytorch, arrays_torch, arrays_numpy)
-    results["large arrays"] = _three(arrays, lambda f: (lambda: f(a)), repeats=s["array_repeats"])
-    results["page faults"] = {name: page_faults_per_call(lambda f=f: f(a)) for name, f in zip(FRAMEWORKS, arrays)}
-    results["large arrays, tanh and division"] = _three((ratio_tinypytorch, ratio_torch, ratio_numpy),
+    arrays = dict(zip(("tinypytorch", "dezero", "torch", "numpy"),
+                      (arrays_tinypytorch, dz.arrays_dezero, arrays_torch, arrays_numpy)))
+    results["large arrays"] = _three(tuple(arrays.values()), lambda f: (lambda: f(a)), repeats=s["array_repeats"])
+    results["page faults"] = {name: page_faults_per_call(lambda f=arrays[name]: f(a)) for name in FRAMEWORKS}
+    results["large arrays, tanh and division"] = _three((ratio_tinypytorch, dz.ratio_dezero, ratio_torch, ratio_numpy),
                                                         lambda f: (lambda: f(a)), repeats=s["array_repeats"])
     data = mlp_data()
-    results["MLP training step"] = _three((mlp_tinypytorch, mlp_torch, mlp_numpy), lambda f: f(*data),
+    results["MLP training step"] = _three((mlp_tinypytorch, dz.mlp_dezero, mlp_torch, mlp_numpy), lambda f: f(*data),
                                           number=s["mlp_number"], repeats=s["mlp_repeats"])
-    results["one operation"] = {recorded: in_turns({name: lambda name=name: one_operation(name, recorded)
+    results["one operation"] = {recorded: in_turns({name: lambda name=name: _one_operation(name, recorded)
                                                     for name in FRAMEWORKS}, number=s["op_number"],
                                                    repeats=s["op_repeats"])
                                 for recorded in (True, False)}
+    dz.enable_backprop()
     return results, run_scaling(s)
+
+
+def _one_operation(name, recorded):
+    return dz.one_operation(recorded) if name == "dezero" else one_operation(name, recorded)
 
 
 def run_scaling(s):
     """{(graph, framework): [median backward seconds at each size]} for a chain and a wide graph."""
     scaling = {}
-    for shape, builders in [("chain", (chain_tinypytorch, chain_torch)), ("wide", (fan_tinypytorch, fan_torch))]:
+    graphs = [("chain", {"tinypytorch": chain_tinypytorch, "dezero": dz.chain_dezero, "torch": chain_torch}),
+              ("wide", {"tinypytorch": fan_tinypytorch, "dezero": dz.fan_dezero, "torch": fan_torch})]
+    for shape, builders in graphs:
         for n in s["sizes"]:
-            timed = in_turns({name: lambda b=b: b(n) for name, b in zip(FRAMEWORKS, builders)},
+            timed = in_turns({name: lambda b=builders[name]: b(n) for name in FRAMEWORKS if name in builders},
                              repeats=s["scaling_repeats"])
             for name, (median, _) in timed.items():
                 scaling.setdefault((shape, name), []).append(median)
@@ -89,7 +107,7 @@ def run_scaling(s):
 
 
 WORKLOADS = {  # what is timed (filled in with the run's sizes), and the target (not a test)
-    "scalar graph": ("Goldstein–Price forward + backward on 0-d values (38 operations), per call", "torch", 1.0),
+    "scalar graph": ("Goldstein–Price forward + backward on 0-d values (38 operations), per call", "torch", 1.5),
     "chain": ("backward only: a chain of {chain_length:,} sin functions", "torch", 1.0),
     "wide graph": ("backward only: {wide_branches:,} branches × 10 operations, summed", "torch", 1.5),
     "large arrays": ("sum(exp(x) * x + x ** 2), forward + backward, {array_size:,} elements", "numpy", 1.2),
@@ -101,35 +119,51 @@ SLOPE_TARGET = 1.15  # "linear": a fitted log-log slope of at most this
 
 
 def _workload_table(results, s, verdicts):
-    """The workloads' times in the three frameworks, their ratios and targets."""
-    lines = ["", "| workload | tinypytorch | PyTorch | NumPy | tinypytorch / PyTorch | tinypytorch / NumPy "
-             "| target | met |", "|---|---|---|---|---|---|---|---|"]
+    """The workloads' times in each framework, tinypytorch's ratios to the others, and the targets."""
+    frameworks = measured(results)
+    others = frameworks[1:]
+    lines = ["", "| workload | " + " | ".join(LABELS[name] for name in frameworks) + " | "
+             + " | ".join(f"tinypytorch / {LABELS[name]}" for name in others) + " | target | met |",
+             "|---|" + "---|" * (len(frameworks) + len(others) + 2)]
     for workload, (description, reference, target) in WORKLOADS.items():
         description = description.format(**s)
         t = {name: median for name, (median, _) in results[workload].items()}
         verdicts[workload] = t["tinypytorch"] / t[reference] <= target
-        times = " | ".join(format_time(t[name]) for name in FRAMEWORKS)
-        lines.append(f"| {workload}: {description} | {times} | {t['tinypytorch'] / t['torch']:.2f} | "
-                     f"{t['tinypytorch'] / t['numpy']:.2f} | ≤ {target} × {LABELS[reference]} | "
-                     f"{'yes' if verdicts[workload] else 'no'} |")
+        targets, met = [f"≤ {target} × {LABELS[reference]}"], [verdicts[workload]]
+        if "dezero" in t:
+            verdicts[f"{workload} (DeZero)"] = t["tinypytorch"] / t["dezero"] <= DEZERO_TARGET
+            targets.append(f"≤ {DEZERO_TARGET} × DeZero")
+            met.append(verdicts[f"{workload} (DeZero)"])
+        lines.append(f"| {workload}: {description} | " + " | ".join(format_time(t[name]) for name in frameworks)
+                     + " | " + " | ".join(f"{t['tinypytorch'] / t[name]:.2f}" for name in others)
+                     + f" | {'; '.join(targets)} | {', '.join('yes' if ok else 'no' for ok in met)} |")
     return lines
 
 
-def _fixed_costs(results, s):
+OPERATION_TARGETS = {True: 2.0, False: 1.5}  # one operation, recorded and not: at most this × PyTorch's
+
+
+def _fixed_costs(results, s, verdicts):
     """What one operation costs, recorded and not; the large arrays' page faults (where the OS counts them)."""
-    lines = []
+    lines, frameworks = [], measured(results)
     ops = results.get("one operation")
     if ops:
         lines += ["", "One operation, sin of a 0-d value, per call: the fixed cost each node of a small graph pays "
-                  "(a recorded operation also pays for its backward later):", "",
-                  "| | tinypytorch | PyTorch | NumPy (np.sin) |", "|---|---|---|---|"]
+                  "(a recorded operation also pays for its backward later). DeZero records whenever its "
+                  "backprop switch is on; \"not recorded\" is that switch off:", "",
+                  "| | " + " | ".join(LABELS[name] if name != "numpy" else "NumPy (np.sin)" for name in frameworks)
+                  + " | tinypytorch / PyTorch | target | met |", "|---|" + "---|" * (len(frameworks) + 3)]
         for recorded in (True, False):
-            lines.append(f"| {'recorded (requires grad)' if recorded else 'not recorded'} | "
-                         + " | ".join(format_time(ops[recorded][name][0]) for name in FRAMEWORKS) + " |")
+            t = {name: ops[recorded][name][0] for name in frameworks}
+            label = "recorded (requires grad)" if recorded else "not recorded"
+            verdicts[f"one operation, {label}"] = ok = t["tinypytorch"] / t["torch"] <= OPERATION_TARGETS[recorded]
+            lines.append(f"| {label} | " + " | ".join(format_time(t[name]) for name in frameworks)
+                         + f" | {t['tinypytorch'] / t['torch']:.2f} | ≤ {OPERATION_TARGETS[recorded]} × PyTorch | "
+                         + ("yes" if ok else "no") + " |")
     faults = results.get("page faults", {})
-    if all(faults.get(name) is not None for name in FRAMEWORKS):
+    if faults and all(faults.get(name) is not None for name in frameworks):
         lines += ["", "Large arrays, minor page faults per call (fresh 4 KiB pages from the OS): "
-                  + ", ".join(f"{LABELS[name]} {faults[name]:,.0f}" for name in FRAMEWORKS)
+                  + ", ".join(f"{LABELS[name]} {faults[name]:,.0f}" for name in frameworks)
                   + f"; the arrays themselves are {s['array_size'] * 8 / 4096:,.0f} pages each."]
     return lines
 
@@ -152,12 +186,14 @@ def _scaling_table(scaling, sizes, verdicts):
 
 def report(results, scaling, s, mode):
     """The results file's text, the scaling slopes, and {target: met}."""
-    lines = ["# Autograd speed: tinypytorch, PyTorch eager, hand-written NumPy", "",
+    lines = ["# Autograd speed: tinypytorch, DeZero, PyTorch eager, hand-written NumPy", "",
              f"{written_by('bench_autograd.py', mode)}. Times are medians of repeats; the targets are goals "
              "for the package, not tests.", ""]
     lines += machine_lines()
+    if "dezero" not in measured(results):
+        lines += ["", dz.MISSING_NOTE]
     verdicts = {}
-    lines += _workload_table(results, s, verdicts) + _fixed_costs(results, s)
+    lines += _workload_table(results, s, verdicts) + _fixed_costs(results, s, verdicts)
     scaling_lines, slopes = _scaling_table(scaling, s["sizes"], verdicts)
     lines += scaling_lines
     lines += ["", "Targets: " + "; ".join(f"{name}: {verdict(ok)}" for name, ok in verdicts.items()), ""]
@@ -170,14 +206,20 @@ def plot(results, scaling, slopes, sizes, path):
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = list(WORKLOADS)
     positions = np.arange(len(names))
-    for offset, reference, colour in ((-0.2, "torch", "tab:orange"), (0.2, "numpy", "tab:blue")):
+    others = measured(results)[1:]
+    width = 0.8 / len(others)
+    offsets = {name: (k - (len(others) - 1) / 2) * width for k, name in enumerate(others)}
+    colours = {"dezero": "tab:purple", "torch": "tab:orange", "numpy": "tab:blue"}
+    for reference in others:
         ratios = [results[n]["tinypytorch"][0] / results[n][reference][0] for n in names]
-        bars = left.bar(positions + offset, ratios, width=0.4, color=colour, label=f"tinypytorch / {LABELS[reference]}")
-        left.bar_label(bars, fmt="%.2f", fontsize=8)
-    for i, name in enumerate(names):  # the target, over the bar it applies to
+        bars = left.bar(positions + offsets[reference], ratios, width=width, color=colours[reference],
+                        label=f"tinypytorch / {LABELS[reference]}")
+        left.bar_label(bars, fmt="%.2f", fontsize=7)
+    for i, name in enumerate(names):  # the targets, over the bars they apply to
         _, reference, target = WORKLOADS[name]
-        centre = i + (-0.2 if reference == "torch" else 0.2)
-        left.hlines(target, centre - 0.25, centre + 0.25, colors="black", linestyles="dashed")
+        for ref, value in [(reference, target)] + ([("dezero", DEZERO_TARGET)] if "dezero" in others else []):
+            centre = i + offsets[ref]
+            left.hlines(value, centre - width / 2, centre + width / 2, colors="black", linestyles="dashed")
     left.set_yscale("log")
     left.set_xticks(positions, names)
     left.set_ylabel("time ratio (lower is better)")
@@ -185,7 +227,7 @@ def plot(results, scaling, slopes, sizes, path):
     left.legend(fontsize=8)
     for (shape, name), seconds in scaling.items():
         right.loglog(sizes, seconds, "-" if shape == "chain" else "--", marker="o",
-                     color="tab:green" if name == "tinypytorch" else "tab:orange",
+                     color={"tinypytorch": "tab:green", "dezero": "tab:purple"}.get(name, "tab:orange"),
                      label=f"{name}, {shape}: slope {slopes[shape, name]:.2f}")
     right.set_xlabel("functions in the graph")
     right.set_ylabel("backward time (s)")

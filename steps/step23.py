@@ -116,8 +116,10 @@ for code in (Variable.__radd__, Variable.__rsub__, tinypytorch.rsub):
 # when `Config.enable_backprop` is on and some input requires a gradient. It
 # is short enough to read whole; three lines belong to later steps and are
 # each one call (views and in-place changes, step 37; one device per
-# operation, step 48), and what the graph keeps is one method of its own,
-# `record`, which step 35 reads.
+# operation, step 48), two marked `speed` serve a backward formula that runs
+# on bare arrays (the book's chapter "How tinypytorch is made fast"), and
+# what the graph keeps is one method of its own, `record`, which step 35
+# reads.
 
 # %%
 show_code(tinypytorch.Function.__call__)

@@ -23,6 +23,7 @@ if BENCH not in sys.path:
 
 import autograd_workloads as workloads  # noqa: E402 (bench/ on the path first)
 import bench_changes  # noqa: E402
+import dezero_workloads as dz  # noqa: E402
 import speed_autograd  # noqa: E402
 import speed_changes  # noqa: E402
 import timing  # noqa: E402
@@ -180,10 +181,11 @@ def test_report_computes_ratios_and_verdicts_and_the_plot_is_written(tmp_path):
     scaling = {("chain", "tinypytorch"): [1e-5 * n for n in sizes], ("chain", "torch"): [1e-6 * n for n in sizes],
                ("wide", "tinypytorch"): [1e-9 * n**2 for n in sizes], ("wide", "torch"): [1e-6 * n for n in sizes]}
     text, slopes, verdicts = speed_autograd.report(results, scaling, settings, "quick")
-    assert verdicts == {"scalar graph": False, "chain": True, "wide graph": False, "large arrays": True,
+    assert verdicts == {"scalar graph": True, "chain": True, "wide graph": False, "large arrays": True,
                         "large arrays, tanh and division": False, "MLP training step": True,
                         "linear backward (chain)": True, "linear backward (wide)": False}
     assert "| 1.50 | 3.00 |" in text and "| 3.50 | 14.00 |" in text and "| 1.09 | 1.20 |" in text
+    assert dz.MISSING_NOTE in text  # these results have no DeZero column
     assert slopes["wide", "tinypytorch"] == pytest.approx(2.0)
     assert "CPU: " in text and f"NumPy: {np.__version__}" in text
     speed_autograd.plot(results, scaling, slopes, sizes, tmp_path / "autograd.png")
@@ -201,3 +203,64 @@ def test_bench_changes_times_every_piece_and_counts_page_faults_for_large_arrays
 def test_bench_changes_needs_the_package_before_the_changes(tmp_path):
     with pytest.raises(SystemExit):
         bench_changes.main(["--before", str(tmp_path)])
+
+
+def test_report_with_dezero_gives_its_column_ratios_and_targets():
+    settings = speed_autograd.SETTINGS["quick"]
+    times = {"tinypytorch": (2.0, 2.0), "dezero": (4.0, 4.0), "torch": (1.0, 1.0), "numpy": (0.5, 0.5)}
+    results = {workload: dict(times) for workload in speed_autograd.WORKLOADS}
+    results["chain"]["dezero"] = (1.0, 1.0)
+    results["one operation"] = {True: {"tinypytorch": (5.0, 5.0), "dezero": (4.0, 4.0), "torch": (2.0, 2.0),
+                                       "numpy": (1.0, 1.0)},
+                                False: {"tinypytorch": (3.0, 3.0), "dezero": (3.0, 3.0), "torch": (2.0, 2.0),
+                                        "numpy": (1.0, 1.0)}}
+    scaling = {(shape, name): [1e-6 * n for n in settings["sizes"]] for shape in ("chain", "wide")
+               for name in ("tinypytorch", "dezero", "torch")}
+    text, _, verdicts = speed_autograd.report(results, scaling, settings, "quick")
+    assert dz.MISSING_NOTE not in text
+    assert "| tinypytorch | DeZero | PyTorch | NumPy | tinypytorch / DeZero |" in text
+    assert "| 0.50 | 2.00 | 4.00 |" in text and "| 2.00 | 2.00 | 4.00 |" in text  # ratios: DeZero, PyTorch, NumPy
+    assert verdicts["scalar graph (DeZero)"] is True and verdicts["chain (DeZero)"] is False
+    assert verdicts["one operation, recorded (requires grad)"] is False  # 5 / 2 > 2
+    assert verdicts["one operation, not recorded"] is True  # 3 / 2 <= 1.5
+
+
+needs_dezero = pytest.mark.skipif(not dz.AVAILABLE, reason="DeZero is not installed (bench/requirements-peers.txt)")
+
+
+@needs_dezero
+def test_dezeros_workloads_give_the_gradients_torch_and_the_maths_give():
+    np.testing.assert_array_equal(np.array(dz.gp_dezero(1.0, 1.0), dtype=float), [-5376.0, 8064.0])
+    np.testing.assert_allclose(np.array(dz.gp_dezero(0.3, -1.2), dtype=float), goldstein_price_grad_torch(0.3, -1.2),
+                               rtol=1e-10)
+    coefficients = workloads.wide_coefficients(20)
+    np.testing.assert_allclose(dz.wide_dezero(coefficients)(), wide_gradient(coefficients), rtol=1e-12)
+    np.testing.assert_allclose(dz.fan_dezero(11)(), 5 * math.cos(0.5), rtol=1e-12)
+    h, expected = 0.5, 1.0
+    for _ in range(30):  # d sin^30(x)/dx: the product of the cosines along the chain
+        expected, h = expected * math.cos(h), math.sin(h)
+    np.testing.assert_allclose(dz.chain_dezero(30)(), expected, rtol=1e-12)
+    a = workloads.arrays_input(1000, seed=3)
+    np.testing.assert_allclose(dz.arrays_dezero(a), np.exp(a) * a + np.exp(a) + 2 * a, rtol=1e-13)
+    x = torch.from_numpy(a.copy()).requires_grad_()
+    (torch.tanh(x) / (1 + x**2)).sum().backward()
+    np.testing.assert_allclose(dz.ratio_dezero(a), x.grad.numpy(), rtol=1e-12, atol=1e-15)
+
+
+@needs_dezero
+def test_dezeros_mlp_step_gives_torchs_gradients():
+    x, target, layers = workloads.mlp_data(batch=8, sizes=(12, 7, 3))
+    ours, theirs = dz.mlp_dezero(x, target, layers), workloads.mlp_torch(x, target, layers)
+    for _ in range(3):
+        for g, expected in zip(ours(), theirs(), strict=True):  # DeZero keeps W as (in, out)
+            np.testing.assert_allclose(g.T if g.ndim == 2 else g, expected, rtol=1e-4, atol=1e-6)
+
+
+@needs_dezero
+@pytest.mark.parametrize("recorded", [True, False])
+def test_dezeros_one_operation_records_only_when_its_switch_is_on(recorded):
+    try:
+        y = dz.one_operation(recorded)()
+        assert float(y.data) == math.sin(0.5) and (y.creator is not None) == recorded
+    finally:
+        dz.enable_backprop()

@@ -34,6 +34,33 @@ def using_config(name, value):
         setattr(Config, name, old_value)
 
 
+class BackwardMode:
+    """While a backward formula runs on bare arrays: True (set by the engine, tinypytorch.autograd.engine).
+
+    A backward pass that records no graph of its own (create_graph=False, the common case)
+    hands the formulas of the operations that allow it (`Function.formula_on_arrays`) bare
+    arrays: the same formula then computes on arrays, with no Variable made and nothing
+    recorded, and what it calls (sum_to, reshape, cos, ...) returns arrays too.
+    """
+
+    arrays = False
+
+
+def formulas_on_arrays(*functions):
+    """Mark Function classes whose backward is one formula for bare arrays and Variables alike (BackwardMode).
+
+    Each module of operations lists its own, once, at its end. A class that is not listed, such as one a
+    user writes, keeps getting Variables: a formula that uses what only a Variable has never meets an array.
+    """
+    for function in functions:
+        function.formula_on_arrays = True
+
+
+def array_of(x):
+    """The array of a Variable, or `x` itself: what a formula reads when it needs the values as a constant."""
+    return x.data if isinstance(x, Variable) else x
+
+
 def no_grad():
     """Context manager: operations inside it record no graph (step 18)."""
     return using_config("enable_backprop", False)
@@ -414,6 +441,8 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
     """
     if isinstance(obj, Variable):
         return obj
+    if BackwardMode.arrays and isinstance(obj, (*cuda.array_types, np.number)):  # speed: in a formula running on
+        return obj  # arrays (BackwardMode), what it calls (reshape, sum_to, ...) keeps arrays as they are
     # step 33: a number or an array inside an expression is a constant: no gradient flows to it
     if isinstance(obj, cuda.array_types):
         return Variable(obj, requires_grad=False)
@@ -487,32 +516,50 @@ class Function:
     output_hooks = None  # step 35: {output index: the hooks of that output variable}
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
     is_view = False  # step 37: True for functions whose output may share its input's memory
+    # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
+    # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
+    formula_on_arrays = False
 
     def __call__(self, *inputs):
-        if not all([isinstance(x, Variable) for x in inputs]):  # most calls get Variables only
-            inputs = self.coerce(inputs)
+        # (Loops rather than generators or comprehensions, and the attribute behind the requires_grad
+        # property: every operation pays for this method, and most have one or two inputs.)
+        for x in inputs:
+            if not isinstance(x, Variable):  # most calls get Variables only
+                if BackwardMode.arrays:  # speed: in a formula running on arrays, arrays in and out: a Variable
+                    return self.on_arrays([array_of(x) for x in inputs])  # there is a constant (BackwardMode)
+                inputs = self.coerce(inputs)
+                break
+        # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
+        # flow to some input (step 33). Only then do the outputs require grad.
+        requires_grad = False
         for x in inputs:
             if x.view_record is not None:
                 inplace.refresh_view(x)  # step 37: if its base was changed in place since, a view's graph is redone
+            if x._requires_grad:
+                requires_grad = True
+        requires_grad = requires_grad and Config.enable_backprop
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
-        # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
-        # flow to some input (step 33). Only then do the outputs require grad. (The attribute behind
-        # the requires_grad property, and lists rather than generators: every call pays.)
-        requires_grad = Config.enable_backprop and any([x._requires_grad for x in inputs])
         # forward saves only what the gradients of these inputs need (step 35)
         self.needs_input_grad = tuple([x._requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
-        if not isinstance(ys, tuple):
-            ys = (ys,)
         # as_array: a 0-d result may come back a scalar (step 09)
-        outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
+        if type(ys) is tuple:
+            outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
+        else:
+            ys = (ys,)
+            outputs = [Variable(as_array(ys[0]), requires_grad=requires_grad)]
         if self.is_view:
             inplace.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
         if requires_grad:
             self.record(inputs, ys, outputs)
         self._to_save = ()
         return outputs if len(outputs) > 1 else outputs[0]
+
+    def on_arrays(self, arrays):
+        """The operation on bare arrays, inside a backward formula that runs on arrays: no Variable, no graph."""
+        self.needs_input_grad = (False,) * len(arrays)
+        return self.forward(*arrays)
 
     def op_name(self):
         """The operation's name in error messages: Mul -> mul, LinearFunction -> linear."""
@@ -537,8 +584,8 @@ class Function:
         if not all(self.needs_input_grad):  # for drawings, what the constants were (step 25)
             self.constants = {i: constant_input(x) for i, x in enumerate(inputs) if not x._requires_grad}
         self.output_meta = tuple([(y.data.shape, y.data.dtype) for y in outputs])  # what gradients must be
-        for i, output in enumerate(outputs):
-            output.set_creator(self, i)
+        for i, output in enumerate(outputs):  # output.set_creator(self, i), without a call per output
+            output.creator, output.generation, output.output_nr = self, self.generation + 1, i
         self.outputs = [weakref.ref(output) for output in outputs]  # step 17: no reference cycle
         if self._to_save:
             self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)
@@ -569,6 +616,9 @@ class Function:
     @property
     def saved_tensors(self):
         """The tensors forward saved, as Variables, in the order saved (None where None was saved)."""
+        if BackwardMode.arrays:  # speed: arrays for a formula running on arrays (a saved number: its array)
+            return tuple([s.unpack_array(self) if isinstance(s, autograd.graph.SavedTensor) else array_of(s)
+                          for s in self._saved])
         return tuple([s.unpack(self) if isinstance(s, autograd.graph.SavedTensor) else s for s in self._saved])
 
     def release_saved(self):
@@ -679,7 +729,6 @@ class Div(_Binary):  # step 22
 
 class Pow(Function):  # step 22
     """x ** c for a constant number c (an exponent that is a Variable needs log, not here yet)."""
-
     def __init__(self, c):
         if not isinstance(c, numbers.Real):
             raise TypeError(f"pow: the exponent must be a constant number, got {type(c).__name__}")
@@ -730,6 +779,8 @@ def rdiv(x0, x1):
 def pow(x, c):  # noqa: A001 (the name PyTorch and DeZero use)
     return Pow(c)(x)
 
+
+formulas_on_arrays(_Binary, Neg, Pow)  # speed: Add, Mul, Sub and Div through _Binary
 
 # functions.py imports Function from this module, so it comes last (step 30: sum_to)
 from tinypytorch import functions as F  # noqa: E402

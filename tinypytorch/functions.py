@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 
 from tinypytorch import cuda, random
-from tinypytorch.core import Function, Variable, as_variable
+from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
 
 
@@ -295,7 +295,6 @@ def sum(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name
 
 class Mean(Function):  # step 50
     """The average over `axis`: the sum divided by the number of elements summed (PyTorch's mean)."""
-
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
 
@@ -332,7 +331,6 @@ class Max(Function):  # step 50
     The derivative is 1 at the maximum and 0 elsewhere. Where several elements tie for the
     maximum, the gradient is shared equally between them, as PyTorch's amax shares it.
     """
-
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
 
@@ -347,7 +345,7 @@ class Max(Function):  # step 50
 
     def backward(self, gy):
         x, y = self.saved_tensors
-        winners = (x.data == y.data.reshape(_kept_shape(self.axes, self.x_shape))).astype(gy.dtype)
+        winners = (array_of(x) == array_of(y).reshape(_kept_shape(self.axes, self.x_shape))).astype(gy.dtype)
         share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
 
@@ -358,7 +356,6 @@ def max(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name
 
 class LogSumExp(Function):  # step 50
     """log(sum(exp(x))) over `axis`, computed as m + log(sum(exp(x - m))) with m the maximum: no overflow."""
-
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
 
@@ -544,7 +541,7 @@ class GetItem(Function):  # step 31
         return y
 
     def backward(self, gy):
-        arrays = [index.data for index in self.saved_tensors]
+        arrays = [array_of(index) for index in self.saved_tensors]
         return GetItemGrad(_with_index_arrays(self.key, arrays), self.x_shape)(gy)
 
 
@@ -631,7 +628,7 @@ class ReLU(Function):  # step 32
     def backward(self, gy):
         (y,) = self.saved_tensors
         # slope 1 where x > 0, else 0 (at x = 0 too, as in PyTorch); an array: a constant
-        return gy * (y.data > 0).astype(gy.dtype)
+        return gy * (array_of(y) > 0).astype(gy.dtype)
 
 
 class MeanSquaredError(Function):  # step 32
@@ -650,7 +647,6 @@ class MeanSquaredError(Function):  # step 32
 
 class Dropout(Function):  # step 41
     """Zero each element with probability p, scale the rest by 1/(1-p): the expected value is unchanged."""
-
     def __init__(self, p):
         self.p = p
 
@@ -665,7 +661,7 @@ class Dropout(Function):  # step 41
 
     def backward(self, gy):
         (keep,) = self.saved_tensors
-        return gy * keep.data.astype(gy.dtype) * self.scale
+        return gy * array_of(keep).astype(gy.dtype) * self.scale
 
 
 def dropout(x, p=0.5, training=True):
@@ -689,3 +685,10 @@ def relu(x):
 def mean_squared_error(x0, x1):
     """mean((x0 - x1)^2) over all elements (PyTorch's `nn.functional.mse_loss`)."""
     return MeanSquaredError()(x0, x1)
+
+
+# speed: every operation here has one backward formula for arrays and Variables (core.BackwardMode), but ToDevice,
+# whose gradient goes back to another device
+formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Cast, Reshape, Transpose, Sum, Mean, Max, LogSumExp, BroadcastTo,
+                   SumTo, MatMul, LinearFunction, GetItem, GetItemGrad, Concatenate, Sigmoid, ReLU, MeanSquaredError,
+                   Dropout)

@@ -12,6 +12,7 @@ import traceback
 import warnings
 
 from tinypytorch.cuda import get_array_module
+from tinypytorch.core import array_of
 
 _mode = {"enabled": False, "check_nan": True}
 
@@ -72,7 +73,7 @@ def checked_backward(function, gys, call_backward):
         raise
     if _mode["check_nan"]:
         for i, gx in enumerate(gxs):
-            if gx is not None and get_array_module(gx.data).isnan(gx.data).any():
+            if gx is not None and get_array_module(array_of(gx)).isnan(array_of(gx)).any():
                 error = RuntimeError(f"Function '{type(function).__name__}' returned nan values in its {i}th output.")
                 error.add_note(forward_traceback(function))
                 raise error

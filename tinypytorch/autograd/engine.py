@@ -14,11 +14,16 @@ any more: only the functions and what they saved.
 """
 import heapq
 import itertools
+import sys
+
+import numpy as np
 
 from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
-from tinypytorch.core import Function, Variable, as_variable, gradient_edge, using_config
+from tinypytorch.core import (BackwardMode, Config, Function, Variable, array_of, as_array, as_variable, gradient_edge,
+                              using_config)
 from tinypytorch.functions import astype
+from tinypytorch import cuda
 from tinypytorch.cuda import get_array_module
 
 
@@ -113,36 +118,94 @@ def seed(y, gradient, op):
     return gradient
 
 
+def gradient_variable(g):
+    """A gradient as a Variable (None stays None): what hooks, `.grad` and formulas on Variables are given."""
+    if g is None or isinstance(g, Variable):
+        return g
+    return Variable(as_array(g), requires_grad=False)
+
+
 def call_backward(f, gys):
     """`f.backward` on the gradients of f's outputs, checked: one gradient per input, shaped like it.
 
+    The gradients flow as bare arrays where they can: a formula that allows it (`formula_on_arrays`)
+    runs on arrays when this pass records no graph of its own (create_graph=False), and makes no
+    Variable at all; with create_graph, or for a formula written on Variables, they are Variables.
     A gradient of another floating dtype than its input is cast to the input's, as PyTorch's engine
     does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
-    gxs = f.backward(*gys)
+    on_arrays = f.formula_on_arrays and not Config.enable_backprop
+    if on_arrays:  # speed: the formula on bare arrays (core.BackwardMode)
+        BackwardMode.arrays = True
+        try:
+            gxs = f.backward(*[gy.data if isinstance(gy, Variable) else gy for gy in gys])
+        finally:
+            BackwardMode.arrays = False
+    else:
+        gxs = f.backward(*[gradient_variable(gy) for gy in gys])
     if not isinstance(gxs, tuple):
         gxs = (gxs,)
     name = type(f).__name__
     if len(gxs) != len(f.edges):
         raise RuntimeError(f"{name}.backward returned {len(gxs)} gradient(s) for {len(f.edges)} input(s)")
-    return [checked_gradient(f, i, gx) for i, gx in enumerate(gxs)]
+    return [checked_gradient(f, i, gx, on_arrays) for i, gx in enumerate(gxs)]
 
 
-def checked_gradient(f, i, gx):
-    """The gradient `gx` that f's backward gives its input i, as a Variable shaped and typed like the input."""
+def checked_gradient(f, i, gx, on_arrays=False):
+    """The gradient `gx` that f's backward gives its input i, shaped and typed like the input: an array if the
+    formula ran on arrays, else a Variable."""
     node, nr = f.edges[i]
     # a constant's gradient is thrown away, so it may be anything; None means "no gradient" (as zero, PyTorch)
-    if node is not None and gx is not None:
+    if node is None or gx is None:
+        return gx
+    if on_arrays:
+        if not isinstance(gx, cuda.array_types):  # a formula on arrays may still give a Variable (one it made
+            gx = as_array(array_of(gx))  # as a constant), or a number: NumPy's 0-d arithmetic gives numbers
+        data = gx
+    else:
         if not isinstance(gx, Variable):  # (the test first: a call saved for the usual Variable)
             gx = as_variable(gx, f"{type(f).__name__}.backward")
-        # speed: every gradient passes here; the arrays' shape and dtype, not the Variable's properties
-        shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
-        if gx.data.shape != shape:
-            raise ValueError(f"{type(f).__name__}.backward returned a gradient of shape {gx.shape} "
-                             f"for input {i} of shape {shape}")
-        if gx.data.dtype != dtype:
-            gx = astype(gx, dtype)
+        data = gx.data
+    # (every gradient passes here: the arrays' shape and dtype, not the Variable's properties)
+    shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
+    if data.shape != shape:
+        raise ValueError(f"{type(f).__name__}.backward returned a gradient of shape {data.shape} "
+                         f"for input {i} of shape {shape}")
+    if data.dtype != dtype:
+        gx = data.astype(dtype) if on_arrays else astype(gx, dtype)
     return gx
+
+
+# ----- adding gradients up in place ------------------------------------------------------------------
+# A node that receives several gradients sums them in its buffer. Where nothing outside the pass holds
+# the sum so far (no hook kept it, no .grad, no other buffer, not a view), the next gradient is added
+# into it in place instead of allocating a new array: PyTorch's engine does the same (InputBuffer).
+# "Nothing holds it" is read off the reference count, compared with the count of an array held only by
+# a buffer and a local, measured by the same code at import (the count differs between Python versions).
+
+def _references(buffer, nr):
+    return sys.getrefcount(buffer[nr])
+
+
+def _references_when_alone():
+    buffer = [np.zeros(1)]
+    old = buffer[0]  # noqa: F841 (receive holds the buffer's entry in a local too)
+    return _references(buffer, 0)
+
+
+_ALONE = _references_when_alone()
+
+
+def alone(buffer, nr):
+    """Is the array buffer[nr] held by nothing but the buffer (and receive's local)?"""
+    return _references(buffer, nr) <= _ALONE
+
+
+def summable_in_place(old, g):
+    """May g be added into `old` in place: an array that owns its memory, writeable, of the sum's shape and dtype?"""
+    return (type(old) is type(g) and isinstance(old, cuda.array_types) and old.base is None
+            and getattr(old.flags, "writeable", True)  # (CuPy's arrays have no such flag)
+            and old.shape == g.shape and old.dtype == g.dtype)
 
 
 def run_backward(roots, seeds, retain_graph, create_graph, retain_grad=False, inputs=None, leaf_hooks=True):
@@ -223,7 +286,13 @@ class GraphTask:
         if buffer is None:
             buffer = buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
         if g is not None:
-            buffer[nr] = g if buffer[nr] is None else buffer[nr] + g  # step 14: contributions add up
+            old = buffer[nr]
+            if old is None:
+                buffer[nr] = g
+            elif alone(buffer, nr) and summable_in_place(old, g):
+                old += g  # speed: nothing else holds the sum so far: add in place, as PyTorch's engine does
+            else:
+                buffer[nr] = old + g  # step 14: contributions add up
         dependencies = self.dependencies
         dependencies[node] -= 1
         if dependencies[node] == 0:  # that was the last one
@@ -236,6 +305,7 @@ class GraphTask:
         """x's gradient is complete: its hooks, then into `.grad`, or handed back."""
         if gx is None or not x.requires_grad:  # nothing arrived; or switched off after x was used (step 33)
             return
+        gx = gradient_variable(gx)  # speed: the buffers hold arrays where formulas ran on arrays
         if self.leaf_hooks:
             gx = x.run_hooks(gx)  # step 34: a hook may replace the gradient
         if (x, 0) in self.targets:
@@ -248,12 +318,14 @@ class GraphTask:
         if gy is None:
             return None
         hooks = f.output_hooks and f.output_hooks.get(nr)
-        gy = call_hooks(hooks, gy, f.output_meta[nr][0])  # step 34; kept by f (step 35)
+        if hooks:  # step 34; kept by f (step 35)
+            gy = call_hooks(hooks, gradient_variable(gy), f.output_meta[nr][0])
         target = self.targets.get((f, nr))
         if target is not None:
-            self.captured[target] = gy
+            gy = self.captured[target] = gradient_variable(gy)
         y = f.outputs[nr]()  # step 17: a weak reference; the variable may be gone (step 35)
-        if y is not None and (y.retains_grad or (self.retain_grad and not self.capture)):
+        if y is not None and (y._retains_grad or (self.retain_grad and not self.capture)):
+            gy = gradient_variable(gy)
             y.grad = gy if y.grad is None else y.grad + gy
         return gy
 

@@ -14,7 +14,7 @@ import weakref
 
 from tinypytorch import cuda
 # increment_version is here too, as in PyTorch (torch.autograd.graph.increment_version)
-from tinypytorch.core import Variable, increment_version, no_grad, share_version_counter  # noqa: F401
+from tinypytorch.core import BackwardMode, Variable, increment_version, no_grad, share_version_counter  # noqa: F401
 
 BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -108,7 +108,7 @@ class SavedTensor:
         self.counter = variable.version_counter  # step 36: shared with every view of the same data
         self.version = self.counter.value  # step 36: the version it must still have when unpacked
         self.output_nr = variable.output_nr
-        self.requires_grad = variable.requires_grad
+        self.requires_grad = variable._requires_grad
         if _hooks_stack:  # current_hooks(), without the call: every saved tensor asks
             self._pack(variable, function, is_output, *_hooks_stack[-1])
         elif is_output:
@@ -145,6 +145,18 @@ class SavedTensor:
         if self.variable is not None:
             return self.variable
         return self._rebuild(self.data, function)
+
+    def unpack_array(self, function):
+        """`unpack` for a formula running on bare arrays (core.BackwardMode): the array, after the same checks."""
+        if self.freed or self.unpack_hook is not None:
+            BackwardMode.arrays = False  # the unpack hook is the user's code: it gets and gives Variables
+            try:
+                return self.unpack(function).data
+            finally:
+                BackwardMode.arrays = True
+        if self.counter.value != self.version:  # step 36
+            return self.unpack(function)  # (which raises, naming what changed)
+        return self.data if self.variable is None else self.variable.data
 
     def _unpack_hooked(self, function):
         data = self.unpack_hook(self.packed)

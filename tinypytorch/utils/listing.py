@@ -2,17 +2,21 @@
 
 A statement tagged with a later step than the one being read (`x = y  # step 37: why`, or a
 comment line `# step 37: why` just above it) is left out, with its body if it has one; so is a
-block whose every statement was left out. What remains must still be valid Python, or
+block whose every statement was left out. A statement tagged `# speed: why` belongs to no step
+(the book's chapter "How tinypytorch is made fast" explains it) and is left out of every step's
+listing. What remains must still be valid Python, or
 `source_at_step` says which listing needs its tags fixed.
 """
 import ast
 import inspect
 import io
+import math
 import re
 import textwrap
 import tokenize
 
-_TAG = re.compile(r"#\s*step (\d+)\b")
+_OPENS_BLOCK = re.compile(r":\s*(#.*)?$")  # a line ending in a colon, before any comment
+_TAG = re.compile(r"#\s*(?:step (\d+)\b|speed\b)")
 
 
 def source_at_step(obj, step=None):
@@ -51,7 +55,7 @@ def _step_tags(source, lines):
                 full_line.add(row)
             match = _TAG.match(token.string)
             if match:
-                tags[row] = int(match.group(1))
+                tags[row] = int(match.group(1)) if match.group(1) else math.inf  # speed: in no step
     return tags, full_line
 
 
@@ -79,10 +83,11 @@ def _drop_emptied_blocks(tree, dropped):
 
 
 def _tidy_blank_lines(lines):
-    """No blank line after a blank line, or at either end, where statements were left out."""
+    """No blank line after a blank line, after a block's opening line, or at either end, where statements were
+    left out."""
     tidy = []
     for line in lines:
-        if not line.strip() and (not tidy or not tidy[-1].strip()):
+        if not line.strip() and (not tidy or not tidy[-1].strip() or _OPENS_BLOCK.search(tidy[-1])):
             continue
         tidy.append(line)
     while tidy and not tidy[-1].strip():
