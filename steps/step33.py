@@ -190,10 +190,10 @@ for node, count in engine.count_dependencies([y]).items():
 # (`capture`, `targets`, `leading`) come later in this step, `anomaly` in
 # step 39, `release_saved` in step 35, and `send` (a gradient a function
 # hands on before its backward has returned) in step 46. The lines marked
-# `speed` make the pass faster without changing what it computes: gradients
-# travel as bare arrays when no graph of the backward pass is wanted, and a
-# gradient is added into the buffer in place when nothing else holds the sum
-# so far (the book's chapter "How tinypytorch is made fast").
+# `speed` make the pass faster without changing what it computes: when no
+# graph of the backward pass is wanted, gradients travel as bare arrays and
+# become Variables only where the user meets them, in hooks and `.grad` (the
+# book's chapter "How tinypytorch is made fast").
 
 # %%
 show_code(engine.run_backward)

@@ -1,10 +1,9 @@
-"""Backward formulas on bare arrays (core.BackwardMode), and gradients added up in place (engine.receive).
+"""Backward formulas on bare arrays (core.BackwardMode).
 
 One formula per operation serves both kinds of backward pass: given Variables (create_graph=True)
 it records a graph, given arrays (create_graph=False) it computes on arrays and makes no Variable.
 These tests check that the two paths give the same gradients as each other and as PyTorch, that the
-engine hands each formula what it expects, and that adding a gradient in place never changes an
-array that anything outside the pass can see.
+engine hands each formula what it expects, and that what reaches the user is a Variable.
 """
 import numpy as np
 import pytest
@@ -122,65 +121,3 @@ def test_an_unpack_hook_gets_and_gives_variables_while_formulas_run_on_arrays():
     y.sum().backward()
     assert seen == [(Variable, False)]
     np.testing.assert_allclose(x.grad.data, np.cos([0.3, -0.7]), rtol=1e-15)
-
-
-# ----- adding gradients up in place ----------------------------------------------------------------------
-
-def test_gradients_are_added_in_place_into_an_array_nothing_else_holds(monkeypatch):
-    added = []
-    summable = tinypytorch.autograd.engine.summable_in_place
-    monkeypatch.setattr(tinypytorch.autograd.engine, "summable_in_place",
-                        lambda old, g: added.append(summable(old, g)) or added[-1])
-    a = np.linspace(-1, 1, 5)
-    x = Variable(a.copy())
-    (tinypytorch.exp(x) * x + x**2).sum().backward()
-    assert added == [True, True]  # x receives three gradients: the second and third are added in place
-    np.testing.assert_allclose(x.grad.data, np.exp(a) * a + np.exp(a) + 2 * a, rtol=1e-15)  # worked out
-
-
-def test_a_gradient_a_hook_kept_is_not_changed_by_gradients_added_later():
-    x = Variable(np.array([1.0, 2.0]))
-    h = x * 2.0
-    kept = []
-    h.register_hook(lambda g: kept.append(g.data.copy()) or kept.append(g))
-    y = h * 3.0 + h * 5.0  # h receives two gradients, summed before its hook
-    z = y + y  # y receives two, and y's sum goes on to both products
-    z.sum().backward()
-    np.testing.assert_array_equal(kept[0], [16.0, 16.0])
-    np.testing.assert_array_equal(kept[1].data, kept[0])
-    np.testing.assert_array_equal(x.grad.data, [32.0, 32.0])
-
-
-def test_a_retained_gradient_and_a_given_seed_stay_as_they_were():
-    x = Variable(np.array([1.0, -1.0, 2.0]))
-    y = x * 1.0
-    y.retain_grad()
-    z = y + y + y * 2.0  # y's gradient: the seed twice, then the seed times 2, added up
-    seed = np.array([1.0, 2.0, 3.0])
-    z.backward(seed)
-    np.testing.assert_array_equal(seed, [1.0, 2.0, 3.0])
-    np.testing.assert_array_equal(y.grad.data, [4.0, 8.0, 12.0])
-    np.testing.assert_array_equal(x.grad.data, [4.0, 8.0, 12.0])
-    xt = torch.tensor([1.0, -1.0, 2.0], requires_grad=True)
-    yt = xt * 1.0
-    (yt + yt + yt * 2.0).backward(torch.tensor(seed))
-    np.testing.assert_array_equal(x.grad.data, xt.grad.numpy())
-
-
-def test_one_gradient_sent_to_two_inputs_is_not_summed_into_twice():
-    # Add's backward hands the same array to both of its inputs: neither may add into it in place
-    a, b = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
-    p, q = a * 1.0, b * 1.0
-    s = p + q
-    (s + p * 10.0 + q * 100.0).sum().backward()
-    np.testing.assert_array_equal(a.grad.data, [11.0, 11.0])
-    np.testing.assert_array_equal(b.grad.data, [101.0, 101.0])
-
-
-def test_the_reference_count_of_an_array_held_only_by_a_buffer_is_measured_not_assumed():
-    buffer = [np.zeros(3)]
-    old = buffer[0]  # noqa: F841 (as receive holds it)
-    assert tinypytorch.autograd.engine.alone(buffer, 0)
-    other = buffer[0]  # noqa: F841 (one more holder)
-    assert not tinypytorch.autograd.engine.alone(buffer, 0)
-    assert core.BackwardMode.arrays is False

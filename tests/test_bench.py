@@ -205,6 +205,10 @@ def test_bench_changes_needs_the_package_before_the_changes(tmp_path):
         bench_changes.main(["--before", str(tmp_path)])
 
 
+def test_a_slope_leaves_out_the_sizes_that_were_not_run():
+    assert speed_autograd.fitted_slope([10, 100, 1000], [1.0, 100.0, None]) == pytest.approx(2.0)
+
+
 def test_report_with_dezero_gives_its_column_ratios_and_targets():
     settings = speed_autograd.SETTINGS["quick"]
     times = {"tinypytorch": (2.0, 2.0), "dezero": (4.0, 4.0), "torch": (1.0, 1.0), "numpy": (0.5, 0.5)}
@@ -216,6 +220,7 @@ def test_report_with_dezero_gives_its_column_ratios_and_targets():
                                         "numpy": (1.0, 1.0)}}
     scaling = {(shape, name): [1e-6 * n for n in settings["sizes"]] for shape in ("chain", "wide")
                for name in ("tinypytorch", "dezero", "torch")}
+    scaling["wide", "dezero"][-1] = None  # a size it did not run
     text, _, verdicts = speed_autograd.report(results, scaling, settings, "quick")
     assert dz.MISSING_NOTE not in text
     assert "| tinypytorch | DeZero | PyTorch | NumPy | tinypytorch / DeZero |" in text
@@ -223,6 +228,7 @@ def test_report_with_dezero_gives_its_column_ratios_and_targets():
     assert verdicts["scalar graph (DeZero)"] is True and verdicts["chain (DeZero)"] is False
     assert verdicts["one operation, recorded (requires grad)"] is False  # 5 / 2 > 2
     assert verdicts["one operation, not recorded"] is True  # 3 / 2 <= 1.5
+    assert "| wide | dezero | 1 ms | 3 ms | — | 1.00 |" in text
 
 
 needs_dezero = pytest.mark.skipif(not dz.AVAILABLE, reason="DeZero is not installed (bench/requirements-peers.txt)")

@@ -480,7 +480,7 @@ def gradient_edge(x):
     """
     if x.creator is not None:
         return x.creator, x.output_nr
-    if not x.requires_grad:
+    if not x._requires_grad:  # (the attribute behind the property: every recorded input passes here)
         return None, 0
     return (x if x.grad_leaf is None else x.grad_leaf), 0
 

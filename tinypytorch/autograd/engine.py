@@ -14,16 +14,13 @@ any more: only the functions and what they saved.
 """
 import heapq
 import itertools
-import sys
 
-import numpy as np
-
+from tinypytorch import cuda
 from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
 from tinypytorch.core import (BackwardMode, Config, Function, Variable, array_of, as_array, as_variable, gradient_edge,
                               using_config)
 from tinypytorch.functions import astype
-from tinypytorch import cuda
 from tinypytorch.cuda import get_array_module
 
 
@@ -176,38 +173,6 @@ def checked_gradient(f, i, gx, on_arrays=False):
     return gx
 
 
-# ----- adding gradients up in place ------------------------------------------------------------------
-# A node that receives several gradients sums them in its buffer. Where nothing outside the pass holds
-# the sum so far (no hook kept it, no .grad, no other buffer, not a view), the next gradient is added
-# into it in place instead of allocating a new array: PyTorch's engine does the same (InputBuffer).
-# "Nothing holds it" is read off the reference count, compared with the count of an array held only by
-# a buffer and a local, measured by the same code at import (the count differs between Python versions).
-
-def _references(buffer, nr):
-    return sys.getrefcount(buffer[nr])
-
-
-def _references_when_alone():
-    buffer = [np.zeros(1)]
-    old = buffer[0]  # noqa: F841 (receive holds the buffer's entry in a local too)
-    return _references(buffer, 0)
-
-
-_ALONE = _references_when_alone()
-
-
-def alone(buffer, nr):
-    """Is the array buffer[nr] held by nothing but the buffer (and receive's local)?"""
-    return _references(buffer, nr) <= _ALONE
-
-
-def summable_in_place(old, g):
-    """May g be added into `old` in place: an array that owns its memory, writeable, of the sum's shape and dtype?"""
-    return (type(old) is type(g) and isinstance(old, cuda.array_types) and old.base is None
-            and getattr(old.flags, "writeable", True)  # (CuPy's arrays have no such flag)
-            and old.shape == g.shape and old.dtype == g.dtype)
-
-
 def run_backward(roots, seeds, retain_graph, create_graph, retain_grad=False, inputs=None, leaf_hooks=True):
     """Backpropagate `seeds`, one gradient per root, through the graph behind `roots` (step 33).
 
@@ -286,13 +251,7 @@ class GraphTask:
         if buffer is None:
             buffer = buffers[node] = [None] * (len(node.outputs) if isinstance(node, Function) else 1)
         if g is not None:
-            old = buffer[nr]
-            if old is None:
-                buffer[nr] = g
-            elif alone(buffer, nr) and summable_in_place(old, g):
-                old += g  # speed: nothing else holds the sum so far: add in place, as PyTorch's engine does
-            else:
-                buffer[nr] = old + g  # step 14: contributions add up
+            buffer[nr] = g if buffer[nr] is None else buffer[nr] + g  # step 14: contributions add up
         dependencies = self.dependencies
         dependencies[node] -= 1
         if dependencies[node] == 0:  # that was the last one
