@@ -228,7 +228,8 @@ def plot(results, scaling, slopes, sizes, path):
             centre = i + offsets[ref]
             left.hlines(value, centre - width / 2, centre + width / 2, colors="black", linestyles="dashed")
     left.set_yscale("log")
-    left.set_xticks(positions, names)
+    left.set_xticks(positions, [name.replace(", ", ",\n").replace(" training", "\ntraining") for name in names],
+                    fontsize=8)
     left.set_ylabel("time ratio (lower is better)")
     left.set_title("tinypytorch's time relative to others (dashed: target)")
     left.legend(fontsize=8)
