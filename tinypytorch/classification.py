@@ -25,6 +25,7 @@ def _axis(op, axis, ndim):
 
 class Softmax(Function):  # step 50
     """s = exp(x - max) / sum(exp(x - max)) along `axis`; backward s * (g - <s, g>)."""
+
     def __init__(self, axis):
         self.axis = axis
 
@@ -43,6 +44,7 @@ class Softmax(Function):  # step 50
 
 class LogSoftmax(Function):  # step 50
     """y = x - logsumexp(x) along `axis`; backward g - exp(y) * sum(g)."""
+
     def __init__(self, axis):
         self.axis = axis
 
@@ -71,6 +73,7 @@ def log_softmax(x, axis):
 
 class NLLLoss(Function):  # step 50
     """The negative log-likelihood of the target classes, given log-probabilities of shape (N, C)."""
+
     def __init__(self, target, reduction, ignore_index):
         self.target, self.reduction, self.ignore_index = target, reduction, ignore_index
 

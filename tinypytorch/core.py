@@ -729,6 +729,7 @@ class Div(_Binary):  # step 22
 
 class Pow(Function):  # step 22
     """x ** c for a constant number c (an exponent that is a Variable needs log, not here yet)."""
+
     def __init__(self, c):
         if not isinstance(c, numbers.Real):
             raise TypeError(f"pow: the exponent must be a constant number, got {type(c).__name__}")

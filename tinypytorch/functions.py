@@ -295,6 +295,7 @@ def sum(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name
 
 class Mean(Function):  # step 50
     """The average over `axis`: the sum divided by the number of elements summed (PyTorch's mean)."""
+
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
 
@@ -331,6 +332,7 @@ class Max(Function):  # step 50
     The derivative is 1 at the maximum and 0 elsewhere. Where several elements tie for the
     maximum, the gradient is shared equally between them, as PyTorch's amax shares it.
     """
+
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
 
@@ -356,6 +358,7 @@ def max(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name
 
 class LogSumExp(Function):  # step 50
     """log(sum(exp(x))) over `axis`, computed as m + log(sum(exp(x - m))) with m the maximum: no overflow."""
+
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
 
@@ -647,6 +650,7 @@ class MeanSquaredError(Function):  # step 32
 
 class Dropout(Function):  # step 41
     """Zero each element with probability p, scale the rest by 1/(1-p): the expected value is unchanged."""
+
     def __init__(self, p):
         self.p = p
 

@@ -116,6 +116,7 @@ def record(op, x, y):
 
 class Zero(Function):
     """zeros shaped like x; the gradient with respect to x is zero."""
+
     def forward(self, x):
         return cuda.get_array_module(x).zeros_like(x)
 
@@ -131,6 +132,7 @@ class ViewScatter(Function):
     PyTorch's CopySlices. Backward: the base's gradient with the view's part zeroed (those
     old values were overwritten), and the view's part of the gradient to the new values.
     """
+
     def __init__(self, view_fn):
         self.view_fn = view_fn
 
