@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from check_book import OFFLINE, browser  # noqa: E402
@@ -61,7 +62,8 @@ def page_height(page, profile):
     probe = page.with_name(f".measure-{page.name}")
     probe.write_text(page.read_text().replace("</body>", MEASURE, 1))
     try:
-        for _ in range(3):  # on a busy machine the page may not have laid out before the DOM was read: again
+        for attempt in range(6):  # on a busy machine the page may not have loaded before the DOM was read: again
+            time.sleep(2 * attempt)  # (and give the machine a moment more each time)
             match = re.search(r'<pre id="height">(\d+)</pre>',
                               chromium(f"--user-data-dir={profile}", "--dump-dom", probe.as_uri()))
             if match:
