@@ -254,8 +254,10 @@ def test_a_non_differentiable_output_does_not_require_grad_and_backward_gets_zer
 
 # ----- what backward returns ---------------------------------------------------------------------------------------
 
-def returning(value):
-    class Returns(Function):
+def returning(value, base=Function):
+    """y = x * k as a custom Function (tinypytorch's, or torch's with base=torch.autograd.Function) whose
+    backward returns value(g)."""
+    class Returns(base):
         @staticmethod
         def forward(ctx, x, k):
             return x * k
@@ -267,15 +269,7 @@ def returning(value):
 
 
 def torch_returning(value):
-    class Returns(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, k):
-            return x * k
-
-        @staticmethod
-        def backward(ctx, g):
-            return value(g)
-    return Returns
+    return returning(value, torch.autograd.Function)
 
 
 @pytest.mark.parametrize("value, fragment", [
