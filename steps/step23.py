@@ -454,7 +454,7 @@ for shapes in [((), ()), ((2, 3), (2, 3)), ((), (2, 3)), ((2, 3), ())]:
     for fn in binary.values():
         x0, x1 = Variable(v0), Variable(v1)
         y = fn(tinypytorch, x0, x1)
-        y.backward()
+        y.backward(np.ones_like(y.data))
         t0, t1 = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
         yt = fn(torch, t0, t1)
         yt.backward(torch.ones_like(yt))
@@ -468,7 +468,8 @@ for shape in [(), (2, 3)]:
     v = rng.uniform(0.5, 2.0, shape)
     for fn in unary.values():
         x = Variable(v)
-        fn(tinypytorch, x).backward()
+        y = fn(tinypytorch, x)
+        y.backward(np.ones_like(y.data))
         xt = torch.tensor(v, requires_grad=True)
         yt = fn(torch, xt)
         yt.backward(torch.ones_like(yt))

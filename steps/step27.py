@@ -219,8 +219,8 @@ show("tanh", derivatives(tinypytorch.tanh, 1.0, 3), exact)
 # %% [markdown]
 # ## Derivatives of arrays
 #
-# $\tanh$ works element by element, so on an array $x$ the seed of ones makes
-# the backward pass compute $\partial \sum_i \tanh x_i / \partial x_j = \tanh'(x_j)$
+# $\tanh$ works element by element, so on an array $x$ the backward pass of
+# $\sum_i \tanh x_i$ computes $\partial \sum_i \tanh x_i / \partial x_j = \tanh'(x_j)$
 # for every $j$ at once: the derivative *function* sampled on a grid. The
 # same loop then draws the first three derivatives:
 
@@ -231,7 +231,7 @@ g = tinypytorch.tanh(x)
 curves = [g.data]
 for _ in range(3):
     x.cleargrad()
-    g.backward(create_graph=True)
+    g.sum().backward(create_graph=True)
     g = x.grad
     curves.append(g.data)
 

@@ -46,12 +46,13 @@ show_code(F.Sin)
 # %% [markdown]
 # So a whole array goes through a formula in one call, and the gradient has
 # the shape of the input. For $y = \sin(x)\,x + x^2$ the derivative is
-# $\cos(x)\,x + \sin(x) + 2x$, element by element:
+# $\cos(x)\,x + \sin(x) + 2x$, element by element (the seed of ones is
+# explained just below):
 
 # %%
 x = Variable(np.array([[0.0, 0.5, 1.0], [1.5, 2.0, 2.5]]))
 y = tinypytorch.sin(x) * x + x**2
-y.backward()
+y.backward(np.ones_like(y.data))
 print("y.shape =", y.shape, "  x.grad.shape =", x.grad.shape)
 print("x.grad =", x.grad)
 formula = np.cos(x.data) * x.data + np.sin(x.data) + 2 * x.data
@@ -60,24 +61,26 @@ print(f"largest difference from the formula: {np.abs(x.grad - formula).max():.1e
 # %% [markdown]
 # ### What `backward` of an array means
 #
-# A gradient is defined for a *scalar* $L$. When `y` is an array, `y.backward()`
-# seeds $g$ with ones, an array shaped like `y` (step 09). Ones are exactly the
-# gradient of $L = \sum_i y_i$, since $\partial L / \partial y_i = 1$. So
-# `y.backward()` on an array computes the gradient of the sum of its elements.
+# A gradient is defined for a *scalar* $L$. When `y` is an array, the seed
+# $g = \partial L / \partial y$ is an array shaped like `y`, and ones are exactly
+# the gradient of $L = \sum_i y_i$, since $\partial L / \partial y_i = 1$. So
+# `y.backward(np.ones_like(y.data))` computes the gradient of the sum of its
+# elements, as `y.sum().backward()` does.
 #
-# PyTorch refuses to guess: for a non-scalar output, `backward()` needs the
-# seed spelt out, as `y.backward(gradient=torch.ones_like(y))`, or the sum
-# taken first with `y.sum().backward()`.
+# Steps 09–22 seeded ones whenever no seed was given. PyTorch refuses to guess,
+# and the package follows PyTorch: for an output of more than one element,
+# `backward()` needs the seed spelt out, or the sum taken first.
 
 # %%
 import torch
 
 t = torch.tensor(x.data, requires_grad=True)
 yt = torch.sin(t) * t + t**2
-try:
-    yt.backward()
-except RuntimeError as error:
-    print("RuntimeError:", error)
+for name, output in [("tinypytorch", y), ("torch", yt)]:
+    try:
+        output.backward()
+    except RuntimeError as error:
+        print(f"{name:11} RuntimeError: {error}")
 yt.backward(gradient=torch.ones_like(yt))
 print("with an explicit seed of ones, the same grad:", np.allclose(x.grad, t.grad.numpy(), rtol=1e-12))
 
@@ -118,7 +121,7 @@ show_code(F.reshape)
 x = Variable(np.arange(6.0).reshape(2, 3))
 y = F.reshape(x, (6,))
 w = np.array([10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
-(y * w).backward()
+(y * w).sum().backward()
 print("y      =", y)
 print("x.grad =", x.grad)
 print("reshape to the same shape returns x itself:", F.reshape(x, (2, 3)) is x)
@@ -212,7 +215,7 @@ print("transpose(x, 1, 1) is x:", F.transpose(x, 1, 1) is x)
 # %%
 x = Variable(np.arange(6.0).reshape(2, 3))
 w = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-(F.transpose(x, 0, 1) * w).backward()
+(F.transpose(x, 0, 1) * w).sum().backward()
 print("x.grad =", x.grad)
 print("w.T    =", w.T.tolist())
 
@@ -298,10 +301,10 @@ for code, attempt in attempts.items():
 # %%
 x = Variable(np.array([[0.1, -0.4, 0.7], [1.2, -0.9, 0.3]]))
 w = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-(tinypytorch.tanh(x.T) ** 2 * w).backward(create_graph=True)
+(tinypytorch.tanh(x.T) ** 2 * w).sum().backward(create_graph=True)
 gx = x.grad
 x.cleargrad()
-gx.backward()  # the gradient of sum(x.grad): here the diagonal second derivative, weighted
+gx.sum().backward()  # the gradient of sum(x.grad): here the diagonal second derivative, weighted
 th = np.tanh(x.data)
 formula = w.T * 2 * (1 - th**2) * (1 - 3 * th**2)
 print("second derivative: x.grad =", x.grad)
@@ -341,7 +344,7 @@ for shape in [(), (3,), (2, 3)]:
         x, t = Variable(data.copy()), torch.tensor(data, requires_grad=True)
         y, yt = f(tinypytorch, x), f(torch, t)
         weights = rng.uniform(-1.0, 1.0, y.shape)
-        (y * weights).backward()
+        (y * weights).sum().backward()
         (yt * torch.tensor(weights)).sum().backward()
         assert y.shape == tuple(yt.shape) and x.grad.shape == tuple(t.grad.shape)
         np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
@@ -354,7 +357,7 @@ for code, move in moves.items():
     t = torch.arange(24.0, dtype=torch.float64).reshape(2, 3, 4).requires_grad_()
     y, yt = move(x), move(t)
     weights = np.arange(24.0).reshape(y.shape)
-    (y * weights).backward()
+    (y * weights).sum().backward()
     (yt * torch.tensor(weights)).sum().backward()
     np.testing.assert_array_equal(y.data, yt.detach().numpy())
     np.testing.assert_array_equal(x.grad, t.grad.numpy())

@@ -77,8 +77,8 @@ x = Variable(np.arange(6.0).reshape(2, 3))
 for axis, keepdims in [(None, False), (0, False), (1, False), (1, True), ((0, 1), True)]:
     x.cleargrad()
     y = x.sum(axis=axis, keepdims=keepdims)
-    w = np.arange(1.0, y.size + 1).reshape(y.shape)
-    (y * w).backward()
+    w = np.arange(1.0, y.numel() + 1).reshape(y.shape)
+    (y * w).sum().backward()
     print(f"axis={axis!s:6} keepdims={keepdims!s:5}  y = {y.data.tolist()!s:16}"
           f"  w = {w.tolist()!s:18}  x.grad = {x.grad.data.tolist()}")
 
@@ -103,7 +103,7 @@ show_code(F.BroadcastTo)
 x = Variable(np.array([1.0, 2.0, 3.0]))
 y = F.broadcast_to(x, (2, 3))
 w = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
-(y * w).backward()
+(y * w).sum().backward()
 print("y =", y.data.tolist())
 print("x.grad =", x.grad.data.tolist(), " (column sums of w)")
 
@@ -177,12 +177,12 @@ show_code(tinypytorch.core.Mul)
 x = Variable(np.zeros((4, 3)))
 b = Variable(np.array([0.5, -1.0, 2.0]))
 w = np.arange(12.0).reshape(4, 3)
-((x + b) * w).backward()
+((x + b) * w).sum().backward()
 print("b.grad =", b.grad.data.tolist(), " column sums of w:", w.sum(axis=0).tolist())
 
 a = Variable(np.array([[1.0], [2.0]]))
 c = Variable(np.array([[1.0, 10.0, 100.0]]))
-(a * c).backward()
+(a * c).sum().backward()
 print("a.grad =", a.grad.data.tolist(), " c.grad =", c.grad.data.tolist())
 
 # %% [markdown]
@@ -239,10 +239,10 @@ for code, attempt in attempts.items():
 # %%
 x = Variable(np.array([[0.5, 1.0], [1.5, -2.0], [0.0, 0.25]]))
 b = Variable(np.array([1.0, -1.0]))
-((x + b) ** 3).backward(create_graph=True)
+((x + b) ** 3).sum().backward(create_graph=True)
 gb = b.grad
 b.cleargrad()
-gb.backward()
+gb.sum().backward()
 print(f"dL/db           = {gb.data.tolist()!s:16} formula: {(3 * (x.data + b.data) ** 2).sum(axis=0).tolist()}")
 print(f"d(sum dL/db)/db = {b.grad.data.tolist()!s:16} formula: {(6 * (x.data + b.data)).sum(axis=0).tolist()}")
 
@@ -268,7 +268,7 @@ def check(f, g, *arrays):
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     y, yt = f(*xs), g(*ts)
     w = rng.uniform(-1.0, 1.0, y.shape)
-    (y * w).backward()
+    (y * w).sum().backward()
     (yt * torch.tensor(w)).sum().backward()
     assert y.shape == tuple(yt.shape)
     np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)

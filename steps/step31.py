@@ -55,7 +55,7 @@ x = Variable(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
 W = Variable(np.arange(12.0).reshape(3, 4) - 5)
 y = x @ W
 g = np.array([[1.0, 0.0, 0.0, 2.0], [0.0, 1.0, -1.0, 0.0]])  # dL/dy, through L = sum(g * y)
-(y * g).backward()
+(y * g).sum().backward()
 print("y.shape =", y.shape, " x.grad.shape =", x.grad.shape, " W.grad.shape =", W.grad.shape)
 print("x.grad =", x.grad.data.tolist())
 print("g W^T  =", (g @ W.data.T).tolist())
@@ -79,7 +79,7 @@ print("x^T g  =", (x.data.T @ g).tolist())
 xs = Variable(np.random.default_rng(0).uniform(-1.0, 1.0, (5, 2, 3)))
 W = Variable(np.arange(12.0).reshape(3, 4) / 10)
 y = xs @ W
-y.backward()
+y.sum().backward()
 per_matrix = sum(xs.data[i].T @ np.ones((2, 4)) for i in range(5))
 print("y.shape =", y.shape, " W.grad.shape =", W.grad.shape)
 print("W.grad equals the sum of the five matrices' gradients:", np.allclose(W.grad, per_matrix, rtol=1e-14))
@@ -170,7 +170,7 @@ W = Variable(np.array([[0.1, 0.2, 0.3], [-0.4, 0.5, -0.6]]))
 b = Variable(np.array([1.0, -1.0]))
 g = np.array([[1.0, 2.0], [3.0, 4.0]])  # dL/dy, through L = sum(g * y)
 y = F.linear(x, W, b)
-(y * g).backward()
+(y * g).sum().backward()
 print("y.shape =", y.shape)
 print("b.grad =", b.grad.data.tolist(), " column sums of g:", g.sum(axis=0).tolist())
 print("W.grad =", W.grad.data.tolist(), " g^T x:", (g.T @ x.data).tolist())
@@ -232,7 +232,7 @@ for code, select in [("x[1]", lambda v: v[1]), ("x[:, 1:]", lambda v: v[:, 1:]),
                      ("x[[0, 0, 1]]", lambda v: v[[0, 0, 1]]), ("x[x.data > 2]", lambda v: v[v.data > 2])]:
     x.cleargrad()
     y = select(x)
-    y.backward()
+    y.sum().backward()
     print(f"{code:14} y = {y.data.tolist()!s:40} x.grad = {x.grad.data.tolist()}")
 
 # %% [markdown]
@@ -275,7 +275,7 @@ def check(f, g, *arrays):
     ts = [torch.tensor(a, requires_grad=True) for a in arrays]
     y, yt = f(*xs), g(*ts)
     w = rng.uniform(-1.0, 1.0, y.shape)
-    (y * w).backward()
+    (y * w).sum().backward()
     (yt * torch.tensor(w)).sum().backward()
     assert y.shape == tuple(yt.shape)
     np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
@@ -297,11 +297,11 @@ for key in keys.values():
 print("indexing", ", ".join(keys), "(x: (4, 3)): values and grads == torch")
 
 xv, Wv = Variable(x.copy()), Variable(W.copy())
-tinypytorch.tanh(xv @ Wv).backward(create_graph=True)
+tinypytorch.tanh(xv @ Wv).sum().backward(create_graph=True)
 gW = Wv.grad
 xv.cleargrad()
 Wv.cleargrad()
-(gW * gW).backward()
+(gW * gW).sum().backward()
 xt, Wt = torch.tensor(x, requires_grad=True), torch.tensor(W, requires_grad=True)
 (gWt,) = torch.autograd.grad(torch.tanh(xt @ Wt).sum(), Wt, create_graph=True)
 (gWt * gWt).sum().backward()

@@ -134,7 +134,7 @@ layer = Scaled()
 print("registered:", layer._registered)
 print("params:    ", [(p.name, p.shape) for p in layer.params()])
 y = layer(np.ones((4, 3)))
-y.backward()
+y.sum().backward()
 print("grads after backward:", [p.grad is not None for p in layer.params()])
 layer.cleargrads()
 print("after cleargrads:    ", [p.grad is not None for p in layer.params()])
@@ -192,7 +192,7 @@ show_code(MLP)
 model = MLP((1, 10, 1), rng=np.random.default_rng(1))
 for p in model.params():
     print(f"{p.name:6} {p.shape}")
-print("number of parameters:", sum(p.size for p in model.params()))
+print("number of parameters:", sum(p.numel() for p in model.params()))
 
 # %% [markdown]
 # ## Optimizers

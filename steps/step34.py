@@ -147,7 +147,7 @@ print(f"x.grad = {x.grad:.1f}")
 x = Variable(np.array([1.0, 2.0]), name="x")
 x.register_hook(lambda grad: grad.sum())
 try:
-    (x * x).backward()
+    (x * x).sum().backward()
 except ValueError as error:
     print("ValueError:", error)
 try:
@@ -271,7 +271,7 @@ def run(m, make, backward):
 
 def ours_backward(y, x, w):
     y.backward(retain_graph=True)
-    return [x.grad, w.grad]
+    return [x.grad.clone(), w.grad.clone()]  # .grad adds up in place, in both frameworks
 
 
 def torch_backward(y, x, w):

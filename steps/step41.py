@@ -191,7 +191,7 @@ print("kept, by hand =\n" + show(by_hand.astype(int)))
 # %%
 tinypytorch.manual_seed(0)
 y = F.dropout(Variable(np.ones(100_000)), p=0.3)
-print(f"kept: {np.count_nonzero(y.data) / y.size:.3f}   (1 - p = 0.7)")
+print(f"kept: {np.count_nonzero(y.data) / y.numel():.3f}   (1 - p = 0.7)")
 print(f"mean of the output: {y.data.mean():.3f}   (mean of the input: 1)")
 
 # %% [markdown]

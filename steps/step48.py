@@ -195,7 +195,7 @@ print("same Parameter objects:", all(a is b for a, b in zip(params, net.params()
 print("BatchNorm1d's buffers (running_mean, running_var) on the device:",
       all(cuda.is_on(b, DEVICE) for b in net.buffers()))
 print("Adam's moments on their parameter's device:",
-      all(cuda.is_on(m, p.device) for p in params for m in optimizer.state[id(p)][1:]))
+      all(cuda.is_on(optimizer.state[p][moment], p.device) for p in params for moment in ("exp_avg", "exp_avg_sq")))
 show_code(Layer.to)
 
 # %% [markdown]

@@ -268,7 +268,7 @@ for attempt in (lambda: C.cross_entropy(Variable(scores), np.array([0, 3, 1])),
 def compare(ours, theirs, values, weights):
     x, xt = Variable(values.copy()), torch.tensor(values, requires_grad=True)
     y, yt = ours(x), theirs(xt)
-    (y * weights[: y.size].reshape(y.shape)).sum().backward()
+    (y * weights[: y.numel()].reshape(y.shape)).sum().backward()
     (yt * torch.tensor(weights[: yt.numel()].reshape(tuple(yt.shape)))).sum().backward()
     return max(np.abs(y.data - yt.detach().numpy()).max(), np.abs(x.grad.data - xt.grad.numpy()).max())
 

@@ -313,7 +313,7 @@ def compare_weighted_sum(f, g, *arrays, seed=0, rtol=1e-12):
     y, yt = f(*xs), g(*ts)
     assert y.shape == tuple(yt.shape)
     w = np.random.default_rng(seed).uniform(-1.0, 1.0, y.shape)
-    (y * w).backward()
+    (y * w).sum().backward()
     (yt * torch.tensor(w)).sum().backward()
     np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=rtol, atol=1e-14)
     for x, t in zip(xs, ts):

@@ -188,7 +188,7 @@ def test_random_graphs_dot_has_torchs_operations_wiring_and_grads(graph):
         expected = operations_in_torch(out_t, {id(t): n for t, n in zip(tensors, names)})
         assert operations_in_dot(get_dot_graph(out), set(names)) == expected
         # drawing changes nothing: backward still gives torch's gradients
-        out.backward()
+        out.sum().backward()
         out_t.backward(torch.ones_like(out_t))
     finite = [t.grad for t in tensors if t.grad is not None and torch.isfinite(t.grad).all()]
     scale = max([1.0] + [float(g.abs().max()) for g in finite])  # cancellation leaves rounding at this scale

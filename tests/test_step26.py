@@ -63,7 +63,7 @@ def test_my_sin_on_an_array_sums_until_every_element_has_converged(a, threshold)
     value, derivative = sin_and_cos_polynomials(a, n)
     v = Variable(a.copy())
     y = step.my_sin(v, threshold)
-    y.backward()
+    y.sum().backward()
     np.testing.assert_allclose(y.data, value, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(v.grad, derivative, rtol=1e-12, atol=1e-14)
     assert y.shape == a.shape
@@ -99,7 +99,7 @@ def test_exact_sin_and_cos_values_and_grads_equal_torch(a):
     for ours, theirs in [(tinypytorch.sin, torch.sin), (tinypytorch.cos, torch.cos)]:
         x, t = Variable(a.copy()), torch.tensor(a, requires_grad=True)
         y, yt = ours(x), theirs(t)
-        y.backward()
+        y.sum().backward()
         yt.backward(torch.ones_like(yt))
         np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12, atol=1e-300)
         np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, atol=1e-300)
@@ -108,7 +108,7 @@ def test_exact_sin_and_cos_values_and_grads_equal_torch(a):
 def test_exact_sin_is_one_function_and_its_grad_is_cos():
     x = Variable(np.linspace(-4.0, 4.0, 9))
     y = tinypytorch.sin(x)
-    y.backward()
+    y.sum().backward()
     assert get_dot_graph(y).count("shape=box") == 1
     np.testing.assert_array_equal(x.grad, np.cos(x.data))
 

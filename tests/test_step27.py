@@ -105,7 +105,7 @@ def test_derivatives_of_an_array_are_element_wise_and_equal_torch(a):
     ours = []
     for _ in range(3):
         x.cleargrad()
-        g.backward(create_graph=True)
+        g.sum().backward(create_graph=True)
         g = x.grad
         ours.append(g.data)
     xt = torch.tensor(a, requires_grad=True)

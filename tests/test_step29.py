@@ -26,7 +26,7 @@ def weighted_grads(f, data, weights_seed=0):
     x, t = Variable(data.copy()), torch.tensor(data, requires_grad=True)
     y, yt = f(tinypytorch, x), f(torch, t)
     w = np.random.default_rng(weights_seed).uniform(-1.0, 1.0, tuple(yt.shape))
-    (y * w).backward()
+    (y * w).sum().backward()
     (yt * torch.tensor(w)).sum().backward()
     return y, yt, x, t
 
@@ -75,7 +75,7 @@ def test_element_wise_expressions_have_torchs_grads_for_any_shape(data):
 @given(arrays(np.float64, array_shapes(min_dims=1, max_dims=3), elements=values))
 def test_backward_of_an_array_is_the_gradient_of_its_sum(data):
     x = Variable(data.copy())
-    (tinypytorch.sin(x) * x).backward()  # seeded with ones
+    (tinypytorch.sin(x) * x).sum().backward()  # seeded with ones
     t = torch.tensor(data, requires_grad=True)
     (torch.sin(t) * t).sum().backward()
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, atol=1e-15)
@@ -113,7 +113,7 @@ def test_reshape_gradient_keeps_row_major_order():
     # the step's example: y = reshape(x, (6,)), L = sum(w * y), so x.grad = w laid out as x
     x = Variable(np.arange(6.0).reshape(2, 3))
     w = np.array([10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
-    (x.reshape(6) * w).backward()
+    (x.reshape(6) * w).sum().backward()
     np.testing.assert_array_equal(x.grad, [[10.0, 20.0, 30.0], [40.0, 50.0, 60.0]])
 
 
@@ -180,7 +180,7 @@ def test_T_reverses_the_dims_like_numpys_T_and_sends_back_the_transposed_gradien
     x = Variable(data.copy())
     np.testing.assert_array_equal(x.T.data, data.T)
     w = np.random.default_rng(4).uniform(-1.0, 1.0, data.T.shape)
-    (x.T * w).backward()
+    (x.T * w).sum().backward()
     np.testing.assert_array_equal(x.grad, w.T)  # numpy's .T of a reversed array puts each entry back
 
 
@@ -207,7 +207,7 @@ def test_transpose_of_a_matrix_by_0_1_is_the_transpose_as_in_torch_not_numpys_id
 def test_transpose_gradient_of_the_steps_example_is_w_transposed():
     x = Variable(np.arange(6.0).reshape(2, 3))
     w = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-    (F.transpose(x, 0, 1) * w).backward()
+    (F.transpose(x, 0, 1) * w).sum().backward()
     np.testing.assert_array_equal(x.grad, w.T)
 
 
@@ -258,7 +258,7 @@ def test_a_variable_used_through_reshape_and_transpose_accumulates_both_paths():
     data = np.arange(1.0, 7.0).reshape(2, 3)
     x, t = Variable(data.copy()), torch.tensor(data, requires_grad=True)
     w = np.arange(6.0) - 2.5
-    ((x.reshape(6) + x.T.reshape(6)) * w * x.reshape(6)).backward()
+    ((x.reshape(6) + x.T.reshape(6)) * w * x.reshape(6)).sum().backward()
     ((t.reshape(6) + t.T.reshape(6)) * torch.tensor(w) * t.reshape(6)).sum().backward()
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-14)
 
@@ -271,7 +271,7 @@ def test_composite_gradient_matches_the_numerical_gradient():
         return tinypytorch.sin(v.permute(1, 0, 2).transpose(0, 2).reshape(3, 4)) * w
 
     x = Variable(data.copy())
-    f(x).backward()
+    f(x).sum().backward()
     np.testing.assert_allclose(x.grad, numerical_diff(f, data), rtol=1e-7, atol=1e-9)
 
 
@@ -284,10 +284,10 @@ def test_second_derivative_through_transpose_and_reshape_equals_torch(case):
         return m.tanh(v.permute(perm).transpose(0, -1).reshape(-1)) ** 2 * (w if m is tinypytorch else torch.tensor(w))
 
     x = Variable(data.copy())
-    f(tinypytorch, x).backward(create_graph=True)
+    f(tinypytorch, x).sum().backward(create_graph=True)
     gx = x.grad
     x.cleargrad()
-    (gx * gx).backward()  # d/dx of sum(grad^2): needs the second derivative
+    (gx * gx).sum().backward()  # d/dx of sum(grad^2): needs the second derivative
     t = torch.tensor(data, requires_grad=True)
     (gt,) = torch.autograd.grad(f(torch, t).sum(), t, create_graph=True)
     (gt * gt).sum().backward()

@@ -70,7 +70,7 @@ def test_sum_over_the_last_axis_of_a_square_matrix_copies_the_gradient_along_row
     # the silent failure the step warns about: broadcasting (3,) to (3, 3) would fill columns
     x, t = Variable(np.zeros((3, 3))), torch.zeros(3, 3, dtype=torch.float64, requires_grad=True)
     g = np.array([1.0, 2.0, 3.0])
-    (x.sum(axis=1) * g).backward()
+    (x.sum(axis=1) * g).sum().backward()
     (t.sum(dim=1) * torch.tensor(g)).sum().backward()
     np.testing.assert_array_equal(x.grad, t.grad.numpy())
     np.testing.assert_array_equal(x.grad, [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 3.0, 3.0]])
@@ -81,7 +81,7 @@ def test_sum_of_the_steps_examples_copies_the_weights():
     x.sum(axis=1).backward(gradient=Variable(np.array([1.0, 2.0])))
     np.testing.assert_array_equal(x.grad, [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
     x.cleargrad()
-    (x.sum(axis=0) * np.array([1.0, 2.0, 3.0])).backward()
+    (x.sum(axis=0) * np.array([1.0, 2.0, 3.0])).sum().backward()
     np.testing.assert_array_equal(x.grad, [[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
 
 
@@ -182,7 +182,7 @@ def test_broadcasting_with_an_ndarray_or_a_number_operand(pair):
     a, b = np.full(shape0, 1.5), np.full(shape1, 0.5)
     x = Variable(a.copy())
     y = b / x - x * b + 2.0
-    y.backward()
+    y.sum().backward()
     t = torch.tensor(a, requires_grad=True)
     (torch.tensor(b) / t - t * torch.tensor(b) + 2.0).sum().backward()
     assert x.grad.shape == shape0
@@ -201,7 +201,7 @@ def test_a_bias_gradient_is_the_column_sum_and_keeps_the_bias_shape():
     for b_shape in [(3,), (1, 3)]:
         x, b = Variable(np.zeros((4, 3))), Variable(np.zeros(b_shape))
         w = np.arange(12.0).reshape(4, 3)
-        ((x + b) * w).backward()
+        ((x + b) * w).sum().backward()
         assert b.grad.shape == b_shape
         np.testing.assert_array_equal(np.asarray(b.grad).ravel(), [18.0, 22.0, 26.0])
 
@@ -215,7 +215,7 @@ def test_broadcast_composite_matches_the_numerical_gradient():
 
     data = rng.uniform(-1.0, 1.0, (1, 4))
     x = Variable(data.copy())
-    f(x).backward()
+    f(x).sum().backward()
     np.testing.assert_allclose(x.grad, numerical_diff(f, data), rtol=1e-7, atol=1e-9)
 
 
@@ -251,9 +251,9 @@ def test_the_steps_shape_pairs_equal_torch_on_random_inputs(shapes_, op, seed):
 def test_the_steps_second_derivative_example_equals_the_formula():
     xd, bd = np.array([[0.5, 1.0], [1.5, -2.0], [0.0, 0.25]]), np.array([1.0, -1.0])
     x, b = Variable(xd), Variable(bd.copy())
-    ((x + b) ** 3).backward(create_graph=True)
+    ((x + b) ** 3).sum().backward(create_graph=True)
     gb = b.grad
     b.cleargrad()
-    gb.backward()
+    gb.sum().backward()
     np.testing.assert_allclose(gb.data, (3 * (xd + bd) ** 2).sum(axis=0), rtol=1e-15)
     np.testing.assert_allclose(b.grad, (6 * (xd + bd)).sum(axis=0), rtol=1e-15)

@@ -51,14 +51,14 @@ def test_matmul_function_method_and_operator_forms_agree():
 
 def test_ndarray_at_variable_sends_the_gradient_to_the_variable():
     a, W = uniform(0, (2, 3)), Variable(uniform(1, (3, 4)))
-    (a @ W).backward()
+    (a @ W).sum().backward()
     np.testing.assert_allclose(W.grad, a.T @ np.ones((2, 4)), rtol=1e-15)
 
 
 def test_matmul_gradients_of_the_steps_example_equal_the_formulas():
     x, W = Variable(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])), Variable(np.arange(12.0).reshape(3, 4) - 5)
     g = np.array([[1.0, 0.0, 0.0, 2.0], [0.0, 1.0, -1.0, 0.0]])
-    (x @ W * g).backward()
+    (x @ W * g).sum().backward()
     # dL/dx_nd = sum_h g_nh W_dh, dL/dW_dh = sum_n x_nd g_nh, written out as loops
     expected_x = [[sum(g[n, h] * W.data[d, h] for h in range(4)) for d in range(3)] for n in range(2)]
     expected_W = [[sum(x.data[n, d] * g[n, h] for n in range(2)) for h in range(4)] for d in range(3)]
@@ -91,9 +91,9 @@ def test_linear_equals_the_composition_of_matmul_transpose_and_add(n, n_in, n_ou
     data = [uniform(seed, (n, n_in)), uniform(seed + 1, (n_out, n_in)), uniform(seed + 2, n_out)]
     w = uniform(seed + 3, (n, n_out))
     fused, composed = [Variable(a.copy()) for a in data], [Variable(a.copy()) for a in data]
-    (F.linear(*fused) * w).backward()
+    (F.linear(*fused) * w).sum().backward()
     x, W, b = composed
-    ((x @ W.T + b) * w).backward()
+    ((x @ W.T + b) * w).sum().backward()
     for a, c in zip(fused, composed):
         np.testing.assert_allclose(a.grad, c.grad, rtol=1e-13, atol=1e-15)
 
@@ -154,10 +154,10 @@ def test_boolean_mask_indexing_equals_torch(data):
 
 def test_repeated_index_gradient_counts_every_occurrence():
     x = Variable(np.arange(6.0).reshape(3, 2))
-    x[[0, 0, 1]].backward()
+    x[[0, 0, 1]].sum().backward()
     np.testing.assert_array_equal(x.grad, [[2.0, 2.0], [1.0, 1.0], [0.0, 0.0]])
     x.cleargrad()
-    x[[2, 2, 2], [1, 1, 0]].backward()
+    x[[2, 2, 2], [1, 1, 0]].sum().backward()
     np.testing.assert_array_equal(x.grad, [[0.0, 0.0], [0.0, 0.0], [1.0, 2.0]])
 
 
@@ -169,7 +169,7 @@ def test_indexing_gradient_matches_the_numerical_gradient():
         return tinypytorch.sin(v[[0, 2, 2, 1]] * 2.0) * w
 
     x = Variable(data.copy())
-    f(x).backward()
+    f(x).sum().backward()
     np.testing.assert_allclose(x.grad, numerical_diff(f, data), rtol=1e-7, atol=1e-9)
 
 
@@ -197,7 +197,7 @@ def test_iterating_over_a_variable_yields_its_rows_and_stops():
 def test_second_derivative_of_sum_tanh_x_at_W_equals_torch(n, d, h, seed):
     x0, W0 = uniform(seed, (n, d)), uniform(seed + 1, (d, h))
     x, W = Variable(x0.copy()), Variable(W0.copy())
-    tinypytorch.tanh(x @ W).backward(create_graph=True)
+    tinypytorch.tanh(x @ W).sum().backward(create_graph=True)
     gx, gW = x.grad, W.grad
     x.cleargrad()
     W.cleargrad()
@@ -213,7 +213,7 @@ def test_second_derivative_of_sum_tanh_x_at_W_equals_torch(n, d, h, seed):
 def test_second_derivative_through_linear_and_indexing_equals_torch(seed):
     x0, W0, b0 = uniform(seed, (4, 3)), uniform(seed + 1, (2, 3)), uniform(seed + 2, 2)
     x, W, b = (Variable(a.copy()) for a in (x0, W0, b0))
-    (F.linear(x, W, b)[[0, 0, 3]] ** 3).backward(create_graph=True)
+    (F.linear(x, W, b)[[0, 0, 3]] ** 3).sum().backward(create_graph=True)
     gW, gb = W.grad, b.grad
     for v in (x, W, b):
         v.cleargrad()

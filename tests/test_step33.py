@@ -355,7 +355,7 @@ def test_backward_with_a_gradient_equals_torch_and_without_one_seeds_ones(values
     y = tinypytorch.sin(x) * x  # the first pass freed what Sin and Mul saved: a new graph
     x.cleargrad()
     xt.grad = None
-    y.backward()  # DeZero's convenience; torch needs the ones spelt out
+    y.sum().backward()  # DeZero's convenience; torch needs the ones spelt out
     yt.backward(torch.ones(3, dtype=torch.float64))
     np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-13, atol=1e-15)
 

@@ -272,7 +272,7 @@ def test_a_hook_returning_the_wrong_shape_raises_naming_the_hook_and_both_shapes
     x.register_hook(summing)
     with pytest.raises(ValueError, match=r"^hook 'summing' returned a gradient of shape \(\) for a variable of "
                                          r"shape \(2,\)$"):
-        (x * x).backward()
+        (x * x).sum().backward()
     y = Variable(np.array([1.0, 2.0])) * 2.0
     y.register_hook(lambda grad: np.ones((2, 1)))
     with pytest.raises(ValueError, match=r"\(2, 1\) for a variable of shape \(2,\)"):

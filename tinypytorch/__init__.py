@@ -17,23 +17,39 @@ on it lives here, in modules:
     reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 46-47)
     classification  softmax, log_softmax, cross_entropy, accuracy (step 50)
     datasets    a spiral and handwritten digits, offline (step 51); utils.data: Dataset, DataLoader (step 51)
+
+PyTorch's everyday surface, so that a PyTorch program runs with its imports renamed:
+
+    factories   tensor, zeros, ones, full, eye, arange, linspace, rand, randn, *_like, from_numpy; dtype names
+    nn          nn.functional: relu, softmax, cross_entropy, mse_loss, linear, dropout, ...
+    optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown)
 """
 from tinypytorch import (
-    autograd, classification, cuda, datasets, functions, inplace, layers, optimizers, random, reversible, testfunctions,
-    utils,
+    autograd, classification, cuda, datasets, factories, functions, inplace, layers, nn, optim, optimizers, random,
+    reversible, testfunctions, utils,
 )
+import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.checkpoint and .data after `import tinypytorch`,
+import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
 from tinypytorch.core import (
-    Config, Function, Variable, add, as_array, as_variable, div, enable_grad, mul, neg, no_grad, pow, rdiv, rsub, sub,
-    using_config,
+    Config, Function, Variable, add, as_array, as_variable, div, enable_grad, is_grad_enabled, mul, neg, no_grad, pow,
+    rdiv, rsub, set_grad_enabled, sub, using_config,
+)
+from tinypytorch.factories import (
+    arange, bool, double, eye, float, float16, float32, float64, from_numpy, full, full_like, half, int32, int64,
+    linspace, long, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like,
 )
 from tinypytorch.functions import (
-    broadcast_to, concatenate, cos, exp, get_item, linear, log, logsumexp, matmul, max, mean, mean_squared_error,
-    permute, relu, reshape, sigmoid, sin, square, sum, sum_to, tanh, transpose,
+    abs, amax, amin, argmax, argmin, broadcast_to, clamp, concatenate, cos, exp, expand, flatten, get_item, linear, log,
+    logsumexp, matmul, max, mean, mean_squared_error, min, norm, permute, relu, reshape, sigmoid, sin, sqrt, square,
+    squeeze, sum, sum_to, t, tanh, transpose, unsqueeze,
 )
 from tinypytorch.cuda import device
 from tinypytorch.layers import Parameter
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
+
+Tensor = Variable  # PyTorch's name of the class, for isinstance checks and annotations in ported code
+cat = concatenate  # PyTorch's name of step 45's concatenate
 
 __version__ = "0.1.0"  # keep equal to the version in pyproject.toml
 
@@ -46,4 +62,10 @@ __all__ = [
     "manual_seed", "get_rng_state", "set_rng_state", "device",
     "autograd", "classification", "cuda", "datasets", "functions", "inplace", "layers", "optimizers", "random",
     "reversible", "testfunctions", "utils",
+    # PyTorch's surface
+    "Tensor", "is_grad_enabled", "set_grad_enabled", "tensor", "zeros", "ones", "full", "eye", "arange", "linspace",
+    "rand", "randn", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
+    "float16", "float32", "float64", "half", "float", "double", "int32", "int64", "long", "bool",
+    "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
+    "unsqueeze", "cat", "factories", "nn", "optim",
 ]

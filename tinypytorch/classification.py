@@ -1,4 +1,4 @@
-"""From scores to class probabilities and a loss (step 50): softmax, log_softmax, cross_entropy, accuracy.
+"""From scores to class probabilities and a loss (step 50): softmax, log_softmax, cross_entropy, nll_loss, accuracy.
 
 A classifier ends in one score (a logit) per class. Softmax turns a row of scores into
 probabilities, exp(x_i) / sum_j exp(x_j); cross-entropy is the negative log-probability of the
@@ -13,7 +13,7 @@ import numpy as np
 from tinypytorch import cuda
 from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
-from tinypytorch.functions import GetItemGrad, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
+from tinypytorch.functions import GetItemGrad, _dim, _ndim, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
 
 
 def _axis(op, axis, ndim):
@@ -61,14 +61,26 @@ class LogSoftmax(Function):  # step 50
         return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
 
 
-def softmax(x, axis):
-    """PyTorch's `softmax(x, dim)`: probabilities along `axis`, each row summing to 1."""
-    return Softmax(axis)(x)
+def softmax(x, dim=None, *, axis=None):
+    """PyTorch's `softmax(x, dim)`: probabilities along `dim`, each row summing to 1 (NumPy's name axis= too)."""
+    return Softmax(_one_dim("softmax", x, dim, axis))(x)
 
 
-def log_softmax(x, axis):
-    """PyTorch's `log_softmax(x, dim)`: log-probabilities along `axis`, finite even where softmax rounds to 0."""
-    return LogSoftmax(axis)(x)
+def log_softmax(x, dim=None, *, axis=None):
+    """PyTorch's `log_softmax(x, dim)`: log-probabilities along `dim`, finite even where softmax rounds to 0."""
+    return LogSoftmax(_one_dim("log_softmax", x, dim, axis))(x)
+
+
+def _one_dim(op, x, dim, axis):
+    """The one dim of softmax and log_softmax, given as PyTorch's dim= (checked here, as PyTorch checks it) or
+    as NumPy's axis=, as step 50 gives it (checked by the function, as NumPy checks it)."""
+    if axis is not None:
+        if dim is not None:
+            raise TypeError(f"{op}: got both dim and axis, two names of one argument (PyTorch's and NumPy's)")
+        return axis
+    if dim is None:
+        raise TypeError(f"{op}: missing the dim to normalize along")
+    return _dim(op, dim, _ndim(x))
 
 
 class NLLLoss(Function):  # step 50
@@ -109,23 +121,34 @@ def cross_entropy(input, target, reduction="mean", ignore_index=-100):  # noqa: 
     return NLLLoss(target, reduction, ignore_index)(log_softmax(input, axis=1))
 
 
-def _checked_target(input, target, ignore_index):
+def nll_loss(input, target, reduction="mean", ignore_index=-100):  # noqa: A002 (PyTorch's name)
+    """PyTorch's `nll_loss`: the negative log-likelihood of `target` given log-probabilities of shape (N, C),
+    as cross_entropy takes it after log_softmax; target and reduction as in cross_entropy."""
+    input = as_variable(input, "nll_loss")
+    target = _checked_target(input, target, ignore_index, "nll_loss")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"nll_loss: {reduction!r} is not a valid value for reduction: "
+                         "expected 'mean', 'sum' or 'none'")
+    return NLLLoss(target, reduction, ignore_index)(input)
+
+
+def _checked_target(input, target, ignore_index, op="cross_entropy"):
     """`target` as an integer array on input's device, after checking it against input of shape (N, C)."""
     if input.ndim != 2:
-        raise ValueError(f"cross_entropy: expected an input of shape (N, C), got {input.shape}")
+        raise ValueError(f"{op}: expected an input of shape (N, C), got {input.shape}")
     if isinstance(target, Variable):
         target = target.data
     xp = get_array_module(input.data)
     target = xp.asarray(target) if isinstance(target, cuda.array_types) else xp.asarray(np.asarray(target))
     if not np.issubdtype(target.dtype, np.integer) or target.dtype == bool:
-        raise TypeError(f"cross_entropy: expected target dtype to be an integer type (class indices), "
+        raise TypeError(f"{op}: expected target dtype to be an integer type (class indices), "
                         f"but got {target.dtype}")
     if target.shape != (input.shape[0],):
-        raise ValueError(f"cross_entropy: expected input batch_size ({input.shape[0]}) to match target "
+        raise ValueError(f"{op}: expected input batch_size ({input.shape[0]}) to match target "
                          f"batch_size ({target.shape[0] if target.ndim else target.shape})")
     wrong = (target != ignore_index) & ((target < 0) | (target >= input.shape[1]))
     if bool(wrong.any()):
-        raise ValueError(f"cross_entropy: target {int(target[wrong][0])} is out of bounds "
+        raise ValueError(f"{op}: target {int(target[wrong][0])} is out of bounds "
                          f"for {input.shape[1]} classes")
     return target
 
@@ -139,3 +162,5 @@ def accuracy(scores, target):
 
 
 formulas_on_arrays(Softmax, LogSoftmax, NLLLoss)  # speed: their backward runs on arrays too (core.BackwardMode)
+
+NLLLoss.torch_name = "NllLossBackward0"  # PyTorch's name for the node (Function.name)

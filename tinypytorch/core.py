@@ -3,10 +3,12 @@
 This is the framework of steps 01-22 gathered in one module. Each piece names
 the step that introduced it, so a reader can go back to where it is explained.
 """
+import collections
 import contextlib
 import functools
 import itertools
 import numbers
+import threading
 import weakref
 
 import numpy as np
@@ -15,15 +17,21 @@ from tinypytorch import cuda
 
 
 # step 18: one switch decides whether operations record the graph
-class Config:
+class _Config(threading.local):
+    """The options of `Config`. Each thread sees its own values (threading.local), starting from these
+    class-level defaults: as in PyTorch, `no_grad` in one thread does not stop another from recording."""
+
     enable_backprop = True
+
+
+Config = _Config()
 
 
 @contextlib.contextmanager
 def using_config(name, value):
-    """Set `Config.<name>` to `value` inside a `with` block; the old value returns even on error."""
+    """Set `Config.<name>` to `value` inside a `with` block, in this thread; the old value returns even on error."""
     # step 18: with a misspelt name, setattr would silently create a new option
-    known = [option for option in vars(Config) if not option.startswith("_")]
+    known = [option for option in vars(_Config) if not option.startswith("_")]
     if name not in known:
         raise ValueError(f"using_config: unknown option {name!r}; known options: {', '.join(known)}")
     old_value = getattr(Config, name)
@@ -34,8 +42,8 @@ def using_config(name, value):
         setattr(Config, name, old_value)
 
 
-class BackwardMode:
-    """While a backward formula runs on bare arrays: True (set by the engine, tinypytorch.autograd.engine).
+class _BackwardMode(threading.local):
+    """While a backward formula runs on bare arrays, in this thread: True (set by the engine, autograd.engine).
 
     A backward pass that records no graph of its own (create_graph=False, the common case)
     hands the formulas of the operations that allow it (`Function.formula_on_arrays`) bare
@@ -44,6 +52,9 @@ class BackwardMode:
     """
 
     arrays = False
+
+
+BackwardMode = _BackwardMode()
 
 
 def formulas_on_arrays(*functions):
@@ -69,6 +80,30 @@ def no_grad():
 def enable_grad():
     """Context manager: operations inside it record the graph, even inside no_grad (PyTorch's enable_grad)."""
     return using_config("enable_backprop", True)
+
+
+def is_grad_enabled():
+    """Whether operations record the graph now, in this thread (PyTorch's `torch.is_grad_enabled`)."""
+    return Config.enable_backprop
+
+
+class set_grad_enabled:
+    """Switch recording on or off in this thread (PyTorch's `torch.set_grad_enabled`).
+
+    Called, it switches at once; used in a `with` block, the old mode returns at the end of the block.
+    """
+
+    def __init__(self, mode):
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_grad_enabled: mode must be a bool, got {type(mode).__name__}")
+        self.previous = Config.enable_backprop
+        Config.enable_backprop = mode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        Config.enable_backprop = self.previous
 
 
 class VersionCounter:
@@ -99,13 +134,17 @@ def increment_version(x):
     x.version_counter.value += 1
 
 
+# PyTorch's words: an integer gradient would be truncated (0.5 -> 0), so integers cannot require one
+_ONLY_FLOATING = "Only Tensors of floating point and complex dtype can require gradients"
+
+
 class Variable:
     """A box around an array that remembers the function that created it."""
 
     # step 21: ndarray <op> Variable must call our reflected operator, not ndarray's
     __array_priority__ = 200
 
-    def __init__(self, data, name=None, requires_grad=True):
+    def __init__(self, data, name=None, requires_grad=None):
         # step 09: refuse anything that is not an array, early and by name
         if data is not None and not isinstance(data, cuda.array_types):
             raise TypeError(f"Variable data must be an ndarray (numpy or cupy) or None, got {type(data).__name__}")
@@ -118,7 +157,12 @@ class Variable:
         # default is False); constants made inside operations and results of no_grad do not.
         # Checked here rather than through the property's setter, which is slower: every
         # operation makes a Variable, and a new one has no creator for the setter to check.
-        if not isinstance(requires_grad, bool):
+        if requires_grad is None:  # the tutorial's default: True, for the dtypes that can have a gradient
+            requires_grad = data is not None and data.dtype.kind in "fc"
+        elif requires_grad is True:
+            if data is not None and data.dtype.kind not in "fc":
+                raise RuntimeError(_ONLY_FLOATING)
+        elif requires_grad is not False:
             raise TypeError(f"requires_grad must be a bool, got {type(requires_grad).__name__}")
         self._requires_grad = requires_grad
         self._hooks = None  # step 34: {handle id: hook}, made by the first register_hook
@@ -165,6 +209,28 @@ class Variable:
     def zero_(self):
         return inplace.zero_(self)
 
+    def copy_(self, src):
+        """Copy src's values into this variable in place (broadcasting src), differentiably as PyTorch's."""
+        return inplace.set_item("copy_", self, Ellipsis, src)
+
+    # PyTorch's augmented assignments are its in-place operations: `p -= lr * p.grad` changes p itself.
+    # (Without them Python would rebind p to a new variable that is no longer the parameter.)
+    def __iadd__(self, other):
+        return inplace.apply("add_", self, other)
+
+    def __isub__(self, other):
+        return inplace.apply("sub_", self, other)
+
+    def __imul__(self, other):
+        return inplace.apply("mul_", self, other)
+
+    def __itruediv__(self, other):
+        return inplace.apply("div_", self, other)
+
+    def __setitem__(self, key, value):
+        """`x[key] = value` in place, as PyTorch's (recorded like an in-place operation when x or value requires grad)."""
+        inplace.set_item("setitem", self, key, value)
+
     # step 48: devices, PyTorch's names
     @property
     def device(self):
@@ -201,9 +267,25 @@ class Variable:
     def ndim(self):
         return self.data.ndim
 
-    @property
-    def size(self):
+    def size(self, dim=None):
+        """The shape, or the length of dimension `dim` (PyTorch's `Tensor.size`; NumPy's `size` is `numel()`).
+
+        Step 19 made `size` NumPy's element count; the package follows PyTorch here.
+        """
+        if dim is None:
+            return self.data.shape
+        return self.data.shape[dim]
+
+    def numel(self):
+        """The number of elements (NumPy's `size`)."""
         return self.data.size
+
+    def dim(self):
+        """The number of dimensions (`ndim`), as PyTorch's `Tensor.dim()`."""
+        return self.data.ndim
+
+    def is_floating_point(self):
+        return self.data.dtype.kind == "f"
 
     @property
     def dtype(self):
@@ -229,10 +311,41 @@ class Variable:
 
     def item(self):
         """The value of a one-element Variable as a Python number (PyTorch's `Tensor.item`)."""
+        if self.data.size != 1:
+            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
+        return self.data.item()
+
+    def tolist(self):
+        """The values as (nested) Python lists of numbers, as PyTorch's `Tensor.tolist`."""
+        return cuda.as_numpy(self.data).tolist()
+
+    def numpy(self):
+        """The NumPy array itself (shared memory, as PyTorch's `Tensor.numpy`); refused where PyTorch refuses."""
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        if not isinstance(self.data, np.ndarray):
+            raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
+                            "Use Tensor.cpu() to copy the tensor to host memory first.")
+        return self.data
+
+    def __bool__(self):
+        # PyTorch's rule: only a one-element variable has a truth value
+        if self.data.size != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.data)
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self.data.dtype.kind not in "iub" or self.data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
         return self.data.item()
 
     def __float__(self):
-        return float(self.item())
+        if self.data.size != 1:
+            raise ValueError("only one element tensors can be converted to Python scalars")  # PyTorch's words
+        return float(self.data.item())
 
     def __repr__(self):
         # step 19: fixed precision and no address, so printed output is the same on every run
@@ -241,7 +354,12 @@ class Variable:
         text = np.array2string(cuda.as_numpy(self.data), precision=4, floatmode="fixed", separator=", ",
                                prefix="variable(")
         name = "" if self.name is None else f", name={self.name!r}"
-        return f"variable({text}{name})"
+        # as PyTorch prints a tensor: the node that made it, or that a leaf requires grad
+        if self.creator is not None:
+            graph = f", grad_fn=<{self.creator.name()}>"
+        else:
+            graph = ", requires_grad=True" if self._requires_grad else ""
+        return f"variable({text}{name}{graph})"
 
     # steps 20-22: operators. A reflected method (`2 + x` arrives as x.__radd__(2)) passes
     # the operands on in their written order, so the graph records 2 + x as Add(2, x).
@@ -275,6 +393,34 @@ class Variable:
     def __pow__(self, c):
         return pow(self, c)
 
+    def __abs__(self):
+        return F.abs(self)
+
+    def __pos__(self):
+        return self
+
+    # Comparisons are element-wise, as in NumPy and PyTorch: a bool Variable that requires no grad.
+    # (Identity stays `is`; a Variable still hashes by identity, so it can key a dict.)
+    def __eq__(self, other):
+        return compare("equal", self, other)
+
+    def __ne__(self, other):
+        return compare("not_equal", self, other)
+
+    def __lt__(self, other):
+        return compare("less", self, other)
+
+    def __le__(self, other):
+        return compare("less_equal", self, other)
+
+    def __gt__(self, other):
+        return compare("greater", self, other)
+
+    def __ge__(self, other):
+        return compare("greater_equal", self, other)
+
+    __hash__ = object.__hash__
+
     # ----- tensor methods (steps 29-31) ------------------------------------------------
     # Methods that read like NumPy's and PyTorch's, each a call of a function in
     # tinypytorch.functions (F, imported at the end of this module: functions.py imports this one).
@@ -300,14 +446,16 @@ class Variable:
         """All dims reversed, as NumPy's `.T` (step 29); for a matrix, its transpose."""
         return F.permute(self, tuple(reversed(range(self.ndim))))
 
-    def sum(self, axis=None, keepdims=False):
-        return F.sum(self, axis, keepdims)
+    def sum(self, *args, **kwargs):
+        """`x.sum()`, `x.sum(dim, keepdim)` as PyTorch, or `x.sum(axis=..., keepdims=...)` as NumPy (step 30)."""
+        return F.sum(self, *args, **kwargs)
 
-    def mean(self, axis=None, keepdims=False):
-        return F.mean(self, axis, keepdims)  # step 50
+    def mean(self, *args, **kwargs):
+        return F.mean(self, *args, **kwargs)  # step 50
 
-    def max(self, axis=None, keepdims=False):
-        return F.max(self, axis, keepdims)  # step 50: the values only (PyTorch's amax)
+    def max(self, *args, **kwargs):
+        """The largest value; `x.max(dim)` the (values, indices) pair of PyTorch; `x.max(axis=...)` NumPy's amax."""
+        return F.max(self, *args, **kwargs)  # step 50
 
     def __getitem__(self, key):
         return F.get_item(self, key)
@@ -319,6 +467,129 @@ class Variable:
         return F.matmul(other, self)  # step 31: ndarray @ Variable
 
     matmul = __matmul__
+
+    # ----- the rest of PyTorch's tensor methods that programs call: each a function of the package ---------
+
+    def min(self, *args, **kwargs):
+        return F.min(self, *args, **kwargs)
+
+    def amax(self, *args, **kwargs):
+        return F.amax(self, *args, **kwargs)
+
+    def amin(self, *args, **kwargs):
+        return F.amin(self, *args, **kwargs)
+
+    def argmax(self, *args, **kwargs):
+        return F.argmax(self, *args, **kwargs)
+
+    def argmin(self, *args, **kwargs):
+        return F.argmin(self, *args, **kwargs)
+
+    def logsumexp(self, *args, **kwargs):
+        return F.logsumexp(self, *args, **kwargs)
+
+    def norm(self, *args, **kwargs):
+        return F.norm(self, *args, **kwargs)
+
+    def softmax(self, dim):
+        return C.softmax(self, dim=dim)
+
+    def log_softmax(self, dim):
+        return C.log_softmax(self, dim=dim)
+
+    def exp(self):
+        return F.exp(self)
+
+    def log(self):
+        return F.log(self)
+
+    def sin(self):
+        return F.sin(self)
+
+    def cos(self):
+        return F.cos(self)
+
+    def tanh(self):
+        return F.tanh(self)
+
+    def sigmoid(self):
+        return F.sigmoid(self)
+
+    def relu(self):
+        return F.relu(self)
+
+    def abs(self):
+        return F.abs(self)
+
+    def sqrt(self):
+        return F.sqrt(self)
+
+    def square(self):
+        return F.square(self)
+
+    def pow(self, exponent):
+        return pow(self, exponent)
+
+    def clamp(self, min=None, max=None):  # noqa: A002 (PyTorch's names)
+        return F.clamp(self, min, max)
+
+    clip = clamp
+
+    def view(self, *shape):
+        """reshape that never copies: PyTorch's error where the data cannot be viewed with the new shape."""
+        y = self.reshape(*shape)
+        if y.data.size and not cuda.get_array_module(y.data).may_share_memory(y.data, self.data):
+            raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+        return y
+
+    def unsqueeze(self, dim):
+        return F.unsqueeze(self, dim)
+
+    def squeeze(self, *args, **kwargs):
+        return F.squeeze(self, *args, **kwargs)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        return F.flatten(self, start_dim, end_dim)
+
+    def expand(self, *sizes):
+        return F.expand(self, *sizes)
+
+    def t(self):
+        return F.t(self)
+
+    def mm(self, other):
+        if self.ndim != 2:
+            raise RuntimeError("self must be a matrix")
+        if getattr(other, "ndim", 0) != 2:
+            raise RuntimeError("mat2 must be a matrix")
+        return F.matmul(self, other)
+
+    def clone(self):
+        """A copy with its own memory, differentiable (PyTorch's CloneBackward0)."""
+        return Clone()(self)
+
+    def float(self):
+        return F.to(self, dtype=np.float32)
+
+    def double(self):
+        return F.to(self, dtype=np.float64)
+
+    def half(self):
+        return F.to(self, dtype=np.float16)
+
+    # An integer or bool copy has no gradient (PyTorch's result requires none): made without a graph
+    def long(self):
+        with no_grad():
+            return F.to(self, dtype=np.int64)
+
+    def int(self):
+        with no_grad():
+            return F.to(self, dtype=np.int32)
+
+    def bool(self):
+        with no_grad():
+            return F.to(self, dtype=np.bool_)
 
     # ----- end of tensor methods -----------------------------------------------------
 
@@ -360,6 +631,8 @@ class Variable:
         if not value and self.creator is not None:
             raise RuntimeError("requires_grad: you can only change requires_grad flags of leaf variables; "
                                "use var.detach() for a variable that does not require grad")
+        if value and self.data is not None and self.data.dtype.kind not in "fc":
+            raise RuntimeError(_ONLY_FLOATING)
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad=True):
@@ -425,6 +698,16 @@ class Variable:
 scalar_types = (int, float, complex, np.number)
 
 
+def compare(op, x, other):
+    """x <op> other element-wise (op: "equal", "less", ...): a bool Variable that requires no grad, as PyTorch's."""
+    if isinstance(other, Variable):
+        other = other.data
+    elif not isinstance(other, (*cuda.array_types, *scalar_types, np.bool_)):
+        return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
+    xp = cuda.get_array_module(x.data)
+    return Variable(xp.asarray(getattr(xp, op)(x.data, other)), requires_grad=False)
+
+
 def as_array(x, xp=np):
     """A Python or NumPy number becomes a 0-d array of module `xp`; anything else is returned as is (step 09)."""
     if isinstance(x, scalar_types):
@@ -483,6 +766,25 @@ def gradient_edge(x):
     if not x._requires_grad:  # (the attribute behind the property: every recorded input passes here)
         return None, 0
     return (x if x.grad_leaf is None else x.grad_leaf), 0
+
+
+class AccumulateGrad:
+    """A leaf's node as PyTorch's `next_functions` shows it: the gradient arriving here is added into `.grad`.
+
+    Here the leaf Variable itself receives its gradient (gradient_edge); this object only names that node.
+    """
+
+    __slots__ = ("variable",)
+    next_functions = ()
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    def name(self):
+        return "AccumulateGrad"
+
+    def __repr__(self):
+        return "<AccumulateGrad>"
 
 
 class ConstantInput:
@@ -545,10 +847,12 @@ class Function:
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
         # as_array: a 0-d result may come back a scalar (step 09)
         if type(ys) is tuple:
-            outputs = [Variable(as_array(y), requires_grad=requires_grad) for y in ys]
+            outputs = [Variable(y, requires_grad=requires_grad and y.dtype.kind in "fc")
+                       for y in [as_array(y) for y in ys]]  # an integer output has no gradient (PyTorch)
         else:
+            y = as_array(ys)
             ys = (ys,)
-            outputs = [Variable(as_array(ys[0]), requires_grad=requires_grad)]
+            outputs = [Variable(y, requires_grad=requires_grad and y.dtype.kind in "fc")]
         if self.is_view:
             inplace.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
         if requires_grad:
@@ -591,6 +895,22 @@ class Function:
             self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)
         if autograd.anomaly.enabled():
             autograd.anomaly.record_creation(self)  # step 39: where it was made, for a NaN's report
+
+    torch_name = None  # PyTorch's name for this node where it is not the class name + "Backward0"
+
+    def name(self):
+        """PyTorch's name for this node, as a variable's grad_fn shows it: MulBackward0, SumBackward0, ..."""
+        return self.torch_name or type(self).__name__ + "Backward0"
+
+    def __repr__(self):
+        return f"<{self.name()}>"
+
+    @property
+    def next_functions(self):
+        """Where each input's gradient goes, as PyTorch shows it: (node, output index); a leaf's node is an
+        AccumulateGrad, a constant's (None, 0)."""
+        return tuple([(AccumulateGrad(node), 0) if isinstance(node, Variable) else (node, nr)
+                      for node, nr in self.edges])
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
@@ -749,6 +1069,16 @@ class Pow(Function):  # step 22
         return c * x ** (c - 1) * gy
 
 
+class Clone(Function):
+    """A copy with memory of its own (`x.clone()`); the gradient passes through unchanged."""
+
+    def forward(self, x):
+        return x.copy()
+
+    def backward(self, gy):
+        return gy
+
+
 def add(x0, x1):
     return Add()(x0, x1)
 
@@ -781,9 +1111,10 @@ def pow(x, c):  # noqa: A001 (the name PyTorch and DeZero use)
     return Pow(c)(x)
 
 
-formulas_on_arrays(_Binary, Neg, Pow)  # speed: Add, Mul, Sub and Div through _Binary
+formulas_on_arrays(_Binary, Neg, Pow, Clone)  # speed: Add, Mul, Sub and Div through _Binary
 
 # functions.py imports Function from this module, so it comes last (step 30: sum_to)
 from tinypytorch import functions as F  # noqa: E402
 from tinypytorch import autograd  # noqa: E402  (step 33: the engine; it imports this module)
 from tinypytorch import inplace  # noqa: E402  (step 36)
+from tinypytorch import classification as C  # noqa: E402  (softmax and log_softmax as tensor methods)

@@ -6,6 +6,8 @@ CuPy), so the same code runs on the CPU and the GPU. `backward` works on
 Variables (step 27), so that a gradient can itself be differentiated.
 """
 import builtins
+import collections
+import math
 import numbers
 
 import numpy as np
@@ -107,6 +109,69 @@ def tanh(x):
 def log(x):
     """The natural logarithm, element-wise (nan below 0, -inf at 0, as in NumPy and PyTorch)."""
     return Log()(x)
+
+
+# The element-wise functions below are the PyTorch surface: what PyTorch's tensor methods need.
+
+class Abs(Function):
+    def forward(self, x):
+        self.save_for_backward(x)  # d|x|/dx = sign(x) needs x
+        return get_array_module(x).abs(x)
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        x = array_of(x)
+        return gy * get_array_module(x).sign(x)  # a constant; sign(0) = 0: no gradient at the kink, as PyTorch
+
+
+class Sqrt(Function):
+    def forward(self, x):
+        y = get_array_module(x).sqrt(x)
+        self.save_for_backward(y)  # d sqrt(x)/dx = 1 / (2 sqrt(x)) needs only the output (PyTorch saves it too)
+        return y
+
+    def backward(self, gy):
+        (y,) = self.saved_tensors
+        return gy / (2 * y)
+
+
+class Clamp(Function):
+    """x limited to [low, high] (either bound may be None: no limit on that side)."""
+
+    def __init__(self, low, high):
+        self.low, self.high = low, high
+
+    def forward(self, x):
+        xp = get_array_module(x)
+        self.save_for_backward(x)  # which elements lie within the bounds (PyTorch saves x too)
+        y = x if self.low is None else xp.maximum(x, self.low)
+        return y if self.high is None else xp.minimum(y, self.high)  # low > high: every element is high, as PyTorch
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        x = array_of(x)
+        low = -math.inf if self.low is None else self.low
+        high = math.inf if self.high is None else self.high
+        # slope 1 within the bounds, the bounds themselves included, as in PyTorch; a constant
+        return gy * ((x >= low) & (x <= high)).astype(gy.dtype)
+
+
+def abs(x):  # noqa: A001 (PyTorch's name)
+    return Abs()(x)
+
+
+def sqrt(x):
+    return Sqrt()(x)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 (PyTorch's names)
+    """PyTorch's clamp: each element limited to [min, max], numbers; at least one of them given."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of 'min' or 'max' must not be None")
+    for bound in (min, max):
+        if bound is not None and (not isinstance(bound, numbers.Real) or isinstance(bound, bool)):
+            raise TypeError(f"clamp: min and max must be numbers, got {type(bound).__name__}")
+    return Clamp(min, max)(x)
 
 
 class Cast(Function):  # step 43: a change of dtype; its gradient goes back to the input's dtype
@@ -233,16 +298,16 @@ class Transpose(Function):  # step 29: the one node of permute, transpose and .T
         return permute(gy, inverse)
 
 
-def _apply_permutation(x, perm):
+def _apply_permutation(x, perm, torch_name=None):
     if perm == tuple(range(x.ndim)):
         return x  # nothing moves, and nothing is recorded (as reshape to the same shape)
-    return Transpose(perm)(x)
+    return _named(Transpose(perm), torch_name)(x)
 
 
 def permute(x, dims):
     """PyTorch's `permute`: dimension i of the result is dimension dims[i] of `x` (negative dims count from the end)."""
     x = as_variable(x, "permute")
-    return _apply_permutation(x, _permutation("permute", dims, x.shape))
+    return _apply_permutation(x, _permutation("permute", dims, x.shape), "PermuteBackward0")
 
 
 def transpose(x, dim0, dim1):
@@ -253,6 +318,56 @@ def transpose(x, dim0, dim1):
     if x.ndim:  # a 0-d variable has no dimension to swap: dim0 = dim1 = 0, and nothing moves
         perm[dim0], perm[dim1] = dim1, dim0
     return _apply_permutation(x, tuple(perm))
+
+
+def t(x):
+    """PyTorch's `t`: a matrix transposed; a variable of fewer dimensions as it is (a view)."""
+    x = as_variable(x, "t")
+    if x.ndim > 2:
+        raise ValueError(f"t: expects a variable with <= 2 dimensions, but it has {x.ndim} (use permute)")
+    return _apply_permutation(x, tuple(reversed(range(x.ndim))), "TBackward0")
+
+
+def _named(function, torch_name):
+    """`function`, recorded under PyTorch's name for this use of it (Function.name) where its class serves
+    several of PyTorch's nodes: Reshape is view, unsqueeze and squeeze; Transpose is transpose, permute and t."""
+    if torch_name is not None:
+        function.torch_name = torch_name
+    return function
+
+
+# Views with PyTorch's names, each a reshape: they share the input's memory, as reshape's result does.
+
+def unsqueeze(x, dim):
+    """PyTorch's `unsqueeze`: `x` with a new dimension of length 1 at `dim` (from -x.ndim - 1 to x.ndim)."""
+    x = as_variable(x, "unsqueeze")
+    dim = _dim("unsqueeze", dim, x.ndim + 1)
+    return _named(Reshape(x.shape[:dim] + (1,) + x.shape[dim:]), "UnsqueezeBackward0")(x)
+
+
+def squeeze(x, dim=None):
+    """PyTorch's `squeeze`: `x` without its dimensions of length 1; with `dim` (an int or a tuple of ints),
+    without those of them that have length 1."""
+    x = as_variable(x, "squeeze")
+    if dim is None:
+        dims, torch_name = range(x.ndim), "SqueezeBackward0"
+    elif isinstance(dim, (tuple, list)):
+        dims, torch_name = [_dim("squeeze", d, x.ndim) for d in dim], "SqueezeBackward2"
+    else:
+        dims, torch_name = [_dim("squeeze", dim, x.ndim)], "SqueezeBackward1"
+    shape = tuple(n for i, n in enumerate(x.shape) if n != 1 or i not in dims)
+    if shape == x.shape:
+        return x  # nothing to remove, and nothing to record (as reshape to the same shape)
+    return _named(Reshape(shape), torch_name)(x)
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    """PyTorch's `flatten`: dimensions start_dim to end_dim (both included) made one; a 0-d variable becomes 1-d."""
+    x = as_variable(x, "flatten")
+    start, end = _dim("flatten", start_dim, x.ndim), _dim("flatten", end_dim, x.ndim)
+    if start > end:
+        raise ValueError(f"flatten: start_dim {start_dim} cannot come after end_dim {end_dim}")
+    return reshape(x, x.shape[:start] + (math.prod(x.shape[start:end + 1]),) + x.shape[end + 1:])
 
 
 def _normalize_axis(op, axis, ndim):
@@ -269,6 +384,60 @@ def _normalize_axis(op, axis, ndim):
     if len(set(axes)) != len(axes):
         raise ValueError(f"{op}: repeated axis in {axis!r}")
     return axes
+
+
+# PyTorch spells a reduction's arguments dim= and keepdim=, NumPy axis= and keepdims= (steps 30 and 50 use NumPy's).
+# The reductions take both: PyTorch's dims are checked by PyTorch's rules here, NumPy's axes by NumPy's.
+
+def _dims(op, dim, ndim):
+    """PyTorch's `dim` (an int or a tuple of ints, negative counting from the end) as a sorted tuple of
+    non-negative ints; None for every dim, as PyTorch reads an empty tuple. A 0-d variable has dims 0 and -1."""
+    dims = (dim,) if isinstance(dim, numbers.Integral) else dim
+    if not isinstance(dims, (tuple, list)):
+        raise TypeError(f"{op}: dim must be an int or a tuple of ints, got {dim!r}")
+    if not dims:
+        return None
+    normalized = sorted(_dim(op, d, ndim) for d in dims)
+    for i in range(1, len(normalized)):
+        if normalized[i] == normalized[i - 1]:
+            raise ValueError(f"{op}: dim {normalized[i]} appears multiple times in the list of dims {dim!r}")
+    return tuple(normalized) if ndim else ()  # a 0-d variable's dim names no axis of its array
+
+
+def _spelling(op, dim, keepdim, axis, keepdims):
+    """(dim, keepdim) given as PyTorch spells them or as NumPy does; both names of one argument is an error."""
+    if axis is not None:
+        if dim is not None:
+            raise TypeError(f"{op}: got both dim and axis, two names of one argument (PyTorch's and NumPy's)")
+        dim = axis
+    if keepdims is not None:
+        if keepdim:
+            raise TypeError(f"{op}: got both keepdim and keepdims, two names of one argument (PyTorch's and NumPy's)")
+        keepdim = keepdims
+    return dim, keepdim
+
+
+def _reduction(op, x, dim, keepdim, axis, keepdims):
+    """(axes, keepdims) for a reduction of x: a sorted tuple of axes, or None for all of them."""
+    if axis is None and keepdims is None:  # the common call, as cheap as it can be (every backward of a sum)
+        return (None if dim is None else _dims(op, dim, _ndim(x))), keepdim
+    numpy_spelling = axis is not None
+    dim, keepdim = _spelling(op, dim, keepdim, axis, keepdims)
+    if dim is None:
+        return None, keepdim
+    return (_normalize_axis if numpy_spelling else _dims)(op, dim, _ndim(x)), keepdim
+
+
+def _ndim(x):
+    """The number of dimensions of a Variable or an array (on either device), or of a number or a list."""
+    return x.ndim if isinstance(x, (Variable, *cuda.array_types)) else np.ndim(x)
+
+
+def _over(axes):
+    """The axes of a reduction, as an error names them: "over axis 0", "over axes (0, 1)", "" for every axis."""
+    if axes is None:
+        return ""
+    return f" over axis {axes[0]}" if len(axes) == 1 else f" over axes {axes}"
 
 
 class Sum(Function):  # step 30
@@ -289,8 +458,9 @@ class Sum(Function):  # step 30
         return broadcast_to(gy, self.x_shape)
 
 
-def sum(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name)
-    return Sum(axis, keepdims)(x)
+def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001 (PyTorch's and NumPy's name)
+    """PyTorch's sum(x, dim=None, keepdim=False): over every dim by default; NumPy's axis=, keepdims= too."""
+    return Sum(*_reduction("sum", x, dim, keepdim, axis, keepdims))(x)
 
 
 class Mean(Function):  # step 50
@@ -304,7 +474,7 @@ class Mean(Function):  # step 50
         self.axes = _normalize_axis("mean", self.axis, x.ndim)
         self.count = int(np.prod([x.shape[a] for a in self.axes]))
         if self.count == 0:
-            raise ValueError(f"mean: the mean over axis {self.axis!r} of an empty variable of shape {x.shape}")
+            raise ValueError(f"mean: the mean{_over(self.axis)} of an empty variable of shape {x.shape}")
         return x.mean(axis=self.axes, keepdims=self.keepdims)
 
     def backward(self, gy):
@@ -312,8 +482,9 @@ class Mean(Function):  # step 50
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) / self.count
 
 
-def mean(x, axis=None, keepdims=False):
-    return Mean(axis, keepdims)(x)
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's mean(x, dim=None, keepdim=False); NumPy's axis=, keepdims= too."""
+    return Mean(*_reduction("mean", x, dim, keepdim, axis, keepdims))(x)
 
 
 def _kept_shape(axes, x_shape):
@@ -327,21 +498,25 @@ def _keep_axes(y, axes, x_shape, keepdims):
 
 
 class Max(Function):  # step 50
-    """The largest element over `axis` (PyTorch's amax; torch.max(x, dim) also returns the indices).
+    """The largest elements over `axis` (PyTorch's amax, and its max(x) of every element).
 
     The derivative is 1 at the maximum and 0 elsewhere. Where several elements tie for the
     maximum, the gradient is shared equally between them, as PyTorch's amax shares it.
+    (PyTorch's max(x, dim) gives it to one of them: TakeAlongDim.)
     """
+
+    reduce, extreme = "max", "maximum"  # Min: the same with min
 
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
         self.x_shape = x.shape
-        self.axes = _normalize_axis("max", self.axis, x.ndim)
-        if any(x.shape[a] == 0 for a in self.axes) or (x.size == 0 and self.axis is None):
-            raise ValueError(f"max: the maximum over axis {self.axis!r} of an empty variable of shape {x.shape}")
-        y = x.max(axis=self.axes, keepdims=self.keepdims)
+        self.axes = _normalize_axis(self.reduce, self.axis, x.ndim)
+        if any(x.shape[a] == 0 for a in self.axes):
+            raise ValueError(f"{self.reduce}: the {self.extreme}{_over(self.axis)} of an empty variable "
+                             f"of shape {x.shape}")
+        y = getattr(x, self.reduce)(axis=self.axes, keepdims=self.keepdims)  # x.max(...), or x.min(...)
         self.save_for_backward(x, y)  # which elements are the maximum (PyTorch saves input and result too)
         return y
 
@@ -352,8 +527,116 @@ class Max(Function):  # step 50
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
 
 
-def max(x, axis=None, keepdims=False):  # noqa: A001 (PyTorch's and NumPy's name)
-    return Max(axis, keepdims)(x)
+class Min(Max):
+    """The smallest elements over `axis` (PyTorch's amin, and its min(x)): Max's formula, with min."""
+
+    reduce, extreme = "min", "minimum"
+
+
+class TakeAlongDim(Function):
+    """x's elements at `indices` along dim `dim`: one for each position of the other dims (NumPy's take_along_axis).
+
+    The values of PyTorch's max(x, dim) and min(x, dim) are those at argmax(x, dim) and argmin(x, dim),
+    so the gradient goes to those elements only: among ties, all of it to the first.
+    """
+
+    def __init__(self, dim, keepdim):
+        self.dim, self.keepdim = dim, keepdim
+
+    def forward(self, x, indices):
+        self.x_shape = x.shape
+        self.save_for_backward(indices)  # where each value came from (PyTorch keeps the indices too)
+        return x[_along(indices, self.dim, self.keepdim, x.shape)].reshape(indices.shape)  # without keepdim: as indices
+
+    def backward(self, gy):
+        (indices,) = self.saved_tensors
+        key = _along(array_of(indices), self.dim, self.keepdim, self.x_shape)
+        gy = reshape(gy, _kept_shape((self.dim,), self.x_shape))  # the index's shape
+        return GetItemGrad(key, self.x_shape)(gy), None  # each value's gradient to the element it came from
+
+
+def _along(indices, dim, keepdim, shape):
+    """The index of an array of `shape` that picks, along `dim`, the element `indices` names at each position
+    of the other dims: indices there, and along each other dim its positions (0, 1, ...), broadcast."""
+    xp = get_array_module(indices)
+    if not keepdim and shape:
+        indices = xp.expand_dims(indices, dim)
+    return tuple(indices if i == dim else xp.arange(n).reshape([n if j == i else 1 for j in range(len(shape))])
+                 for i, n in enumerate(shape))
+
+
+# PyTorch's max(x, dim) and min(x, dim) return a named tuple (torch.return_types.max): (values, indices)
+class return_types:  # noqa: N801 (PyTorch's name)
+    max = collections.namedtuple("max", ["values", "indices"])
+    min = collections.namedtuple("min", ["values", "indices"])
+
+
+def _arg(op, reduce, x, dim, keepdim):
+    """The indices of the largest (reduce "max") or smallest ("min") elements of Variable x along one dim (None: of
+    x flattened), the first among ties, as int64 (PyTorch's index type). `op` names the caller in errors."""
+    data = x.data
+    if data.size == 0 and (dim is None or data.shape[dim] == 0):
+        raise ValueError(f"{op}: the {reduce}imum{_over(None if dim is None else (dim,))} of an empty variable "
+                         f"of shape {data.shape}")
+    indices = getattr(data, "arg" + reduce)(axis=dim, keepdims=keepdim)
+    return get_array_module(data).asarray(indices, dtype=np.int64)  # NumPy's flattened argmax is a scalar
+
+
+def _extreme(op, cls, x, dim, keepdim, axis, keepdims):
+    """PyTorch's max (op "max", cls Max) or min (op "min", cls Min); see max."""
+    if axis is not None or keepdims is not None:  # NumPy's spelling (step 50): the values only
+        return cls(*_reduction(op, x, dim, keepdim, axis, keepdims))(x)
+    if dim is None:
+        if keepdim:
+            raise TypeError(f"{op}: keepdim=True needs a dim")
+        return _named(cls(), f"{cls.__name__}Backward1")(x)  # PyTorch's node for the extreme of every element
+    x = as_variable(x, op)
+    dim = _dim(op, dim, x.ndim)
+    indices = Variable(_arg(op, op, x, dim, keepdim), requires_grad=False)
+    values = _named(TakeAlongDim(dim, keepdim), f"{cls.__name__}Backward0")(x, indices)
+    return getattr(return_types, op)(values, indices)
+
+
+def max(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001 (PyTorch's and NumPy's name)
+    """PyTorch's max: max(x) is the largest element; max(x, dim, keepdim=False) the named tuple (values, indices)
+    of the largest along one dim, the gradient going to each index (the first among ties).
+
+    NumPy's spelling, max(x, axis=..., keepdims=...) as step 50 uses it, gives the values only: amax.
+    """
+    return _extreme("max", Max, x, dim, keepdim, axis, keepdims)
+
+
+def min(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001 (PyTorch's and NumPy's name)
+    """PyTorch's min, as max: min(x), or min(x, dim) the named tuple (values, indices); min(x, axis=...) amin."""
+    return _extreme("min", Min, x, dim, keepdim, axis, keepdims)
+
+
+def amax(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's amax: the largest elements over `dim` (every dim by default); ties share the gradient equally."""
+    return Max(*_reduction("amax", x, dim, keepdim, axis, keepdims))(x)
+
+
+def amin(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's amin: the smallest elements over `dim` (every dim by default); ties share the gradient equally."""
+    return Min(*_reduction("amin", x, dim, keepdim, axis, keepdims))(x)
+
+
+def argmax(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's argmax: the index of the largest element along one dim (of x flattened if dim is None), the
+    first among ties; an int64 Variable, outside the graph (an index has no gradient)."""
+    return _arg_variable("argmax", x, dim, keepdim, axis, keepdims)
+
+
+def argmin(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's argmin: as argmax, for the smallest element."""
+    return _arg_variable("argmin", x, dim, keepdim, axis, keepdims)
+
+
+def _arg_variable(op, x, dim, keepdim, axis, keepdims):
+    x = as_variable(x, op)
+    dim, keepdim = _spelling(op, dim, keepdim, axis, keepdims)
+    dim = None if dim is None else _dim(op, dim, x.ndim)
+    return Variable(_arg(op, op[3:], x, dim, keepdim), requires_grad=False)
 
 
 class LogSumExp(Function):  # step 50
@@ -380,8 +663,51 @@ class LogSumExp(Function):  # step 50
         return broadcast_to(gy, self.x_shape) * exp(x - y)
 
 
-def logsumexp(x, axis=None, keepdims=False):
-    return LogSumExp(axis, keepdims)(x)
+def logsumexp(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """PyTorch's logsumexp(x, dim, keepdim=False), here over every dim by default; NumPy's axis=, keepdims= too."""
+    return LogSumExp(*_reduction("logsumexp", x, dim, keepdim, axis, keepdims))(x)
+
+
+class Norm(Function):
+    """The 1-norm, sum |x|, or the 2-norm, sqrt(sum x^2), over `axis` (PyTorch's vector norm)."""
+
+    def __init__(self, p, axis, keepdims):
+        self.p, self.axis, self.keepdims = p, axis, keepdims
+
+    def forward(self, x):
+        xp = get_array_module(x)
+        self.x_shape = x.shape
+        self.axes = _normalize_axis("norm", self.axis, x.ndim)
+        if self.p == 1:
+            self.save_for_backward(x)  # the gradient is sign(x)
+            return xp.abs(x).sum(axis=self.axes, keepdims=self.keepdims)
+        if math.prod(x.shape[a] for a in self.axes) == 1:  # the norm of one element is |x|, even where x * x
+            y = xp.abs(x).sum(axis=self.axes, keepdims=self.keepdims)  # underflows to 0 (as PyTorch's)
+        else:
+            y = xp.sqrt((x * x).sum(axis=self.axes, keepdims=self.keepdims))
+        self.save_for_backward(x, y)  # the gradient is x / y (PyTorch saves both too)
+        return y
+
+    def backward(self, gy):
+        gy = _keep_axes(gy, self.axes, self.x_shape, self.keepdims)
+        if self.p == 1:
+            (x,) = self.saved_tensors
+            x = array_of(x)
+            return get_array_module(x).sign(x) * broadcast_to(gy, self.x_shape)  # sign(0) = 0, as PyTorch
+        x, y = self.saved_tensors
+        y = _keep_axes(y, self.axes, self.x_shape, self.keepdims)
+        # where the norm is 0, x is 0 too: dividing by 1 there gives PyTorch's gradient, 0
+        return x * broadcast_to(gy / (y + (array_of(y) == 0)), self.x_shape)
+
+
+def norm(x, p="fro", dim=None, keepdim=False):
+    """PyTorch's norm for p = 1, 2 or "fro" (the 2-norm of the elements): over every dim by default."""
+    if p not in (1, 2, "fro"):
+        raise ValueError(f"norm: p={p!r} is not supported; p is 1, 2 or 'fro'")
+    if p == "fro" and isinstance(dim, (tuple, list)) and len(dim) > 2:  # PyTorch's Frobenius norm is of matrices
+        raise ValueError(f"norm: p='fro' takes at most 2 dims, got {dim!r} (p=2 takes any number)")
+    axes, keepdim = _reduction("norm", x, dim, keepdim, None, None)
+    return Norm(1 if p == 1 else 2, axes, keepdim)(x)
 
 
 class BroadcastTo(Function):  # step 30
@@ -405,6 +731,25 @@ def broadcast_to(x, shape):
     if _as_shape("broadcast_to", shape) == x.shape:
         return x
     return BroadcastTo(shape)(x)
+
+
+def expand(x, *sizes):
+    """PyTorch's `expand`: x broadcast to `sizes` (ints, or one tuple), -1 keeping a dimension's length; as
+    broadcast_to, it copies nothing."""
+    x = as_variable(x, "expand")
+    sizes = _as_shape("expand", sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes)
+    lead = len(sizes) - x.ndim  # new dimensions go in front, as broadcasting puts them
+    if lead < 0:
+        raise ValueError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to "
+                         f"the number of dimensions of the variable ({x.ndim})")
+    if -1 in sizes[:lead]:
+        raise ValueError(f"expand: -1 is not allowed in a new leading dimension (sizes {sizes})")
+    shape = sizes[:lead] + tuple(n if s == -1 else s for s, n in zip(sizes[lead:], x.shape))
+    for i, (s, n) in enumerate(zip(shape[lead:], x.shape)):
+        if n != 1 and s != n:
+            raise ValueError(f"expand: the expanded size {s} must match the existing size {n} at non-singleton "
+                             f"dimension {lead + i}; target sizes {sizes}, shape {x.shape}")
+    return broadcast_to(x, shape)
 
 
 def sum_to_array(x, shape):
@@ -644,7 +989,7 @@ class MeanSquaredError(Function):  # step 32
 
     def backward(self, gy):
         x0, x1 = self.saved_tensors
-        gx0 = gy * (x0 - x1) * (2.0 / x0.size)  # d/dx0 of mean((x0 - x1)^2)
+        gx0 = gy * (x0 - x1) * (2.0 / array_of(x0).size)  # d/dx0 of mean((x0 - x1)^2)
         return gx0, -gx0
 
 
@@ -693,6 +1038,52 @@ def mean_squared_error(x0, x1):
 
 # speed: every operation here has one backward formula for arrays and Variables (core.BackwardMode), but ToDevice,
 # whose gradient goes back to another device
-formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Cast, Reshape, Transpose, Sum, Mean, Max, LogSumExp, BroadcastTo,
-                   SumTo, MatMul, LinearFunction, GetItem, GetItemGrad, Concatenate, Sigmoid, ReLU, MeanSquaredError,
-                   Dropout)
+formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Abs, Sqrt, Clamp, Cast, Reshape, Transpose, Sum, Mean, Max, Min,
+                   TakeAlongDim, LogSumExp, Norm, BroadcastTo, SumTo, MatMul, LinearFunction, GetItem, GetItemGrad,
+                   Concatenate, Sigmoid, ReLU, MeanSquaredError, Dropout)
+
+
+# ----- PyTorch's names for the nodes (Function.name) ---------------------------------------------------------------
+# Where PyTorch's name for the node it records for the same call is not the class name + "Backward0".
+
+def _reduction_node(f):
+    """PyTorch records a reduction of every element and one over some dims as two nodes: SumBackward0, SumBackward1."""
+    return f"{type(f).__name__}Backward{0 if f.axis is None else 1}"
+
+
+def _indexing_node(key):
+    """PyTorch's kind of node for x[key]: Index for advanced indexing, else that of the last index that does
+    something (PyTorch records one node for each): Select for an int, Slice for a slice, Unsqueeze for None."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if any(isinstance(k, (list, *cuda.array_types)) for k in parts):
+        return "Index"
+    for k in reversed(parts):
+        if k is None:
+            return "Unsqueeze"
+        if isinstance(k, numbers.Integral):
+            return "Select"
+        if isinstance(k, slice) and k != slice(None):
+            return "Slice"
+    return "Slice"
+
+
+Square.torch_name = "PowBackward0"  # PyTorch computes square(x) as x ** 2
+Cast.torch_name = ToDevice.torch_name = "ToCopyBackward0"  # x.to(dtype), x.to(device)
+Clamp.torch_name = "ClampBackward1"  # PyTorch's node for bounds that are numbers
+Reshape.torch_name = "ViewBackward0"  # reshape of contiguous data is a view; flatten too
+BroadcastTo.torch_name = "ExpandBackward0"
+SumTo.torch_name = "SumBackward1"  # PyTorch's sum_to is a sum over dims, keepdim=True
+Sum.torch_name = Mean.torch_name = property(_reduction_node)
+Max.torch_name, Min.torch_name = "AmaxBackward0", "AminBackward0"  # max(x) and min(x): MaxBackward1, MinBackward1
+LogSumExp.torch_name = "LogsumexpBackward0"
+Norm.torch_name = "LinalgVectorNormBackward0"
+MatMul.torch_name = "MmBackward0"  # of two matrices; a stack of matrices PyTorch records as views around bmm
+LinearFunction.torch_name = property(lambda f: "MmBackward0" if f.bias_shape is None else "AddmmBackward0")
+GetItem.torch_name = property(lambda f: _indexing_node(f.key) + "Backward0")
+# its backward, when recorded: that of advanced indexing, or of the basic index (SliceBackwardBackward0, ...)
+GetItemGrad.torch_name = property(lambda f: "IndexPutImplBackward0" if _indexing_node(f.key) == "Index"
+                                  else _indexing_node(f.key) + "BackwardBackward0")
+Concatenate.torch_name = "CatBackward0"
+ReLU.torch_name = "ReluBackward0"
+MeanSquaredError.torch_name = "MseLossBackward0"
+Dropout.torch_name = "MulBackward0"  # on the CPU PyTorch multiplies by the scaled mask (NativeDropout on a GPU)

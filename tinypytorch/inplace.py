@@ -19,6 +19,7 @@ from tinypytorch.core import (
     Config, Function, Variable, add, as_variable, div, enable_grad, formulas_on_arrays, increment_version, mul, no_grad,
     share_version_counter, sub,
 )
+from tinypytorch.functions import sum_to
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
@@ -68,10 +69,15 @@ def alias(x, data=None):
 
 
 def take_place(x, y):
-    """x takes y's place in the graph: y's creator now made x (x keeps its own array)."""
+    """x takes y's place in the graph: y's creator now made x (x keeps its own array).
+
+    The hooks registered so far stay with the old value (its creator keeps them, step 35); a hook
+    registered from now on goes to the new one, as in PyTorch.
+    """
     f = y.creator
     x.set_creator(f, y.output_nr)
     x.requires_grad = True
+    x._hooks = None
     f.outputs[y.output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
     if x.view_record is not None:  # step 37: a view's graph now matches its base's version
         x.view_record.version = x._version
@@ -112,6 +118,63 @@ def record(op, x, y):
     else:
         rebase_view(x, y)
     return x
+
+
+def set_item(op, x, key, value):
+    """x[key] = value in place (`__setitem__`; `copy_` is key `...`); returns x.
+
+    Recorded as its out-of-place twin SetItem when a gradient can flow, as PyTorch records
+    CopySlices or IndexPutBackward0.
+    """
+    check_writable(op, x)
+    value = as_variable(value, op, cuda.get_array_module(x.data), like=x.data)
+    if not (Config.enable_backprop and (x.requires_grad or value.requires_grad)):
+        xp = cuda.get_array_module(x.data)
+        write(op, x, _assigned(xp, x.data, key, value.data))
+        return x
+    if x.view_record is not None:  # step 37: a view whose base changed is made again first
+        refresh_view(x)
+    return record(op, x, SetItem(key)(alias(x), value))
+
+
+def _assigned(xp, data, key, value):
+    """A copy of `data` with `data[key] = value`, with the dtype rules of an in-place write."""
+    out = data.copy()
+    try:
+        out[key] = value
+    except ValueError as error:
+        raise ValueError(f"setitem: {error}") from None
+    return out
+
+
+class SetItem(Function):
+    """x with x[key] replaced by value (broadcast): the out-of-place twin of `x[key] = value`.
+
+    Backward: x's gradient with the overwritten part zeroed; value's gradient is that part, summed
+    back to value's shape where it was broadcast.
+    """
+
+    torch_name = "CopySlices"
+
+    def __init__(self, key):
+        self.key = key
+
+    def forward(self, x, value):
+        xp = cuda.get_array_module(x)
+        self.value_shape = value.shape
+        if self.needs_input_grad[0]:  # which elements of x survive: where x's gradient goes
+            self.kept = xp.ones(x.shape, dtype=bool)
+            self.kept[self.key] = False
+        return _assigned(xp, x, self.key, value)
+
+    def backward(self, gy):
+        gx = gy * self.kept if self.needs_input_grad[0] else None
+        gv = None
+        if self.needs_input_grad[1]:
+            gv = gy[self.key]
+            if gv.shape != self.value_shape:  # value was broadcast over the assigned elements
+                gv = sum_to(gv, self.value_shape)
+        return gx, gv
 
 
 class Zero(Function):
@@ -191,4 +254,4 @@ def track_view(f, x, y):
         y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)
 
 
-formulas_on_arrays(Zero, ViewScatter)  # speed: their backward runs on arrays too (core.BackwardMode)
+formulas_on_arrays(Zero, ViewScatter, SetItem)  # speed: their backward runs on arrays too (core.BackwardMode)

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, recomputation
+from tinypytorch import cuda, random, recomputation
 from tinypytorch import functions as F
 from tinypytorch.core import Variable, as_variable
 from tinypytorch.cuda import get_array_module
@@ -130,15 +130,16 @@ def _check_size(layer, name, value):
 class Linear(Layer):  # step 32
     """y = x W^T + b, PyTorch's `nn.Linear(in_size, out_size)`: weight (out_size, in_size), bias (out_size,).
 
-    Both start uniform in [-k, k], k = 1/sqrt(in_size), as in PyTorch. `rng` is a NumPy
-    Generator, for reproducible weights.
+    Both start uniform in [-k, k], k = 1/sqrt(in_size), as in PyTorch, drawn from the
+    framework's generator, so `tinypytorch.manual_seed` fixes them as `torch.manual_seed` does;
+    or from `rng`, a NumPy Generator of the caller's.
     """
 
     def __init__(self, in_size, out_size, bias=True, *, rng=None):
         super().__init__()
         _check_size("Linear", "in_size", in_size)
         _check_size("Linear", "out_size", out_size)
-        rng = np.random.default_rng() if rng is None else rng
+        rng = random.default_generator() if rng is None else rng
         k = 1.0 / np.sqrt(in_size)
         self.weight = Parameter(rng.uniform(-k, k, (out_size, in_size)), name="weight")
         self.bias = Parameter(rng.uniform(-k, k, out_size), name="bias") if bias else None
@@ -158,7 +159,6 @@ class MLP(Layer):  # step 32
         sizes = tuple(sizes)
         if len(sizes) < 2:
             raise ValueError(f"MLP: sizes needs an input and an output size, got {sizes}")
-        rng = np.random.default_rng() if rng is None else rng
         self.activation = activation
         self.layers = []  # a plain list is not registered: each layer is also an attribute
         for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):

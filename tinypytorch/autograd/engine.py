@@ -18,8 +18,8 @@ import itertools
 from tinypytorch import cuda
 from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
-from tinypytorch.core import (BackwardMode, Config, Function, Variable, array_of, as_array, as_variable, gradient_edge,
-                              using_config)
+from tinypytorch.core import (BackwardMode, Clone, Config, Function, Variable, array_of, as_array, as_variable,
+                              gradient_edge, increment_version, using_config)
 from tinypytorch.functions import astype
 from tinypytorch.cuda import get_array_module
 
@@ -106,8 +106,14 @@ def functions_leading_to(target_edges, roots):
 
 
 def seed(y, gradient, op):
-    """The gradient that starts a backward pass at `y`: `gradient`, or ones shaped like y (step 09)."""
+    """The gradient that starts a backward pass at `y`: `gradient`, or 1 for a one-element y (step 09).
+
+    Steps 09-22 seeded ones of any shape; PyTorch refuses to guess the gradient of a non-scalar,
+    since ones is a choice (the gradient of y.sum()), and so does the package from step 23 on.
+    """
     if gradient is None:
+        if y.data.size != 1:
+            raise RuntimeError(f"{op}: grad can be implicitly created only for scalar outputs")
         return Variable(get_array_module(y.data).ones_like(y.data), requires_grad=False)
     gradient = as_variable(gradient, op)
     if gradient.shape != y.shape:
@@ -186,6 +192,36 @@ def run_backward(roots, seeds, retain_graph, create_graph, retain_grad=False, in
     task = GraphTask(roots, retain_graph, retain_grad, inputs, leaf_hooks)
     with using_config("enable_backprop", create_graph):
         return task.run(roots, seeds)
+
+
+def owned_copy(g):
+    """Gradient g with an array of its own, in g's place in its graph: `.grad` reads as the gradient's graph did.
+
+    (PyTorch records a copy node there when create_graph; sharing g's creator spares the drawings of
+    step 27 a node that computes nothing.)
+    """
+    if g.creator is None:
+        return Clone()(g) if g.requires_grad else Variable(g.data.copy(), requires_grad=False)
+    copy = Variable(g.data.copy(), requires_grad=True)
+    copy.set_creator(g.creator, g.output_nr)
+    return copy
+
+
+def accumulate_grad(x, gx):
+    """Add gradient gx into leaf x's `.grad`, as PyTorch's AccumulateGrad does (step 14: .grad adds up over passes).
+
+    `.grad` must own its array: the gradient arriving here may be shared (x + y hands both the same
+    array), be the caller's own seed, or be a read-only broadcast view, so the first one is copied.
+    Later ones are added in place, so `g = x.grad` sees the next pass's sum too; unless this pass
+    records a graph (create_graph), whose sum must be a new, differentiable variable.
+    """
+    if x.grad is None:
+        x.grad = owned_copy(gx)
+    elif Config.enable_backprop:
+        x.grad = x.grad + gx
+    else:
+        x.grad.data += gx.data
+        increment_version(x.grad)
 
 
 class GraphTask:
@@ -270,7 +306,7 @@ class GraphTask:
         if (x, 0) in self.targets:
             self.captured[x] = gx
         if not self.capture:
-            x.grad = gx if x.grad is None else x.grad + gx  # step 14: .grad adds up over passes
+            accumulate_grad(x, gx)
 
     def finish_output(self, f, nr, gy):
         """The gradient of f's output nr is complete: its hooks, kept or handed back; None if nothing arrived."""
@@ -283,9 +319,10 @@ class GraphTask:
         if target is not None:
             gy = self.captured[target] = gradient_variable(gy)
         y = f.outputs[nr]()  # step 17: a weak reference; the variable may be gone (step 35)
-        if y is not None and (y._retains_grad or (self.retain_grad and not self.capture)):
+        # (y.creator is not f once y was changed in place: this gradient is then its old value's, step 36)
+        if y is not None and y.creator is f and (y._retains_grad or (self.retain_grad and not self.capture)):
             gy = gradient_variable(gy)
-            y.grad = gy if y.grad is None else y.grad + gy
+            y.grad = owned_copy(gy) if y.grad is None else y.grad + gy  # a copy: gy goes on to other nodes
         return gy
 
     def send(self, f, i, gx):

@@ -38,9 +38,9 @@ class FunctionCtx:
 
     def save_for_backward(self, *tensors):
         """Keep these Variables (inputs, outputs, or None) for backward, with the version checks of step 36."""
-        for t in tensors:
+        for i, t in enumerate(tensors):
             if t is not None and not isinstance(t, Variable):
-                raise TypeError(f"save_for_backward can only save variables, but argument {tensors.index(t)} "
+                raise TypeError(f"save_for_backward can only save variables, but argument {i} "
                                 f"is of type {type(t).__name__}")
         self._node.save_for_backward(*[None if t is None else t.data for t in tensors])
 

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 
 from tinypytorch.autograd.gradients import grad
-from tinypytorch.core import Variable, as_variable, enable_grad, no_grad
+from tinypytorch.core import Variable, as_variable, enable_grad
 from tinypytorch.cuda import as_numpy, get_array_module
 
 
@@ -45,25 +45,26 @@ def _outputs(fn, inputs):
 
 def numerical_jacobian(fn, inputs, eps):
     """{(i, j): the numerical Jacobian of output j with respect to input i}, shape (input size, output size)."""
+    # fn runs in the caller's grad mode, as in PyTorch: a fn that registers a hook or calls
+    # retain_grad on an intermediate needs it to require grad (the graphs are simply dropped)
     jacobians = {}
-    with no_grad():
-        sizes = [y.size for y in _outputs(fn, inputs)]
-        for i, x in enumerate(inputs):
-            if not x.requires_grad:
-                continue
-            columns = [np.zeros((x.size, n)) for n in sizes]
-            flat = x.data.reshape(-1)  # a view: perturbing it perturbs x (restored exactly after)
-            for k in range(x.size):
-                original = flat[k].item()
-                flat[k] = original + eps
-                plus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
-                flat[k] = original - eps
-                minus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
-                flat[k] = original
-                for j, (a, b) in enumerate(zip(plus, minus)):
-                    columns[j][k] = (a - b) / (2 * eps)
-            for j, column in enumerate(columns):
-                jacobians[(i, j)] = column
+    sizes = [y.numel() for y in _outputs(fn, inputs)]
+    for i, x in enumerate(inputs):
+        if not x.requires_grad:
+            continue
+        columns = [np.zeros((x.numel(), n)) for n in sizes]
+        flat = x.data.reshape(-1)  # a view: perturbing it perturbs x (restored exactly after)
+        for k in range(x.numel()):
+            original = flat[k].item()
+            flat[k] = original + eps
+            plus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
+            flat[k] = original - eps
+            minus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
+            flat[k] = original
+            for j, (a, b) in enumerate(zip(plus, minus)):
+                columns[j][k] = (a - b) / (2 * eps)
+        for j, column in enumerate(columns):
+            jacobians[(i, j)] = column
     return jacobians
 
 
@@ -71,20 +72,25 @@ def analytical_jacobian(fn, inputs):
     """{(i, j): the Jacobian from backward}: row k of output j's one-hot gradient, one pass per element."""
     wrt = [x for x in inputs if x.requires_grad]
     outputs = _outputs(fn, inputs)
-    jacobians = {(i, j): np.zeros((x.size, y.size)) for i, x in enumerate(inputs) if x.requires_grad
+    jacobians = {(i, j): np.zeros((x.numel(), y.numel())) for i, x in enumerate(inputs) if x.requires_grad
                  for j, y in enumerate(outputs)}
     for j, y in enumerate(outputs):
         if not y.requires_grad:  # the output does not depend on any input: its Jacobians are zero
             continue
         xp = get_array_module(y.data)
-        for k in range(y.size):
-            seed = xp.zeros(y.size, dtype=y.dtype)
+        for k in range(y.numel()):
+            seed = xp.zeros(y.numel(), dtype=y.dtype)
             seed[k] = 1
             grads = grad(y, wrt, grad_outputs=seed.reshape(y.shape), retain_graph=True, allow_unused=True)
             for x, g in zip(wrt, grads):
                 if g is not None:
-                    jacobians[(inputs.index(x), j)][:, k] = as_numpy(g.data).reshape(-1)
+                    jacobians[(_position(inputs, x), j)][:, k] = as_numpy(g.data).reshape(-1)
     return jacobians
+
+
+def _position(inputs, x):
+    """The index of x in inputs, by identity (`==` on Variables compares values, element-wise)."""
+    return next(i for i, candidate in enumerate(inputs) if candidate is x)
 
 
 def zero_gradient_gives_zero(fn, inputs):
@@ -150,7 +156,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
     def first_derivatives(*values):
         xs, gs = values[:count], values[count:]
         wrt = [x for x in xs if x.requires_grad]
-        with enable_grad():  # numerical_jacobian calls this under no_grad, but the gradients need fn's graph
+        with enable_grad():  # the gradients need fn's graph, even when the caller is in no_grad
             ys = _outputs(fn, xs)
             grads = grad(ys, wrt, grad_outputs=list(gs), create_graph=True, allow_unused=True)
         return tuple(g if g is not None else Variable(get_array_module(x.data).zeros_like(x.data),

@@ -14,7 +14,9 @@ import weakref
 
 from tinypytorch import cuda
 # increment_version is here too, as in PyTorch (torch.autograd.graph.increment_version)
-from tinypytorch.core import BackwardMode, Variable, increment_version, no_grad, share_version_counter  # noqa: F401
+from tinypytorch.core import (  # noqa: F401
+    BackwardMode, Variable, VersionCounter, increment_version, no_grad, share_version_counter,
+)
 
 BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -159,9 +161,8 @@ class SavedTensor:
         return self.data if self.variable is None else self.variable.data
 
     def _unpack_hooked(self, function):
-        data = self.unpack_hook(self.packed)
-        if isinstance(data, Variable):
-            data = data.data
+        unpacked = self.unpack_hook(self.packed)
+        data = unpacked.data if isinstance(unpacked, Variable) else unpacked
         if not isinstance(data, cuda.array_types):
             raise TypeError("Output of saved tensor unpack_hook expected to be a Variable or an array "
                             f"but got result of type {type(data).__name__}")
@@ -169,16 +170,24 @@ class SavedTensor:
         # a silently wrong gradient. Here the check runs whenever the unpacked array still shares
         # memory with the array that was saved, and that array's version moved.
         original = None if self.data_ref is None else self.data_ref()
-        if (self.counter.value != self.version and original is not None
-                and cuda.get_array_module(data).may_share_memory(data, original)):
+        is_original = original is not None and cuda.get_array_module(data).may_share_memory(data, original)
+        if is_original and self.counter.value != self.version:
             raise RuntimeError(self._modified_message(function, data) + " (the saved tensor was packed by a "
                                "saved_tensors_hooks pack hook that kept the array itself)")
-        return self._rebuild(data, function)
+        # What the hook returned counts its own in-place changes unless it is the saved array, as in
+        # PyTorch: a later change of the original must not fail a graph built on a copy (create_graph)
+        if is_original:
+            counter = self.counter
+        else:
+            counter = unpacked.version_counter if isinstance(unpacked, Variable) else VersionCounter()
+        return self._rebuild(data, function, counter)
 
-    def _rebuild(self, data, function):
-        """A Variable around `data` that sends its gradient where the saved Variable's went."""
+    def _rebuild(self, data, function, counter=None):
+        """A Variable around `data` that sends its gradient where the saved Variable's went.
+
+        It counts its in-place changes with `counter`: the saved tensor's unless told otherwise."""
         v = Variable(data, requires_grad=self.requires_grad)
-        share_version_counter(v, self.counter)
+        share_version_counter(v, self.counter if counter is None else counter)
         if self.leaf is not None:
             v.grad_leaf = self.leaf  # step 38: a leaf's saved tensor, unpacked: its gradient goes to the leaf
         elif self.creator is not None:

@@ -51,7 +51,7 @@ def gradient_check(f, x, rtol=1e-6, atol=1e-8):
     `x` is not modified: the backward pass runs on a fresh Variable holding the same data.
     """
     x = Variable(as_variable(x, "gradient_check").data)
-    f(x).backward()
+    f(x).sum().backward()
     xp = get_array_module(x)
     return bool(xp.allclose(x.grad, numerical_diff(f, x), rtol=rtol, atol=atol))
 

@@ -4,13 +4,16 @@
     TensorDataset  a dataset over arrays of equal length: sample i is (a[i], b[i], ...)
     Subset         some samples of a dataset, by index; random_split makes them
     DataLoader     an iterable of minibatches: shuffled each epoch from the framework's generator
+    default_collate  how a list of samples becomes one batch (PyTorch's rules)
 """
+import collections.abc
 import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, random
+from tinypytorch import cuda, functions, random
 from tinypytorch.core import Variable
+from tinypytorch.factories import tensor_data
 
 
 class Dataset:
@@ -66,8 +69,8 @@ class DataLoader:
 
     With `shuffle` every epoch (every `for` loop) visits the samples in a new order, drawn from
     the framework's generator (so `manual_seed` fixes it). The last batch holds what is left
-    over, unless `drop_last`. A sample is a tuple of arrays or numbers; field k of the batch
-    stacks field k of its samples, on `device`.
+    over, unless `drop_last`. Samples become a batch as PyTorch's `default_collate` makes them:
+    a tuple (x, t) gives a list [x stacked, t stacked], its Variables on `device`.
     """
 
     def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, device="cpu"):
@@ -96,14 +99,80 @@ class DataLoader:
             yield self.collate([self.dataset[i] for i in indices])
 
     def collate(self, samples):
-        """Field k of the batch: field k of every sample, stacked along a new first axis (default_collate)."""
-        fields = zip(*[s if isinstance(s, tuple) else (s,) for s in samples])
-        batch = tuple(Variable(cuda.to_device(_stack(field), self.device), requires_grad=False) for field in fields)
-        return batch if len(batch) > 1 else batch[0]
+        """One batch of `samples` by PyTorch's `default_collate` rules, its Variables on the loader's device."""
+        return _to(default_collate(samples), self.device)
+
+
+def default_collate(batch):
+    """A list of samples as one batch, by the rules of PyTorch's `default_collate`:
+
+        arrays, Variables   stacked along a new first axis (one shape), differentiably if one requires grad
+        Python numbers      one array: floats float64, ints int64, bools bool
+        NumPy scalars       one array of their dtype
+        strings             left as they are
+        dicts               a dict: key k collates the samples' values at k
+        tuples, lists       a list: field k collates field k of every sample (a namedtuple stays one)
+
+    The arrays become Variables that need no gradient.
+    """
+    if not batch:
+        raise ValueError("default_collate: the batch is empty")
+    first = batch[0]
+    if isinstance(first, (Variable, *cuda.array_types)):
+        return _stack(batch)
+    if isinstance(first, (str, bytes)):
+        return batch
+    if isinstance(first, (numbers.Number, np.generic)):
+        python_float = isinstance(first, float) and not isinstance(first, np.generic)
+        return Variable(tensor_data(batch, np.float64 if python_float else None, "default_collate"),
+                        requires_grad=False)
+    if isinstance(first, collections.abc.Mapping):
+        return _same_type(first, {key: default_collate([sample[key] for sample in batch]) for key in first})
+    if not isinstance(first, collections.abc.Sequence):
+        raise TypeError("default_collate: batch must contain arrays, Variables, numbers, dicts or lists; "
+                        f"found {type(first).__name__}")
+    if any(len(sample) != len(first) for sample in batch):
+        raise ValueError("default_collate: each element in list of batch should be of equal size")
+    fields = [default_collate(field) for field in zip(*batch)]  # a field of strings stays a tuple, as in torch
+    return type(first)(*fields) if hasattr(first, "_fields") else fields  # a namedtuple, or a list
 
 
 def _stack(values):
-    """Arrays, Variables or numbers stacked into one array, on the device they are on."""
-    values = [v.data if isinstance(v, Variable) else v for v in values]
-    xp = cuda.get_array_module(*values)
-    return xp.stack([xp.asarray(v) for v in values])
+    """Arrays or Variables of one shape stacked along a new first axis, on the device they are on (torch.stack).
+
+    Entries after the first may be anything `tensor` takes, as in torch."""
+    values = [v if isinstance(v, (Variable, *cuda.array_types)) else tensor_data(v, None, "default_collate")
+              for v in values]
+    for i, v in enumerate(values):
+        if v.shape != values[0].shape:
+            raise ValueError(f"default_collate: stack expects each array to be equal size, but got "
+                             f"{tuple(values[0].shape)} at entry 0 and {tuple(v.shape)} at entry {i}")
+    if any(isinstance(v, Variable) and v.requires_grad for v in values):  # the batch stays in the graph, as in torch
+        return functions.concatenate([functions.reshape(v, (1, *v.shape)) for v in values])
+    arrays = [v.data if isinstance(v, Variable) else v for v in values]
+    if arrays[0].dtype.kind not in "biufc":
+        raise TypeError("default_collate: batch must contain arrays, Variables, numbers, dicts or lists; "
+                        f"found an array of dtype {arrays[0].dtype}")
+    xp = cuda.get_array_module(*arrays)
+    return Variable(xp.stack([xp.asarray(a) for a in arrays]), requires_grad=False)
+
+
+def _same_type(mapping, items):
+    """`items` in the mapping type of `mapping` where that type can be built from a dict (else a dict)."""
+    try:
+        return type(mapping)(items)
+    except TypeError:
+        return items
+
+
+def _to(batch, device):
+    """The Variables of a collated batch moved to `device`; lists, dicts and namedtuples walked."""
+    if isinstance(batch, Variable):
+        return batch.to(device)
+    if isinstance(batch, collections.abc.Mapping):
+        return _same_type(batch, {key: _to(value, device) for key, value in batch.items()})
+    if isinstance(batch, list):
+        return [_to(field, device) for field in batch]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(_to(field, device) for field in batch))
+    return batch  # strings

@@ -1,0 +1,457 @@
+"""Making Variables the way PyTorch makes tensors: `tensor`, `zeros`, `ones`, `full`, `eye`, `arange`, `linspace`,
+`rand`, `randn`, the `*_like` forms and `from_numpy`, with PyTorch's signatures and defaults.
+
+    x = tinypytorch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)   # float32, as torch.tensor
+    w = tinypytorch.randn(3, 2, dtype=tinypytorch.float64)
+
+As in PyTorch, floating point data is float32 (PyTorch's default dtype), Python integers int64
+and bools bool; a made tensor does not require grad unless asked (a `Variable` made directly
+does, step 33). dtypes are NumPy's under PyTorch's names: `tinypytorch.float32` is `numpy.float32`.
+`device` is "cpu" (the default) or "cuda" (CuPy, when a GPU is usable).
+"""
+import builtins  # this module's `float` and `bool` are dtypes, as torch.float and torch.bool
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+from tinypytorch import cuda, random
+from tinypytorch.core import Variable
+
+# PyTorch's dtype names, as NumPy dtypes
+float16 = half = np.float16
+float32 = float = np.float32  # noqa: A001 (PyTorch's name: torch.float is float32)
+float64 = double = np.float64
+int32 = np.int32
+int64 = long = np.int64
+bool = np.bool_  # noqa: A001 (PyTorch's name)
+
+DEFAULT_DTYPE = np.dtype(np.float32)  # PyTorch's default floating point dtype
+_COMPLEX_DEFAULT = np.dtype(np.complex64)
+_KINDS = "biufc"  # bool, integers, floating point, complex: what a tensor holds
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+_SEQUENCES = (list, tuple, range)
+REQUIRES_FLOAT = "Only Tensors of floating point and complex dtype can require gradients"
+
+
+# ----- tensor: data of any nesting, with PyTorch's dtype inference ------------------------------------------
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False):
+    """A new Variable holding a copy of `data` (PyTorch's `torch.tensor`).
+
+    data: a number, a (nested) list or tuple of numbers, a NumPy scalar or array, or a Variable
+    (copied and detached, with PyTorch's warning). Without `dtype`, as PyTorch infers it: an
+    array keeps its dtype, a NumPy scalar too; Python floats give float32, ints int64, bools
+    bool, complex numbers complex64, and a list the promotion of its elements' dtypes.
+    """
+    if isinstance(data, Variable):
+        warnings.warn("To copy construct from a Variable, it is recommended to use x.detach().clone() or "
+                      "x.detach().clone().requires_grad_(True), rather than tinypytorch.tensor(x).",
+                      UserWarning, stacklevel=2)
+    return _finish(tensor_data(data, dtype, "tensor"), device, requires_grad, "tensor")
+
+
+def tensor_data(data, dtype=None, op="tensor"):
+    """A new array of `data` with the dtype `torch.tensor` would give it (or `dtype`); `op` names the caller.
+
+    Python data is checked as PyTorch checks it: a ragged list, an integer that overflows its
+    dtype or a complex number made real raise; an array is cast as it is.
+    """
+    if isinstance(data, Variable):
+        data = data.data
+    if dtype is not None:
+        dtype = _dtype(op, dtype)
+    if isinstance(data, cuda.array_types):
+        source_dtype = _array_dtype(data, op)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return data.astype(source_dtype if dtype is None else dtype)  # astype copies
+    flat = []
+    shape = _shape(data)
+    inferred = _gather(data, shape, 0, flat, op)
+    try:  # at full precision first: one rounding, to the dtype asked for
+        source = np.array(flat, dtype=_widest(inferred)).reshape(shape)
+    except OverflowError:
+        raise ValueError(f"{op}: Overflow when unpacking long: a Python int beyond int64") from None
+    return _checked_cast(source, inferred if dtype is None else dtype, op)
+
+
+def _shape(data):
+    """The shape torch.tensor reads off nested data: the length at each depth, following first elements."""
+    shape = []
+    while isinstance(data, _SEQUENCES):
+        shape.append(len(data))
+        if not data:
+            break
+        data = data[0]
+    if isinstance(data, np.ndarray):
+        shape.extend(data.shape)
+    return tuple(shape)
+
+
+def _gather(data, shape, depth, flat, op):
+    """Append the numbers of `data` (at `depth` of `shape`) to `flat`; return their promoted dtype."""
+    if isinstance(data, np.ndarray) and data.ndim > 0:
+        if data.shape != shape[depth:]:
+            raise ValueError(f"{op}: expected an array of shape {shape[depth:]} at dim {depth} (got {data.shape})")
+        flat.extend(data.ravel().tolist())
+        return _array_dtype(data, op)
+    if depth == len(shape):
+        if isinstance(data, _SEQUENCES):
+            raise TypeError(f"{op}: expected a number at dim {depth} (got a {type(data).__name__})")
+        dtype, number = _number(data, op)
+        flat.append(number)
+        return dtype
+    if not isinstance(data, _SEQUENCES):
+        raise TypeError(f"{op}: not a sequence at dim {depth} (got {type(data).__name__})")
+    if len(data) != shape[depth]:
+        raise ValueError(f"{op}: expected sequence of length {shape[depth]} at dim {depth} (got {len(data)})")
+    dtype = None
+    for item in data:
+        item_dtype = _gather(item, shape, depth + 1, flat, op)
+        dtype = item_dtype if dtype is None else _promote(dtype, item_dtype)
+    return DEFAULT_DTYPE if dtype is None else dtype  # an empty list is float32, as in PyTorch
+
+
+def _number(value, op):
+    """(the dtype torch.tensor gives one number, the number in Python): NumPy scalars keep theirs."""
+    if isinstance(value, Variable):  # PyTorch reads a one-element tensor in a list as a number
+        if value.data.size != 1:
+            raise ValueError(f"{op}: only one element tensors can be converted to Python scalars")
+        value = cuda.as_numpy(value.data).reshape(())
+    if isinstance(value, (np.ndarray, np.generic)):  # a 0-d array or a NumPy scalar
+        return _array_dtype(value, op), value.item()
+    return _python_dtype(value, op), value
+
+
+def _python_dtype(value, op):
+    """The dtype PyTorch gives a Python number: bool, int64, float32 (the default) or complex64."""
+    if isinstance(value, (builtins.bool, np.bool_)):
+        return np.dtype(np.bool_)
+    if isinstance(value, numbers.Integral):
+        return np.dtype(np.int64)
+    if isinstance(value, numbers.Real):
+        return DEFAULT_DTYPE
+    if isinstance(value, numbers.Complex):
+        return _COMPLEX_DEFAULT
+    raise TypeError(f"{op}: could not infer dtype of {type(value).__name__}")
+
+
+def _array_dtype(array, op):
+    """An array's dtype, refused unless a tensor can hold it (not strings, objects, dates)."""
+    if array.dtype.kind not in _KINDS:
+        raise TypeError(f"{op}: can't convert an array of dtype {array.dtype}: the supported kinds are bool, "
+                        "integers, floating point and complex")
+    return array.dtype
+
+
+def _promote(a, b):
+    """torch.promote_types: within a category (bool, integer, floating, complex) as NumPy; across, the higher
+
+    category's dtype, so int64 and float32 give float32 (NumPy: float64), and complex widens to a float's precision.
+    """
+    ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
+    if ca == cb or {ca, cb} == {2, 3}:
+        return np.promote_types(a, b)
+    return a if ca > cb else b
+
+
+def _widest(dtype):
+    """The dtype of `dtype`'s category that holds any Python number of it exactly enough to round once."""
+    return np.dtype({"b": np.bool_, "u": np.int64, "i": np.int64, "f": np.float64, "c": np.complex128}[dtype.kind])
+
+
+def _checked_cast(source, dtype, op):
+    """Python numbers (as `source`) cast to `dtype`, refused where PyTorch refuses them."""
+    if source.dtype.kind == "c" and dtype.kind != "c":
+        raise TypeError(f"{op}: can't convert complex to {dtype}")
+    if dtype.kind in "iu" and source.dtype.kind in "iuf" and source.size:
+        info = np.iinfo(dtype)
+        low = -info.max if dtype.kind == "u" else info.min  # PyTorch lets -1 wrap to 255 in uint8
+        if not np.all((source >= low) & (source <= info.max)):  # NaN fails too
+            raise ValueError(f"{op}: value cannot be converted to type {dtype} without overflow")
+    with np.errstate(over="ignore", invalid="ignore"):  # a float beyond float32's range becomes inf, as in PyTorch
+        return source.astype(dtype)
+
+
+# ----- what every factory checks ---------------------------------------------------------------------------------
+
+def _dtype(op, dtype, default=None):
+    """`dtype` as a NumPy dtype a tensor can hold; `default` when it is None."""
+    if dtype is None:
+        return np.dtype(default)
+    try:
+        result = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{op}: dtype must be a dtype such as tinypytorch.float32, got {dtype!r}") from None
+    if result.kind not in _KINDS:
+        raise TypeError(f"{op}: dtype {result} is not a dtype a tensor holds (bool, integers, floating point, complex)")
+    return result
+
+
+def _size(op, size):
+    """A shape from either of PyTorch's spellings, zeros(2, 3) and zeros((2, 3))."""
+    if not size:
+        raise TypeError(f'{op}() missing 1 required positional arguments: "size"')
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = size[0]
+    for i, n in enumerate(size):
+        if not isinstance(n, numbers.Integral) or isinstance(n, (builtins.bool, np.bool_)):
+            raise TypeError(f"{op}(): argument 'size' must be tuple of ints, but found element of type "
+                            f"{type(n).__name__} at pos {i}")
+        if n < 0:
+            raise ValueError(f"{op}: Dimension size must be non-negative, got size {tuple(size)}")
+    return tuple(int(n) for n in size)
+
+
+def _module(op, device):
+    """The array module that makes arrays on `device`: NumPy for the CPU, CuPy for a GPU (RuntimeError without one)."""
+    if device is None or cuda.device(device).type == "cpu":
+        return np
+    if not cuda.GPU:
+        raise RuntimeError(f"{op}: cannot make a tensor on {cuda.device(device)}: {cuda.why_unavailable()}")
+    return cuda.cupy
+
+
+def _finish(array, device, requires_grad, op):
+    """The made array as a Variable on `device`; only floating point and complex ones may require grad."""
+    if requires_grad is True and array.dtype.kind not in "fc":
+        raise RuntimeError(REQUIRES_FLOAT)
+    if isinstance(array, np.generic):  # NumPy's arithmetic on a 0-d array gives a scalar
+        array = np.asarray(array)
+    if device is not None:
+        _module(op, device)  # a clear error when there is no GPU
+        array = cuda.to_device(array, device, op)
+    return Variable(array, requires_grad=requires_grad)
+
+
+def _float_dtype(op, dtype):
+    """The dtype of a random factory: floating point only (PyTorch has no random integers from rand)."""
+    result = _dtype(op, dtype, DEFAULT_DTYPE)
+    if result.kind != "f":
+        raise TypeError(f"{op}: dtype must be a floating point dtype, got {result}")
+    return result
+
+
+# ----- filled, identity and ranges -------------------------------------------------------------------------------
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    """A Variable of zeros of shape `size` (PyTorch's `torch.zeros`): `zeros(2, 3)` or `zeros((2, 3))`, float32."""
+    shape, dtype = _size("zeros", size), _dtype("zeros", dtype, DEFAULT_DTYPE)
+    return _finish(_module("zeros", device).zeros(shape, dtype=dtype), device, requires_grad, "zeros")
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    """A Variable of ones of shape `size` (PyTorch's `torch.ones`): `ones(2, 3)` or `ones((2, 3))`, float32."""
+    shape, dtype = _size("ones", size), _dtype("ones", dtype, DEFAULT_DTYPE)
+    return _finish(_module("ones", device).ones(shape, dtype=dtype), device, requires_grad, "ones")
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """A Variable of shape `size` (a tuple or list) filled with `fill_value` (PyTorch's `torch.full`).
+
+    The dtype follows the value as in PyTorch: bool, int64 for an integer, float32 for a float,
+    complex64 for a complex number.
+    """
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"full(): argument 'size' must be tuple of ints, not {type(size).__name__}")
+    shape = _size("full", (size,))
+    dtype = _dtype("full", dtype, _fill_dtype("full", fill_value))
+    value = _checked_cast(np.array(_python(fill_value)), dtype, "full")
+    return _finish(_module("full", device).full(shape, value.item(), dtype=dtype), device, requires_grad, "full")
+
+
+def _fill_dtype(op, value):
+    """The dtype PyTorch gives a fill value: a Python number's, also for a NumPy scalar (PyTorch's Scalar).
+
+    PyTorch reads a NumPy bool as a float, and a NumPy complex as a float without its imaginary part:
+    the first is followed, the second refused."""
+    if not isinstance(value, (numbers.Number, np.bool_)):
+        raise TypeError(f"{op}(): argument 'fill_value' must be Number, not {type(value).__name__}")
+    if isinstance(value, np.bool_):
+        return DEFAULT_DTYPE
+    if isinstance(value, np.complexfloating):
+        raise TypeError(f"{op}: a NumPy complex fill_value loses its imaginary part in PyTorch; pass complex(value)")
+    return _python_dtype(value, op)
+
+
+def _python(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+    """The n x m identity matrix (m = n by default), float32 (PyTorch's `torch.eye`)."""
+    for name, k in (("n", n), ("m", n if m is None else m)):
+        if not isinstance(k, numbers.Integral) or isinstance(k, (builtins.bool, np.bool_)):
+            raise TypeError(f"eye(): argument '{name}' must be int, not {type(k).__name__}")
+        if k < 0:
+            raise ValueError(f"eye: {name} must be greater or equal to 0, got {k}")
+    dtype = _dtype("eye", dtype, DEFAULT_DTYPE)
+    array = _module("eye", device).eye(int(n), None if m is None else int(m), dtype=dtype)
+    return _finish(array, device, requires_grad, "eye")
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    """start, start + step, ... up to `end` excluded (PyTorch's `torch.arange`; `arange(n)` is 0 ... n - 1).
+
+    int64 when start, end and step are integers, float32 if any is a float, as in PyTorch. The
+    count is ceil((end - start) / step) and element i is start + i step, computed in float64.
+    """
+    if end is None:
+        start, end = 0, start
+    for name, value in (("start", start), ("end", end), ("step", step)):
+        if not isinstance(value, (numbers.Real, np.bool_)):
+            raise TypeError(f"arange(): argument '{name}' must be Number, not {type(value).__name__}")
+    integral = all(isinstance(v, (numbers.Integral, np.bool_)) for v in (start, end, step))
+    dtype = _dtype("arange", dtype, np.int64 if integral else DEFAULT_DTYPE)
+    if dtype.kind == "b":
+        raise TypeError("arange: dtype bool is not supported")
+    if not (math.isfinite(start) and math.isfinite(end)):
+        raise ValueError(f"arange: unsupported range: {start} -> {end}")
+    if dtype.kind in "iu":  # PyTorch casts the bounds to the integer dtype first
+        start, end, step = int(start), int(end), int(step)
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if (step > 0 and end < start) or (step < 0 and end > start):
+        raise ValueError("arange: upper bound and lower bound inconsistent with step sign")
+    xp = _module("arange", device)
+    if dtype.kind in "iu":
+        count = -((start - end) // step)  # ceil((end - start) / step), exactly
+        array = (start + step * xp.arange(count, dtype=np.int64)).astype(dtype)
+    else:
+        count = math.ceil((builtins.float(end) - start) / step)
+        array = (start + step * xp.arange(count, dtype=np.float64)).astype(dtype)
+    return _finish(array, device, requires_grad, "arange")
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    """`steps` evenly spaced numbers from start to end, both included (PyTorch's `torch.linspace`), float32.
+
+    PyTorch's formula, in the dtype itself: the first half counts up from start, the second
+    down from end, so both ends are exact.
+    """
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, (numbers.Number, np.bool_)):
+            raise TypeError(f"linspace(): argument '{name}' must be Number, not {type(value).__name__}")
+    if not isinstance(steps, numbers.Integral) or isinstance(steps, (builtins.bool, np.bool_)):
+        raise TypeError(f"linspace(): argument 'steps' must be int, not {type(steps).__name__}")
+    if steps < 0:
+        raise ValueError("linspace: number of steps must be non-negative")
+    is_complex = any(isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real) for v in (start, end))
+    dtype = _dtype("linspace", dtype, _COMPLEX_DEFAULT if is_complex else DEFAULT_DTYPE)
+    xp = _module("linspace", device)
+    return _finish(_spaced(xp, start, end, int(steps), dtype), device, requires_grad, "linspace")
+
+
+def _spaced(xp, start, end, steps, dtype):
+    """linspace's values: integer dtypes compute in float64 from the truncated ends, as PyTorch does."""
+    if dtype.kind in "biu":
+        work = np.dtype(np.float64)
+        start, end = (_checked_cast(np.array(v), dtype, "linspace").item() for v in (_python(start), _python(end)))
+    else:
+        work = dtype
+    if steps == 1:
+        return xp.full((1,), start, dtype=work).astype(dtype)
+    a, b = work.type(start), work.type(end)
+    step = (b - a) / work.type(max(steps - 1, 1))
+    i = xp.arange(steps).astype(work)
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = xp.where(xp.arange(steps) < steps // 2, a + step * i, b - step * (work.type(steps - 1) - i))
+        return values.astype(dtype)
+
+
+# ----- random: from the framework's generator --------------------------------------------------------------------
+
+def rand(*size, dtype=None, device=None, requires_grad=False):
+    """Uniform numbers in [0, 1) of shape `size`, float32 (PyTorch's `torch.rand`).
+
+    Drawn from the framework's generator (`tinypytorch.random.default_generator()` on the CPU,
+    the device's generator on a GPU), so `tinypytorch.manual_seed` fixes them. They are not the
+    numbers `torch.rand` draws after `torch.manual_seed` with the same seed: the generators differ.
+    """
+    shape, dtype = _size("rand", size), _float_dtype("rand", dtype)
+    xp = _module("rand", device)
+    return _finish(_below_one(xp, random.uniform(shape, xp), dtype), device, requires_grad, "rand")
+
+
+def _below_one(xp, u, dtype):
+    """float64 uniforms in [0, 1) as `dtype`, still below 1: rounded down to the dtype's grid, not to nearest.
+
+    Rounding 1 - 2^-53 to float32 to nearest gives 1.0, which [0, 1) excludes.
+    """
+    if dtype == np.float64:
+        return u
+    grid = 2.0 ** (np.finfo(dtype).nmant + 1)  # 2^24 for float32, as PyTorch's CPU generator uses 24 bits
+    return (xp.floor(u * grid) / grid).astype(dtype)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    """Standard normal numbers of shape `size`, float32 (PyTorch's `torch.randn`).
+
+    Drawn from the framework's generator, so `tinypytorch.manual_seed` fixes them; they differ
+    from torch.randn's for the same seed, since the generators differ.
+    """
+    shape, dtype = _size("randn", size), _float_dtype("randn", dtype)
+    xp = _module("randn", device)
+    return _finish(_normal(xp, shape).astype(dtype), device, requires_grad, "randn")
+
+
+def _normal(xp, shape):
+    """Standard normal float64 numbers: NumPy's on the CPU; Box-Muller from the device's uniforms on a GPU."""
+    if xp is np:
+        return np.asarray(random.default_generator().standard_normal(shape))
+    u1, u2 = random.uniform(shape, xp), random.uniform(shape, xp)
+    return xp.sqrt(-2.0 * xp.log1p(-u1)) * xp.cos(2.0 * np.pi * u2)  # 1 - u1 > 0: the log is finite
+
+
+# ----- *_like: the shape, dtype and device of another Variable -----------------------------------------------------
+
+def _like(op, input, dtype, device):
+    if not isinstance(input, Variable):
+        raise TypeError(f"{op}(): argument 'input' must be a Variable, not {type(input).__name__}")
+    return input.shape, (input.dtype if dtype is None else dtype), (input.device if device is None else device)
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002 (PyTorch's name)
+    """Zeros of `input`'s shape, dtype and device unless given (PyTorch's `torch.zeros_like`)."""
+    shape, dtype, device = _like("zeros_like", input, dtype, device)
+    return zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """Ones of `input`'s shape, dtype and device unless given (PyTorch's `torch.ones_like`)."""
+    shape, dtype, device = _like("ones_like", input, dtype, device)
+    return ones(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """`fill_value` in `input`'s shape, dtype and device unless given (PyTorch's `torch.full_like`)."""
+    shape, dtype, device = _like("full_like", input, dtype, device)
+    return full(shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def rand_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """`rand` in `input`'s shape, dtype and device unless given (PyTorch's `torch.rand_like`)."""
+    shape, dtype, device = _like("rand_like", input, dtype, device)
+    return rand(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def randn_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """`randn` in `input`'s shape, dtype and device unless given (PyTorch's `torch.randn_like`)."""
+    shape, dtype, device = _like("randn_like", input, dtype, device)
+    return randn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def from_numpy(array):
+    """A Variable that shares `array`'s memory (PyTorch's `torch.from_numpy`): a change to one shows in the other."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected np.ndarray (got {type(array).__name__})")
+    _array_dtype(array, "from_numpy")
+    return Variable(array, requires_grad=False)
+
+
+__all__ = [
+    "tensor", "zeros", "ones", "full", "eye", "arange", "linspace", "rand", "randn",
+    "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
+    "float16", "float32", "float64", "int32", "int64", "bool", "half", "float", "double", "long",
+]

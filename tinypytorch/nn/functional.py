@@ -1,0 +1,73 @@
+"""PyTorch's torch.nn.functional: the package's operations under PyTorch's names and signatures.
+
+Each is a thin wrapper around a function of tinypytorch.functions or tinypytorch.classification that
+gives it PyTorch's parameter names (`input`, ...) and defaults; none computes anything of its own.
+Arguments PyTorch has and the package does not (cross_entropy's weight and label_smoothing, say) are
+not accepted: a call that passes one fails with a TypeError that names it, rather than ignoring it.
+"""
+from tinypytorch import classification, functions
+from tinypytorch.core import as_variable
+
+__all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "dropout", "mse_loss", "cross_entropy",
+           "nll_loss"]
+
+
+def _refuse_inplace(op, inplace):
+    if inplace:
+        raise ValueError(f"{op}: inplace=True is not supported; use the result")
+
+
+def relu(input, inplace=False):  # noqa: A002 (PyTorch's names, here and below)
+    _refuse_inplace("relu", inplace)
+    return functions.relu(input)
+
+
+def sigmoid(input):  # noqa: A002
+    return functions.sigmoid(input)
+
+
+def tanh(input):  # noqa: A002
+    return functions.tanh(input)
+
+
+def softmax(input, dim=None):  # noqa: A002
+    """Probabilities along `dim` (needed: PyTorch's choice of a dim when none is given is deprecated)."""
+    return classification.softmax(input, dim)
+
+
+def log_softmax(input, dim=None):  # noqa: A002
+    return classification.log_softmax(input, dim)
+
+
+def linear(input, weight, bias=None):  # noqa: A002
+    """input weight^T + bias, with weight of shape (out_features, in_features); input of shape (N, in_features)."""
+    return functions.linear(input, weight, bias)
+
+
+def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
+    _refuse_inplace("dropout", inplace)
+    return functions.dropout(input, p, training)
+
+
+def mse_loss(input, target, *, reduction="mean"):  # noqa: A002
+    """The squared differences, averaged ("mean"), added ("sum") or each ("none")."""
+    input, target = as_variable(input, "mse_loss"), as_variable(target, "mse_loss")
+    if input.shape != target.shape:  # PyTorch broadcasts them, with a warning that it is likely a mistake
+        raise ValueError(f"mse_loss: shapes {input.shape} and {target.shape} differ")
+    if reduction == "mean":
+        return functions.mean_squared_error(input, target)
+    if reduction not in ("sum", "none"):
+        raise ValueError(f"mse_loss: {reduction!r} is not a valid value for reduction: "
+                         "expected 'mean', 'sum' or 'none'")
+    squares = functions.square(input - target)
+    return squares if reduction == "none" else functions.sum(squares)
+
+
+def cross_entropy(input, target, *, ignore_index=-100, reduction="mean"):  # noqa: A002
+    """log_softmax of the scores `input` (N, C), then the negative log-likelihood of the class indices `target`."""
+    return classification.cross_entropy(input, target, reduction, ignore_index)
+
+
+def nll_loss(input, target, *, ignore_index=-100, reduction="mean"):  # noqa: A002
+    """The negative log-likelihood of the class indices `target`, given log-probabilities `input` (N, C)."""
+    return classification.nll_loss(input, target, reduction, ignore_index)
