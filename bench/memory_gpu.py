@@ -38,7 +38,7 @@ def peak_tinypytorch(net, x, target, configuration, xp):
     net, x, target on the device of module `xp`; each parameter's gradient let go as soon as it is
     complete (memory_measures.gradients_dropped): the peak is what the activations take.
     """
-    with gradients_dropped(net.params(), xp), collector_off():
+    with gradients_dropped(net.params()), collector_off():
         with cuda.max_memory_allocated() as peak:
             loss = loss_coupling_tinypytorch(net, x, target, configuration)
             loss.backward()

@@ -113,16 +113,13 @@ def _numpy_bytes():
 
 
 @contextlib.contextmanager
-def gradients_dropped(params, xp=np):
+def gradients_dropped(params):
     """Each of `params`' gradients let go as soon as it is complete (its .grad then holds no memory).
 
-    A hook on the parameter replaces the complete gradient by a broadcast view of one shared zero
-    (an array of module `xp`), which owns no memory: the gradient's array is freed as the hook
-    returns, as an optimizer that steps inside backward would free it.
+    PyTorch's way, the same in both frameworks: a post-accumulate-grad hook sets `.grad` to None,
+    as an optimizer that steps inside backward would free it.
     """
-    params = list(params)
-    zero = xp.zeros((), dtype=params[0].data.dtype)
-    handles = [p.register_hook(lambda g: xp.broadcast_to(zero, g.shape)) for p in params]
+    handles = [p.register_post_accumulate_grad_hook(drop_grad) for p in params]
     try:
         yield
     finally:

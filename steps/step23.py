@@ -419,6 +419,17 @@ print(f"torch:   x.grad = {xt.grad.item():.1f}")
 # PyTorch's, which may add a variable's gradient contributions in another
 # order, so from then on a gradient can differ from step 22's in its last bits.
 #
+# Where steps 01–22 taught a DeZero habit that PyTorch does not share, the
+# package follows PyTorch, so that a PyTorch program gives the same result:
+# `x.size()` is the shape and `x.numel()` the element count (step 19's `size`
+# was NumPy's count); `==` and `<` compare element by element instead of
+# asking whether two Variables are the same object; `p -= lr * g` changes `p`
+# in place instead of making a new Variable; a Variable of integers requires
+# no gradient (it would be truncated); `repr` says how a variable was made,
+# as PyTorch's does; and `backward()` needs its seed for an output of more
+# than one element (step 29 explains why). The book's page *tinypytorch for
+# PyTorch users* lists every name.
+#
 # ## Check against PyTorch
 #
 # Step 22's check, run against the package: the same expressions, the same

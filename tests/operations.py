@@ -211,7 +211,8 @@ OPERATIONS = [
     Operation("log_softmax dim 0", lambda a: C.log_softmax(a, 0), lambda a: torch.log_softmax(a, 0), ((2, 3),),
               (C.LogSoftmax,)),
     Operation("nll_loss", lambda a: C.nll_loss(a, np.array([2, 0, 1])),
-              lambda a: torch.nn.functional.nll_loss(a, torch.tensor([2, 0, 1])), ((3, 4),), (C.NLLLoss, F.GetItemGrad)),
+              lambda a: torch.nn.functional.nll_loss(a, torch.tensor([2, 0, 1])), ((3, 4),),
+              (C.NLLLoss, F.GetItemGrad)),
     Operation("abs", F.abs, torch.abs, ((2, 3),), (F.Abs,)),
     # (cubed: sqrt(x)^2 = x makes the tests' second derivative exactly 0 in torch, and 1e-19 here, as Div's double
     # backward rounds otherwise)

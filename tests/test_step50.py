@@ -21,7 +21,7 @@ scores = arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 6)), ele
 def value_and_grad(fn, values, weights):
     x = Variable(values.copy())
     y = fn(x)
-    (y * weights[: y.size].reshape(y.shape)).sum().backward()
+    (y * weights[: y.numel()].reshape(y.shape)).sum().backward()
     return y.data, x.grad.data
 
 

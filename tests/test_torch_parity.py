@@ -320,3 +320,52 @@ def test_numpy_of_a_variable_that_requires_grad_is_refused_as_torch():
     assert "Can't call numpy()" in expected
     x = Variable(np.ones(2), requires_grad=False)
     assert x.numpy() is x.data  # shares memory, as torch's
+
+
+def test_autograd_backward_of_several_outputs_as_torch():
+    grads = []
+    for m, make in [(tinypytorch, ours), (torch, theirs)]:
+        x = make([1.0, 2.0])
+        y1, y2 = (x * x).sum(), x * 3.0
+        seed = np.array([1.0, -1.0]) if m is tinypytorch else torch.tensor([1.0, -1.0], dtype=torch.float64)
+        m.autograd.backward([y1, y2], [None, seed])
+        grads.append(np.array(x.grad.tolist()))
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-14)
+
+
+def test_post_accumulate_grad_hook_sees_the_updated_grad_and_may_free_it():
+    seen = []
+    for make in (ours, theirs):
+        p = make([1.0, 2.0])
+        p.register_post_accumulate_grad_hook(lambda q: seen.append(q.grad.tolist()) or setattr(q, "grad", None))
+        (p * p).sum().backward()
+        (p * 3.0).sum().backward()
+        assert p.grad is None
+    assert seen[:2] == seen[2:]  # [[2, 4], [3, 3]] in torch
+
+
+def test_a_custom_function_whose_forward_calls_tensor_methods_runs():
+    class Shift(tinypytorch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x - x.min()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class ShiftT(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x - x.min()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    x, t = ours([3.0, 1.0, 2.0]), theirs([3.0, 1.0, 2.0])
+    y, yt = Shift.apply(x), ShiftT.apply(t)
+    np.testing.assert_array_equal(y.data, yt.detach().numpy())
+    (y * y).sum().backward()
+    (yt * yt).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, t.grad.numpy())

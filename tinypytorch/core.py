@@ -175,6 +175,7 @@ class Variable:
     grad_leaf = None  # step 38: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
     view_record = None  # step 37: for a view (reshape, transpose, basic indexing), its inplace.View record
+    _post_accumulate_hooks = None  # {handle id: hook}: called with the leaf once its .grad is updated
 
     @property
     def _version(self):
@@ -604,8 +605,8 @@ class Variable:
     def backward(self, gradient=None, retain_graph=None, create_graph=False, *, retain_grad=False):
         """Add the derivative of this variable with respect to each leaf into the leaf's `.grad`.
 
-        gradient: d(loss)/d(self), shaped like self. Without it the seed is ones (step 09),
-            for a non-scalar variable too, where PyTorch would insist on a gradient.
+        gradient: d(loss)/d(self), shaped like self. Without it the seed is 1, for a variable of one
+            element only: for more, PyTorch and the package refuse to guess (step 29).
         retain_graph: keep the tensors the functions saved for backward, so that the graph
             can be backpropagated again (step 35). Defaults to create_graph, as in PyTorch.
         create_graph: record the backward pass as a graph of its own, so that the
@@ -675,6 +676,22 @@ class Variable:
                 self.creator.keep_output_hooks(self.output_nr, self._hooks)
         handle = autograd.hooks.RemovableHandle(self._hooks)
         self._hooks[handle.id] = hook
+        return handle
+
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call `hook(self)` each time a backward pass has added this leaf's gradient into `.grad` (PyTorch's).
+
+        What an optimizer that steps inside backward uses: the hook may update the leaf and let its
+        gradient go (`.grad = None`) at once. Returns a handle whose `remove()` unregisters the hook.
+        """
+        if self.creator is not None:
+            raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._post_accumulate_hooks is None:
+            self._post_accumulate_hooks = {}
+        handle = autograd.hooks.RemovableHandle(self._post_accumulate_hooks)
+        self._post_accumulate_hooks[handle.id] = hook
         return handle
 
     def retain_grad(self):
@@ -847,12 +864,13 @@ class Function:
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
         # as_array: a 0-d result may come back a scalar (step 09)
         if type(ys) is tuple:
-            outputs = [Variable(y, requires_grad=requires_grad and y.dtype.kind in "fc")
-                       for y in [as_array(y) for y in ys]]  # an integer output has no gradient (PyTorch)
+            outputs = [Variable(as_array(y), requires_grad=False) for y in ys]
         else:
-            y = as_array(ys)
             ys = (ys,)
-            outputs = [Variable(y, requires_grad=requires_grad and y.dtype.kind in "fc")]
+            outputs = [Variable(as_array(ys[0]), requires_grad=False)]
+        if requires_grad:  # (set behind the constructor, which would check the dtype a second time)
+            for output in outputs:
+                output._requires_grad = output.data.dtype.kind in "fc"  # an integer output has no gradient
         if self.is_view:
             inplace.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
         if requires_grad:

@@ -60,8 +60,7 @@ def tensor_data(data, dtype=None, op="tensor"):
     """
     if isinstance(data, Variable):
         data = data.data
-    if dtype is not None:
-        dtype = _dtype(op, dtype)
+    dtype = _dtype(op, dtype)
     if isinstance(data, cuda.array_types):
         source_dtype = _array_dtype(data, op)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -177,9 +176,9 @@ def _checked_cast(source, dtype, op):
 # ----- what every factory checks ---------------------------------------------------------------------------------
 
 def _dtype(op, dtype, default=None):
-    """`dtype` as a NumPy dtype a tensor can hold; `default` when it is None."""
+    """`dtype` as a NumPy dtype a tensor can hold; `default` (a dtype, or None) when it is None."""
     if dtype is None:
-        return np.dtype(default)
+        return None if default is None else np.dtype(default)
     try:
         result = np.dtype(dtype)
     except TypeError:

@@ -392,6 +392,8 @@ def _normalize_axis(op, axis, ndim):
 def _dims(op, dim, ndim):
     """PyTorch's `dim` (an int or a tuple of ints, negative counting from the end) as a sorted tuple of
     non-negative ints; None for every dim, as PyTorch reads an empty tuple. A 0-d variable has dims 0 and -1."""
+    if isinstance(dim, int) and not isinstance(dim, bool):  # the common case, one dim
+        return (_dim(op, dim, ndim),) if ndim else ()
     dims = (dim,) if isinstance(dim, numbers.Integral) else dim
     if not isinstance(dims, (tuple, list)):
         raise TypeError(f"{op}: dim must be an int or a tuple of ints, got {dim!r}")
@@ -419,7 +421,7 @@ def _spelling(op, dim, keepdim, axis, keepdims):
 
 def _reduction(op, x, dim, keepdim, axis, keepdims):
     """(axes, keepdims) for a reduction of x: a sorted tuple of axes, or None for all of them."""
-    if axis is None and keepdims is None:  # the common call, as cheap as it can be (every backward of a sum)
+    if axis is None and keepdims is None:  # the common call (PyTorch's spelling, or none): the cheapest path
         return (None if dim is None else _dims(op, dim, _ndim(x))), keepdim
     numpy_spelling = axis is not None
     dim, keepdim = _spelling(op, dim, keepdim, axis, keepdims)
@@ -437,6 +439,7 @@ def _over(axes):
     """The axes of a reduction, as an error names them: "over axis 0", "over axes (0, 1)", "" for every axis."""
     if axes is None:
         return ""
+    axes = (axes,) if isinstance(axes, numbers.Integral) else tuple(axes)
     return f" over axis {axes[0]}" if len(axes) == 1 else f" over axes {axes}"
 
 

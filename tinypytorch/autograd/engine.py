@@ -307,6 +307,9 @@ class GraphTask:
             self.captured[x] = gx
         if not self.capture:
             accumulate_grad(x, gx)
+            if x._post_accumulate_hooks:
+                for hook in list(x._post_accumulate_hooks.values()):  # a copy: a hook may remove itself
+                    hook(x)
 
     def finish_output(self, f, nr, gy):
         """The gradient of f's output nr is complete: its hooks, kept or handed back; None if nothing arrived."""

@@ -53,3 +53,24 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             raise RuntimeError(f"grad: the differentiated Variable at index {i} appears to not have been used "
                                "in the graph. Set allow_unused=True if this is the desired behavior.")
     return tuple(captured.get(x) for x in inputs)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False):
+    """Add the gradients of `tensors` into the leaves' `.grad` (PyTorch's `torch.autograd.backward`).
+
+    One pass for all of them, as if their sum (each weighted by its grad_tensor) were differentiated;
+    `y.backward(g)` is `backward([y], [g])`. A grad_tensor may be None for a one-element tensor.
+    """
+    tensors = _variables(tensors, "tensors")
+    if grad_tensors is None:
+        grad_tensors = [None] * len(tensors)
+    elif not isinstance(grad_tensors, (list, tuple)):
+        grad_tensors = [grad_tensors]
+    if len(grad_tensors) != len(tensors):
+        raise RuntimeError(f"backward: got {len(grad_tensors)} grad_tensors for {len(tensors)} tensors")
+    for i, y in enumerate(tensors):
+        if not y.requires_grad:
+            raise RuntimeError(f"backward: element {i} of tensors does not require grad and does not have a grad_fn")
+    seeds = [engine.seed(y, g, "backward") for y, g in zip(tensors, grad_tensors)]
+    retain_graph = create_graph if retain_graph is None else retain_graph
+    engine.run_backward(list(tensors), seeds, retain_graph, create_graph)

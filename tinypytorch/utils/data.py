@@ -107,7 +107,7 @@ def default_collate(batch):
     """A list of samples as one batch, by the rules of PyTorch's `default_collate`:
 
         arrays, Variables   stacked along a new first axis (one shape), differentiably if one requires grad
-        Python numbers      one array: floats float64, ints int64, bools bool
+        Python numbers      one array: float64 if the first is a float, else as tensor() infers (int64, bool)
         NumPy scalars       one array of their dtype
         strings             left as they are
         dicts               a dict: key k collates the samples' values at k
