@@ -23,7 +23,7 @@ from tinypytorch import Variable, datasets
 from tinypytorch.classification import accuracy, cross_entropy
 from tinypytorch.layers import MLP
 from tinypytorch.optimizers import Adam
-from tinypytorch.utils.data import DataLoader, TensorDataset, random_split
+from tinypytorch.utils.data import DataLoader, TensorDataset, default_collate, random_split
 from tinypytorch.utils.listing import show_code
 
 
@@ -43,6 +43,13 @@ def below(error, bound):
 
 # %%
 show_code(DataLoader.batches, DataLoader.__iter__, DataLoader.collate, step=51)
+
+# %% [markdown]
+# The batch is made by PyTorch's rules (`default_collate`), so a dataset that
+# is a plain list of `(features, label)` pairs works as it does in PyTorch:
+
+# %%
+show_code(default_collate)
 
 # %% [markdown]
 # `batches` draws a permutation of the indices from the framework's
