@@ -369,3 +369,11 @@ def test_a_custom_function_whose_forward_calls_tensor_methods_runs():
     (y * y).sum().backward()
     (yt * yt).sum().backward()
     np.testing.assert_array_equal(x.grad.data, t.grad.numpy())
+
+
+def test_complex_variables_are_refused_rather_than_given_a_gradient_other_than_torchs():
+    z = torch.tensor([1 + 2j], requires_grad=True)
+    (z * z).abs().sum().backward()  # torch: the conjugate convention, which the package does not follow
+    with pytest.raises(RuntimeError, match="complex variables cannot require grad"):
+        Variable(np.array([1 + 2j]), requires_grad=True)
+    assert not Variable(np.array([1 + 2j])).requires_grad

@@ -138,6 +138,15 @@ def increment_version(x):
 _ONLY_FLOATING = "Only Tensors of floating point and complex dtype can require gradients"
 
 
+def _cannot_require_grad(dtype):
+    """Why a variable of `dtype` cannot require grad: PyTorch's words for integers; for complex numbers, the
+    package's own (PyTorch differentiates them with a conjugate convention that the formulas here do not follow)."""
+    if dtype.kind == "c":
+        return ("complex variables cannot require grad in tinypytorch: PyTorch's gradients of complex functions "
+                "(conjugate Wirtinger derivatives) are not implemented")
+    return _ONLY_FLOATING
+
+
 class Variable:
     """A box around an array that remembers the function that created it."""
 
@@ -158,10 +167,10 @@ class Variable:
         # Checked here rather than through the property's setter, which is slower: every
         # operation makes a Variable, and a new one has no creator for the setter to check.
         if requires_grad is None:  # the tutorial's default: True, for the dtypes that can have a gradient
-            requires_grad = data is not None and data.dtype.kind in "fc"
+            requires_grad = data is not None and data.dtype.kind == "f"
         elif requires_grad is True:
-            if data is not None and data.dtype.kind not in "fc":
-                raise RuntimeError(_ONLY_FLOATING)
+            if data is not None and data.dtype.kind != "f":
+                raise RuntimeError(_cannot_require_grad(data.dtype))
         elif requires_grad is not False:
             raise TypeError(f"requires_grad must be a bool, got {type(requires_grad).__name__}")
         self._requires_grad = requires_grad
@@ -632,8 +641,8 @@ class Variable:
         if not value and self.creator is not None:
             raise RuntimeError("requires_grad: you can only change requires_grad flags of leaf variables; "
                                "use var.detach() for a variable that does not require grad")
-        if value and self.data is not None and self.data.dtype.kind not in "fc":
-            raise RuntimeError(_ONLY_FLOATING)
+        if value and self.data is not None and self.data.dtype.kind != "f":
+            raise RuntimeError(_cannot_require_grad(self.data.dtype))
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad=True):
@@ -870,7 +879,7 @@ class Function:
             outputs = [Variable(as_array(ys[0]), requires_grad=False)]
         if requires_grad:  # (set behind the constructor, which would check the dtype a second time)
             for output in outputs:
-                output._requires_grad = output.data.dtype.kind in "fc"  # an integer output has no gradient
+                output._requires_grad = output.data.dtype.kind == "f"  # an integer output has no gradient
         if self.is_view:
             inplace.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
         if requires_grad:
