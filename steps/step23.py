@@ -21,7 +21,8 @@
 # ```
 # tinypytorch/
 #     __init__.py    what `import tinypytorch` exposes
-#     core.py        Config, using_config, no_grad, Variable, Function, Add ... Pow, the operators
+#     grad_mode.py   Config, using_config, no_grad: the switches, on the ground floor
+#     core.py        Variable, Function, Add ... Pow, the operators
 #     functions.py   functions that are not operators: square, exp
 #     cuda.py        the array backend: NumPy, or CuPy on a GPU
 #     utils.py       numerical_diff, gradient_check
@@ -318,7 +319,11 @@ print("exp(x) =", tinypytorch.exp(x))
 # `enable_backprop` (step 18). `using_config` changes a switch for the length
 # of a `with` block and restores it even when the block raises. `no_grad()` is
 # `using_config("enable_backprop", False)`: operations run, but record no
-# creator, so nothing of the graph is kept.
+# creator, so nothing of the graph is kept. They live in `grad_mode.py`, a
+# module that imports nothing of the package, so that every other module can
+# ask it; the modes of later steps (saved-tensor hooks, anomaly mode,
+# recomputation) join them there. As in PyTorch, each thread has its own grad
+# mode: `no_grad` in one thread does not stop another from recording.
 
 # %%
 x = Variable(np.array(3.0))

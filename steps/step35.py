@@ -227,7 +227,7 @@ for f, saved in utils.saved_tensors(tinypytorch.linear(batch, W)):
 show_code(SavedTensor.__init__, SavedTensor.unpack, step=35)
 
 # %% [markdown]
-# (The `_hooks_stack` branch is step 38's saved-tensor hooks; until then it
+# (The `hooks` branch is step 38's saved-tensor hooks; until then it
 # is never taken.) With the garbage collector switched off, reference
 # counting alone frees the function:
 

@@ -45,10 +45,12 @@ def show(a):
 # ## Pack when saved, unpack in backward
 #
 # `saved_tensors_hooks` is a context manager. It pushes the pair of hooks onto
-# a stack on entry and pops it on exit:
+# a stack on entry and pops it on exit. The stack is one of the package's modes,
+# kept with the others in `grad_mode`, and belongs to the thread that entered
+# the context, as in PyTorch:
 
 # %%
-show_code(saved_tensors_hooks, step=38)
+show_code(saved_tensors_hooks, tinypytorch.grad_mode.saved_tensors_hooks_entered, step=38)
 
 # %% [markdown]
 # When a function saves a tensor, step 35's `SavedTensor` looks at the top of

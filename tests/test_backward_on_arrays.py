@@ -1,4 +1,4 @@
-"""Backward formulas on bare arrays (core.BackwardMode).
+"""Backward formulas on bare arrays (grad_mode.BackwardMode).
 
 One formula per operation serves both kinds of backward pass: given Variables (create_graph=True)
 it records a graph, given arrays (create_graph=False) it computes on arrays and makes no Variable.
@@ -13,7 +13,8 @@ import tinypytorch
 from operations import OPERATIONS, operands, package_functions
 from reference import assert_close_to_torch
 from tinypytorch import Variable, autograd, core, cuda
-from tinypytorch.core import BackwardMode, Function
+from tinypytorch.core import Function
+from tinypytorch.grad_mode import BackwardMode
 
 pytestmark = [pytest.mark.torch]
 

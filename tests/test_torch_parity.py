@@ -377,3 +377,22 @@ def test_complex_variables_are_refused_rather_than_given_a_gradient_other_than_t
     with pytest.raises(RuntimeError, match="complex variables cannot require grad"):
         Variable(np.array([1 + 2j]), requires_grad=True)
     assert not Variable(np.array([1 + 2j])).requires_grad
+
+
+@pytest.mark.parametrize("m, make", [(tinypytorch, ours), (torch, theirs)], ids=["tinypytorch", "torch"])
+def test_saved_tensor_hooks_of_one_thread_do_not_pack_another_threads_tensors(m, make):
+    inside, done, packed = threading.Event(), threading.Event(), []
+
+    def hold_hooks():
+        with m.autograd.graph.saved_tensors_hooks(lambda t: packed.append(1) or t, lambda t: t):
+            inside.set()
+            done.wait(5)
+
+    other = threading.Thread(target=hold_hooks)
+    other.start()
+    inside.wait(5)
+    x = make([1.0, 2.0])
+    (x * x).sum().backward()
+    done.set()
+    other.join()
+    assert packed == []

@@ -3,7 +3,8 @@
 Steps 01-22 are self-contained snapshots of the framework as it grew; from step 23
 on it lives here, in modules:
 
-    core        Config, using_config, no_grad, Variable, Function and the arithmetic operators
+    grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
+    core        Variable, Function and the arithmetic operators
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
     utils       numerical gradients, walking and drawing the graph; utils.checkpoint (steps 41-45)
@@ -31,10 +32,8 @@ from tinypytorch import (
 import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.checkpoint and .data after `import tinypytorch`,
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
-from tinypytorch.core import (
-    Config, Function, Variable, add, as_array, as_variable, div, enable_grad, is_grad_enabled, mul, neg, no_grad, pow,
-    rdiv, rsub, set_grad_enabled, sub, using_config,
-)
+from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, pow, rdiv, rsub, sub
+from tinypytorch.grad_mode import Config, enable_grad, is_grad_enabled, no_grad, set_grad_enabled, using_config
 from tinypytorch.factories import (
     arange, bool, double, eye, float, float16, float32, float64, from_numpy, full, full_like, half, int32, int64,
     linspace, long, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like,

@@ -161,6 +161,6 @@ def accuracy(scores, target):
     return float((scores.argmax(axis=1) == xp.asarray(target)).mean())
 
 
-formulas_on_arrays(Softmax, LogSoftmax, NLLLoss)  # speed: their backward runs on arrays too (core.BackwardMode)
+formulas_on_arrays(Softmax, LogSoftmax, NLLLoss)  # speed: their backward runs on arrays too (grad_mode.BackwardMode)
 
 NLLLoss.torch_name = "NllLossBackward0"  # PyTorch's name for the node (Function.name)

@@ -3,58 +3,15 @@
 This is the framework of steps 01-22 gathered in one module. Each piece names
 the step that introduced it, so a reader can go back to where it is explained.
 """
-import collections
-import contextlib
 import functools
 import itertools
 import numbers
-import threading
 import weakref
 
 import numpy as np
 
-from tinypytorch import cuda
-
-
-# step 18: one switch decides whether operations record the graph
-class _Config(threading.local):
-    """The options of `Config`. Each thread sees its own values (threading.local), starting from these
-    class-level defaults: as in PyTorch, `no_grad` in one thread does not stop another from recording."""
-
-    enable_backprop = True
-
-
-Config = _Config()
-
-
-@contextlib.contextmanager
-def using_config(name, value):
-    """Set `Config.<name>` to `value` inside a `with` block, in this thread; the old value returns even on error."""
-    # step 18: with a misspelt name, setattr would silently create a new option
-    known = [option for option in vars(_Config) if not option.startswith("_")]
-    if name not in known:
-        raise ValueError(f"using_config: unknown option {name!r}; known options: {', '.join(known)}")
-    old_value = getattr(Config, name)
-    setattr(Config, name, value)
-    try:
-        yield
-    finally:
-        setattr(Config, name, old_value)
-
-
-class _BackwardMode(threading.local):
-    """While a backward formula runs on bare arrays, in this thread: True (set by the engine, autograd.engine).
-
-    A backward pass that records no graph of its own (create_graph=False, the common case)
-    hands the formulas of the operations that allow it (`Function.formula_on_arrays`) bare
-    arrays: the same formula then computes on arrays, with no Variable made and nothing
-    recorded, and what it calls (sum_to, reshape, cos, ...) returns arrays too.
-    """
-
-    arrays = False
-
-
-BackwardMode = _BackwardMode()
+from tinypytorch import cuda, grad_mode
+from tinypytorch.grad_mode import BackwardMode, Config, no_grad  # every mode lives there (step 18's Config too)
 
 
 def formulas_on_arrays(*functions):
@@ -70,40 +27,6 @@ def formulas_on_arrays(*functions):
 def array_of(x):
     """The array of a Variable, or `x` itself: what a formula reads when it needs the values as a constant."""
     return x.data if isinstance(x, Variable) else x
-
-
-def no_grad():
-    """Context manager: operations inside it record no graph (step 18)."""
-    return using_config("enable_backprop", False)
-
-
-def enable_grad():
-    """Context manager: operations inside it record the graph, even inside no_grad (PyTorch's enable_grad)."""
-    return using_config("enable_backprop", True)
-
-
-def is_grad_enabled():
-    """Whether operations record the graph now, in this thread (PyTorch's `torch.is_grad_enabled`)."""
-    return Config.enable_backprop
-
-
-class set_grad_enabled:
-    """Switch recording on or off in this thread (PyTorch's `torch.set_grad_enabled`).
-
-    Called, it switches at once; used in a `with` block, the old mode returns at the end of the block.
-    """
-
-    def __init__(self, mode):
-        if not isinstance(mode, bool):
-            raise TypeError(f"set_grad_enabled: mode must be a bool, got {type(mode).__name__}")
-        self.previous = Config.enable_backprop
-        Config.enable_backprop = mode
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        Config.enable_backprop = self.previous
 
 
 class VersionCounter:
@@ -920,7 +843,7 @@ class Function:
         self.outputs = [weakref.ref(output) for output in outputs]  # step 17: no reference cycle
         if self._to_save:
             self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)
-        if autograd.anomaly.enabled():
+        if grad_mode.is_anomaly_enabled():
             autograd.anomaly.record_creation(self)  # step 39: where it was made, for a NaN's report
 
     torch_name = None  # PyTorch's name for this node where it is not the class name + "Backward0"

@@ -1039,7 +1039,7 @@ def mean_squared_error(x0, x1):
     return MeanSquaredError()(x0, x1)
 
 
-# speed: every operation here has one backward formula for arrays and Variables (core.BackwardMode), but ToDevice,
+# speed: every operation here has one backward formula for arrays and Variables (grad_mode.BackwardMode), but ToDevice,
 # whose gradient goes back to another device
 formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Abs, Sqrt, Clamp, Cast, Reshape, Transpose, Sum, Mean, Max, Min,
                    TakeAlongDim, LogSumExp, Norm, BroadcastTo, SumTo, MatMul, LinearFunction, GetItem, GetItemGrad,

@@ -16,9 +16,9 @@ Three cases need more than that, each as in PyTorch:
 """
 from tinypytorch import cuda
 from tinypytorch.core import (
-    Config, Function, Variable, add, as_variable, div, enable_grad, formulas_on_arrays, increment_version, mul, no_grad,
-    share_version_counter, sub,
+    Function, Variable, add, as_variable, div, formulas_on_arrays, increment_version, mul, share_version_counter, sub,
 )
+from tinypytorch.grad_mode import Config, enable_grad, no_grad
 from tinypytorch.functions import sum_to
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
@@ -254,4 +254,4 @@ def track_view(f, x, y):
         y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)
 
 
-formulas_on_arrays(Zero, ViewScatter, SetItem)  # speed: their backward runs on arrays too (core.BackwardMode)
+formulas_on_arrays(Zero, ViewScatter, SetItem)  # speed: their backward runs on arrays too (grad_mode.BackwardMode)

@@ -21,7 +21,8 @@ import warnings
 import numpy as np
 
 from tinypytorch import cuda
-from tinypytorch.core import Variable, enable_grad, no_grad
+from tinypytorch.core import Variable
+from tinypytorch.grad_mode import enable_grad, no_grad
 from tinypytorch.cuda import get_array_module
 
 

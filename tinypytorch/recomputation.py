@@ -8,25 +8,15 @@ with running state that this run is a repeat: BatchNorm counts a batch once (ste
 import contextlib
 
 from tinypytorch import random
-
-_depth = 0  # how many recomputations are running now, one inside another
-
-
-def is_recomputing():
-    """True while a forward computation runs again for backward."""
-    return _depth > 0
+from tinypytorch.grad_mode import is_recomputing, recomputing  # noqa: F401  (is_recomputing: asked here by layers)
 
 
 @contextlib.contextmanager
 def replaying(rng_states):
     """Run a recomputation: every generator where `rng_states` found it (None: as they are), the outer streams
     untouched afterwards (`random.get_all_states()` takes such a snapshot)."""
-    global _depth
     with random.fork_rng(enabled=rng_states is not None):
         if rng_states is not None:
             random.set_all_states(rng_states)
-        _depth += 1
-        try:
+        with recomputing():
             yield
-        finally:
-            _depth -= 1

@@ -14,8 +14,8 @@ checkpointing, and the parameters' gradients are returned through the graph, so
 """
 from tinypytorch import random
 from tinypytorch.autograd import engine
-from tinypytorch.core import (Config, Function, Variable, as_variable, enable_grad, gradient_edge, increment_version,
-                              no_grad)
+from tinypytorch.core import Function, Variable, as_variable, gradient_edge, increment_version
+from tinypytorch.grad_mode import Config, enable_grad, no_grad
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import concatenate, sum_to
 from tinypytorch.layers import Layer, Parameter

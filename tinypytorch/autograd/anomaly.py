@@ -11,19 +11,16 @@ backward that returns NaN raises "Function 'Log' returned nan values in its 0th 
 import traceback
 import warnings
 
+from tinypytorch import grad_mode
 from tinypytorch.cuda import get_array_module
 from tinypytorch.core import array_of
 
-_mode = {"enabled": False, "check_nan": True}
-
-
 def enabled():
-    """Whether anomaly mode is on (Function.__call__ and the engine ask at every operation)."""
-    return _mode["enabled"]
+    """Whether anomaly mode is on (its switch is in tinypytorch.grad_mode, with every other mode)."""
+    return grad_mode.is_anomaly_enabled()
 
 
-def is_anomaly_check_nan_enabled():
-    return _mode["check_nan"]
+is_anomaly_check_nan_enabled = grad_mode.is_anomaly_check_nan_enabled
 
 
 class set_detect_anomaly:  # noqa: N801 (PyTorch's name)
@@ -32,14 +29,13 @@ class set_detect_anomaly:  # noqa: N801 (PyTorch's name)
     def __init__(self, mode, check_nan=True):
         if not isinstance(mode, bool) or not isinstance(check_nan, bool):
             raise TypeError("set_detect_anomaly: mode and check_nan must be bools")
-        self.previous = dict(_mode)
-        _mode.update(enabled=mode, check_nan=check_nan)
+        self.previous = grad_mode.set_anomaly(mode, check_nan)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        _mode.update(self.previous)
+        grad_mode.restore_anomaly(self.previous)
         return False
 
 
@@ -71,7 +67,7 @@ def checked_backward(function, gys, call_backward):
     except Exception as error:
         error.add_note(forward_traceback(function))
         raise
-    if _mode["check_nan"]:
+    if grad_mode.is_anomaly_check_nan_enabled():
         for i, gx in enumerate(gxs):
             if gx is not None and get_array_module(array_of(gx)).isnan(array_of(gx)).any():
                 error = RuntimeError(f"Function '{type(function).__name__}' returned nan values in its {i}th output.")

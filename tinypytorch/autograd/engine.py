@@ -18,8 +18,10 @@ import itertools
 from tinypytorch import cuda
 from tinypytorch.autograd import anomaly
 from tinypytorch.autograd.hooks import call_hooks
-from tinypytorch.core import (BackwardMode, Clone, Config, Function, Variable, array_of, as_array, as_variable,
-                              gradient_edge, increment_version, using_config)
+from tinypytorch.core import (
+    Clone, Function, Variable, array_of, as_array, as_variable, gradient_edge, increment_version,
+)
+from tinypytorch.grad_mode import BackwardMode, Config, using_config
 from tinypytorch.functions import astype
 from tinypytorch.cuda import get_array_module
 
@@ -138,7 +140,7 @@ def call_backward(f, gys):
     does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
     on_arrays = f.formula_on_arrays and not Config.enable_backprop
-    if on_arrays:  # speed: the formula on bare arrays (core.BackwardMode)
+    if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
         BackwardMode.arrays = True
         try:
             gxs = f.backward(*[gy.data if isinstance(gy, Variable) else gy for gy in gys])

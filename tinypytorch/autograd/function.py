@@ -23,7 +23,8 @@ import functools
 import numpy as np
 
 from tinypytorch import cuda
-from tinypytorch.core import Config, Function as Node, Variable, no_grad
+from tinypytorch.core import Function as Node, Variable
+from tinypytorch.grad_mode import Config, no_grad
 from tinypytorch.functions import sum_to
 
 

@@ -11,7 +11,8 @@ import warnings
 import numpy as np
 
 from tinypytorch.autograd.gradients import grad
-from tinypytorch.core import Variable, as_variable, enable_grad
+from tinypytorch.core import Variable, as_variable
+from tinypytorch.grad_mode import enable_grad
 from tinypytorch.cuda import as_numpy, get_array_module
 
 

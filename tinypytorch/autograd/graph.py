@@ -9,14 +9,12 @@ asked to `retain_graph`; unpacking it afterwards raises PyTorch's "backward thro
 the graph a second time" error. Before it hands a tensor to backward, it checks that
 nothing changed the tensor in place since it was saved (step 36).
 """
-import contextlib
 import weakref
 
-from tinypytorch import cuda
+from tinypytorch import cuda, grad_mode
+from tinypytorch.grad_mode import BackwardMode, SavedTensorsHooks, no_grad
 # increment_version is here too, as in PyTorch (torch.autograd.graph.increment_version)
-from tinypytorch.core import (  # noqa: F401
-    BackwardMode, Variable, VersionCounter, increment_version, no_grad, share_version_counter,
-)
+from tinypytorch.core import Variable, VersionCounter, increment_version, share_version_counter  # noqa: F401
 
 BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -33,10 +31,6 @@ def _describe(data):
 
 # ----- step 38: saved-tensor hooks ---------------------------------------------------------------
 
-_hooks_stack = []  # the (pack_hook, unpack_hook) pairs of the saved_tensors_hooks contexts entered
-
-
-@contextlib.contextmanager
 def saved_tensors_hooks(pack_hook, unpack_hook):
     """Inside this context every tensor a function saves for backward goes through `pack_hook`.
 
@@ -47,16 +41,12 @@ def saved_tensors_hooks(pack_hook, unpack_hook):
     """
     if not callable(pack_hook) or not callable(unpack_hook):
         raise TypeError("saved_tensors_hooks: pack_hook and unpack_hook must be callable")
-    _hooks_stack.append((pack_hook, unpack_hook))
-    try:
-        yield
-    finally:
-        _hooks_stack.pop()
+    return grad_mode.saved_tensors_hooks_entered(pack_hook, unpack_hook)  # a mode of this thread, kept there
 
 
 def current_hooks():
-    """The innermost (pack_hook, unpack_hook) pair, or None outside every saved_tensors_hooks context."""
-    return _hooks_stack[-1] if _hooks_stack else None
+    """The innermost (pack_hook, unpack_hook) pair of this thread, or None outside every saved_tensors_hooks context."""
+    return grad_mode.current_saved_tensors_hooks()
 
 
 def save_on_cpu(pin_memory=False, device_type="cuda"):
@@ -111,8 +101,9 @@ class SavedTensor:
         self.version = self.counter.value  # step 36: the version it must still have when unpacked
         self.output_nr = variable.output_nr
         self.requires_grad = variable._requires_grad
-        if _hooks_stack:  # current_hooks(), without the call: every saved tensor asks
-            self._pack(variable, function, is_output, *_hooks_stack[-1])
+        hooks = SavedTensorsHooks.stack  # current_hooks(), without the call: every saved tensor asks
+        if hooks:
+            self._pack(variable, function, is_output, *hooks[-1])
         elif is_output:
             self.data = variable.data  # the array, not the Variable: no cycle through the creator
         else:
@@ -149,7 +140,7 @@ class SavedTensor:
         return self._rebuild(self.data, function)
 
     def unpack_array(self, function):
-        """`unpack` for a formula running on bare arrays (core.BackwardMode): the array, after the same checks."""
+        """`unpack` for a formula running on bare arrays (grad_mode.BackwardMode): the array, after the same checks."""
         if self.freed or self.unpack_hook is not None:
             BackwardMode.arrays = False  # the unpack hook is the user's code: it gets and gives Variables
             try:

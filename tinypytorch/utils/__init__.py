@@ -8,7 +8,8 @@ import warnings
 import numpy as np
 
 from tinypytorch import autograd
-from tinypytorch.core import Function, Variable, as_variable, no_grad
+from tinypytorch.core import Function, Variable, as_variable
+from tinypytorch.grad_mode import no_grad
 from tinypytorch.cuda import get_array_module
 
 try:  # step 25: optional, like the `dot` program it drives; get_dot_graph needs neither

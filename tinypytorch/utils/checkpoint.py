@@ -25,7 +25,9 @@ from tinypytorch import cuda, random
 from tinypytorch.recomputation import replaying
 from tinypytorch.autograd import engine
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
-from tinypytorch.core import Config, Function, Variable, as_variable, enable_grad, no_grad
+from tinypytorch.core import Function, Variable, as_variable
+from tinypytorch.grad_mode import Config, enable_grad, no_grad
+
 
 class CheckpointError(RuntimeError):
     """A recomputation did not save what the first run saved (PyTorch's CheckpointError)."""

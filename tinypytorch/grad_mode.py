@@ -1,0 +1,171 @@
+"""Every mode of the package in one place: what operations and backward passes ask before they act.
+
+    grad mode           operations record the graph: no_grad, enable_grad, set_grad_enabled (step 18)
+    formulas on arrays  a backward formula computes on bare arrays: the engine's speed path (step 33)
+    saved-tensor hooks  the (pack, unpack) pairs of the saved_tensors_hooks contexts entered (step 38)
+    anomaly mode        every function keeps the stack that made it; backward checked for NaN (step 39)
+    recomputation       a forward computation runs again for backward: checkpointing, reversible blocks (42-47)
+
+Each is read and set here, and only here. As in PyTorch, every mode but anomaly mode belongs to the
+thread that set it (threading.local): `no_grad` in one thread does not stop another from recording.
+Anomaly mode is one switch for the whole process, as PyTorch's is. This module imports nothing of the
+package: it is the ground floor that every other floor may ask.
+"""
+import contextlib
+import threading
+
+
+# ----- grad mode (step 18) ---------------------------------------------------------------------------
+
+class _Config(threading.local):
+    """The options of `Config`: each thread sees its own values, starting from these class-level defaults."""
+
+    enable_backprop = True
+
+
+Config = _Config()  # step 18's name: `Config.enable_backprop` is read by every operation
+
+
+@contextlib.contextmanager
+def using_config(name, value):
+    """Set `Config.<name>` to `value` inside a `with` block, in this thread; the old value returns even on error."""
+    # step 18: with a misspelt name, setattr would silently create a new option
+    known = [option for option in vars(_Config) if not option.startswith("_")]
+    if name not in known:
+        raise ValueError(f"using_config: unknown option {name!r}; known options: {', '.join(known)}")
+    old_value = getattr(Config, name)
+    setattr(Config, name, value)
+    try:
+        yield
+    finally:
+        setattr(Config, name, old_value)
+
+
+def no_grad():
+    """Context manager: operations inside it record no graph (step 18)."""
+    return using_config("enable_backprop", False)
+
+
+def enable_grad():
+    """Context manager: operations inside it record the graph, even inside no_grad (PyTorch's enable_grad)."""
+    return using_config("enable_backprop", True)
+
+
+def is_grad_enabled():
+    """Whether operations record the graph now, in this thread (PyTorch's `torch.is_grad_enabled`)."""
+    return Config.enable_backprop
+
+
+class set_grad_enabled:  # noqa: N801 (PyTorch's name)
+    """Switch recording on or off in this thread (PyTorch's `torch.set_grad_enabled`).
+
+    Called, it switches at once; used in a `with` block, the old mode returns at the end of the block.
+    """
+
+    def __init__(self, mode):
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_grad_enabled: mode must be a bool, got {type(mode).__name__}")
+        self.previous = Config.enable_backprop
+        Config.enable_backprop = mode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        Config.enable_backprop = self.previous
+
+
+# ----- formulas on arrays (the engine's speed path) ----------------------------------------------------
+
+class _BackwardMode(threading.local):
+    """While a backward formula runs on bare arrays, in this thread: True (set by the engine, autograd.engine).
+
+    A backward pass that records no graph of its own (create_graph=False, the common case)
+    hands the formulas of the operations that allow it (`Function.formula_on_arrays`) bare
+    arrays: the same formula then computes on arrays, with no Variable made and nothing
+    recorded, and what it calls (sum_to, reshape, cos, ...) returns arrays too.
+    """
+
+    arrays = False
+
+
+BackwardMode = _BackwardMode()
+
+
+# ----- saved-tensor hooks (step 38) ------------------------------------------------------------------
+
+class _SavedTensorsHooks(threading.local):
+    """The (pack_hook, unpack_hook) pairs of the saved_tensors_hooks contexts entered in this thread, innermost
+    last (a tuple: each thread starts from the empty one)."""
+
+    stack = ()
+
+
+SavedTensorsHooks = _SavedTensorsHooks()
+
+
+@contextlib.contextmanager
+def saved_tensors_hooks_entered(pack_hook, unpack_hook):
+    """Inside the block, the tensors saved for backward in this thread are packed and unpacked by these hooks."""
+    SavedTensorsHooks.stack = (*SavedTensorsHooks.stack, (pack_hook, unpack_hook))
+    try:
+        yield
+    finally:
+        SavedTensorsHooks.stack = SavedTensorsHooks.stack[:-1]
+
+
+def current_saved_tensors_hooks():
+    """The innermost (pack_hook, unpack_hook) pair entered in this thread, or None."""
+    stack = SavedTensorsHooks.stack
+    return stack[-1] if stack else None
+
+
+# ----- anomaly mode (step 39): one switch for the process, as PyTorch's ------------------------------
+
+_anomaly = {"enabled": False, "check_nan": True}
+
+
+def is_anomaly_enabled():
+    """Whether anomaly mode is on (Function.__call__ and the engine ask at every operation)."""
+    return _anomaly["enabled"]
+
+
+def is_anomaly_check_nan_enabled():
+    return _anomaly["check_nan"]
+
+
+def set_anomaly(enabled, check_nan):
+    """Turn anomaly mode on or off; returns the old setting, for `restore_anomaly`."""
+    previous = dict(_anomaly)
+    _anomaly.update(enabled=enabled, check_nan=check_nan)
+    return previous
+
+
+def restore_anomaly(previous):
+    _anomaly.update(previous)
+
+
+# ----- recomputation (steps 42-47) -------------------------------------------------------------------
+
+class _Recomputation(threading.local):
+    """How many recomputations run now in this thread, one inside another."""
+
+    depth = 0
+
+
+_recomputation = _Recomputation()
+
+
+def is_recomputing():
+    """True while a forward computation runs again for backward."""
+    return _recomputation.depth > 0
+
+
+@contextlib.contextmanager
+def recomputing():
+    """Inside the block, `is_recomputing()` is True: layers with running state count the batch once (step 45)."""
+    _recomputation.depth += 1
+    try:
+        yield
+    finally:
+        _recomputation.depth -= 1
