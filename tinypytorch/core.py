@@ -1,7 +1,8 @@
-"""The core of tinypytorch: configuration, `Variable`, `Function` and the arithmetic operators.
+"""The core of tinypytorch: `Variable`, `Function` and the arithmetic operators.
 
-This is the framework of steps 01-22 gathered in one module. Each piece names
-the step that introduced it, so a reader can go back to where it is explained.
+The framework of steps 01-22 gathered in one module, grown by later steps (each piece
+names the step that introduced it, so a reader can go back to where it is explained).
+The switches it asks (grad mode and the others) live in tinypytorch.grad_mode.
 """
 import functools
 import itertools
