@@ -344,25 +344,22 @@ def test_post_accumulate_grad_hook_sees_the_updated_grad_and_may_free_it():
     assert seen[:2] == seen[2:]  # [[2, 4], [3, 3]] in torch
 
 
+def shift_function(base):
+    """x - x.min() as a custom Function of `base` (either framework's autograd.Function), written PyTorch's way."""
+    class Shift(base):
+        @staticmethod
+        def forward(ctx, x):
+            return x - x.min()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    return Shift
+
+
 def test_a_custom_function_whose_forward_calls_tensor_methods_runs():
-    class Shift(tinypytorch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x - x.min()
-
-        @staticmethod
-        def backward(ctx, g):
-            return g
-
-    class ShiftT(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x - x.min()
-
-        @staticmethod
-        def backward(ctx, g):
-            return g
-
+    Shift, ShiftT = shift_function(tinypytorch.autograd.Function), shift_function(torch.autograd.Function)
     x, t = ours([3.0, 1.0, 2.0]), theirs([3.0, 1.0, 2.0])
     y, yt = Shift.apply(x), ShiftT.apply(t)
     np.testing.assert_array_equal(y.data, yt.detach().numpy())

@@ -402,64 +402,14 @@ class Variable:
 
     matmul = __matmul__
 
-    # ----- the rest of PyTorch's tensor methods that programs call: each a function of the package ---------
-
-    def min(self, *args, **kwargs):
-        return F.min(self, *args, **kwargs)
-
-    def amax(self, *args, **kwargs):
-        return F.amax(self, *args, **kwargs)
-
-    def amin(self, *args, **kwargs):
-        return F.amin(self, *args, **kwargs)
-
-    def argmax(self, *args, **kwargs):
-        return F.argmax(self, *args, **kwargs)
-
-    def argmin(self, *args, **kwargs):
-        return F.argmin(self, *args, **kwargs)
-
-    def logsumexp(self, *args, **kwargs):
-        return F.logsumexp(self, *args, **kwargs)
-
-    def norm(self, *args, **kwargs):
-        return F.norm(self, *args, **kwargs)
+    # ----- the rest of PyTorch's tensor methods that programs call. Those that only call a function of the
+    # package (x.exp(), x.norm(dim=1), ...) are wired once, by wire_tensor_methods at the end of this module.
 
     def softmax(self, dim):
         return C.softmax(self, dim=dim)
 
     def log_softmax(self, dim):
         return C.log_softmax(self, dim=dim)
-
-    def exp(self):
-        return F.exp(self)
-
-    def log(self):
-        return F.log(self)
-
-    def sin(self):
-        return F.sin(self)
-
-    def cos(self):
-        return F.cos(self)
-
-    def tanh(self):
-        return F.tanh(self)
-
-    def sigmoid(self):
-        return F.sigmoid(self)
-
-    def relu(self):
-        return F.relu(self)
-
-    def abs(self):
-        return F.abs(self)
-
-    def sqrt(self):
-        return F.sqrt(self)
-
-    def square(self):
-        return F.square(self)
 
     def pow(self, exponent):
         return pow(self, exponent)
@@ -477,20 +427,8 @@ class Variable:
                                "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
         return y
 
-    def unsqueeze(self, dim):
-        return F.unsqueeze(self, dim)
-
-    def squeeze(self, *args, **kwargs):
-        return F.squeeze(self, *args, **kwargs)
-
     def flatten(self, start_dim=0, end_dim=-1):
         return F.flatten(self, start_dim, end_dim)
-
-    def expand(self, *sizes):
-        return F.expand(self, *sizes)
-
-    def t(self):
-        return F.t(self)
 
     def mm(self, other):
         if self.ndim != 2:
@@ -1069,3 +1007,25 @@ from tinypytorch import functions as F  # noqa: E402
 from tinypytorch import autograd  # noqa: E402  (step 33: the engine; it imports this module)
 from tinypytorch import inplace  # noqa: E402  (step 36)
 from tinypytorch import classification as C  # noqa: E402  (softmax and log_softmax as tensor methods)
+
+# PyTorch's tensor methods that are nothing but a call of the function of the same name in tinypytorch.functions
+TENSOR_METHODS = ("min", "amax", "amin", "argmax", "argmin", "logsumexp", "norm", "exp", "log", "sin", "cos", "tanh",
+                  "sigmoid", "relu", "abs", "sqrt", "square", "unsqueeze", "squeeze", "expand", "t")
+
+
+def _method(function):
+    def method(self, *args, **kwargs):
+        return function(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = function.__name__
+    method.__doc__ = f"`x.{function.__name__}(...)` is `tinypytorch.functions.{function.__name__}(x, ...)`."
+    return method
+
+
+def wire_tensor_methods():
+    """Give Variable each method of TENSOR_METHODS, in one place (DeZero wires its operators the same way)."""
+    for name in TENSOR_METHODS:
+        setattr(Variable, name, _method(getattr(F, name)))
+
+
+wire_tensor_methods()
