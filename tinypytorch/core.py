@@ -71,6 +71,14 @@ def _cannot_require_grad(dtype):
     return _ONLY_FLOATING
 
 
+def _comparison(op):
+    """The method of an element-wise comparison operator: x <op> other by `compare` (defined below)."""
+    def method(self, other):
+        return compare(op, self, other)
+
+    return method
+
+
 class Variable:
     """A box around an array that remembers the function that created it."""
 
@@ -149,17 +157,7 @@ class Variable:
 
     # PyTorch's augmented assignments are its in-place operations: `p -= lr * p.grad` changes p itself.
     # (Without them Python would rebind p to a new variable that is no longer the parameter.)
-    def __iadd__(self, other):
-        return inplace.apply("add_", self, other)
-
-    def __isub__(self, other):
-        return inplace.apply("sub_", self, other)
-
-    def __imul__(self, other):
-        return inplace.apply("mul_", self, other)
-
-    def __itruediv__(self, other):
-        return inplace.apply("div_", self, other)
+    __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
 
     def __setitem__(self, key, value):
         """`x[key] = value` in place, as PyTorch's (recorded like an in-place operation when x or value requires grad)."""
@@ -335,24 +333,9 @@ class Variable:
 
     # Comparisons are element-wise, as in NumPy and PyTorch: a bool Variable that requires no grad.
     # (Identity stays `is`; a Variable still hashes by identity, so it can key a dict.)
-    def __eq__(self, other):
-        return compare("equal", self, other)
-
-    def __ne__(self, other):
-        return compare("not_equal", self, other)
-
-    def __lt__(self, other):
-        return compare("less", self, other)
-
-    def __le__(self, other):
-        return compare("less_equal", self, other)
-
-    def __gt__(self, other):
-        return compare("greater", self, other)
-
-    def __ge__(self, other):
-        return compare("greater_equal", self, other)
-
+    __eq__, __ne__ = _comparison("equal"), _comparison("not_equal")
+    __lt__, __le__ = _comparison("less"), _comparison("less_equal")
+    __gt__, __ge__ = _comparison("greater"), _comparison("greater_equal")
     __hash__ = object.__hash__
 
     # ----- tensor methods (steps 29-31) ------------------------------------------------
