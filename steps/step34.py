@@ -18,7 +18,7 @@ import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable, autograd
-from tinypytorch.autograd import hooks
+from tinypytorch.autograd import engine, hooks
 from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
@@ -35,13 +35,13 @@ show_code(Variable.register_hook)
 show_code(hooks.RemovableHandle)
 
 # %% [markdown]
-# The engine calls `call_hooks` at the moment a variable's gradient is
+# The engine calls its `call_hooks` at the moment a variable's gradient is
 # complete (in `finish`, step 33). It calls the hooks in the order they were
 # registered; whatever a hook returns, unless it is `None`, becomes the
 # gradient that the next hook sees and that the pass uses from then on:
 
 # %%
-show_code(hooks.call_hooks)
+show_code(engine.call_hooks)
 
 # %% [markdown]
 # ## Looking at a gradient

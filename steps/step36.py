@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Variable, core, inplace
+from tinypytorch import Variable, inplace, views
 from tinypytorch.autograd import graph
 from tinypytorch.utils.listing import show_code
 
@@ -78,13 +78,14 @@ plt.show()
 # %% [markdown]
 # ## The counter
 #
-# A `VersionCounter` is one integer in a small object. Every Variable has
+# A `VersionCounter` is one integer in a small object (in `tinypytorch.views`,
+# with everything a variable knows about the memory it shares). Every Variable has
 # one, and an in-place operation calls `increment_version` (PyTorch's name)
 # after it wrote. A `SavedTensor` keeps a reference to the counter and its
 # value at the time of saving, and compares the two on `unpack`:
 
 # %%
-show_code(core.VersionCounter, core.increment_version, step=36)
+show_code(views.VersionCounter, views.increment_version, step=36)
 show_code(graph.SavedTensor.unpack, step=36)
 
 # %% [markdown]
@@ -175,7 +176,7 @@ for case, right in RIGHT.items():
 # one, exactly as if we had written `x = x + y`.
 
 # %%
-show_code(inplace.apply, inplace.take_place, step=36)
+show_code(inplace.apply, views.take_place, step=36)
 
 # %%
 a = Variable(np.array([1.0, 2.0, 3.0]), name="a")

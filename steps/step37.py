@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Variable, inplace
+from tinypytorch import Variable, inplace, views
 from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
@@ -42,12 +42,12 @@ print("the counter object is shared:", v.version_counter is b.version_counter is
 # %% [markdown]
 # The functions that may return a view (`Reshape`, `Transpose`, `GetItem`)
 # say so with a class flag, `is_view = True`. After such a function ran,
-# `Function.__call__` hands its output to `track_view`: if the output really
+# `Function.__call__` hands its output to `views.track_view`: if the output really
 # shares the input's memory, it gets the input's counter and a small `View`
 # record, which remembers the base and how to make the view from it.
 
 # %%
-show_code(inplace.track_view, step=37)
+show_code(views.track_view, step=37)
 
 # %% [markdown]
 # ## An in-place change through a view moves the base
@@ -139,7 +139,7 @@ print("a.grad =", a.grad, "  (72 a0, 72 a1, 8 a2)")
 # as PyTorch does.
 
 # %%
-show_code(inplace.refresh_view, step=37)
+show_code(views.refresh_view, step=37)
 
 # %% [markdown]
 # Two overlapping views: after $v$ = `b[0:2]` is tripled, $w$ = `b[1:3]`

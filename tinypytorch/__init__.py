@@ -4,7 +4,9 @@ Steps 01-22 are self-contained snapshots of the framework as it grew; from step 
 on it lives here, in modules:
 
     grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
-    core        Variable, Function and the arithmetic operators
+    core        Variable, Function and the arithmetic operators: the floor every other module stands on
+    views       version counters and views' records (steps 36-37), asked by every operation
+    tensor_methods  x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
     utils       numerical gradients, walking and drawing the graph; utils.checkpoint (steps 41-45)
@@ -27,8 +29,10 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
 """
 from tinypytorch import (
     autograd, classification, cuda, datasets, factories, functions, inplace, layers, nn, optim, optimizers, random,
-    reversible, testfunctions, utils,
+    reversible, testfunctions, utils, views,
 )
+from tinypytorch.tensor_methods import wire_tensor_methods
+wire_tensor_methods()  # x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
 import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.checkpoint and .data after `import tinypytorch`,
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
 from tinypytorch.classification import cross_entropy, log_softmax, softmax

@@ -2,7 +2,12 @@
 
 The framework of steps 01-22 gathered in one module, grown by later steps (each piece
 names the step that introduced it, so a reader can go back to where it is explained).
-The switches it asks (grad mode and the others) live in tinypytorch.grad_mode.
+
+It is the package's floor. The switches it asks (grad mode and the others) live in
+tinypytorch.grad_mode; version counters and views' records in tinypytorch.views; the
+methods that are operations of the floors above (x.reshape, x.sum, x.add_, x.to) in
+tinypytorch.tensor_methods, which wires them onto Variable. Of the floors above it
+imports only the autograd kernel, which makes Variables in turn: see the end of the module.
 """
 import functools
 import itertools
@@ -11,8 +16,9 @@ import weakref
 
 import numpy as np
 
-from tinypytorch import cuda, grad_mode
+from tinypytorch import cuda, grad_mode, views
 from tinypytorch.grad_mode import BackwardMode, Config, no_grad  # every mode lives there (step 18's Config too)
+from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
 
 
 def formulas_on_arrays(*functions):
@@ -28,34 +34,6 @@ def formulas_on_arrays(*functions):
 def array_of(x):
     """The array of a Variable, or `x` itself: what a formula reads when it needs the values as a constant."""
     return x.data if isinstance(x, Variable) else x
-
-
-class VersionCounter:
-    """How many times the data of a variable was changed in place (step 36).
-
-    Views of the same data (reshape, transpose, basic indexing, detach) share one counter,
-    so a change through any of them shows in all.
-    """
-
-    __slots__ = ("value",)
-
-    def __init__(self):
-        self.value = 0
-
-
-def share_version_counter(y, counter):
-    """y's data is memory that `counter` already counts (a view's base, a detached copy's original, a saved
-    tensor's): one counter then counts the changes made through any of them (step 36)."""
-    y.version_counter = counter
-
-
-def increment_version(x):
-    """Count one more in-place change of x's data (PyTorch's `torch.autograd.graph.increment_version`).
-
-    In-place operations call it (step 36); so does code that writes into `x.data` itself, such as
-    RevCol's clamp of alpha (step 47), so that a graph that saved the old value refuses to use it.
-    """
-    x.version_counter.value += 1
 
 
 # PyTorch's words: an integer gradient would be truncated (0.5 -> 0), so integers cannot require one
@@ -115,7 +93,7 @@ class Variable:
     wrapped_number = False  # step 35: a Python number that Function.__call__ wrapped (PyTorch's wrapped number)
     grad_leaf = None  # step 38: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
-    view_record = None  # step 37: for a view (reshape, transpose, basic indexing), its inplace.View record
+    view_record = None  # step 37: for a view (reshape, transpose, basic indexing), its views.View record
     _post_accumulate_hooks = None  # {handle id: hook}: called with the leaf once its .grad is updated
 
     @property
@@ -128,67 +106,11 @@ class Variable:
         """For a view, the variable whose memory it shares; else None (step 37; PyTorch's `_base`)."""
         return None if self.view_record is None else self.view_record.base
 
-    def run_hooks(self, grad):
-        """This variable's hooks (step 34) on its complete gradient, in the order registered: the gradient after them."""
-        if not self._hooks:  # most variables have none
-            return grad
-        return autograd.hooks.call_hooks(self._hooks, grad, self.data.shape)
-
-
-    # step 36: in-place operations, PyTorch's names (tinypytorch.inplace says how they work)
-    def add_(self, other):
-        return inplace.apply("add_", self, other)
-
-    def sub_(self, other):
-        return inplace.apply("sub_", self, other)
-
-    def mul_(self, other):
-        return inplace.apply("mul_", self, other)
-
-    def div_(self, other):
-        return inplace.apply("div_", self, other)
-
-    def zero_(self):
-        return inplace.zero_(self)
-
-    def copy_(self, src):
-        """Copy src's values into this variable in place (broadcasting src), differentiably as PyTorch's."""
-        return inplace.set_item("copy_", self, Ellipsis, src)
-
-    # PyTorch's augmented assignments are its in-place operations: `p -= lr * p.grad` changes p itself.
-    # (Without them Python would rebind p to a new variable that is no longer the parameter.)
-    __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
-
-    def __setitem__(self, key, value):
-        """`x[key] = value` in place, as PyTorch's (recorded like an in-place operation when x or value requires grad)."""
-        inplace.set_item("setitem", self, key, value)
-
     # step 48: devices, PyTorch's names
     @property
     def device(self):
         """Where the data lives: device(type='cpu'), or device(type='cuda', index=0) for a CuPy array."""
         return cuda.device_of(self.data)
-
-    def to(self, *args, device=None, dtype=None):
-        """This variable on `device` and/or as `dtype` (`x.to("cuda")`, `x.to(np.float32)`), differentiably.
-
-        The variable itself if nothing changes, as in PyTorch; else a copy whose gradient goes back
-        to this variable's device and dtype.
-        """
-        for arg in args:  # PyTorch's positional forms: to(device), to(dtype), to(device, dtype)
-            if isinstance(arg, (str, cuda.device)):
-                device = arg
-            else:
-                dtype = arg
-        return F.to(self, device, dtype)
-
-    def cuda(self):
-        """This variable on the GPU (PyTorch's `Tensor.cuda`)."""
-        return F.to(self, "cuda")
-
-    def cpu(self):
-        """This variable in host memory, as a NumPy array (PyTorch's `Tensor.cpu`)."""
-        return F.to(self, "cpu")
 
     # step 19: a Variable answers the questions one asks of an array
     @property
@@ -288,10 +210,10 @@ class Variable:
         name = "" if self.name is None else f", name={self.name!r}"
         # as PyTorch prints a tensor: the node that made it, or that a leaf requires grad
         if self.creator is not None:
-            graph = f", grad_fn=<{self.creator.name()}>"
+            node = f", grad_fn=<{self.creator.name()}>"
         else:
-            graph = ", requires_grad=True" if self._requires_grad else ""
-        return f"variable({text}{name}{graph})"
+            node = ", requires_grad=True" if self._requires_grad else ""
+        return f"variable({text}{name}{node})"
 
     # steps 20-22: operators. A reflected method (`2 + x` arrives as x.__radd__(2)) passes
     # the operands on in their written order, so the graph records 2 + x as Add(2, x).
@@ -325,9 +247,6 @@ class Variable:
     def __pow__(self, c):
         return pow(self, c)
 
-    def __abs__(self):
-        return F.abs(self)
-
     def __pos__(self):
         return self
 
@@ -338,115 +257,17 @@ class Variable:
     __gt__, __ge__ = _comparison("greater"), _comparison("greater_equal")
     __hash__ = object.__hash__
 
-    # ----- tensor methods (steps 29-31) ------------------------------------------------
-    # Methods that read like NumPy's and PyTorch's, each a call of a function in
-    # tinypytorch.functions (F, imported at the end of this module: functions.py imports this one).
-
-    def reshape(self, *shape):
-        """`x.reshape(2, 3)` or `x.reshape((2, 3))`, as in NumPy and PyTorch (step 29)."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = shape[0]
-        return F.reshape(self, shape)
-
-    def transpose(self, dim0, dim1):
-        """Swap dimensions dim0 and dim1, as PyTorch's `x.transpose(dim0, dim1)` does (step 29)."""
-        return F.transpose(self, dim0, dim1)
-
-    def permute(self, *dims):
-        """`x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`: dim i of the result is dim dims[i] of x (step 29)."""
-        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
-            dims = dims[0]
-        return F.permute(self, dims)
-
-    @property
-    def T(self):
-        """All dims reversed, as NumPy's `.T` (step 29); for a matrix, its transpose."""
-        return F.permute(self, tuple(reversed(range(self.ndim))))
-
-    def sum(self, *args, **kwargs):
-        """`x.sum()`, `x.sum(dim, keepdim)` as PyTorch, or `x.sum(axis=..., keepdims=...)` as NumPy (step 30)."""
-        return F.sum(self, *args, **kwargs)
-
-    def mean(self, *args, **kwargs):
-        return F.mean(self, *args, **kwargs)  # step 50
-
-    def max(self, *args, **kwargs):
-        """The largest value; `x.max(dim)` the (values, indices) pair of PyTorch; `x.max(axis=...)` NumPy's amax."""
-        return F.max(self, *args, **kwargs)  # step 50
-
-    def __getitem__(self, key):
-        return F.get_item(self, key)
-
-    def __matmul__(self, other):
-        return F.matmul(self, other)
-
-    def __rmatmul__(self, other):
-        return F.matmul(other, self)  # step 31: ndarray @ Variable
-
-    matmul = __matmul__
-
-    # ----- the rest of PyTorch's tensor methods that programs call. Those that only call a function of the
-    # package (x.exp(), x.norm(dim=1), ...) are wired once, by wire_tensor_methods at the end of this module.
-
-    def softmax(self, dim):
-        return C.softmax(self, dim=dim)
-
-    def log_softmax(self, dim):
-        return C.log_softmax(self, dim=dim)
+    # ----- tensor methods ------------------------------------------------------------------
+    # The methods that are operations of the floors above (x.reshape, x.sum, x.add_, x.to, ...)
+    # are defined in tinypytorch.tensor_methods and wired onto Variable once, as the package is
+    # imported: this module imports none of those floors. The two below are this module's own.
 
     def pow(self, exponent):
         return pow(self, exponent)
 
-    def clamp(self, min=None, max=None):  # noqa: A002 (PyTorch's names)
-        return F.clamp(self, min, max)
-
-    clip = clamp
-
-    def view(self, *shape):
-        """reshape that never copies: PyTorch's error where the data cannot be viewed with the new shape."""
-        y = self.reshape(*shape)
-        if y.data.size and not cuda.get_array_module(y.data).may_share_memory(y.data, self.data):
-            raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
-                               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
-        return y
-
-    def flatten(self, start_dim=0, end_dim=-1):
-        return F.flatten(self, start_dim, end_dim)
-
-    def mm(self, other):
-        if self.ndim != 2:
-            raise RuntimeError("self must be a matrix")
-        if getattr(other, "ndim", 0) != 2:
-            raise RuntimeError("mat2 must be a matrix")
-        return F.matmul(self, other)
-
     def clone(self):
         """A copy with its own memory, differentiable (PyTorch's CloneBackward0)."""
         return Clone()(self)
-
-    def float(self):
-        return F.to(self, dtype=np.float32)
-
-    def double(self):
-        return F.to(self, dtype=np.float64)
-
-    def half(self):
-        return F.to(self, dtype=np.float16)
-
-    # An integer or bool copy has no gradient (PyTorch's result requires none): made without a graph
-    def long(self):
-        with no_grad():
-            return F.to(self, dtype=np.int64)
-
-    def int(self):
-        with no_grad():
-            return F.to(self, dtype=np.int32)
-
-    def bool(self):
-        with no_grad():
-            return F.to(self, dtype=np.bool_)
-
-    # ----- end of tensor methods -----------------------------------------------------
 
     def set_creator(self, func, output_nr=0):
         self.creator = func
@@ -469,9 +290,9 @@ class Variable:
         """
         if not self.requires_grad:  # step 33: nothing behind it to differentiate, and no leaf to fill
             raise RuntimeError("backward: element 0 of variables does not require grad and does not have a grad_fn")
-        seed = autograd.engine.seed(self, gradient, "backward")
+        seed = engine.seed(self, gradient, "backward")
         retain_graph = create_graph if retain_graph is None else retain_graph  # step 35: PyTorch's default
-        autograd.engine.run_backward([self], [seed], retain_graph, create_graph, retain_grad=retain_grad)
+        engine.run_backward([self], [seed], retain_graph, create_graph, retain_grad=retain_grad)
 
     # step 33: PyTorch's vocabulary for the graph
     @property
@@ -528,7 +349,7 @@ class Variable:
             self._hooks = {}
             if self.creator is not None:  # step 35: the hooks outlive the variable, as PyTorch's do
                 self.creator.keep_output_hooks(self.output_nr, self._hooks)
-        handle = autograd.hooks.RemovableHandle(self._hooks)
+        handle = hooks.RemovableHandle(self._hooks)
         self._hooks[handle.id] = hook
         return handle
 
@@ -544,7 +365,7 @@ class Variable:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
         if self._post_accumulate_hooks is None:
             self._post_accumulate_hooks = {}
-        handle = autograd.hooks.RemovableHandle(self._post_accumulate_hooks)
+        handle = hooks.RemovableHandle(self._post_accumulate_hooks)
         self._post_accumulate_hooks[handle.id] = hook
         return handle
 
@@ -707,7 +528,7 @@ class Function:
         requires_grad = False
         for x in inputs:
             if x.view_record is not None:
-                inplace.refresh_view(x)  # step 37: if its base was changed in place since, a view's graph is redone
+                views.refresh_view(x)  # step 37: if its base was changed in place since, a view's graph is redone
             if x._requires_grad:
                 requires_grad = True
         requires_grad = requires_grad and Config.enable_backprop
@@ -726,7 +547,7 @@ class Function:
             for output in outputs:
                 output._requires_grad = output.data.dtype.kind == "f"  # an integer output has no gradient
         if self.is_view:
-            inplace.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
+            views.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
         if requires_grad:
             self.record(inputs, ys, outputs)
         self._to_save = ()
@@ -764,9 +585,9 @@ class Function:
             output.creator, output.generation, output.output_nr = self, self.generation + 1, i
         self.outputs = [weakref.ref(output) for output in outputs]  # step 17: no reference cycle
         if self._to_save:
-            self._saved = autograd.graph.save(self, self._to_save, inputs, ys, outputs)
+            self._saved = graph.save(self, self._to_save, inputs, ys, outputs)
         if grad_mode.is_anomaly_enabled():
-            autograd.anomaly.record_creation(self)  # step 39: where it was made, for a NaN's report
+            anomaly.record_creation(self)  # step 39: where it was made, for a NaN's report
 
     torch_name = None  # PyTorch's name for this node where it is not the class name + "Backward0"
 
@@ -809,14 +630,14 @@ class Function:
     def saved_tensors(self):
         """The tensors forward saved, as Variables, in the order saved (None where None was saved)."""
         if BackwardMode.arrays:  # speed: arrays for a formula running on arrays (a saved number: its array)
-            return tuple([s.unpack_array(self) if isinstance(s, autograd.graph.SavedTensor) else array_of(s)
+            return tuple([s.unpack_array(self) if isinstance(s, graph.SavedTensor) else array_of(s)
                           for s in self._saved])
-        return tuple([s.unpack(self) if isinstance(s, autograd.graph.SavedTensor) else s for s in self._saved])
+        return tuple([s.unpack(self) if isinstance(s, graph.SavedTensor) else s for s in self._saved])
 
     def release_saved(self):
         """Free the saved tensors (step 35); a later unpack raises "backward through the graph a second time"."""
         for s in self._saved:
-            if isinstance(s, autograd.graph.SavedTensor):
+            if isinstance(s, graph.SavedTensor):
                 s.release()
 
     def keep_output_hooks(self, output_nr, hooks):
@@ -856,8 +677,8 @@ class _Binary(Function):
     def sum_to_inputs(self, gx0, gx1):
         """Sum each gradient back to the shape of its input (step 30); None (no gradient wanted) stays None."""
         if self.shapes is not None:
-            gx0 = None if gx0 is None else F.sum_to(gx0, self.shapes[0])
-            gx1 = None if gx1 is None else F.sum_to(gx1, self.shapes[1])
+            gx0 = None if gx0 is None else sum_to(gx0, self.shapes[0])
+            gx1 = None if gx1 is None else sum_to(gx1, self.shapes[1])
         return gx0, gx1
 
 
@@ -985,30 +806,102 @@ def pow(x, c):  # noqa: A001 (the name PyTorch and DeZero use)
 
 formulas_on_arrays(_Binary, Neg, Pow, Clone)  # speed: Add, Mul, Sub and Div through _Binary
 
-# functions.py imports Function from this module, so it comes last (step 30: sum_to)
-from tinypytorch import functions as F  # noqa: E402
-from tinypytorch import autograd  # noqa: E402  (step 33: the engine; it imports this module)
-from tinypytorch import inplace  # noqa: E402  (step 36)
-from tinypytorch import classification as C  # noqa: E402  (softmax and log_softmax as tensor methods)
+# ----- broadcasting and casting (steps 30, 43) -------------------------------------------
+# Here rather than in tinypytorch.functions: the arithmetic above sums its gradients back to the
+# inputs' shapes (sum_to), and the engine casts a gradient to its input's dtype (astype).
 
-# PyTorch's tensor methods that are nothing but a call of the function of the same name in tinypytorch.functions
-TENSOR_METHODS = ("min", "amax", "amin", "argmax", "argmin", "logsumexp", "norm", "exp", "log", "sin", "cos", "tanh",
-                  "sigmoid", "relu", "abs", "sqrt", "square", "unsqueeze", "squeeze", "expand", "t")
-
-
-def _method(function):
-    def method(self, *args, **kwargs):
-        return function(self, *args, **kwargs)
-
-    method.__name__ = method.__qualname__ = function.__name__
-    method.__doc__ = f"`x.{function.__name__}(...)` is `tinypytorch.functions.{function.__name__}(x, ...)`."
-    return method
+def as_shape(op, shape):
+    """`shape` (an int or a sequence of ints) as a tuple of Python ints."""
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)  # step 29: reshape(x, 6) means (6,), as in NumPy
+    shape = tuple(shape)
+    if not all(isinstance(n, numbers.Integral) for n in shape):
+        raise TypeError(f"{op}: a shape is a tuple of ints, got {shape!r}")
+    return tuple(int(n) for n in shape)
 
 
-def wire_tensor_methods():
-    """Give Variable each method of TENSOR_METHODS, in one place (DeZero wires its operators the same way)."""
-    for name in TENSOR_METHODS:
-        setattr(Variable, name, _method(getattr(F, name)))
+class BroadcastTo(Function):  # step 30
+    def __init__(self, shape):
+        self.shape = as_shape("broadcast_to", shape)
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        xp = cuda.get_array_module(x)
+        try:
+            return xp.broadcast_to(x, self.shape)
+        except ValueError:
+            raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {self.shape}") from None
+
+    def backward(self, gy):
+        return sum_to(gy, self.x_shape)
 
 
-wire_tensor_methods()
+def broadcast_to(x, shape):
+    x = as_variable(x, "broadcast_to")
+    if as_shape("broadcast_to", shape) == x.shape:
+        return x
+    return BroadcastTo(shape)(x)
+
+
+def sum_to_array(x, shape):
+    """Sum array `x` down to `shape`, undoing a NumPy broadcast from `shape` to `x.shape` (step 30).
+
+    Broadcasting prepends axes and stretches axes of length 1, so summing undoes it:
+    first over the prepended leading axes, then over the stretched ones, keeping them.
+    """
+    lead = x.ndim - len(shape)
+    stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
+    return x.sum(axis=tuple(range(lead)) + stretched, keepdims=True).reshape(shape)
+
+
+class SumTo(Function):  # step 30
+    def __init__(self, shape):
+        self.shape = as_shape("sum_to", shape)
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        try:  # shape arithmetic only, so NumPy serves for CuPy arrays too
+            if np.broadcast_shapes(self.shape, x.shape) != x.shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"sum_to: shape {x.shape} is not a broadcast of {self.shape}") from None
+        return sum_to_array(x, self.shape)
+
+    def backward(self, gy):
+        return broadcast_to(gy, self.x_shape)
+
+
+def sum_to(x, shape):
+    x = as_variable(x, "sum_to")
+    if as_shape("sum_to", shape) == x.shape:
+        return x
+    return SumTo(shape)(x)
+
+
+class Cast(Function):  # step 43: a change of dtype; its gradient goes back to the input's dtype
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+
+    def forward(self, x):
+        self.x_dtype = x.dtype
+        return x.astype(self.dtype)
+
+    def backward(self, gy):
+        return astype(gy, self.x_dtype)
+
+
+def astype(x, dtype):
+    """`x` as `dtype` (NumPy's astype, PyTorch's x.to(dtype)); differentiable, and x itself if nothing changes."""
+    x = as_variable(x, "astype")
+    if x.dtype == np.dtype(dtype):
+        return x
+    return Cast(dtype)(x)
+
+
+formulas_on_arrays(BroadcastTo, SumTo, Cast)  # speed
+
+# The autograd kernel, imported last: Variable.backward, register_hook and Function.record call
+# it. The engine and saved tensors (graph) make Variables, so they import this module in turn:
+# core, engine and graph are the package's one import circle, and why these imports come after
+# the classes they use. (anomaly and hooks import nothing of the package above grad_mode.)
+from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: E402

@@ -14,6 +14,8 @@ import numpy as np
 
 from tinypytorch import cuda, random
 from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays
+# broadcasting and casting live in core, whose arithmetic needs them; they are functions of this module too
+from tinypytorch.core import BroadcastTo, Cast, SumTo, as_shape, astype, broadcast_to, sum_to, sum_to_array  # noqa: F401
 from tinypytorch.cuda import get_array_module
 
 
@@ -174,26 +176,6 @@ def clamp(x, min=None, max=None):  # noqa: A002 (PyTorch's names)
     return Clamp(min, max)(x)
 
 
-class Cast(Function):  # step 43: a change of dtype; its gradient goes back to the input's dtype
-    def __init__(self, dtype):
-        self.dtype = np.dtype(dtype)
-
-    def forward(self, x):
-        self.x_dtype = x.dtype
-        return x.astype(self.dtype)
-
-    def backward(self, gy):
-        return astype(gy, self.x_dtype)
-
-
-def astype(x, dtype):
-    """`x` as `dtype` (NumPy's astype, PyTorch's x.to(dtype)); differentiable, and x itself if nothing changes."""
-    x = as_variable(x, "astype")
-    if x.dtype == np.dtype(dtype):
-        return x
-    return Cast(dtype)(x)
-
-
 class ToDevice(Function):  # step 48: a move between devices; its gradient goes back to the input's device
     def __init__(self, where):
         self.where = where
@@ -216,21 +198,11 @@ def to(x, device=None, dtype=None):
 
 # ----- shapes: reshape, permute, sum, broadcasting (steps 29-30) -------------------------
 
-def _as_shape(op, shape):
-    """`shape` (an int or a sequence of ints) as a tuple of Python ints."""
-    if isinstance(shape, numbers.Integral):
-        shape = (shape,)  # step 29: reshape(x, 6) means (6,), as in NumPy
-    shape = tuple(shape)
-    if not all(isinstance(n, numbers.Integral) for n in shape):
-        raise TypeError(f"{op}: a shape is a tuple of ints, got {shape!r}")
-    return tuple(int(n) for n in shape)
-
-
 class Reshape(Function):  # step 29
     is_view = True  # step 37: NumPy returns a view when it can
 
     def __init__(self, shape):
-        self.shape = _as_shape("reshape", shape)
+        self.shape = as_shape("reshape", shape)
 
     def view_fn(self):
         shape = self.shape
@@ -250,7 +222,7 @@ class Reshape(Function):  # step 29
 def reshape(x, shape):
     """`x` with its elements rearranged into `shape` (one entry may be -1: inferred), in row-major order."""
     x = as_variable(x, "reshape")
-    if _as_shape("reshape", shape) == x.shape:
+    if as_shape("reshape", shape) == x.shape:
         return x  # nothing to do, and nothing to record
     return Reshape(shape)(x)
 
@@ -713,34 +685,11 @@ def norm(x, p="fro", dim=None, keepdim=False):
     return Norm(1 if p == 1 else 2, axes, keepdim)(x)
 
 
-class BroadcastTo(Function):  # step 30
-    def __init__(self, shape):
-        self.shape = _as_shape("broadcast_to", shape)
-
-    def forward(self, x):
-        self.x_shape = x.shape
-        xp = get_array_module(x)
-        try:
-            return xp.broadcast_to(x, self.shape)
-        except ValueError:
-            raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {self.shape}") from None
-
-    def backward(self, gy):
-        return sum_to(gy, self.x_shape)
-
-
-def broadcast_to(x, shape):
-    x = as_variable(x, "broadcast_to")
-    if _as_shape("broadcast_to", shape) == x.shape:
-        return x
-    return BroadcastTo(shape)(x)
-
-
 def expand(x, *sizes):
     """PyTorch's `expand`: x broadcast to `sizes` (ints, or one tuple), -1 keeping a dimension's length; as
     broadcast_to, it copies nothing."""
     x = as_variable(x, "expand")
-    sizes = _as_shape("expand", sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes)
+    sizes = as_shape("expand", sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes)
     lead = len(sizes) - x.ndim  # new dimensions go in front, as broadcasting puts them
     if lead < 0:
         raise ValueError(f"expand: the number of sizes provided ({len(sizes)}) must be greater or equal to "
@@ -753,41 +702,6 @@ def expand(x, *sizes):
             raise ValueError(f"expand: the expanded size {s} must match the existing size {n} at non-singleton "
                              f"dimension {lead + i}; target sizes {sizes}, shape {x.shape}")
     return broadcast_to(x, shape)
-
-
-def sum_to_array(x, shape):
-    """Sum array `x` down to `shape`, undoing a NumPy broadcast from `shape` to `x.shape` (step 30).
-
-    Broadcasting prepends axes and stretches axes of length 1, so summing undoes it:
-    first over the prepended leading axes, then over the stretched ones, keeping them.
-    """
-    lead = x.ndim - len(shape)
-    stretched = tuple(lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1)
-    return x.sum(axis=tuple(range(lead)) + stretched, keepdims=True).reshape(shape)
-
-
-class SumTo(Function):  # step 30
-    def __init__(self, shape):
-        self.shape = _as_shape("sum_to", shape)
-
-    def forward(self, x):
-        self.x_shape = x.shape
-        try:  # shape arithmetic only, so NumPy serves for CuPy arrays too
-            if np.broadcast_shapes(self.shape, x.shape) != x.shape:
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"sum_to: shape {x.shape} is not a broadcast of {self.shape}") from None
-        return sum_to_array(x, self.shape)
-
-    def backward(self, gy):
-        return broadcast_to(gy, self.x_shape)
-
-
-def sum_to(x, shape):
-    x = as_variable(x, "sum_to")
-    if _as_shape("sum_to", shape) == x.shape:
-        return x
-    return SumTo(shape)(x)
 
 
 # ----- matrices and indexing (step 31) ---------------------------------------------------
@@ -1041,8 +955,8 @@ def mean_squared_error(x0, x1):
 
 # speed: every operation here has one backward formula for arrays and Variables (grad_mode.BackwardMode), but ToDevice,
 # whose gradient goes back to another device
-formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Abs, Sqrt, Clamp, Cast, Reshape, Transpose, Sum, Mean, Max, Min,
-                   TakeAlongDim, LogSumExp, Norm, BroadcastTo, SumTo, MatMul, LinearFunction, GetItem, GetItemGrad,
+formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Abs, Sqrt, Clamp, Reshape, Transpose, Sum, Mean, Max, Min,
+                   TakeAlongDim, LogSumExp, Norm, MatMul, LinearFunction, GetItem, GetItemGrad,
                    Concatenate, Sigmoid, ReLU, MeanSquaredError, Dropout)
 
 

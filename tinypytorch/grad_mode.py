@@ -92,6 +92,17 @@ class _BackwardMode(threading.local):
 BackwardMode = _BackwardMode()
 
 
+def set_backward_on_arrays(on):
+    """Let backward formulas run on bare arrays in this thread, or stop; returns the previous setting.
+
+    The engine sets it around a formula it hands arrays; a saved tensor's unpack hook, which is the
+    user's code, runs with it off (autograd.graph). The hot paths read `BackwardMode.arrays` itself.
+    """
+    previous = BackwardMode.arrays
+    BackwardMode.arrays = on
+    return previous
+
+
 # ----- saved-tensor hooks (step 38) ------------------------------------------------------------------
 
 class _SavedTensorsHooks(threading.local):

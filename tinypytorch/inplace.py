@@ -13,13 +13,13 @@ Three cases need more than that, each as in PyTorch:
   the base's place in the graph moves as well (`ViewScatter`, PyTorch's CopySlices);
 - another view of the same base then no longer matches the graph that made it, so its
   graph is made again from the base the next time it is used (`refresh_view`).
+
+The records a view keeps, and version counters, live in tinypytorch.views: every operation asks them.
 """
 from tinypytorch import cuda
-from tinypytorch.core import (
-    Function, Variable, add, as_variable, div, formulas_on_arrays, increment_version, mul, share_version_counter, sub,
-)
-from tinypytorch.grad_mode import Config, enable_grad, no_grad
-from tinypytorch.functions import sum_to
+from tinypytorch.core import Function, Variable, add, as_variable, div, formulas_on_arrays, mul, sub, sum_to
+from tinypytorch.grad_mode import Config, no_grad
+from tinypytorch.views import increment_version, refresh_view, share_version_counter, take_place
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
@@ -66,21 +66,6 @@ def alias(x, data=None):
     if x.creator is not None:
         a.set_creator(x.creator, x.output_nr)
     return a
-
-
-def take_place(x, y):
-    """x takes y's place in the graph: y's creator now made x (x keeps its own array).
-
-    The hooks registered so far stay with the old value (its creator keeps them, step 35); a hook
-    registered from now on goes to the new one, as in PyTorch.
-    """
-    f = y.creator
-    x.set_creator(f, y.output_nr)
-    x.requires_grad = True
-    x._hooks = None
-    f.outputs[y.output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
-    if x.view_record is not None:  # step 37: a view's graph now matches its base's version
-        x.view_record.version = x._version
 
 
 def apply(op, x, other):
@@ -218,40 +203,6 @@ def rebase_view(v, y):
     new_base = ViewScatter(fn)(alias(base), y)
     take_place(base, new_base)
     take_place(v, fn(base))
-
-
-def refresh_view(v):
-    """If v's base changed in place since v's graph was made, make v's graph again from the base."""
-    view = v.view_record
-    if view.version != v._version and (view.base.requires_grad or v.requires_grad):
-        with enable_grad():
-            fresh = view.fn(view.base)
-        take_place(v, fresh)
-
-
-class View:
-    """What a view remembers (step 37): its base, how it is made from the base, and the base's version then."""
-
-    __slots__ = ("base", "fn", "version")
-
-    def __init__(self, base, fn, version):
-        self.base, self.fn, self.version = base, fn, version
-
-
-def track_view(f, x, y):
-    """Output y of view function f shares x's memory: share x's version counter and remember how y was made.
-
-    y's base is x's base if x is itself a view, and y's view function then applies x's first.
-    """
-    if not cuda.get_array_module(y.data).may_share_memory(y.data, x.data):
-        return  # a copy after all (NumPy's reshape of a non-contiguous array, advanced indexing)
-    share_version_counter(y, x.version_counter)
-    own = f.view_fn()
-    if x.view_record is None:
-        y.view_record = View(x, own, x._version)
-    else:
-        parent = x.view_record.fn
-        y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)
 
 
 formulas_on_arrays(Zero, ViewScatter, SetItem)  # speed: their backward runs on arrays too (grad_mode.BackwardMode)

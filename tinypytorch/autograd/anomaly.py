@@ -11,9 +11,7 @@ backward that returns NaN raises "Function 'Log' returned nan values in its 0th 
 import traceback
 import warnings
 
-from tinypytorch import grad_mode
-from tinypytorch.cuda import get_array_module
-from tinypytorch.core import array_of
+from tinypytorch import cuda, grad_mode
 
 def enabled():
     """Whether anomaly mode is on (its switch is in tinypytorch.grad_mode, with every other mode)."""
@@ -69,7 +67,8 @@ def checked_backward(function, gys, call_backward):
         raise
     if grad_mode.is_anomaly_check_nan_enabled():
         for i, gx in enumerate(gxs):
-            if gx is not None and get_array_module(array_of(gx)).isnan(array_of(gx)).any():
+            data = gx if gx is None or isinstance(gx, cuda.array_types) else gx.data  # a Variable, or an array
+            if data is not None and cuda.get_array_module(data).isnan(data).any():
                 error = RuntimeError(f"Function '{type(function).__name__}' returned nan values in its {i}th output.")
                 error.add_note(forward_traceback(function))
                 raise error

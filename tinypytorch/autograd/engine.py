@@ -17,12 +17,10 @@ import itertools
 
 from tinypytorch import cuda
 from tinypytorch.autograd import anomaly
-from tinypytorch.autograd.hooks import call_hooks
 from tinypytorch.core import (
-    Clone, Function, Variable, array_of, as_array, as_variable, gradient_edge, increment_version,
+    Clone, Function, Variable, array_of, as_array, as_variable, astype, gradient_edge, increment_version,
 )
-from tinypytorch.grad_mode import BackwardMode, Config, using_config
-from tinypytorch.functions import astype
+from tinypytorch.grad_mode import Config, set_backward_on_arrays, using_config
 from tinypytorch.cuda import get_array_module
 
 
@@ -141,11 +139,11 @@ def call_backward(f, gys):
     """
     on_arrays = f.formula_on_arrays and not Config.enable_backprop
     if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
-        BackwardMode.arrays = True
+        previous = set_backward_on_arrays(True)
         try:
             gxs = f.backward(*[gy.data if isinstance(gy, Variable) else gy for gy in gys])
         finally:
-            BackwardMode.arrays = False
+            set_backward_on_arrays(previous)
     else:
         gxs = f.backward(*[gradient_variable(gy) for gy in gys])
     if not isinstance(gxs, tuple):
@@ -226,6 +224,27 @@ def accumulate_grad(x, gx):
         increment_version(x.grad)
 
 
+def call_hooks(hooks, grad, shape):
+    """Run `hooks` (a variable's {id: hook}, or None) on its complete gradient, in the order registered (step 34).
+
+    A hook that returns something other than None replaces the gradient: later hooks see
+    the new one, and so does everything after them. The replacement must have the
+    variable's shape.
+    """
+    if not hooks:
+        return grad
+    for hook in list(hooks.values()):  # a copy: a hook may remove itself (or another)
+        result = hook(grad)
+        if result is not None:
+            name = getattr(hook, "__name__", type(hook).__name__)
+            result = as_variable(result, f"hook {name!r}")
+            if result.shape != shape:
+                raise ValueError(f"hook {name!r} returned a gradient of shape {result.shape} "
+                                 f"for a variable of shape {shape}")
+            grad = result
+    return grad
+
+
 class GraphTask:
     """One backward pass (PyTorch's GraphTask): what it counts, where its gradients wait, what it hands back.
 
@@ -304,7 +323,7 @@ class GraphTask:
             return
         gx = gradient_variable(gx)  # speed: the buffers hold arrays where formulas ran on arrays
         if self.leaf_hooks:
-            gx = x.run_hooks(gx)  # step 34: a hook may replace the gradient
+            gx = call_hooks(x._hooks, gx, x.data.shape)  # step 34: a hook may replace the gradient
         if (x, 0) in self.targets:
             self.captured[x] = gx
         if not self.capture:

@@ -23,9 +23,9 @@ import functools
 import numpy as np
 
 from tinypytorch import cuda
-from tinypytorch.core import Function as Node, Variable
+from tinypytorch.autograd.graph import Node  # core's Function: the graph's node class, not this module's Function
+from tinypytorch.core import Variable, sum_to
 from tinypytorch.grad_mode import Config, no_grad
-from tinypytorch.functions import sum_to
 
 
 class FunctionCtx:

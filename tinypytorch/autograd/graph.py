@@ -12,9 +12,15 @@ nothing changed the tensor in place since it was saved (step 36).
 import weakref
 
 from tinypytorch import cuda, grad_mode
-from tinypytorch.grad_mode import BackwardMode, SavedTensorsHooks, no_grad
+from tinypytorch.grad_mode import SavedTensorsHooks, no_grad, set_backward_on_arrays
+from tinypytorch.core import Function, Variable
 # increment_version is here too, as in PyTorch (torch.autograd.graph.increment_version)
-from tinypytorch.core import Variable, VersionCounter, increment_version, share_version_counter  # noqa: F401
+from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401
+
+# The class of every node of the graph, as PyTorch's torch.autograd.graph.Node: core's Function, which
+# both computes an operation and records it (DeZero's design). tinypytorch.autograd.Function is another
+# thing: PyTorch's way of writing a custom operation, with a ctx (step 49).
+Node = Function
 
 BACKWARD_TWICE = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
@@ -142,11 +148,11 @@ class SavedTensor:
     def unpack_array(self, function):
         """`unpack` for a formula running on bare arrays (grad_mode.BackwardMode): the array, after the same checks."""
         if self.freed or self.unpack_hook is not None:
-            BackwardMode.arrays = False  # the unpack hook is the user's code: it gets and gives Variables
+            previous = set_backward_on_arrays(False)  # the unpack hook is the user's code: it gets and gives Variables
             try:
                 return self.unpack(function).data
             finally:
-                BackwardMode.arrays = True
+                set_backward_on_arrays(previous)
         if self.counter.value != self.version:  # step 36
             return self.unpack(function)  # (which raises, naming what changed)
         return self.data if self.variable is None else self.variable.data

@@ -1,0 +1,89 @@
+"""Version counters and views (steps 36-37): what a variable knows about the memory it shares.
+
+An in-place change adds one to the data's version counter, which every variable sharing that
+memory shares (views, detached copies, saved tensors), so a graph that saved the old value
+can refuse it (step 36). A view (reshape, transpose, basic indexing) also remembers its
+base and how it was made from it, so that its graph can follow the base's changes (step 37).
+
+Every recorded operation asks these records (Function.__call__ in core), and so do the
+in-place operations (tinypytorch.inplace): they live here, below both, and import neither.
+"""
+from tinypytorch import cuda
+from tinypytorch.grad_mode import enable_grad
+
+
+class VersionCounter:
+    """How many times the data of a variable was changed in place (step 36).
+
+    Views of the same data (reshape, transpose, basic indexing, detach) share one counter,
+    so a change through any of them shows in all.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
+def share_version_counter(y, counter):
+    """y's data is memory that `counter` already counts (a view's base, a detached copy's original, a saved
+    tensor's): one counter then counts the changes made through any of them (step 36)."""
+    y.version_counter = counter
+
+
+def increment_version(x):
+    """Count one more in-place change of x's data (PyTorch's `torch.autograd.graph.increment_version`).
+
+    In-place operations call it (step 36); so does code that writes into `x.data` itself, such as
+    RevCol's clamp of alpha (step 47), so that a graph that saved the old value refuses to use it.
+    """
+    x.version_counter.value += 1
+
+
+class View:
+    """What a view remembers (step 37): its base, how it is made from the base, and the base's version then."""
+
+    __slots__ = ("base", "fn", "version")
+
+    def __init__(self, base, fn, version):
+        self.base, self.fn, self.version = base, fn, version
+
+
+def track_view(f, x, y):
+    """Output y of view function f shares x's memory: share x's version counter and remember how y was made.
+
+    y's base is x's base if x is itself a view, and y's view function then applies x's first.
+    """
+    if not cuda.get_array_module(y.data).may_share_memory(y.data, x.data):
+        return  # a copy after all (NumPy's reshape of a non-contiguous array, advanced indexing)
+    share_version_counter(y, x.version_counter)
+    own = f.view_fn()
+    if x.view_record is None:
+        y.view_record = View(x, own, x._version)
+    else:
+        parent = x.view_record.fn
+        y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)
+
+
+def refresh_view(v):
+    """If v's base changed in place since v's graph was made, make v's graph again from the base."""
+    view = v.view_record
+    if view.version != v._version and (view.base.requires_grad or v.requires_grad):
+        with enable_grad():
+            fresh = view.fn(view.base)
+        take_place(v, fresh)
+
+
+def take_place(x, y):
+    """x takes y's place in the graph: y's creator now made x (x keeps its own array).
+
+    The hooks registered so far stay with the old value (its creator keeps them, step 35); a hook
+    registered from now on goes to the new one, as in PyTorch.
+    """
+    f = y.creator
+    x.set_creator(f, y.output_nr)
+    x.requires_grad = True
+    x._hooks = None
+    f.outputs[y.output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
+    if x.view_record is not None:  # step 37: a view's graph now matches its base's version
+        x.view_record.version = x._version
