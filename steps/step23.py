@@ -33,7 +33,8 @@
 # (stage 3 adds `sin`, `tanh`, `reshape`, `sum`, `matmul`) go to
 # `functions.py`, each a `Function` subclass plus a lower-case wrapper, so
 # adding one never touches the core. Imports run one way: `functions` and
-# `utils` import from `core`, and `core` imports only `cuda`.
+# `utils` import from `core`, and `core` imports only the ground floor below
+# it (`cuda`, `grad_mode`).
 #
 # ## Installing it: `pip install -e .`
 #

@@ -131,11 +131,13 @@ print("reshape to the same shape returns x itself:", F.reshape(x, (2, 3)) is x)
 #
 # NumPy and PyTorch also offer `reshape` as a method that takes the shape as a
 # tuple or as separate numbers. `Variable` gets the same method; it calls
-# `tinypytorch.functions.reshape`. The method lives in `core.py`, inside the
-# `Variable` class, while the function lives in `functions.py`, which imports
-# `core.py`. To avoid a circular import, `core.py` imports the functions module
-# (as `F`) at its very end; the method looks `F` up only when it runs, when
-# both modules are complete.
+# `tinypytorch.functions.reshape`. The method is not written inside the
+# `Variable` class in `core.py`: `functions.py` imports `core.py`, so `core.py`
+# cannot import it back without an import circle. It lives in
+# `tensor_methods.py`, with every method of `Variable` that calls a module
+# above the core, and `import tinypytorch` wires them onto `Variable` once
+# (`wire_tensor_methods`; DeZero's `setup_variable` does the same for its
+# operators). For the user it is a method like any other.
 
 # %%
 show_code(Variable.reshape)

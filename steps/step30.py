@@ -159,7 +159,9 @@ show_code(F.sum_to)
 # `broadcast_to`, which is `sum_to`. Each binary operation therefore checks in
 # its forward pass that the shapes broadcast, keeping the two shapes when they
 # differ, and its backward pass sums each input's gradient to that input's
-# shape. The four operations share this in a base class, `_Binary`. (The
+# shape. The four operations share this in a base class, `_Binary`. That is
+# why `broadcast_to` and `sum_to` live in `core.py`, beside the arithmetic
+# that needs them (`tinypytorch.functions` offers them too). (The
 # lines of `Mul` marked step 35 choose what forward keeps for backward; until
 # then, read `self.saved_tensors` as "the inputs".)
 

@@ -84,7 +84,7 @@ class Variable:
         elif requires_grad is not False:
             raise TypeError(f"requires_grad must be a bool, got {type(requires_grad).__name__}")
         self._requires_grad = requires_grad
-        self._hooks = None  # step 34: {handle id: hook}, made by the first register_hook
+        self._backward_hooks = None  # step 34: {handle id: hook}, made by the first register_hook (PyTorch's name)
         self._retains_grad = False  # step 34: retain_grad() was called on this non-leaf
         self.version_counter = VersionCounter()  # step 36: shared with views of the same data
 
@@ -94,7 +94,7 @@ class Variable:
     grad_leaf = None  # step 38: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
     view_record = None  # step 37: for a view (reshape, transpose, basic indexing), its views.View record
-    _post_accumulate_hooks = None  # {handle id: hook}: called with the leaf once its .grad is updated
+    _post_accumulate_grad_hooks = None  # {handle id: hook}: called with the leaf once .grad is updated (PyTorch's)
 
     @property
     def _version(self):
@@ -345,12 +345,12 @@ class Variable:
             raise RuntimeError("register_hook: cannot register a hook on a variable that doesn't require gradient")
         if not callable(hook):
             raise TypeError(f"register_hook: a hook must be callable, got {type(hook).__name__}")
-        if self._hooks is None:
-            self._hooks = {}
+        if self._backward_hooks is None:
+            self._backward_hooks = {}
             if self.creator is not None:  # step 35: the hooks outlive the variable, as PyTorch's do
-                self.creator.keep_output_hooks(self.output_nr, self._hooks)
-        handle = hooks.RemovableHandle(self._hooks)
-        self._hooks[handle.id] = hook
+                self.creator.keep_output_hooks(self.output_nr, self._backward_hooks)
+        handle = hooks.RemovableHandle(self._backward_hooks)
+        self._backward_hooks[handle.id] = hook
         return handle
 
     def register_post_accumulate_grad_hook(self, hook):
@@ -363,10 +363,10 @@ class Variable:
             raise RuntimeError("post accumulate grad hooks cannot be registered on non-leaf tensors")
         if not self.requires_grad:
             raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-        if self._post_accumulate_hooks is None:
-            self._post_accumulate_hooks = {}
-        handle = hooks.RemovableHandle(self._post_accumulate_hooks)
-        self._post_accumulate_hooks[handle.id] = hook
+        if self._post_accumulate_grad_hooks is None:
+            self._post_accumulate_grad_hooks = {}
+        handle = hooks.RemovableHandle(self._post_accumulate_grad_hooks)
+        self._post_accumulate_grad_hooks[handle.id] = hook
         return handle
 
     def retain_grad(self):

@@ -15,7 +15,9 @@ import numpy as np
 from tinypytorch import cuda, random
 from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays
 # broadcasting and casting live in core, whose arithmetic needs them; they are functions of this module too
-from tinypytorch.core import BroadcastTo, Cast, SumTo, as_shape, astype, broadcast_to, sum_to, sum_to_array  # noqa: F401
+from tinypytorch.core import (  # noqa: F401
+    BroadcastTo, Cast, SumTo, as_shape, astype, broadcast_to, sum_to, sum_to_array,
+)
 from tinypytorch.cuda import get_array_module
 
 

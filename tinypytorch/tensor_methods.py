@@ -116,7 +116,7 @@ class TensorMethods:
     __iadd__, __isub__, __imul__, __itruediv__ = add_, sub_, mul_, div_
 
     def __setitem__(self, key, value):
-        """`x[key] = value` in place, as PyTorch's (recorded like an in-place operation when x or value requires grad)."""
+        """`x[key] = value` in place, as PyTorch's (recorded as an in-place operation when x or value requires grad)."""
         inplace.set_item("setitem", self, key, value)
 
     # devices (step 48) and dtypes, PyTorch's names

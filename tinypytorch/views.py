@@ -83,7 +83,7 @@ def take_place(x, y):
     f = y.creator
     x.set_creator(f, y.output_nr)
     x.requires_grad = True
-    x._hooks = None
+    x._backward_hooks = None
     f.outputs[y.output_nr] = type(f.outputs[0])(x)  # a weak reference to x instead of y
     if x.view_record is not None:  # step 37: a view's graph now matches its base's version
         x.view_record.version = x._version

@@ -323,13 +323,13 @@ class GraphTask:
             return
         gx = gradient_variable(gx)  # speed: the buffers hold arrays where formulas ran on arrays
         if self.leaf_hooks:
-            gx = call_hooks(x._hooks, gx, x.data.shape)  # step 34: a hook may replace the gradient
+            gx = call_hooks(x._backward_hooks, gx, x.data.shape)  # step 34: a hook may replace the gradient
         if (x, 0) in self.targets:
             self.captured[x] = gx
         if not self.capture:
             accumulate_grad(x, gx)
-            if x._post_accumulate_hooks:
-                for hook in list(x._post_accumulate_hooks.values()):  # a copy: a hook may remove itself
+            if x._post_accumulate_grad_hooks:
+                for hook in list(x._post_accumulate_grad_hooks.values()):  # a copy: a hook may remove itself
                     hook(x)
 
     def finish_output(self, f, nr, gy):
@@ -344,7 +344,7 @@ class GraphTask:
             gy = self.captured[target] = gradient_variable(gy)
         y = f.outputs[nr]()  # step 17: a weak reference; the variable may be gone (step 35)
         # (y.creator is not f once y was changed in place: this gradient is then its old value's, step 36)
-        if y is not None and y.creator is f and (y._retains_grad or (self.retain_grad and not self.capture)):
+        if y is not None and y.creator is f and (y.retains_grad or (self.retain_grad and not self.capture)):
             gy = gradient_variable(gy)
             y.grad = owned_copy(gy) if y.grad is None else y.grad + gy  # a copy: gy goes on to other nodes
         return gy
