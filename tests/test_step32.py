@@ -11,11 +11,12 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 import tinypytorch
 import tinypytorch.functions as F
-from reference import torch_twin, train_twins
+from reference import train_twins
 from steploader import load_step
 from tinypytorch import Parameter, Variable
 from tinypytorch.layers import MLP, Layer, Linear
 from tinypytorch.optimizers import SGD, Adam
+from twins import torch_twin
 
 pytestmark = [pytest.mark.step32, pytest.mark.torch]
 step = load_step(32)

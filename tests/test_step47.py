@@ -440,12 +440,16 @@ def dropout_grads(columns, x0, weights, function=None):
             random.get_rng_state(), after_forward)
 
 
+def droppath_case(seed, p, count):
+    """`count` columns with DropPath p (input width 8, WIDTHS), a batch of 6 and weights for the loss, from `seed`."""
+    rng = np.random.default_rng(seed)
+    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(count)]
+    return columns, rng.standard_normal((6, 8)), [rng.standard_normal((6, d)) for d in WIDTHS]
+
+
 @given(seed=st.integers(0, 2**16), p=st.sampled_from([0.2, 0.5]))
 def test_droppath_gradients_match_the_plain_run_only_with_the_per_level_rng_restore(seed, p):
-    rng = np.random.default_rng(seed)
-    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(2)]
-    x0 = rng.standard_normal((6, 8))
-    weights = [rng.standard_normal((6, d)) for d in WIDTHS]
+    columns, x0, weights = droppath_case(seed, p, 2)
     set_reversible(columns, False)
     plain, _, state_plain, _ = dropout_grads(columns, x0, weights)
     set_reversible(columns, True)
@@ -740,10 +744,7 @@ def test_reversible_columns_gradients_of_x_the_first_states_and_every_parameter_
 
 @given(seed=st.integers(0, 2**16), p=st.sampled_from([0.2, 0.5]))
 def test_reversible_columns_with_droppath_equal_the_plain_run_and_leave_the_random_stream_alone(seed, p):
-    rng = np.random.default_rng(seed)
-    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(3)]
-    x0 = rng.standard_normal((6, 8))
-    weights = [rng.standard_normal((6, d)) for d in WIDTHS]
+    columns, x0, weights = droppath_case(seed, p, 3)
     tinypytorch.manual_seed(0)
     _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
     state_plain = random.get_rng_state()
