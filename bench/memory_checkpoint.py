@@ -23,7 +23,7 @@ import torch
 from memory_measures import Memory, Saved
 from memory_saved import memory_tinypytorch, memory_torch, saved_tinypytorch, saved_torch
 from networks import DTYPES, batch_and_target, build_mlp, loss_tinypytorch, segment_layout, segments_for
-from ports import loss_torch, torch_twin
+from ports import loss_torch, torch_mlp_twin
 from timing import time_passes
 from writing import LABELS, MiB, machine_lines, pyplot, save, verdict, written_by, yes
 
@@ -108,7 +108,7 @@ def run_checkpoint(s):
                 net, saved, memory, loss, clear = (model, saved_tinypytorch, memory_tinypytorch, loss_tinypytorch,
                                                    model.cleargrads)
             else:
-                net = torch_twin(model)
+                net = torch_mlp_twin(model)
                 del model  # one framework's parameters in memory at a time
                 saved, memory, loss, clear = saved_torch, memory_torch, loss_torch, net.zero_grad
             counted = {c: saved(net, x, target, segments[c]) for c in CONFIGURATIONS}  # also a warm-up pass

@@ -1,10 +1,11 @@
 """How the memory benchmarks measure, the same way in both frameworks: what is saved for backward, what is held.
 
 - Saved for backward: every tensor a forward pass saves goes through a pack hook that counts its
-  bytes and returns it unchanged (tinypytorch.autograd.graph.saved_tensors_hooks,
-  torch.autograd.graph.saved_tensors_hooks). A tensor saved twice counts twice.
+  bytes and keeps its memory as it is (tinypytorch: tests/memory.py's counting_saved, the tests' hook
+  too; torch.autograd.graph.saved_tensors_hooks). A tensor saved twice counts twice.
 - tinypytorch's memory, with `tracemalloc`: NumPy reports every array's data to it under a domain
-  of its own, so the bytes of arrays held are exact; the peak counts every traced allocation.
+  of its own, so the bytes of arrays held are exact (tests/memory.py's numpy_bytes); the peak counts
+  every traced allocation.
 - PyTorch's memory, from its profiler (`torch.profiler.profile(profile_memory=True)`): every
   allocation and free of its CPU allocator, in order; their running sum is the memory held.
 
@@ -23,8 +24,7 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from tinypytorch.autograd.graph import saved_tensors_hooks
-
+from from_tests import counting_saved, numpy_bytes
 from timing import collector_off
 
 
@@ -49,10 +49,10 @@ def torch_block(t):
     return storage.data_ptr(), storage.nbytes()
 
 
-def _saved(records, existing):
-    """Saved from the hook's records [(bytes counted, memory block)] and the blocks of parameters and inputs."""
-    new_blocks = {block for _, block in records if block not in existing}
-    return Saved(sum(n for n, _ in records), len(records), sum(size for _, size in new_blocks))
+def _saved(packed, blocks, existing):
+    """Saved from the bytes the hook counted (one entry a saved tensor), the memory blocks saved, and the blocks of
+    the parameters and inputs."""
+    return Saved(sum(packed), len(packed), sum(size for _, size in set(blocks) - existing))
 
 
 def count_saved_tinypytorch(forward, model, inputs):
@@ -61,26 +61,23 @@ def count_saved_tinypytorch(forward, model, inputs):
     forward: () -> a loss of `model` (a Layer); inputs: the arrays it reads that existed before
     (the batch, the target), which are, with the parameters, no new memory.
     """
-    records = []
-
-    def pack(v):
-        records.append((v.data.nbytes, numpy_block(v.data)))
-        return v
-
-    with saved_tensors_hooks(pack, lambda v: v):
+    with counting_saved() as (packed, arrays):
         loss = forward()
+    blocks = [numpy_block(a) for a in arrays.values()]  # all saved but the parameters, existing memory anyway
+    arrays.clear()  # before backward: held here, they would outlive it
     loss.backward()
     model.cleargrads()
     existing = {numpy_block(a) for a in [p.data for p in model.params()] + list(inputs)}
-    return _saved(records, existing)
+    return _saved(packed, blocks, existing)
 
 
 def count_saved_torch(forward, module, inputs):
     """The same in PyTorch: forward() -> a loss of `module` (an nn.Module); inputs: NumPy arrays it reads."""
-    records = []
+    packed, blocks = [], []
 
     def pack(t):
-        records.append((t.nelement() * t.element_size(), torch_block(t)))
+        packed.append(t.nelement() * t.element_size())
+        blocks.append(torch_block(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -88,7 +85,7 @@ def count_saved_torch(forward, module, inputs):
     loss.backward()
     module.zero_grad(set_to_none=True)
     existing = {torch_block(t) for t in [*module.parameters(), *map(torch.from_numpy, inputs)]}
-    return _saved(records, existing)
+    return _saved(packed, blocks, existing)
 
 
 # ----- memory held and peak ----------------------------------------------------------------------
@@ -104,12 +101,6 @@ class Memory:
     gradients: int  # the parameters' .grad
     after_drop: int  # the loss deleted
     overhead: int = 0  # tinypytorch: Python objects (not arrays) held after forward: the graph's nodes
-
-
-def _numpy_bytes():
-    """Bytes of NumPy array data traced by tracemalloc and not freed (NumPy's own tracemalloc domain)."""
-    numpy_only = tracemalloc.DomainFilter(inclusive=True, domain=np.lib.tracemalloc_domain)
-    return sum(trace.size for trace in tracemalloc.take_snapshot().filter_traces([numpy_only]).traces)
 
 
 @contextlib.contextmanager
@@ -131,18 +122,18 @@ def _traced_pass(forward):
     """forward() and its loss's backward under tracemalloc: {what: bytes} above what was held before."""
     tracemalloc.start()
     try:
-        base_all, base_arrays = tracemalloc.get_traced_memory()[0], _numpy_bytes()
+        base_all, base_arrays = tracemalloc.get_traced_memory()[0], numpy_bytes()
         tracemalloc.reset_peak()
         loss = forward()
         all_after_forward, peak_forward = tracemalloc.get_traced_memory()
-        after_forward = _numpy_bytes() - base_arrays
+        after_forward = numpy_bytes() - base_arrays
         output = loss.data.nbytes
         tracemalloc.reset_peak()  # the snapshot just taken is no part of the peak
         loss.backward()
         peak = max(peak_forward, tracemalloc.get_traced_memory()[1]) - base_all
-        after_backward = _numpy_bytes() - base_arrays
+        after_backward = numpy_bytes() - base_arrays
         del loss
-        after_drop = _numpy_bytes() - base_arrays
+        after_drop = numpy_bytes() - base_arrays
     finally:
         tracemalloc.stop()
     return {"peak": peak, "after_forward": after_forward, "output": output, "after_backward": after_backward,

@@ -5,7 +5,7 @@
 
 The workload: an MLP of `depth` Linear layers (width 1,024, tanh between them) on a batch of 256
 rows, a mean-squared-error loss against a fixed target, in float32 and float64, at depths 4 to 32;
-PyTorch runs a twin with the same weights (ports.torch_twin). Measured as memory_measures.py says:
+PyTorch runs a twin with the same weights (ports.torch_mlp_twin). Measured as memory_measures.py says:
 saved bytes through a counting pack hook, memory held and peak with `tracemalloc` (tinypytorch) and
 PyTorch's profiler. After its forward pass each framework holds the loss, what the graph saved that
 existed before (no new memory) and the activations it saved: so "held after forward minus output"
@@ -17,7 +17,7 @@ import torch
 
 from memory_measures import count_saved_tinypytorch, count_saved_torch, measure_tinypytorch, measure_torch
 from networks import DTYPES, batch_and_target, build_mlp, loss_tinypytorch
-from ports import loss_torch, torch_twin
+from ports import loss_torch, torch_mlp_twin
 from writing import LABELS, MiB, difference, machine_lines, mib, pyplot, save, verdict, written_by, yes
 
 torch.set_num_threads(1)  # as in bench_autograd.py; memory does not depend on it, the run's length does
@@ -75,7 +75,7 @@ def run(s):
             model = build_mlp(depth, s["width"], DTYPES[dtype])
             x, target = batch_and_target(s["batch"], s["width"], DTYPES[dtype])
             row = {"tinypytorch": (saved_tinypytorch(model, x, target), memory_tinypytorch(model, x, target))}
-            twin = torch_twin(model)
+            twin = torch_mlp_twin(model)
             del model  # one framework's parameters in memory at a time
             row["torch"] = (saved_torch(twin, x, target), memory_torch(twin, x, target))
             del twin

@@ -9,29 +9,13 @@ for L levels) and TorchReversibleColumnsFunction (ReversibleColumns': every colu
 import torch
 import torch.utils.checkpoint
 
+from from_tests import torch_linear, torch_twin
 from networks import segments_for
 
-TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
-
-def torch_linear(layer):
-    """torch.nn.Linear with the weight, bias and dtype of tinypytorch's Linear `layer` (None: None)."""
-    if layer is None:
-        return None
-    out_size, in_size = layer.weight.shape
-    linear = torch.nn.Linear(in_size, out_size, dtype=TORCH_DTYPES[layer.weight.dtype.name])
-    with torch.no_grad():
-        linear.weight.copy_(torch.from_numpy(layer.weight.data))
-        linear.bias.copy_(torch.from_numpy(layer.bias.data))
-    return linear
-
-
-def torch_twin(model):
-    """A torch Sequential with the same Linear layers as `model` (an MLP of tanh), the same weights and dtype."""
-    modules = []
-    for i, layer in enumerate(model.layers):
-        modules += [torch_linear(layer)] + ([torch.nn.Tanh()] if i < len(model.layers) - 1 else [])
-    return torch.nn.Sequential(*modules)
+def torch_mlp_twin(model):
+    """networks.build_mlp's MLP in PyTorch: its Linear layers with tanh between them, the same weights and dtype."""
+    return torch_twin(model, torch.nn.Tanh)
 
 
 def torch_layer_functions(twin):

@@ -1,4 +1,6 @@
 import os
+import pathlib
+import sys
 
 import matplotlib
 import numpy as np
@@ -8,6 +10,12 @@ from hypothesis import settings
 # Step scripts that plot must not open windows. Not MPLBACKEND: the environment
 # would reach the notebook kernels that nbval starts, and they must plot inline.
 matplotlib.use("Agg")
+
+# The benchmarks' tests import bench/'s modules by name, as `python bench/...` sees them (bench/ is a folder of
+# scripts, not a package): this is the one place that puts bench/ on the path, after tests/.
+BENCH = str(pathlib.Path(__file__).resolve().parent.parent / "bench")
+if BENCH not in sys.path:
+    sys.path.append(BENCH)
 
 # deadline=None: the first call of a case may import torch or warm caches.
 settings.register_profile("default", deadline=None, max_examples=60)

@@ -1,10 +1,16 @@
-"""Measuring memory in the tests of stage 4: what a forward pass saves, and the bytes NumPy holds."""
+"""Measuring memory in the tests of stage 4: what a forward pass saves, and the bytes NumPy holds.
+
+The benchmarks measure with counting_saved and numpy_bytes too (bench/memory_measures.py, through
+bench/from_tests.py): one definition of each, for both."""
 import contextlib
 import gc
 import tracemalloc
+import weakref
 
 import numpy as np
 
+import tinypytorch
+from tinypytorch import Variable
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import Parameter
 
@@ -44,3 +50,20 @@ def tracing_numpy():
 def numpy_bytes():
     """Bytes of NumPy array data traced by tracemalloc and not yet freed (NumPy's own tracemalloc domain)."""
     return sum(t.size for t in tracemalloc.take_snapshot().traces if t.domain == np.lib.tracemalloc_domain)
+
+
+def assert_graph_freed_by_reference_counting(run):
+    """a = exp(x), y = sum(square(a) + a) from x = [1, 2]; run(y, x) (a backward pass); then x, a and y let go with the
+    collector off: a and its creator must be gone, no reference cycle keeping the graph alive."""
+    gc.collect()
+    gc.disable()  # only reference counting may free the graph
+    try:
+        x = Variable(np.array([1.0, 2.0]))
+        a = tinypytorch.exp(x)
+        y = (tinypytorch.square(a) + a).sum()
+        run(y, x)
+        dead_variable, dead_function = weakref.ref(a), weakref.ref(a.creator)
+        del a, y, x
+        assert dead_variable() is None and dead_function() is None
+    finally:
+        gc.enable()

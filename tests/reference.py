@@ -140,18 +140,21 @@ def torch_grad_after_reusing_the_output():
     return xt.grad.item()
 
 
-def torch_twin(model, activation=torch.nn.Sigmoid, dtype=torch.float64):
-    """A torch Sequential with the same Linear layers as `model` (the package's MLP), `activation`
-    between them, and the same weights, in `dtype`."""
-    modules = []
-    for i, layer in enumerate(model.layers):
-        linear = torch.nn.Linear(layer.weight.shape[1], layer.weight.shape[0], dtype=dtype)
-        modules += [linear] + ([activation()] if i < len(model.layers) - 1 else [])
-    twin = torch.nn.Sequential(*modules)
-    with torch.no_grad():
-        for p, pt in zip(model.params(), twin.parameters(), strict=True):
-            pt.copy_(torch.tensor(p.data))
-    return twin
+def torch_function_of_x(name, forward, backward, once_differentiable=False):
+    """A torch.autograd.Function `name` of one tensor x that saves x: forward(x) -> y, backward(x, gy) -> x's
+    gradient (with once_differentiable, torch's decorator on backward)."""
+    def backward_of_ctx(ctx, gy):
+        (x,) = ctx.saved_tensors
+        return backward(x, gy)
+
+    def forward_of_ctx(ctx, x):
+        ctx.save_for_backward(x)
+        return forward(x)
+
+    if once_differentiable:
+        backward_of_ctx = torch.autograd.function.once_differentiable(backward_of_ctx)
+    return type(name, (torch.autograd.Function,),
+                {"forward": staticmethod(forward_of_ctx), "backward": staticmethod(backward_of_ctx)})
 
 
 def train_twins(model, twin, optimizer, optimizer_t, x, y, steps, device="cpu"):
@@ -195,6 +198,21 @@ def seeded_chain_grads(variable_class, functions, array, seed):
     y.backward()
     ty.backward(torch.tensor(seed, dtype=torch.float64))
     return x.grad, t.grad.numpy()
+
+
+def square_exp_ops(step):
+    """The operations of steps 07-08's random chains: the step's Square and Exp, each with torch's function."""
+    return {"square": (step.Square, torch.square), "exp": (step.Exp, torch.exp)}
+
+
+def assert_seeded_square_exp_square_grads_equal_torch(step, array, seed, rtol):
+    """The gradient of every variable of y = square(exp(square(x))), y seeded by hand (y.grad = seed, then
+    y.backward(), steps 07-08), equals torch's within rtol."""
+    x, a, b, y = square_exp_square(step, array)
+    y.grad = seed
+    y.backward()
+    for ours, theirs in zip((b, a, x), torch_square_exp_square_grads(array, seed)):
+        np.testing.assert_allclose(ours.grad, theirs, rtol=rtol, atol=0)
 
 
 def backward_through_traced_branches(step):
@@ -279,6 +297,31 @@ def assert_grads_equal_torch(variables, tensors, rtol, atol):
 
 
 # ----- random expression graphs of the package: operations named in tables ---------------------
+
+
+# what the random graphs of steps 33, 34 and 38 are made of, (m, *operands) -> a node, m tinypytorch or torch;
+# each test takes the ones it needs with `expressions`
+UNARY_EXPRESSIONS = {
+    "sin": lambda m, a: m.sin(a),
+    "exp": lambda m, a: m.exp(a * 0.25),
+    "tanh": lambda m, a: m.tanh(a),
+    "neg": lambda m, a: -a,
+    "pow2": lambda m, a: a**2,
+    "add 1.5": lambda m, a: a + 1.5,
+    "div 3": lambda m, a: a / 3.0,
+    "rdiv": lambda m, a: 2.0 / (a * a + 1.0),
+}
+BINARY_EXPRESSIONS = {
+    "add": lambda m, a, b: a + b,
+    "sub": lambda m, a, b: a - b,
+    "mul": lambda m, a, b: a * b,
+    "div": lambda m, a, b: a / (b * b + 1.0),  # never by zero
+}
+
+
+def expressions(table, *names):
+    """The rows of `table` named, in that order."""
+    return {name: table[name] for name in names}
 
 
 def operation_lists(unary, binary, max_size):

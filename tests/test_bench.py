@@ -5,8 +5,6 @@ Small sizes only; nothing here looks at a timing. The benchmark itself runs with
 `python bench/bench_autograd.py` (or `--quick`).
 """
 import math
-import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -14,19 +12,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+# bench/'s modules, by name: tests/conftest.py puts bench/ on the path
+import autograd_workloads as workloads
+import bench_changes
+import dezero_workloads as dz
+import speed_autograd
+import speed_changes
+import timing
+
 pytestmark = [pytest.mark.torch]
-
-# bench/ is a folder of scripts whose modules import one another by name, as `python bench/...` sees them
-BENCH = str(pathlib.Path(__file__).resolve().parent.parent / "bench")
-if BENCH not in sys.path:
-    sys.path.insert(0, BENCH)
-
-import autograd_workloads as workloads  # noqa: E402 (bench/ on the path first)
-import bench_changes  # noqa: E402
-import dezero_workloads as dz  # noqa: E402
-import speed_autograd  # noqa: E402
-import speed_changes  # noqa: E402
-import timing  # noqa: E402
 
 
 def goldstein_price_grad_torch(a, b):
@@ -38,7 +32,12 @@ def goldstein_price_grad_torch(a, b):
     return np.array([x.grad.item(), y.grad.item()])
 
 
-GP = [workloads.gp_tinypytorch, workloads.gp_torch, workloads.gp_numpy]
+def in_three_ways(workload):
+    """The benchmark's functions of `workload` in tinypytorch, in PyTorch and in hand-written NumPy."""
+    return [getattr(workloads, f"{workload}_{way}") for way in ("tinypytorch", "torch", "numpy")]
+
+
+GP = in_three_ways("gp")
 
 
 @pytest.mark.parametrize("gp", GP, ids=lambda f: f.__name__)
@@ -66,8 +65,7 @@ def wide_gradient(coefficients, x=0.5):
     return total
 
 
-@pytest.mark.parametrize("build", [workloads.wide_tinypytorch, workloads.wide_torch, workloads.wide_numpy],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("build", in_three_ways("wide"), ids=lambda f: f.__name__)
 @given(seed=st.integers(0, 2**32 - 1), branches=st.integers(1, 40))
 def test_wide_graph_gradient_equals_the_chain_rule(build, seed, branches):
     coefficients = workloads.wide_coefficients(branches, seed=seed)
@@ -79,12 +77,11 @@ def test_wide_graph_of_the_benchmark_has_2000_branches_of_10_operations():
     coefficients = workloads.wide_coefficients(speed_autograd.SETTINGS["full"]["wide_branches"])
     assert coefficients.shape == (2000, 5)  # five times sin(c * h): ten operations per branch
     expected = wide_gradient(coefficients)
-    for build in (workloads.wide_tinypytorch, workloads.wide_torch, workloads.wide_numpy):
+    for build in in_three_ways("wide"):
         np.testing.assert_allclose(build(coefficients)(), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("f", [workloads.arrays_tinypytorch, workloads.arrays_torch, workloads.arrays_numpy],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("f", in_three_ways("arrays"), ids=lambda f: f.__name__)
 @given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 2000))
 def test_large_array_gradient_equals_the_derivative(f, seed, size):
     a = workloads.arrays_input(size, seed=seed)
@@ -98,12 +95,11 @@ def test_chain_gradient_is_the_product_of_cosines(n):
     y, expected = 0.5, 1.0
     for _ in range(n):
         y, expected = math.sin(y), expected * math.cos(y)
-    for build in (workloads.chain_tinypytorch, workloads.chain_torch, workloads.chain_numpy):
+    for build in in_three_ways("chain"):
         np.testing.assert_allclose(build(n)(), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("f", [workloads.ratio_tinypytorch, workloads.ratio_torch, workloads.ratio_numpy],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("f", in_three_ways("ratio"), ids=lambda f: f.__name__)
 @given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 2000))
 def test_tanh_and_division_gradient_equals_torch(f, seed, size):
     a = workloads.arrays_input(size, seed=seed) * 3.0
@@ -114,7 +110,7 @@ def test_tanh_and_division_gradient_equals_torch(f, seed, size):
 
 def test_mlp_step_gives_torchs_gradients_and_updates_in_all_three():
     x, target, layers = workloads.mlp_data(batch=8, sizes=(12, 7, 3))
-    builds = (workloads.mlp_tinypytorch, workloads.mlp_torch, workloads.mlp_numpy)
+    builds = in_three_ways("mlp")
     steps = [build(x, target, layers) for build in builds]
     for _ in range(3):  # Adam's update shows from the second step on: later gradients depend on it
         grads = [step() for step in steps]

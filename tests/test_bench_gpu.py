@@ -18,21 +18,19 @@ import torch
 import strict_cupy
 from tinypytorch import cuda
 
+# bench/'s modules, by name: tests/conftest.py puts bench/ on the path
+import bench_gpu
+import gpu_crossover
+import memory_gpu
+import networks
+import ports
+import speed_gpu
+import timing
+
 pytestmark = [pytest.mark.torch, pytest.mark.step48]
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _path = ROOT / "bench" / "bench_gpu.py"
-# bench/ is a folder of scripts whose modules import one another by name, as `python bench/...` sees them
-if str(ROOT / "bench") not in sys.path:
-    sys.path.insert(0, str(ROOT / "bench"))
-
-import bench_gpu  # noqa: E402 (bench/ on the path first)
-import gpu_crossover  # noqa: E402
-import memory_gpu  # noqa: E402
-import networks  # noqa: E402
-import ports  # noqa: E402
-import speed_gpu  # noqa: E402
-import timing  # noqa: E402
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ Small sizes only; nothing here looks at a timing. The benchmark itself runs with
 """
 import functools
 import gc
-import pathlib
-import sys
 import weakref
 
 import numpy as np
@@ -19,21 +17,17 @@ from tinypytorch.autograd.graph import SavedTensor
 from tinypytorch.core import Function
 from tinypytorch.utils.checkpoint import _Frame
 
+# bench/'s modules, by name: tests/conftest.py puts bench/ on the path
+import memory_checkpoint as checkpointing
+import memory_measures as measures
+import memory_reversible as reversible
+import memory_reversible_report as reversible_report
+import memory_saved
+import networks
+import ports
+import timing
+
 pytestmark = [pytest.mark.torch]
-
-# bench/ is a folder of scripts whose modules import one another by name, as `python bench/...` sees them
-BENCH = str(pathlib.Path(__file__).resolve().parent.parent / "bench")
-if BENCH not in sys.path:
-    sys.path.insert(0, BENCH)
-
-import memory_checkpoint as checkpointing  # noqa: E402 (bench/ on the path first)
-import memory_measures as measures  # noqa: E402
-import memory_reversible as reversible  # noqa: E402
-import memory_reversible_report as reversible_report  # noqa: E402
-import memory_saved  # noqa: E402
-import networks  # noqa: E402
-import ports  # noqa: E402
-import timing  # noqa: E402
 
 WIDTH, BATCH = 6, 4
 DTYPES = [np.float32, np.float64]
@@ -112,7 +106,7 @@ def test_the_hook_counts_what_the_tinypytorch_graph_saves(depth, dtype):
 @pytest.mark.parametrize("depth", [1, 2, 4])
 def test_the_hook_counts_what_the_torch_graph_saves(depth, dtype):
     model, x, target = workload(depth, dtype)
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     counted = memory_saved.saved_torch(twin, x, target)
     assert saved_in_torch_graph(ports.loss_torch(twin, x, target)) == (counted.bytes, counted.count)
     assert all(p.grad is None for p in twin.parameters())
@@ -123,7 +117,7 @@ def test_the_hook_counts_what_the_torch_graph_saves(depth, dtype):
 def test_both_frameworks_save_the_same_bytes_and_tensors(depth, dtype):
     model, x, target = workload(depth, dtype)
     ours = memory_saved.saved_tinypytorch(model, x, target)
-    theirs = memory_saved.saved_torch(ports.torch_twin(model), x, target)
+    theirs = memory_saved.saved_torch(ports.torch_mlp_twin(model), x, target)
     assert ours == theirs
     assert (ours.bytes, ours.count) == memory_saved.expected_saved(depth, WIDTH, BATCH, np.dtype(dtype).itemsize)
 
@@ -137,9 +131,9 @@ def test_expected_saved_by_hand():
 # ----- the twin -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("depth", [1, 2, 4])
-def test_torch_twin_has_the_weights_and_gives_the_loss_and_gradients(depth):
+def test_torch_mlp_twin_has_the_weights_and_gives_the_loss_and_gradients(depth):
     model, x, target = workload(depth, np.float64, width=7, batch=5)
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     params = list(model.params())
     assert len(params) == len(list(twin.parameters())) == 2 * depth
     for p, pt in zip(params, twin.parameters(), strict=True):
@@ -157,7 +151,7 @@ def test_torch_twin_has_the_weights_and_gives_the_loss_and_gradients(depth):
 
 def test_float32_workload_is_float32_throughout():
     model, x, target = workload(2, np.float32)
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     assert {p.data.dtype for p in model.params()} == {np.dtype(np.float32)} and x.dtype == target.dtype == np.float32
     assert {p.dtype for p in twin.parameters()} == {torch.float32}
     loss, loss_t = networks.loss_tinypytorch(model, x, target), ports.loss_torch(twin, x, target)
@@ -193,7 +187,7 @@ def test_tinypytorch_frees_the_saved_tensors_in_backward(depth, dtype):
 @pytest.mark.parametrize("depth", [1, 3])
 def test_torch_frees_the_saved_tensors_in_backward(depth, dtype):
     model, x, target = workload(depth, dtype, width=32, batch=16)
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     saved = memory_saved.saved_torch(twin, x, target)
     memory = memory_saved.memory_torch(twin, x, target)
     check_memory(memory, saved, sum(p.data.nbytes for p in model.params()), np.dtype(dtype).itemsize)
@@ -213,7 +207,7 @@ def test_tinypytorch_measure_sees_what_retain_graph_keeps(monkeypatch):
 
 def test_torch_measure_sees_what_retain_graph_keeps(monkeypatch):
     model, x, target = workload(3, np.float64, width=32, batch=16)
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     saved = memory_saved.saved_torch(twin, x, target)
     monkeypatch.setattr(torch.Tensor, "backward", functools.partialmethod(torch.Tensor.backward, retain_graph=True))
     memory = memory_saved.memory_torch(twin, x, target)
@@ -316,7 +310,7 @@ def held_by_tinypytorch_graph(loss):
 
 def test_layer_functions_are_the_networks_layers():
     model, x, _ = workload(3, np.float64)
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     functions, modules = networks.layer_functions(model), ports.torch_layer_functions(twin)
     assert len(functions) == len(modules) == 3
     assert [type(m).__name__ for m in modules] == ["Sequential", "Sequential", "Linear"]
@@ -359,7 +353,7 @@ def test_segments_and_counts_by_hand():
 def test_checkpointed_saved_bytes_are_the_count_by_hand_in_both_frameworks(depth, segments, dtype):
     model, x, target = workload(depth, dtype)
     ours = memory_saved.saved_tinypytorch(model, x, target, segments)
-    theirs = memory_saved.saved_torch(ports.torch_twin(model), x, target, segments)
+    theirs = memory_saved.saved_torch(ports.torch_mlp_twin(model), x, target, segments)
     itemsize = np.dtype(dtype).itemsize
     expected = checkpointing.expected_saved_checkpointed(depth, segments, WIDTH, BATCH, itemsize)
     assert (ours.bytes, ours.count) == expected
@@ -407,7 +401,7 @@ def gradients_torch(twin, x, target, segments):
 @pytest.mark.parametrize(("depth", "segments"), CHECKPOINTED)
 def test_checkpointed_gradients_equal_the_plain_runs_and_the_torch_twins(depth, segments):
     model, x, target = workload(depth, np.float64, width=7, batch=5)
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     loss, plain = gradients_tinypytorch(model, x, target, None)
     loss_c, checkpointed = gradients_tinypytorch(model, x, target, segments)
     loss_t, plain_t = gradients_torch(twin, x, target, None)
@@ -443,15 +437,21 @@ def test_tinypytorch_checkpointed_memory_follows_the_schedule(depth, segments):
     assert dropped.peak < kept.peak
     plain = memory_saved.memory_tinypytorch(model, x, target)
     assert plain.after_forward - plain.output == depth * activation  # every layer's output
-    assert all(p.grad is None and not p._hooks for p in model.params())  # no gradient, no hook left behind
-    assert gradients_tinypytorch(model, x, target, segments)[1][0].any()  # and the next backward gives gradients
+    assert all(p.grad is None for p in model.params())  # no gradient left behind
+    # and no hook: the next backward gives every gradient, as a model of the same weights that never had a hook
+    loss, grads = gradients_tinypytorch(model, x, target, segments)
+    loss_fresh, grads_fresh = gradients_tinypytorch(workload(depth, np.float64, width=32, batch=16)[0], x, target,
+                                                    segments)
+    assert loss == loss_fresh and grads[0].any()
+    for g, g_fresh in zip(grads, grads_fresh, strict=True):
+        np.testing.assert_array_equal(g, g_fresh)
 
 
 @pytest.mark.parametrize(("depth", "segments"), [(3, 2), (8, 3), (5, 5)])
 def test_torch_checkpointed_memory_follows_the_schedule(depth, segments):
     model, x, target = workload(depth, np.float64, width=32, batch=16)
     params_bytes = sum(p.data.nbytes for p in model.params())
-    twin = ports.torch_twin(model)
+    twin = ports.torch_mlp_twin(model)
     memory_saved.saved_torch(twin, x, target, segments)
     kept = memory_saved.memory_torch(twin, x, target, segments)
     dropped = memory_saved.memory_torch(twin, x, target, segments, drop_gradients=True)
@@ -868,6 +868,14 @@ def check_reversible_memory(memory, activations, activation, extra=0, graph=0):
     assert memory.peak > memory.after_forward
 
 
+def in_framework(framework, net, kind):
+    """(the network, its loss, the memory measure) in `framework`: tinypytorch's `net` (kind: coupling or revcol)
+    or its PyTorch twin."""
+    if framework == "tinypytorch":
+        return net, getattr(networks, f"loss_{kind}_tinypytorch"), measures.measure_tinypytorch
+    return getattr(ports, f"torch_{kind}_twin")(net), getattr(ports, f"loss_{kind}_torch"), measures.measure_torch
+
+
 @pytest.mark.parametrize("framework", ["tinypytorch", "torch"])
 def test_coupling_stack_holds_the_same_after_forward_at_every_depth(framework):
     """Reversible: only the output, whatever the depth, to the byte; plain and checkpointed: the count by hand."""
@@ -876,10 +884,7 @@ def test_coupling_stack_holds_the_same_after_forward_at_every_depth(framework):
     for depth in (1, 2, 5, 9):
         net, x, target = coupling_workload(depth, np.float64, width=32, batch=16)
         params_bytes = sum(p.data.nbytes for p in net.params())
-        if framework == "torch":
-            net = ports.torch_coupling_twin(net)
-        loss = networks.loss_coupling_tinypytorch if framework == "tinypytorch" else ports.loss_coupling_torch
-        measure = measures.measure_tinypytorch if framework == "tinypytorch" else measures.measure_torch
+        net, loss, measure = in_framework(framework, net, "coupling")
         for c in networks.COUPLING_CONFIGURATIONS:
             forward = functools.partial(loss, net, x, target, c)
             forward().backward()  # a warm-up, as the benchmark's counting pass
@@ -914,10 +919,7 @@ def test_revcol_holds_x_and_the_new_cs_of_every_column_after_forward(framework):
     for columns in (1, 2, 4):
         net, x, states, target = revcol_workload(columns, 4, np.float64, width=32, batch=16)
         params_bytes = sum(p.data.nbytes for p in net.params())
-        if framework == "torch":
-            net = ports.torch_revcol_twin(net)
-        loss = networks.loss_revcol_tinypytorch if framework == "tinypytorch" else ports.loss_revcol_torch
-        measure = measures.measure_tinypytorch if framework == "tinypytorch" else measures.measure_torch
+        net, loss, measure = in_framework(framework, net, "revcol")
         for c in networks.REVCOL_CONFIGURATIONS:
             forward = functools.partial(loss, net, x, states, target, c)
             forward().backward()
@@ -952,10 +954,7 @@ def test_revcol_one_function_peak_does_not_grow_with_the_columns(framework):
     for columns in (3, 6):
         net, x, states, target = revcol_workload(columns, levels, np.float64, width=width, batch=batch)
         assert sum(p.data.nbytes for p in net.params()) == columns * column_gradients
-        if framework == "torch":
-            net = ports.torch_revcol_twin(net)
-        loss = networks.loss_revcol_tinypytorch if framework == "tinypytorch" else ports.loss_revcol_torch
-        measure = measures.measure_tinypytorch if framework == "tinypytorch" else measures.measure_torch
+        net, loss, measure = in_framework(framework, net, "revcol")
         for c in ("reversible", "one"):
             forward = functools.partial(loss, net, x, states, target, c)
             forward().backward()

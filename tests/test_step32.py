@@ -11,11 +11,12 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 import tinypytorch
 import tinypytorch.functions as F
-from reference import torch_twin, train_twins
+from reference import train_twins
 from steploader import load_step
 from tinypytorch import Parameter, Variable
 from tinypytorch.layers import MLP, Layer, Linear
 from tinypytorch.optimizers import SGD, Adam
+from twins import torch_twin
 
 pytestmark = [pytest.mark.step32, pytest.mark.torch]
 step = load_step(32)
@@ -124,9 +125,11 @@ class Block(Layer):
 
 def test_layer_registers_parameters_and_sub_layers_in_assignment_order():
     block = Block()
-    assert block._registered == ["first", "inner", "last"]
-    assert [p.name for p in block.params()] == ["first", "last", "weight", "bias"]  # own first, as torch
+    # what a layer registers shows in params() and modules(): own parameters in assignment order, then the
+    # sub-layers' (as torch); a plain Variable and a list of parameters are not among them
+    assert [p.name for p in block.params()] == ["first", "last", "weight", "bias"]
     assert [type(m).__name__ for m in block.modules()] == ["Block", "Linear"]
+    assert not any(p is block.plain or p is block.numbers[0] for p in block.params())
 
 
 def test_params_order_matches_torch_module_parameters_order():
@@ -145,9 +148,9 @@ def test_replacing_a_parameter_by_something_else_unregisters_it():
     block = Block()
     block.last = None
     block.inner = "gone"
-    assert block._registered == ["first"] and [p.name for p in block.params()] == ["first"]
+    assert [p.name for p in block.params()] == ["first"] and list(block.modules()) == [block]
     block.last = Parameter(np.ones(1), name="again")
-    assert block._registered == ["first", "last"]
+    assert [p.name for p in block.params()] == ["first", "again"]
 
 
 def test_a_shared_parameter_is_listed_once():

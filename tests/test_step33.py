@@ -13,7 +13,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import tinypytorch
-from reference import evaluate, operation_lists
+from memory import assert_graph_freed_by_reference_counting
+from reference import BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, operation_lists
 from steploader import load_step
 from tinypytorch import Function, Variable, autograd, no_grad
 from tinypytorch.autograd import engine
@@ -24,20 +25,9 @@ step = load_step(33)
 
 # ----- random graphs built the same way in both frameworks -----------------------------
 
-UNARY = {  # operations whose PyTorch node is <Name>Backward0, so the run order can be compared by name
-    "sin": lambda m, a: m.sin(a),
-    "exp": lambda m, a: m.exp(a * 0.25),
-    "tanh": lambda m, a: m.tanh(a),
-    "neg": lambda m, a: -a,
-    "pow2": lambda m, a: a**2,
-    "add 1.5": lambda m, a: a + 1.5,
-}
-BINARY = {
-    "add": lambda m, a, b: a + b,
-    "sub": lambda m, a, b: a - b,
-    "mul": lambda m, a, b: a * b,
-    "div": lambda m, a, b: a / (b * b + 1.0),
-}
+# operations whose PyTorch node is <Name>Backward0, so the run order can be compared by name
+UNARY = expressions(UNARY_EXPRESSIONS, "sin", "exp", "tanh", "neg", "pow2", "add 1.5")
+BINARY = expressions(BINARY_EXPRESSIONS, "add", "sub", "mul", "div")
 
 
 @st.composite
@@ -313,22 +303,8 @@ def test_the_2000_branch_gradient_equals_the_formula_and_torch():
 
 
 def test_graphs_are_freed_without_the_cycle_collector_after_backward_and_autograd_grad():
-    gc.collect()
-    gc.disable()
-    try:
-        for run in ("backward", "grad"):
-            x = Variable(np.array([1.0, 2.0]))
-            a = tinypytorch.exp(x)
-            y = (tinypytorch.square(a) + a).sum()
-            if run == "backward":
-                y.backward()
-            else:
-                autograd.grad(y, x)
-            dead_variable, dead_function = weakref.ref(a), weakref.ref(a.creator)
-            del a, y, x
-            assert dead_variable() is None and dead_function() is None
-    finally:
-        gc.enable()
+    assert_graph_freed_by_reference_counting(lambda y, x: y.backward())
+    assert_graph_freed_by_reference_counting(lambda y, x: autograd.grad(y, x))
 
 
 def test_backward_of_a_function_without_backward_raises_not_implemented():

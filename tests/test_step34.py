@@ -9,25 +9,15 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import tinypytorch
-from reference import evaluate, operation_lists
+from reference import BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, operation_lists
 from steploader import load_step
 from tinypytorch import Variable, autograd
 
 pytestmark = [pytest.mark.step34, pytest.mark.torch]
 step = load_step(34)
 
-UNARY = {
-    "sin": lambda m, a: m.sin(a),
-    "exp": lambda m, a: m.exp(a * 0.25),
-    "tanh": lambda m, a: m.tanh(a),
-    "pow2": lambda m, a: a**2,
-    "add 1.5": lambda m, a: a + 1.5,
-}
-BINARY = {
-    "add": lambda m, a, b: a + b,
-    "sub": lambda m, a, b: a - b,
-    "mul": lambda m, a, b: a * b,
-}
+UNARY = expressions(UNARY_EXPRESSIONS, "sin", "exp", "tanh", "pow2", "add 1.5")
+BINARY = expressions(BINARY_EXPRESSIONS, "add", "sub", "mul")
 SCALES = [None, None, 2.0, -0.5]  # what a hook does: None only looks, a number scales the gradient
 
 

@@ -8,8 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinypytorch
+from in_place import (OPERANDS, OPS, assert_in_place_sequence_as_in_torch, assert_scenario_as_in_torch,
+                      assert_table_has_cases_of_both_kinds, leaf_values, operand)
 from steploader import load_step
-from tinypytorch import Variable, cuda
+from tinypytorch import Variable
 from tinypytorch.layers import Linear
 from tinypytorch.optimizers import SGD, Adam
 
@@ -17,53 +19,25 @@ pytestmark = [pytest.mark.step36, pytest.mark.torch]
 step = load_step(36)
 
 
-def ours_on(xp):
-    """The step's `Ours`, with leaves on the xp fixture's backend (NumPy, the strict stand-in for CuPy, CuPy)."""
-    class OnBackend(step.Ours):
-        leaf = staticmethod(lambda values, requires_grad=True: Variable(xp.asarray(np.array(values)),
-                                                                        requires_grad=requires_grad))
-        grad = staticmethod(lambda t: cuda.as_numpy(t.grad.data))
-
-    return OnBackend
-
-
 @pytest.mark.parametrize("scenario", step.SCENARIOS, ids=lambda s: s.__name__)
 def test_each_scenario_raises_where_torch_raises_and_otherwise_equals_torchs_gradients(scenario, xp):
-    ours, theirs = step.outcome(scenario, ours_on(xp)), step.outcome(scenario, step.Torch)
-    assert isinstance(ours, RuntimeError) == isinstance(theirs, RuntimeError), (ours, theirs)
-    if not isinstance(ours, RuntimeError):
-        for o, t in zip(ours, theirs, strict=True):
-            np.testing.assert_allclose(o, t, rtol=1e-14, atol=0)
+    assert_scenario_as_in_torch(step, scenario, xp)
 
 
 def test_the_table_has_cases_of_both_kinds():
-    kinds = [isinstance(step.outcome(s, step.Torch), RuntimeError) for s in step.SCENARIOS]
-    assert 3 <= sum(kinds) <= len(kinds) - 3
+    assert_table_has_cases_of_both_kinds(step)
 
 
 # random sequences of in-place operations on a whole non-leaf, against torch (through views: test_step37.py)
 
-OPS = ["add_", "sub_", "mul_", "div_"]
-
-
-@given(ops=st.lists(st.tuples(st.sampled_from(OPS), st.sampled_from(["w", "number", "array"])), min_size=1,
-                    max_size=5),
-       values=st.lists(st.floats(0.5, 2.0), min_size=4, max_size=4))
+@given(ops=st.lists(st.tuples(st.sampled_from(OPS), st.sampled_from(OPERANDS)), min_size=1, max_size=5),
+       values=leaf_values)
 def test_random_in_place_sequences_give_torchs_values_and_gradients(ops, values):
-    def run(leaf, as_numpy):
-        a, w = leaf(values), leaf([1.5, 0.75, 1.25, 0.5])
-        b = a * 2.0
-        for op, operand in ops:
-            getattr(b, op)({"w": w, "number": 1.25, "array": np.float64(0.5)}[operand])
-        (b * b).sum().backward()
-        return as_numpy(b), as_numpy(a.grad), as_numpy(w.grad) if w.grad is not None else None
+    def change(b, w):
+        for op, name in ops:
+            getattr(b, op)(operand(name, w))
 
-    ours = run(lambda v: Variable(np.array(v)), lambda t: np.array(t.data))
-    theirs = run(lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True), lambda t: t.detach().numpy())
-    for o, t in zip(ours, theirs):
-        assert (o is None) == (t is None)
-        if o is not None:
-            np.testing.assert_allclose(o, t, rtol=1e-12, atol=1e-12)
+    assert_in_place_sequence_as_in_torch(values, change)
 
 
 def test_every_in_place_operation_bumps_the_version_by_one_and_returns_the_variable():

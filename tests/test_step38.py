@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from reference import evaluate, float_arrays, operation_lists, torch_leaf, torch_twin
+from reference import (BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, float_arrays, operation_lists,
+                       torch_leaf)
 from steploader import load_step
 from tinypytorch import Config, Variable, autograd, cuda, no_grad
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import current_hooks, save_on_cpu, saved_tensors_hooks
 from tinypytorch.layers import MLP
+from twins import torch_twin
 
 pytestmark = [pytest.mark.step38, pytest.mark.torch]
 step = load_step(38)
@@ -59,21 +61,8 @@ class Counter:
 
 # ----- counts and gradients on random graphs ---------------------------------------------
 
-UNARY = {
-    "sin": lambda m, a: m.sin(a),
-    "exp": lambda m, a: m.exp(a * 0.25),
-    "tanh": lambda m, a: m.tanh(a),
-    "pow2": lambda m, a: a**2,
-    "add 1.5": lambda m, a: a + 1.5,
-    "div 3": lambda m, a: a / 3.0,
-    "rdiv": lambda m, a: 2.0 / (a * a + 1.0),
-}
-BINARY = {
-    "add": lambda m, a, b: a + b,
-    "sub": lambda m, a, b: a - b,
-    "mul": lambda m, a, b: a * b,
-    "div": lambda m, a, b: a / (b * b + 1.0),
-}
+UNARY = expressions(UNARY_EXPRESSIONS, "sin", "exp", "tanh", "pow2", "add 1.5", "div 3", "rdiv")
+BINARY = expressions(BINARY_EXPRESSIONS, "add", "sub", "mul", "div")
 
 
 @st.composite

@@ -12,6 +12,7 @@ from torch.autograd.functional import jacobian
 from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
 
 import tinypytorch
+from reference import torch_function_of_x
 from steploader import load_step
 from tinypytorch import Function, Variable
 from tinypytorch.autograd import GradcheckError, gradcheck, gradgradcheck
@@ -52,23 +53,13 @@ class CubeOnArrays(Cube):
         return 3 * x.data * x.data * gy.data
 
 
-class CubeTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x * x
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return 3 * x * x * gy
+def cube(x):
+    return x * x * x
 
 
-class CubeDetachedTorch(CubeTorch):
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return 3 * x.detach() * x.detach() * gy.detach()
+CubeTorch = torch_function_of_x("CubeTorch", cube, lambda x, gy: 3 * x * x * gy)
+CubeDetachedTorch = torch_function_of_x("CubeDetachedTorch", cube,
+                                        lambda x, gy: 3 * x.detach() * x.detach() * gy.detach())
 
 
 class ForgetfulExp(Function):
@@ -106,11 +97,7 @@ class CubeWrongFactor(Cube):
         return 3.0 * x * gy  # wrong: 3x instead of 3x^2
 
 
-class CubeWrongFactorTorch(CubeTorch):
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return 3.0 * x * gy
+CubeWrongFactorTorch = torch_function_of_x("CubeWrongFactorTorch", cube, lambda x, gy: 3.0 * x * gy)
 
 
 class SinWrongSign(Function):
@@ -123,16 +110,7 @@ class SinWrongSign(Function):
         return -gy * tinypytorch.cos(x)  # wrong sign
 
 
-class SinWrongSignTorch(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.sin(x)
-
-    @staticmethod
-    def backward(ctx, gy):
-        (x,) = ctx.saved_tensors
-        return -gy * torch.cos(x)
+SinWrongSignTorch = torch_function_of_x("SinWrongSignTorch", torch.sin, lambda x, gy: -gy * torch.cos(x))
 
 
 def unary(m, name):
@@ -213,6 +191,12 @@ def both(arrays_, requires):
     return ours, theirs
 
 
+def drawn_case(name, data):
+    """(ours, torch's, the right function, our inputs, torch's) of CASES[name], the inputs drawn from `data`."""
+    ours_fn, torch_fn, right_fn, inputs = CASES[name]
+    return (ours_fn, torch_fn, right_fn, *both(*data.draw(inputs)))
+
+
 def torch_jacobians(fn, tensors):
     """{(i, j): d output j / d input i} from torch.autograd.functional.jacobian, in gradcheck's layout
     (input size, output size), for the inputs that require grad."""
@@ -249,8 +233,7 @@ def expected_verdict(theirs, right, tensors):
 @given(st.data())
 @pytest.mark.parametrize("name", CASES)
 def test_gradcheck_passes_and_fails_where_torchs_does(name, data):
-    ours_fn, torch_fn, right_fn, inputs = CASES[name]
-    ours, theirs = both(*data.draw(inputs))
+    ours_fn, torch_fn, right_fn, ours, theirs = drawn_case(name, data)
     expected = expected_verdict(torch_fn, right_fn, theirs)
     assert gradcheck(ours_fn, ours, raise_exception=False) == expected
     assert torch.autograd.gradcheck(torch_fn, theirs, raise_exception=False) == expected
@@ -260,8 +243,7 @@ def test_gradcheck_passes_and_fails_where_torchs_does(name, data):
 @given(st.data())
 @pytest.mark.parametrize("name", CASES)
 def test_gradchecks_jacobians_equal_torchs(name, data):
-    ours_fn, torch_fn, right_fn, inputs = CASES[name]
-    ours, theirs = both(*data.draw(inputs))
+    ours_fn, torch_fn, right_fn, ours, theirs = drawn_case(name, data)
     analytical, numerical = analytical_jacobian(ours_fn, ours), numerical_jacobian(ours_fn, ours, 1e-6)
     expected, true = torch_jacobians(torch_fn, theirs), torch_jacobians(right_fn, theirs)
     assert analytical.keys() == numerical.keys() == expected.keys()
@@ -291,8 +273,7 @@ GRADGRAD = ["tanh", "sin", "exp", "log", "sigmoid", "matmul", "layer", "two outp
 @given(st.data())
 @pytest.mark.parametrize("name", GRADGRAD)
 def test_gradgradcheck_passes_and_fails_where_torchs_does(name, data):
-    ours_fn, torch_fn, _, inputs = CASES[name]
-    ours, theirs = both(*data.draw(inputs))
+    ours_fn, torch_fn, _, ours, theirs = drawn_case(name, data)
     if name == "CubeOnArrays":  # the second derivative 6 x v is not zero, so the cut graph shows
         assume(np.abs(ours[0].data).max() > 0.1)
     torch.manual_seed(0)

@@ -8,6 +8,7 @@ from hypothesis.extra.numpy import arrays
 from torch.autograd.functional import jacobian
 
 import tinypytorch
+from reference import torch_function_of_x
 from steploader import load_step
 from tinypytorch import Variable, autograd
 from tinypytorch.autograd import gradcheck, gradgradcheck
@@ -37,17 +38,8 @@ def test_cube_passes_gradcheck_and_gradgradcheck_as_torchs_x_cubed_does(values):
 @settings(max_examples=15, deadline=None)
 @given(away_from_zero)
 def test_cube_on_arrays_passes_gradcheck_and_fails_gradgradcheck_as_torchs_detached_cube(values):
-    class CubeDetachedTorch(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x ** 3
-
-        @staticmethod
-        def backward(ctx, gy):
-            (x,) = ctx.saved_tensors
-            return (3 * x * x * gy).detach()
-
+    CubeDetachedTorch = torch_function_of_x("CubeDetachedTorch", lambda x: x ** 3,
+                                            lambda x, gy: (3 * x * x * gy).detach())
     t = torch.tensor(values, requires_grad=True)
     torch.manual_seed(0)
     assert torch.autograd.gradcheck(CubeDetachedTorch.apply, t) is True

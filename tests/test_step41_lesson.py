@@ -6,15 +6,12 @@ import torch
 
 import tinypytorch
 from steploader import load_step
+from test_step41 import assert_restores_the_state_when_the_block_raises, pcg64
 from tinypytorch import Variable, random
 from tinypytorch import functions as F
 
 pytestmark = [pytest.mark.step41, pytest.mark.torch]
 step = load_step(41)
-
-
-def pcg64(seed):
-    return np.random.Generator(np.random.PCG64(seed))
 
 
 # ----- exercise 1: inverted dropout by hand -----------------------------------------------------------------
@@ -63,12 +60,7 @@ def test_my_fork_rng_leaves_the_stream_outside_as_if_nothing_was_drawn(seed, ins
 
 
 def test_my_fork_rng_restores_the_state_when_the_block_raises_and_lets_the_error_through():
-    tinypytorch.manual_seed(4)
-    with pytest.raises(KeyError, match="inside"):
-        with step.my_fork_rng():
-            random.default_generator().random(50)
-            raise KeyError("inside")
-    assert random.default_generator().random() == pcg64(4).random()
+    assert_restores_the_state_when_the_block_raises(step.my_fork_rng)
 
 
 def test_my_fork_rng_nests():

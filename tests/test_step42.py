@@ -10,12 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tinypytorch
-from reference import assert_close_to_torch, torch_twin
+from reference import assert_close_to_torch
 from steploader import load_step
 from tinypytorch import Variable, autograd, no_grad, random
 from tinypytorch import functions as F
 from tinypytorch.layers import MLP, Layer, Linear
 from tinypytorch.utils.checkpoint import checkpoint
+from twins import torch_twin
 
 pytestmark = [pytest.mark.step42, pytest.mark.torch]
 

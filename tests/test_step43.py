@@ -14,13 +14,14 @@ from hypothesis.extra.numpy import arrays
 
 import tinypytorch
 from memory import counting_saved
-from reference import assert_close_to_torch, float_arrays, torch_twin
+from reference import assert_close_to_torch, float_arrays
 from steploader import load_step
 from tinypytorch import Function, Variable, autograd, no_grad
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import MLP
 from tinypytorch.utils.checkpoint import CheckpointError, checkpoint
+from twins import torch_twin
 
 pytestmark = [pytest.mark.step43, pytest.mark.torch]
 step = load_step(43)

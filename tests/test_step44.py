@@ -119,9 +119,8 @@ def test_gradients_equal_torchs_checkpoint_sequential_on_a_twin_chain(depth, dat
         assert_close_to_torch(g, g_t)
 
 
-def call_counts(m, depth, segments, use_reentrant):
-    """How many times each of `depth` sine functions ran in a forward and backward pass through m's
-    checkpoint_sequential."""
+def sine_calls(m, depth, run):
+    """How many times each of `depth` sine functions (m.sin, m tinypytorch or torch) ran in run(functions)."""
     counts = [0] * depth
 
     def sine(i):
@@ -130,14 +129,22 @@ def call_counts(m, depth, segments, use_reentrant):
             return m.sin(x)
         return f
 
-    functions = [sine(i) for i in range(depth)]
-    if m is torch:
-        x = torch.tensor([0.5, 2.0], dtype=torch.float64, requires_grad=True)
-        torch_checkpoint_sequential(functions, segments, x, use_reentrant).sum().backward()
-    else:
-        x = Variable(np.array([0.5, 2.0]))
-        checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant).sum().backward()
+    run([sine(i) for i in range(depth)])
     return counts
+
+
+def call_counts(m, depth, segments, use_reentrant):
+    """How many times each of `depth` sine functions ran in a forward and backward pass through m's
+    checkpoint_sequential."""
+    def run(functions):
+        if m is torch:
+            x = torch.tensor([0.5, 2.0], dtype=torch.float64, requires_grad=True)
+            torch_checkpoint_sequential(functions, segments, x, use_reentrant).sum().backward()
+        else:
+            x = Variable(np.array([0.5, 2.0]))
+            checkpoint_sequential(functions, segments, x, use_reentrant=use_reentrant).sum().backward()
+
+    return sine_calls(m, depth, run)
 
 
 @pytest.mark.parametrize("use_reentrant", [True, False])

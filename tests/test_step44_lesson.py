@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import tinypytorch
 from reference import assert_close_to_torch
 from steploader import load_step
+from test_step44 import sine_calls
 from tinypytorch import Variable
 
 pytestmark = [pytest.mark.step44, pytest.mark.torch]
@@ -128,19 +129,6 @@ def test_balanced_bounds_of_128_in_11_are_7_segments_of_12_then_4_of_11():
     assert [end - start for start, end in step.balanced_bounds(128, 11)] == [12] * 7 + [11] * 4
 
 
-def call_counts(m, functions_count, run):
-    counts = [0] * functions_count
-
-    def sine(i):
-        def function(x):
-            counts[i] += 1
-            return m.sin(x)
-        return function
-
-    run([sine(i) for i in range(functions_count)])
-    return counts
-
-
 @pytest.mark.parametrize("depth, k", [(1, 1), (5, 1), (5, 5), (7, 3), (8, 3), (10, 4)])
 def test_checkpoint_bounds_reruns_every_segment_but_the_last_as_torchs_checkpoint_sequential(depth, k):
     def ours(bounds):
@@ -154,11 +142,11 @@ def test_checkpoint_bounds_reruns_every_segment_but_the_last_as_torchs_checkpoin
         torch_checkpoint.checkpoint_sequential(functions, k, x, use_reentrant=False).sum().backward()
 
     # on PyTorch's chunks, the functions run as often as in torch's checkpoint_sequential
-    assert call_counts(tinypytorch, depth, ours(chunks(depth, k))) == call_counts(torch, depth, torchs)
+    assert sine_calls(tinypytorch, depth, ours(chunks(depth, k))) == sine_calls(torch, depth, torchs)
     # on balanced segments: twice in each checkpointed segment, once in the last
     bounds = step.balanced_bounds(depth, k)
     last = bounds[-1][0]
-    assert call_counts(tinypytorch, depth, ours(bounds)) == [2] * last + [1] * (depth - last)
+    assert sine_calls(tinypytorch, depth, ours(bounds)) == [2] * last + [1] * (depth - last)
 
 
 @pytest.mark.parametrize("k", range(1, 8))

@@ -61,7 +61,8 @@ def recorded_masks(net, x0, seed=0):
 
 # ----- the torch twin: the same network written plainly (and the algorithm as a torch.autograd.Function) ----
 
-def torch_twin(net, masks=()):
+def torch_coupling_blocks(net, masks=()):
+    """The step's TorchCoupling of each block of `net` (its weights), dropping where `masks` say, in order."""
     masks = list(masks)  # one list for all blocks: each FixedMask takes the next mask in the order they were drawn
     return torch.nn.ModuleList([step.TorchCoupling(block, masks) for block in net.blocks])
 
@@ -169,7 +170,7 @@ def test_gradients_equal_the_plain_run_and_the_random_stream_continues_the_same(
 def test_gradients_with_dropout_equal_torchs_plain_network(depth, seed, p, width):
     net, x0, w = make_stack(depth, width=width, p=p, seed=seed), data(seed + 1, width), data(seed + 2, width)
     y, ours, _ = grads_of(net, x0, w, True, seed=seed)
-    y_t, theirs = torch_grads(torch_twin(net, recorded_masks(net, x0, seed)), x0, w)
+    y_t, theirs = torch_grads(torch_coupling_blocks(net, recorded_masks(net, x0, seed)), x0, w)
     assert_close_to_torch(y, y_t)
     for g, g_t in zip(ours, theirs, strict=True):
         assert_close_to_torch(g, g_t)
@@ -178,8 +179,8 @@ def test_gradients_with_dropout_equal_torchs_plain_network(depth, seed, p, width
 def test_gradients_equal_a_torch_autograd_function_port_of_the_algorithm():
     net, x0, w = make_stack(6), data(), data(seed=2)
     _, ours, _ = grads_of(net, x0, w, True)
-    _, theirs = torch_grads(torch_twin(net), x0, w, port=True)
-    _, plain = torch_grads(torch_twin(net), x0, w)
+    _, theirs = torch_grads(torch_coupling_blocks(net), x0, w, port=True)
+    _, plain = torch_grads(torch_coupling_blocks(net), x0, w)
     for g, g_t, g_plain in zip(ours, theirs, plain, strict=True):
         assert_close_to_torch(g, g_t)
         assert_close_to_torch(g, g_plain)
@@ -199,7 +200,7 @@ def test_autograd_grad_with_respect_to_a_weight_equals_torch_and_leaves_grad_alo
     weight = net.blocks[1].g.linear.weight
     loss = (net(Variable(x0)) * w).sum()
     (g,) = autograd.grad(loss, [weight])
-    blocks = torch_twin(net)
+    blocks = torch_coupling_blocks(net)
     torch_grads(blocks, x0, w)
     assert_close_to_torch(g.data, blocks[1].g[0].weight.grad.numpy())
     assert all(p.grad is None for p in net.params())
@@ -208,7 +209,7 @@ def test_autograd_grad_with_respect_to_a_weight_equals_torch_and_leaves_grad_alo
 def test_a_hook_on_a_weight_runs_once_per_backward_as_in_torch():
     """The inner pass inside backward must not run the weights' hooks: they run in the outer pass, once."""
     net, x0, w = make_stack(3), data(), data(seed=2)
-    blocks = torch_twin(net)
+    blocks = torch_coupling_blocks(net)
     calls = []
     for param in net.params():
         param.register_hook(lambda g: calls.append(1) or g * 2.0)
@@ -308,7 +309,7 @@ def test_backward_twice_raises_like_torch_and_retain_graph_doubles_the_gradients
     loss.backward()
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         loss.backward()
-    blocks = torch_twin(net)
+    blocks = torch_coupling_blocks(net)
     with pytest.raises(RuntimeError, match="backward through the graph a second time"):
         y = step.TorchReversible.apply(torch.tensor(x0, requires_grad=True), blocks, *blocks.parameters())
         loss_t = (y * torch.from_numpy(w)).sum()
@@ -319,7 +320,7 @@ def test_backward_twice_raises_like_torch_and_retain_graph_doubles_the_gradients
     loss = (net(x) * w).sum()
     loss.backward(retain_graph=True)
     loss.backward()
-    _, theirs = torch_grads(torch_twin(net), x0, w, retain_twice=True)
+    _, theirs = torch_grads(torch_coupling_blocks(net), x0, w, retain_twice=True)
     for g, g_t in zip([x.grad.data] + [p.grad.data for p in net.params()], theirs, strict=True):
         assert_close_to_torch(g, g_t)
 
@@ -331,7 +332,7 @@ def test_a_tensor_saved_by_the_layer_before_and_a_residual_around_the_stack_give
     x = Variable(x0.copy())
     h = tinypytorch.tanh(linear(x))
     ((h + net(h)) * w).sum().backward()
-    blocks = torch_twin(net)
+    blocks = torch_coupling_blocks(net)
     linear_t = torch.nn.Linear(WIDTH, WIDTH, dtype=torch.float64)
     with torch.no_grad():
         linear_t.weight.copy_(torch.from_numpy(linear.weight.data))
@@ -352,7 +353,7 @@ def test_batchnorm_statistics_are_updated_once_as_by_one_plain_forward_in_torch(
     net, x0, w = make_stack(3, half=step.NormTanh), data(), data(seed=2)
     _, ours, _ = grads_of(net, x0, w, True)
     for port, count in [(False, 1), (True, 3)]:  # the naive torch port updates in forward, inverse and recompute
-        blocks = torch_twin(net)
+        blocks = torch_coupling_blocks(net)
         _, theirs = torch_grads(blocks, x0, w, port=port)
         for g, g_t in zip(ours, theirs, strict=True):
             assert_close_to_torch(g, g_t)

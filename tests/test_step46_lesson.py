@@ -5,7 +5,8 @@ import pytest
 
 import tinypytorch
 from steploader import load_step
-from test_step46 import data, grads_of, make_stack, recorded_masks, relative_difference, torch_grads, torch_twin
+from test_step46 import (data, grads_of, make_stack, recorded_masks, relative_difference, torch_coupling_blocks,
+                         torch_grads)
 from tinypytorch import Variable
 from tinypytorch.reversible import ReversibleSequential
 
@@ -35,7 +36,7 @@ def test_the_fused_backward_gives_torchs_gradients_and_the_unfused_ones(p, seed)
     net, x0, w = make_stack(4, p=p, seed=seed), data(seed + 1), data(seed + 2)
     y, ours, next_fused = grads_of(fused(net), x0, w, True, seed=seed)
     _, unfused, next_unfused = grads_of(net, x0, w, True, seed=seed)
-    y_t, theirs = torch_grads(torch_twin(net, recorded_masks(net, x0, seed)), x0, w)
+    y_t, theirs = torch_grads(torch_coupling_blocks(net, recorded_masks(net, x0, seed)), x0, w)
     np.testing.assert_allclose(y, y_t, rtol=1e-12, atol=1e-14)
     for g, g_t in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(g, g_t, rtol=1e-10, atol=1e-13)
@@ -53,7 +54,7 @@ def test_the_fused_backward_is_one_node_and_counts_a_batchnorm_batch_once():
             half.norm.running_mean[...] = 0.0
             half.norm.running_var[...] = 1.0
     _, ours, _ = grads_of(fused_net, x0, w, True)
-    blocks = torch_twin(net)
+    blocks = torch_coupling_blocks(net)
     _, theirs = torch_grads(blocks, x0, w)
     for g, g_t in zip(ours, theirs, strict=True):
         np.testing.assert_allclose(g, g_t, rtol=1e-10, atol=1e-13)

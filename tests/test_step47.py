@@ -440,12 +440,16 @@ def dropout_grads(columns, x0, weights, function=None):
             random.get_rng_state(), after_forward)
 
 
+def droppath_case(seed, p, count):
+    """`count` columns with DropPath p (input width 8, WIDTHS), a batch of 6 and weights for the loss, from `seed`."""
+    rng = np.random.default_rng(seed)
+    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(count)]
+    return columns, rng.standard_normal((6, 8)), [rng.standard_normal((6, d)) for d in WIDTHS]
+
+
 @given(seed=st.integers(0, 2**16), p=st.sampled_from([0.2, 0.5]))
 def test_droppath_gradients_match_the_plain_run_only_with_the_per_level_rng_restore(seed, p):
-    rng = np.random.default_rng(seed)
-    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(2)]
-    x0 = rng.standard_normal((6, 8))
-    weights = [rng.standard_normal((6, d)) for d in WIDTHS]
+    columns, x0, weights = droppath_case(seed, p, 2)
     set_reversible(columns, False)
     plain, _, state_plain, _ = dropout_grads(columns, x0, weights)
     set_reversible(columns, True)
@@ -487,12 +491,16 @@ def packed_bytes(columns, x0, weights, widths, reversible, one=False):
     return sum(packed), held
 
 
+def batch_and_weights(seed, rows, d_in, widths):
+    """A batch x0 (rows, d_in) and the loss's weights, one (rows, width) for each of `widths`, from `seed`."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((rows, d_in)), [rng.standard_normal((rows, d)) for d in widths]
+
+
 @given(config=configs())
 def test_each_reversible_column_saves_x_and_its_states_and_nothing_else(config):
     d_in, widths, rows, _, seed = config
-    rng = np.random.default_rng(seed)
-    x0 = rng.standard_normal((rows, d_in))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
+    x0, weights = batch_and_weights(seed, rows, d_in, widths)
     results = []
     for n in (1, 2, 3):
         columns = [make_column(np.random.default_rng(seed), d_in, widths, expansion=2) for _ in range(n)]
@@ -545,9 +553,7 @@ def peak(columns, x0, weights, widths, reversible, one=False):
 
 def test_peak_memory_grows_by_the_columns_states_alone_and_every_level_runs_twice():
     widths, rows = (4, 6), 64
-    rng = np.random.default_rng(0)
-    x0 = rng.standard_normal((rows, 4))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
+    x0, weights = batch_and_weights(0, rows, 4, widths)
     states = rows * sum(widths) * 8
     plain, reversible = {}, {}
     for n in (1, 2, 3, 4):
@@ -565,9 +571,7 @@ def test_peak_memory_grows_by_the_columns_states_alone_and_every_level_runs_twic
 
 def test_reversible_columns_peak_is_flat_in_the_number_of_columns():
     widths, rows = (4, 6), 64
-    rng = np.random.default_rng(0)
-    x0 = rng.standard_normal((rows, 4))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
+    x0, weights = batch_and_weights(0, rows, 4, widths)
     states = rows * sum(widths) * 8
     one = {}
     for n in (1, 2, 3, 4, 6):
@@ -740,10 +744,7 @@ def test_reversible_columns_gradients_of_x_the_first_states_and_every_parameter_
 
 @given(seed=st.integers(0, 2**16), p=st.sampled_from([0.2, 0.5]))
 def test_reversible_columns_with_droppath_equal_the_plain_run_and_leave_the_random_stream_alone(seed, p):
-    rng = np.random.default_rng(seed)
-    columns = [make_column(rng, 8, WIDTHS, drop=p, expansion=2) for _ in range(3)]
-    x0 = rng.standard_normal((6, 8))
-    weights = [rng.standard_normal((6, d)) for d in WIDTHS]
+    columns, x0, weights = droppath_case(seed, p, 3)
     tinypytorch.manual_seed(0)
     _, plain = stack_grads(columns, x0, WIDTHS, weights, False)
     state_plain = random.get_rng_state()
@@ -769,9 +770,7 @@ def test_reversible_columns_keeps_float32_and_its_gradients_are_close_to_the_pla
 @given(config=configs())
 def test_reversible_columns_saves_x_and_the_last_states_whatever_the_number_of_columns(config):
     d_in, widths, rows, _, seed = config
-    rng = np.random.default_rng(seed)
-    x0 = rng.standard_normal((rows, d_in))
-    weights = [rng.standard_normal((rows, d)) for d in widths]
+    x0, weights = batch_and_weights(seed, rows, d_in, widths)
     for n in (1, 2, 4):
         columns = [make_column(np.random.default_rng(seed + k), d_in, widths, expansion=2) for k in range(n)]
         packed, held = packed_bytes(columns, x0, weights, widths, True, one=True)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tinypytorch
-from reference import torch_twin, train_twins
+from reference import train_twins
 from tinypytorch import Variable, cuda, random
 from tinypytorch import functions as F
 from tinypytorch.autograd.graph import save_on_cpu
@@ -17,6 +17,7 @@ from tinypytorch.layers import MLP, BatchNorm1d, Dropout, Layer, Linear, Paramet
 from tinypytorch.optimizers import SGD, Adam
 from tinypytorch.reversible import AdditiveCoupling, ReversibleColumns, ReversibleSequential, RevColumn
 from tinypytorch.utils.checkpoint import checkpoint, checkpoint_sequential
+from twins import torch_twin
 
 pytestmark = [pytest.mark.step48, pytest.mark.torch]
 

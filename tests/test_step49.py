@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
+from reference import torch_function_of_x
 from tinypytorch import Variable, autograd
 from tinypytorch.autograd import Function, once_differentiable
 from tinypytorch.autograd.graph import saved_tensors_hooks
@@ -187,25 +188,22 @@ def test_an_unused_output_gets_zeros_or_none_as_in_torch(materialize, used):
     np.testing.assert_array_equal(x.grad.data, xt.grad.numpy())
 
 
+def doubling_in_a_tuple(base):
+    """2x returned as a tuple of one output, a custom Function of `base` (either framework's autograd.Function)."""
+    class One(base):
+        @staticmethod
+        def forward(ctx, x):
+            return (x * 2.0,)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2.0
+
+    return One
+
+
 def test_a_tuple_returned_by_forward_stays_a_tuple_even_of_one_output():
-    class One(Function):
-        @staticmethod
-        def forward(ctx, x):
-            return (x * 2.0,)
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2.0
-
-    class TorchOne(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return (x * 2.0,)
-
-        @staticmethod
-        def backward(ctx, g):
-            return g * 2.0
-
+    One, TorchOne = doubling_in_a_tuple(Function), doubling_in_a_tuple(torch.autograd.Function)
     assert isinstance(One.apply(Variable(np.ones(2))), tuple)
     assert isinstance(TorchOne.apply(torch.ones(2, requires_grad=True)), tuple)
 
@@ -372,17 +370,8 @@ class OnceCube(Function):
         return Variable(3 * x.data**2 * g.data)
 
 
-class TorchOnceCube(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x**3
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 3 * x**2 * g
+TorchOnceCube = torch_function_of_x("TorchOnceCube", lambda x: x**3, lambda x, g: 3 * x**2 * g,
+                                    once_differentiable=True)
 
 
 def test_once_differentiable_gives_the_first_derivative():

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from reference import torch_function_of_x
 from steploader import load_step
 from tinypytorch import Variable, autograd
 
@@ -14,16 +15,7 @@ pytestmark = [pytest.mark.step49, pytest.mark.torch]
 step = load_step(49)
 
 
-class TorchSign(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.sign(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * (x.abs() <= 1.0)
+TorchSign = torch_function_of_x("TorchSign", torch.sign, lambda x, grad: grad * (x.abs() <= 1.0))
 
 
 @given(arrays(np.float64, st.integers(1, 8), elements=st.floats(-3, 3)), st.integers(0, 100))
