@@ -25,7 +25,7 @@
 #     core.py        Variable, Function, Add ... Pow, the operators
 #     functions.py   functions that are not operators: square, exp
 #     cuda.py        the array backend: NumPy, or CuPy on a GPU
-#     utils.py       numerical_diff, gradient_check
+#     utils/         a package; its numerical.py holds numerical_diff, gradient_check
 # pyproject.toml     the package's name, version and dependencies, read by pip
 # ```
 #

@@ -152,7 +152,7 @@ print(f"relative error = ({abs(numeric_x / -5376 - 1):.1e}, {abs(numeric_y / 806
 # graph from `z` through the creators, as `backward` does:
 
 # %%
-show_code(functions_in_graph)  # kept in tinypytorch.utils: later steps walk graphs too
+show_code(functions_in_graph)  # in tinypytorch/utils/walking.py: later steps walk graphs too
 counts = collections.Counter(type(f).__name__ for f in functions_in_graph(z))
 print(f"{sum(counts.values())} functions:", ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
 print("generation of z:", z.generation)

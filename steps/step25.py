@@ -7,10 +7,11 @@
 # numbers of the formula come in. A picture shows all of that at a glance, and
 # it is the first thing to look at when a gradient comes out wrong.
 #
-# This step adds two functions to `tinypytorch.utils`: `get_dot_graph(y)`
-# describes the graph that computed `y` in Graphviz's DOT language, and
-# `plot_dot_graph(y)` has Graphviz draw it. PyTorch users do the same with the
-# `torchviz` package; we borrow its colours.
+# This step adds two functions to `tinypytorch.utils`, written in its module
+# `tinypytorch/utils/drawing.py`: `get_dot_graph(y)` describes the graph that
+# computed `y` in Graphviz's DOT language, and `plot_dot_graph(y)` has
+# Graphviz draw it. PyTorch users do the same with the `torchviz` package; we
+# borrow its colours.
 
 # %%
 import re
@@ -21,9 +22,9 @@ import warnings
 import numpy as np
 
 import tinypytorch
-from tinypytorch import Variable, utils
+from tinypytorch import Variable
 from tinypytorch.testfunctions import goldstein_price
-from tinypytorch.utils import DotGraph, get_dot_graph, plot_dot_graph
+from tinypytorch.utils import DotGraph, drawing, get_dot_graph, plot_dot_graph
 from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
@@ -121,13 +122,19 @@ DotGraph(legend)
 #   almost always a number from the formula (the 14 in `14 * x`) and is
 #   labelled with its value; other nameless variables get an empty label. With
 #   `verbose=True` the label adds the shape and dtype.
+#
+# `get_dot_graph` reads from top to bottom and leaves the work to three
+# pieces, shown after it: `_functions_first_in_first_out` is the walk,
+# `_draw_function` writes one function's box and its arrows, and `_DotNodes`
+# gives each node its id the first time it is met, with the line that
+# declares it.
 
 # %%
-for kind, style in utils.GRAPH_STYLE.items():
+for kind, style in drawing.GRAPH_STYLE.items():
     print(f"{kind:>12}: {style}")
 print()
-show_code(utils._variable_label)
-show_code(get_dot_graph)
+show_code(drawing._variable_label)
+show_code(get_dot_graph, drawing._functions_first_in_first_out, drawing._draw_function, drawing._DotNodes)
 
 # %% [markdown]
 # A small example first, step 16's graph: $a = x^2$ and $y = a^2 + a^2$, with
@@ -173,7 +180,7 @@ print(get_dot_graph(y, verbose=True))
 
 # %%
 show_code(plot_dot_graph)
-show_code(utils.missing_drawing_tools)
+show_code(drawing.missing_drawing_tools)
 show_code(DotGraph)
 
 # %% [markdown]
@@ -200,8 +207,8 @@ show_code(DotGraph)
 # machine: without `dot`, no file can be written, and the cell says so.
 
 # %% tags=["nbval-ignore-output"]
-if utils.missing_drawing_tools() is not None:
-    print("Graphviz cannot draw on this machine:", utils.missing_drawing_tools())
+if drawing.missing_drawing_tools() is not None:
+    print("Graphviz cannot draw on this machine:", drawing.missing_drawing_tools())
 else:
     with tempfile.TemporaryDirectory() as folder:
         for suffix, magic in [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")]:

@@ -1,4 +1,4 @@
-"""Step 25: get_dot_graph and plot_dot_graph (tinypytorch.utils).
+"""Step 25: get_dot_graph and plot_dot_graph (tinypytorch/utils/drawing.py).
 
 Expected DOT text comes from a golden file that was read line by line against the formula;
 expected counts come from the formula's source text; the structure of a graph is compared
@@ -389,7 +389,7 @@ def test_missing_dot_warns_naming_the_program_and_packages_and_writes_no_file(tm
 
 def test_missing_graphviz_package_warns_and_shows_the_text(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/dot")
-    monkeypatch.setattr(utils, "graphviz", None)
+    monkeypatch.setattr(tinypytorch.utils.drawing, "graphviz", None)
     z = goldstein_price_graph()[2]
     with pytest.warns(UserWarning, match=r"graphviz Python package is not installed \(pip install graphviz\)"):
         graph = plot_dot_graph(z, to_file=tmp_path / "graph.svg")

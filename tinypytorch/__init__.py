@@ -9,7 +9,8 @@ on it lives here, in modules:
     tensor_methods  x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
-    utils       numerical gradients, walking and drawing the graph; utils.checkpoint (steps 41-45)
+    utils       numerical gradients (utils.numerical), walking and drawing the graph (utils.walking, utils.drawing);
+                utils.checkpoint (steps 41-45)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)

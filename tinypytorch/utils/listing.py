@@ -6,6 +6,10 @@ block whose every statement was left out. A statement tagged `# speed: why` belo
 (the book's chapter "How tinypytorch is made fast" explains it) and is left out of every step's
 listing. What remains must still be valid Python, or
 `source_at_step` says which listing needs its tags fixed.
+
+It serves only the book, yet lives in the package: steps run as `python steps/stepNN.py` (so
+Python looks in steps/) and notebooks run in notebooks/, and only the installed package is
+found from both without a `sys.path` line in every step, which the architecture rules out.
 """
 import ast
 import inspect
