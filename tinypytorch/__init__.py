@@ -16,7 +16,7 @@ on it lives here, in modules:
     optimizers  SGD, Adam (step 32)
     autograd    the backward engine, autograd.grad and gradient hooks (steps 33-34); saved tensors and
                 their hooks, anomaly detection, gradcheck (steps 35-40)
-    inplace     in-place operations, version counters and views (steps 36-37)
+    inplace     in-place operations, on views too (steps 36-37)
     random      the default random generator, its state, fork_rng (step 41); the device's generator (step 48)
     reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 46-47)
     classification  softmax, log_softmax, cross_entropy, accuracy (step 50)
