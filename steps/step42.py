@@ -25,7 +25,7 @@ import numpy as np
 import tinypytorch
 from tinypytorch import Config, Function, Variable, autograd, enable_grad, no_grad, random
 from tinypytorch import functions as F
-from tinypytorch.autograd import engine
+from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.layers import Dropout, Layer, Linear
 from tinypytorch.utils import checkpoint as checkpoint_module
@@ -143,9 +143,11 @@ for name, run in runs.items():
 show_code(checkpoint_module.CheckpointFunction, step=42)
 
 # %% [markdown]
-# **Forward** saves the random state (with `preserve_rng_state`, the
-# default) and the inputs, then runs the function under `no_grad`, so that
-# nothing inside records a graph or saves a tensor. The outputs have one
+# **Forward** saves the random state (`rng_state`, with
+# `preserve_rng_state`, the default; it and `replaying` come from
+# `tinypytorch.recomputation`, which holds all the replaying) and the
+# inputs, then runs the function under `no_grad`, so that nothing inside
+# records a graph or saves a tensor. The outputs have one
 # creator, this node, with one edge per input. The parameters used inside
 # are not inputs and have no edge.
 #
@@ -153,10 +155,12 @@ show_code(checkpoint_module.CheckpointFunction, step=42)
 # fresh leaves holding the saved inputs and, inside `replaying` (step 41's
 # `fork_rng` around `set_all_states` with the saved state), runs the
 # function again with recording on. Then it runs a whole backward pass
-# through the recomputed graph: a backward *inside* a backward, which is why
-# the form is called reentrant. That inner pass fills the `.grad` of the
-# parameters inside, like any `backward()`, and of the fresh leaves, whose
-# `.grad` the node returns to the outer pass.
+# through the recomputed graph with the public `autograd.backward`, as
+# PyTorch's `CheckpointFunction.backward` calls `torch.autograd.backward`: a
+# backward *inside* a backward, which is why the form is called reentrant.
+# That inner pass fills the `.grad` of the parameters inside, like any
+# `backward()`, and of the fresh leaves, whose `.grad` the node returns to
+# the outer pass.
 
 # %% tags=["hide-input"]
 def box(axis, x0, x1, y, text, color, height=0.8, fontsize=8):
@@ -194,7 +198,9 @@ plt.show()
 # %% [markdown]
 # To watch this happen, wrap the network in a function that records each
 # call: whether recording was on, and whether a backward pass was running
-# (`engine.current_pass()`, which the engine keeps for this purpose):
+# (`current_pass()`, from `tinypytorch.autograd.gradients`: the one door the
+# autograd kernel opens to the code that runs a pass inside a pass, for what
+# `backward` and `grad` cannot tell it):
 
 # %%
 calls = []
@@ -202,7 +208,7 @@ calls = []
 
 def watched(h):
     calls.append(f"call {len(calls) + 1}: recording {'on' if Config.enable_backprop else 'off'}, "
-                 f"inside a backward pass: {engine.current_pass() is not None}")
+                 f"inside a backward pass: {current_pass() is not None}")
     return net(h)
 
 
@@ -350,7 +356,9 @@ print("UserWarning:", caught[0].message, "| the output requires grad:", y.requir
 # outside the checkpoint. Second, `autograd.grad` (step 33) returns the
 # gradients it is asked for and leaves every `.grad` alone. The inner
 # `backward()` writes into the parameters' `.grad`, and the outer pass cannot
-# ask the node for a parameter's gradient. So the node refuses:
+# ask the node for a parameter's gradient. So the node refuses, when the
+# running pass is one of `autograd.grad`'s (`current_pass().capture`, in the
+# listing above):
 
 # %%
 x = Variable(data, name="x")

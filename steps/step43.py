@@ -105,7 +105,8 @@ show_code(checkpoint_module._checkpoint_hooks, step=43)
 
 # %% [markdown]
 # The frame remembers how to run the function again: the function, its inputs
-# and the random state (step 41). It keeps the inputs as `SavedTensor`s, so an
+# and the random state (step 41; `rng_state` and `replaying` come from
+# `tinypytorch.recomputation`, which holds all the replaying). It keeps the inputs as `SavedTensor`s, so an
 # in-place change to one of them after forward is caught by step 36's version
 # check. The pack hook makes a holder, keeps a *weak* reference to it and
 # records the tensor's shape, dtype and device. Autograd keeps the holder
@@ -120,7 +121,8 @@ show_code(checkpoint_module._Frame.pack, step=43)
 # ## Recomputing on the first unpack
 #
 # Nothing happens until backward asks for a saved tensor. Every backward pass
-# has an id (`engine.current_pass()`). The first unpack in a pass finds no
+# has an id, read from the running pass (`current_pass()`, the door of
+# step 42). The first unpack in a pass finds no
 # recomputation for that id and starts one; later unpacks in the same pass
 # find their tensors already in their holders. Each tensor is handed out once
 # and replaced by `None`, so a recomputed tensor lives only until the function

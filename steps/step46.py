@@ -193,14 +193,21 @@ show_code(ReversibleSequentialFunction.backward, ReversibleSequentialFunction.bl
 # 3. **Check** that this small graph reads, of what requires grad, only the
 #    leaf and the block's parameters (`_refuse_unknown_inputs`); any other
 #    weight would silently get no gradient.
-# 4. **Backpropagate** $\bar y$ through it (`_inner_grad`, a backward pass
-#    inside the running one): $\bar x$ becomes $\bar y$ of the block below.
+# 4. **Backpropagate** $\bar y$ through it (`_inner_grad`: the public
+#    `autograd.grad`, a backward pass inside the running one):
+#    $\bar x$ becomes $\bar y$ of the block below. Its gradients go on to
+#    the running pass through the node's edges, so the running pass
+#    *gathers* (`current_pass().gathering()`, the door of step 42): the inner
+#    pass leaves the parameters' hooks to it, and they run once, on the
+#    whole gradient.
 # 5. **Send on** the block's parameter gradients at once
-#    (`engine.send_early`), then drop the block's graph.
+#    (`current_pass().send`), then drop the block's graph.
 #
 # Backward holds one block's graph at a time, whatever the depth. The loop
-# runs in `fork_rng`, and the recomputations in `replaying` (step 45), so
-# `BatchNorm1d` does not count a batch twice. The gradients must equal a
+# runs in `fork_rng`; the recomputations run in `replaying` (step 45), with
+# $f$ and $g$ each drawing as from its noted state (`draw_as`; all three
+# from `tinypytorch.recomputation`), so `BatchNorm1d` does not count a
+# batch twice. The gradients must equal a
 # plain run's up to the error of the reconstruction:
 
 # %%

@@ -412,7 +412,7 @@ show_code(ReversibleColumnsFunction.forward, ReversibleColumnsFunction.backward,
 # %% [markdown]
 # $x$'s gradient is summed over the columns, which all read $x$; each
 # column's parameter gradients go on as soon as it is done
-# (`engine.send_early`, step 46). The first column started from zeros, so
+# (`current_pass().send`, step 46). The first column started from zeros, so
 # what it computes back should be zeros, a cheap probe of the inversion:
 
 # %%

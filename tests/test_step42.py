@@ -428,3 +428,59 @@ def test_arguments_that_are_not_tensors_reach_the_function_as_they_are_like_torc
     torch.utils.checkpoint.checkpoint(lambda x, n, flag: x[:n] * (2.0 if flag is None else 1.0), a_t, 2, None,
                                       use_reentrant=use_reentrant).sum().backward()
     np.testing.assert_array_equal(a.grad.data, a_t.grad.numpy())  # [2, 2, 0]
+
+
+# ----- the door: the running pass, as the floors above see it ------------------------------------------
+
+class _Watches(tinypytorch.Function):
+    """y = 2x, whose backward notes the running pass, and runs one pass of its own inside it."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def forward(self, x):
+        return 2 * x
+
+    def backward(self, gy):
+        from tinypytorch.autograd.gradients import current_pass
+        outer = current_pass()
+        leaf = Variable(np.array(3.0))
+        inner = []
+        with tinypytorch.enable_grad():  # (backward runs without recording, step 27)
+            y = F.sin(leaf)
+        y.register_hook(lambda g: inner.append(current_pass()) or g)
+        autograd.backward(y)
+        self.seen.append((outer, inner[0], current_pass()))
+        return 2 * gy
+
+
+@pytest.mark.parametrize("how", ["backward", "grad"])
+def test_current_pass_is_the_running_pass_innermost_first_and_says_whether_it_captures(how):
+    """The door checkpointing reads (tinypytorch.autograd.gradients.current_pass): None outside backward; inside,
+    the running pass, the inner one while a pass runs inside it, the outer one again after; `capture` tells a pass
+    of autograd.grad (which a reentrant checkpoint refuses) from one of backward()."""
+    from tinypytorch.autograd.gradients import current_pass
+    assert current_pass() is None
+    seen = []
+    x = Variable(np.array(1.5))
+    y = _Watches(seen)(x)
+    if how == "backward":
+        y.backward()
+    else:
+        autograd.grad(y, x)
+    ((outer, inner, after),) = seen
+    assert outer is not None and after is outer and inner is not outer and inner.id != outer.id
+    assert outer.capture is (how == "grad") and inner.capture is False
+    assert current_pass() is None
+
+
+def test_checkpoint_starts_its_inner_pass_through_autograd_backward(monkeypatch):
+    """As PyTorch's CheckpointFunction.backward calls torch.autograd.backward: the public function, not the engine."""
+    calls = []
+    original = autograd.backward
+    monkeypatch.setattr(autograd, "backward", lambda *a, **k: calls.append(len(a[0])) or original(*a, **k))
+    net = MLP([3, 3])
+    x = Variable(np.ones((2, 3)))
+    (checkpoint(net, x) ** 2).sum().backward()
+    assert calls == [1]
+    assert x.grad is not None and all(p.grad is not None for p in net.params())

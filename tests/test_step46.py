@@ -446,3 +446,29 @@ def test_a_layer_half_beside_a_hidden_variable_is_refused_too(hidden):
     assert len(list(net.params())) == 2  # g's weight and bias: f hides its Linear and `scale`
     with pytest.raises(RuntimeError, match=HIDDEN):
         (net(Variable(data())) * data(2)).sum().backward()
+
+
+def test_a_pass_started_while_the_running_pass_gathers_leaves_the_leaves_hooks_to_it():
+    """The door's `gathering()` (what the stack's inner passes run in): a pass started inside it runs no leaf's
+    hooks, since its gradients go on to the running pass, where they run once; after it, they run as usual."""
+    from tinypytorch.autograd.gradients import current_pass
+    w = Variable(np.array(2.0))
+    fired = []
+    w.register_hook(lambda g: fired.append(float(g.data)) or g)
+
+    class Gathers(tinypytorch.Function):
+        def forward(self, x):
+            return x
+
+        def backward(self, gy):
+            with tinypytorch.enable_grad():  # (backward runs without recording, step 27)
+                inside, after = w * 3.0, w * 5.0
+            with current_pass().gathering():
+                (g_inside,) = autograd.grad(inside, [w])
+            assert fired == []
+            (g_after,) = autograd.grad(after, [w])
+            assert fired == [5.0] and current_pass().gathers is False
+            return gy * (g_inside + g_after).data
+
+    Gathers()(Variable(np.array(1.0))).backward()
+    assert fired == [5.0]

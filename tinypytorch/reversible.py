@@ -8,31 +8,33 @@ Checkpointing (steps 41-45) keeps each segment's input. A reversible block needs
 that: its input follows from its output, so a whole stack keeps only its final output,
 and memory for activations stays the same however deep the stack. Backward walks the
 blocks in reverse: compute the block's input from its output, run the block again with
-the graph recorded, backpropagate through it, drop it. Random numbers are replayed as in
-checkpointing, and the parameters' gradients are returned through the graph, so
-`autograd.grad` with respect to them works.
+the graph recorded, backpropagate through it (`autograd.grad`, a pass inside the running
+one), drop it. Random numbers are replayed as in checkpointing (`tinypytorch.recomputation`),
+and the parameters' gradients are returned through the graph, so `autograd.grad` with respect
+to them works.
 """
-from tinypytorch import random
-from tinypytorch.autograd import engine
+from tinypytorch import autograd, random
+from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.core import Function, Variable, as_variable, gradient_edge, increment_version
 from tinypytorch.grad_mode import Config, enable_grad, no_grad
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import concatenate, sum_to
 from tinypytorch.layers import Layer, Parameter
-from tinypytorch.recomputation import replaying
+from tinypytorch.recomputation import draw_as, replaying, rng_state
 
 
 class _Gradients:
     """The parameters' gradients a reversible Function's backward builds up, block by block (or column by column).
 
     A parameter's gradient is complete after the last block that uses it (the first, in forward order):
-    then it is sent on to the running pass at once (engine.send_early), as PyTorch's reversible
+    then it is sent on to the running pass at once (`current_pass().send`), as PyTorch's reversible
     libraries write each block's `.grad`, so that the stack never holds every block's gradients.
     What could not be sent is returned by backward, as `returned`.
     """
 
     def __init__(self, function, groups):
         self.function, self.sums, self.returned = function, {}, {}
+        self.running = current_pass()  # None when backward is called by hand: then everything is returned
         self.input_index = {id(p): i for i, p in enumerate(function.params, start=function.first_param_input)}
         self.complete_after = {}  # id(p) -> index of the group after which p's gradient is whole
         for k, group in enumerate(groups):
@@ -47,23 +49,35 @@ class _Gradients:
         for p in params:
             if self.complete_after[id(p)] == k and id(p) in self.sums:
                 g = self.sums.pop(id(p))
-                if not engine.send_early(self.function, self.input_index[id(p)], g):
+                if self.running is None:
                     self.returned[id(p)] = g
+                else:
+                    self.running.send(self.function, self.input_index[id(p)], g)
 
     def result(self):
         return [self.returned.get(id(p)) for p in self.function.params]
 
 
 def _inner_grad(output, wrt, gy):
-    """The gradients of `output` (weighted by gy) with respect to `wrt`, by a backward pass inside the running one.
+    """The gradients of `output` (weighted by gy) with respect to `wrt` (None where none), by `autograd.grad`:
+    a backward pass inside the running one.
 
-    The leaves' hooks do not run in it: its gradients go on to the outer pass through the
-    Function's edges, and the parameters' hooks run there, once.
+    The running pass gathers: the leaves' hooks do not run in the inner pass, since its gradients
+    go on to the running pass through the Function's edges, and the parameters' hooks run there, once.
     """
-    gy = gy if isinstance(gy, Variable) else Variable(gy, requires_grad=False)
-    captured = engine.run_backward([output], [gy], retain_graph=False, create_graph=False, inputs=wrt,
-                                   leaf_hooks=False)
-    return [captured.get(x) for x in wrt]
+    wanted = [x for x in wrt if x.requires_grad]  # a frozen parameter gets no gradient
+    if not output.requires_grad or not wanted:
+        return [None] * len(wrt)
+    running = current_pass()
+    if running is None:  # backward called by hand: no pass to gather into
+        found = autograd.grad(output, wanted, gy, allow_unused=True)
+    else:
+        with running.gathering():
+            found = autograd.grad(output, wanted, gy, allow_unused=True)
+    if len(wanted) == len(wrt):
+        return list(found)
+    found = dict(zip(map(id, wanted), found))
+    return [found.get(id(x)) for x in wrt]
 
 
 def _refuse_unknown_inputs(output, known, since, what, remedy):
@@ -116,9 +130,9 @@ class AdditiveCoupling(Layer):
     def apply(self, function, name, x, states=None, replay=None):
         """function(x), checked to keep x's shape; its RNG state recorded (forward) or restored (backward)."""
         if states is not None:
-            states.append(random.get_all_states())
+            states.append(rng_state())
         if replay is not None:
-            random.set_all_states(replay)
+            draw_as(replay)
         y = function(x)
         if y.shape != x.shape:
             raise ValueError(f"AdditiveCoupling: {name} changed the shape of its input from {x.shape} to {y.shape}; "
@@ -283,7 +297,7 @@ def _column_forward(column, x, cs, alphas, states):
     n, new = len(column.levels), []
     with no_grad():
         for i, level in enumerate(column.levels):
-            states.append(random.get_all_states())
+            states.append(rng_state())
             below = Variable(x if i == 0 else new[-1], requires_grad=False)
             above = Variable(cs[i + 1], requires_grad=False) if i + 1 < n else None
             out = level(below, above).data

@@ -27,15 +27,6 @@ from tinypytorch.cuda import get_array_module
 _running = []  # step 42: the backward passes running now, innermost last (a backward may run one inside it)
 
 
-def current_pass():
-    """The innermost backward pass running now (a GraphTask), or None.
-
-    Checkpointing asks it which pass is unpacking (it recomputes once per pass, step 43) and
-    whether the pass captures (reentrant checkpointing cannot serve autograd.grad, step 42).
-    """
-    return _running[-1] if _running else None
-
-
 def send_early(function, i, gradient):
     """Hand the running pass the gradient of `function`'s input i now, from inside its backward (step 46).
 
@@ -179,17 +170,16 @@ def checked_gradient(f, i, gx, on_arrays=False):
     return gx
 
 
-def run_backward(roots, seeds, retain_graph, create_graph, retain_grad=False, inputs=None, leaf_hooks=True):
+def run_backward(roots, seeds, retain_graph, create_graph, retain_grad=False, inputs=None):
     """Backpropagate `seeds`, one gradient per root, through the graph behind `roots` (step 33).
 
     `Variable.backward` and `autograd.grad` both start a pass here. With `inputs=None` every leaf
     that requires grad adds its gradient into `.grad`; with `inputs` (autograd.grad) the result is
     {input: gradient} and no `.grad` changes. create_graph: the pass records a graph of its own,
     so that the gradients can be differentiated again (step 27). retain_graph: the functions keep
-    their saved tensors (step 35). leaf_hooks=False: the leaves' hooks do not run in this pass
-    (a reversible block's inner pass, whose gradients go on to the outer one, step 46).
+    their saved tensors (step 35).
     """
-    task = GraphTask(roots, retain_graph, retain_grad, inputs, leaf_hooks)
+    task = GraphTask(roots, retain_graph, retain_grad, inputs)
     with using_config("enable_backprop", create_graph):
         return task.run(roots, seeds)
 
@@ -252,16 +242,23 @@ class GraphTask:
     runs once its count reaches zero, the newest function first (`ready`, a heap on the
     creation order). Gradients wait in `buffers`, which belong to the pass, not in `.grad`.
     A pass that captures (autograd.grad) runs only the functions leading to its inputs.
+
+    The floors above that run a pass inside a running one (checkpointing, reversible blocks) reach
+    the running pass through `autograd.gradients.current_pass()` and use only its `id`, `capture`,
+    `send` and `gathering`.
     """
 
     _ids = itertools.count()
     __slots__ = ("id", "capture", "retain_graph", "retain_grad", "leaf_hooks", "dependencies", "targets", "leading",
-                 "buffers", "ready", "captured", "sent")
+                 "buffers", "ready", "captured", "sent", "gathers")
 
-    def __init__(self, roots, retain_graph, retain_grad=False, inputs=None, leaf_hooks=True):
+    def __init__(self, roots, retain_graph, retain_grad=False, inputs=None):
         self.id = next(self._ids)  # step 42: tells nested passes apart
         self.capture = inputs is not None
-        self.retain_graph, self.retain_grad, self.leaf_hooks = retain_graph, retain_grad, leaf_hooks
+        self.retain_graph, self.retain_grad = retain_graph, retain_grad
+        # step 46: a pass started inside one that gathers leaves the leaves' hooks to that one
+        self.leaf_hooks = not (_running and _running[-1].gathers)
+        self.gathers = False
         self.dependencies = count_dependencies(roots)
         self.targets = {gradient_edge(x): x for x in inputs} if self.capture else {}  # where each input's arrives
         self.leading = functions_leading_to(self.targets, roots) if self.capture else None
@@ -354,3 +351,25 @@ class GraphTask:
         self.sent.setdefault(f, set()).add(i)
         if self.wanted(f.edges[i]):
             self.receive(*f.edges[i], checked_gradient(f, i, gx))
+
+    def gathering(self):
+        """A block in which the passes started gather gradients for this pass (step 46).
+
+        A reversible stack's backward runs a pass for each block; the gradients it finds go on to
+        this pass through the stack's edges, where the leaves' hooks run once, on the complete
+        gradient. So the passes started inside the block do not run the leaves' hooks.
+        """
+        return _Gathering(self)
+
+
+class _Gathering:
+    """The block `GraphTask.gathering` returns: `task.gathers` is True inside."""
+
+    def __init__(self, task):
+        self.task = task
+
+    def __enter__(self):
+        self.before, self.task.gathers = self.task.gathers, True
+
+    def __exit__(self, *exc_info):
+        self.task.gathers = self.before

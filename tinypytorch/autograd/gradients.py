@@ -1,4 +1,8 @@
-"""`autograd.grad` (step 33): gradients of outputs with respect to chosen inputs, returned, not stored."""
+"""`autograd.grad` (step 33): gradients of outputs with respect to chosen inputs, returned, not stored.
+
+Also `autograd.backward`, and `current_pass`: the one door into the engine for the floors above
+that run a backward pass inside a running one (checkpointing, reversible blocks).
+"""
 from collections.abc import Iterable
 
 from tinypytorch import cuda
@@ -74,3 +78,25 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False):
     seeds = [engine.seed(y, g, "backward") for y, g in zip(tensors, grad_tensors)]
     retain_graph = create_graph if retain_graph is None else retain_graph
     engine.run_backward(list(tensors), seeds, retain_graph, create_graph)
+
+
+def current_pass():
+    """The backward pass running now in this thread (the innermost, when one runs inside another), or None.
+
+    The one door into the engine for the floors above that run a backward pass inside a running
+    one: checkpointing (`tinypytorch.utils.checkpoint`, steps 42-43) and reversible blocks
+    (`tinypytorch.reversible`, steps 46-47). They start their own passes with `backward` and
+    `grad`, as PyTorch's checkpoint starts its with `torch.autograd.backward`; what those cannot
+    tell them is the pass running around them. Of the pass returned they use:
+
+        id                  tells passes apart: a non-reentrant checkpoint recomputes once per pass (step 43)
+        capture             True in a pass of `grad`, which a reentrant checkpoint cannot serve (step 42)
+        send(f, i, g)       f's backward hands input i's gradient g on now, before it returns (step 46)
+        gathering()         a block in which the passes started leave the leaves' hooks to this one, since
+                            their gradients go on to it through f's edges (step 46)
+
+    (PyTorch answers the first two from its C++ engine: `torch._C._current_graph_task_id()`,
+    `torch.autograd._is_checkpoint_valid()`.)
+    """
+    running = engine._running  # (the engine's list of passes; this function is the one reader outside it)
+    return running[-1] if running else None

@@ -10,7 +10,8 @@ is untouched). Two ways to do that, as in PyTorch:
 
 - reentrant (step 42): the whole function is one Function node; its forward runs under
   no_grad, and its backward recomputes with the graph recorded and runs a backward pass of
-  its own, inside the outer one. It cannot serve autograd.grad.
+  its own, inside the outer one, through `autograd.backward` (PyTorch's calls
+  `torch.autograd.backward`). It cannot serve autograd.grad.
 - non-reentrant (step 43): the function runs normally, under saved-tensor hooks that keep
   a placeholder instead of each saved tensor; the first unpack in a backward pass
   recomputes the function (stopping as soon as every needed tensor is back), and checks
@@ -21,9 +22,9 @@ import numbers
 import warnings
 import weakref
 
-from tinypytorch import cuda, random
-from tinypytorch.recomputation import replaying
-from tinypytorch.autograd import engine
+from tinypytorch import autograd, cuda
+from tinypytorch.recomputation import replaying, rng_state
+from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
 from tinypytorch.core import Function, Variable, as_variable
 from tinypytorch.grad_mode import Config, enable_grad, no_grad
@@ -69,7 +70,7 @@ class CheckpointFunction(Function):
         self.tuple_output = False
 
     def forward(self, *xs):
-        self.rng_state = random.get_all_states() if self.preserve_rng_state else None
+        self.rng_state = rng_state(self.preserve_rng_state)
         self.requires = self.needs_input_grad
         self.save_for_backward(*xs)  # the inputs: all the function keeps
         with no_grad():
@@ -79,7 +80,7 @@ class CheckpointFunction(Function):
         return tuple(y.data for y in outputs)
 
     def backward(self, *gys):
-        current = engine.current_pass()
+        current = current_pass()
         if current is not None and current.capture:
             raise RuntimeError("When use_reentrant=True, tinypytorch.utils.checkpoint is incompatible with "
                                "autograd.grad(). To resolve this error, you can either set use_reentrant=False, "
@@ -91,8 +92,9 @@ class CheckpointFunction(Function):
         pairs = [(y, gy) for y, gy in zip(outputs, gys) if y.requires_grad and gy is not None]
         if not pairs:
             raise RuntimeError("none of output has requires_grad=True, this checkpoint() is not necessary")
-        # a backward pass inside this one; parameters of the function get their .grad here
-        engine.run_backward([y for y, _ in pairs], [gy for _, gy in pairs], retain_graph=False, create_graph=False)
+        # a backward pass inside this one, started as PyTorch's checkpoint starts it: the function's
+        # parameters get their .grad here, the fresh leaves theirs, which go on to the outer pass
+        autograd.backward([y for y, _ in pairs], [gy for _, gy in pairs])
         return tuple(x.grad for x in inputs)
 
 
@@ -139,7 +141,7 @@ class _Frame:
         return holder
 
     def unpack(self, holder):
-        current = engine.current_pass()
+        current = current_pass()
         pass_id = current.id if current is not None else object()  # outside backward: a pass of its own
         if pass_id not in self.recomputed:
             self.recompute(pass_id)
@@ -205,8 +207,7 @@ def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, de
     tensors, merge = _split_arguments(args)
     if not Config.enable_backprop:  # nothing will be recorded: just run it
         return function(*merge(tensors))
-    rng_state = random.get_all_states() if preserve_rng_state else None
-    frame = _Frame(function, tensors, merge, rng_state, early_stop, determinism_check)
+    frame = _Frame(function, tensors, merge, rng_state(preserve_rng_state), early_stop, determinism_check)
     with saved_tensors_hooks(frame.pack, frame.unpack):
         result = function(*merge(tensors))
     _as_outputs(result, "the checkpointed function")
