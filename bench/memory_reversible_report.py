@@ -227,7 +227,7 @@ def _coupling_peaks(u, targets):
               + f"; one block's parameters' gradients are {block_gradients:,} B. PyTorch's twin puts each block's "
               "gradients into `.grad` as that block's backward ends, where a hook lets them go. tinypytorch's "
               "ReversibleSequential sends each block's parameter gradients on to the running backward pass as soon "
-              "as that block is done (`engine.send_early`), through the graph rather than into `.grad` directly, so "
+              "as that block is done (`current_pass().send`), through the graph rather than into `.grad` directly, so "
               "that `autograd.grad` reaches them too and a hook runs once, when the gradient is complete; the Function "
               "holds one block's gradients at a time, not the whole stack's. Relative differences of the gradients "
               "from the plain run's: float32 arithmetic, the reversible run computing each block's input back from "

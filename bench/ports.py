@@ -59,7 +59,7 @@ class TorchReversibleSequentialFunction(torch.autograd.Function):
     One difference, PyTorch's reversible libraries' way (RevCol's ReverseFunction, MemCNN): each block's
     parameters get their gradients into .grad as that block's backward ends (torch.autograd.backward),
     where tinypytorch's sends them on to the running pass through the graph as that block is done
-    (engine.send_early). Either way a hook lets each block's gradients go when they are complete. The blocks
+    (current_pass().send). Either way a hook lets each block's gradients go when they are complete. The blocks
     draw no random numbers: no RNG state is kept.
     """
 

@@ -18,6 +18,7 @@ from reference import BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressio
 from steploader import load_step
 from tinypytorch import Function, Variable, autograd, no_grad
 from tinypytorch.autograd import engine
+from tinypytorch.autograd.gradients import current_pass
 
 pytestmark = [pytest.mark.step33, pytest.mark.torch]
 step = load_step(33)
@@ -440,8 +441,8 @@ def test_autograd_grad_rejects_inputs_and_outputs_that_do_not_require_grad():
 
 
 class _SendsEarly(Function):
-    """y = a * b; the gradient of b is sent from inside backward (engine.send_early), the way a reversible stack
-    sends each block's gradients; a's is returned as usual."""
+    """y = a * b; the gradient of b is sent from inside backward (current_pass().send), the way a reversible
+    stack sends each block's gradients; a's is returned as usual (both, with no pass running)."""
 
     def forward(self, a, b):
         self.save_for_backward(a, b)
@@ -449,8 +450,11 @@ class _SendsEarly(Function):
 
     def backward(self, gy):
         a, b = self.saved_tensors
-        sent = engine.send_early(self, 1, gy * a)
-        return gy * b, None if sent else gy * a
+        running = current_pass()
+        if running is None:
+            return gy * b, gy * a
+        running.send(self, 1, gy * a)
+        return gy * b, None
 
 
 @pytest.mark.parametrize("use_grad", [False, True])
@@ -474,8 +478,12 @@ def test_a_gradient_sent_early_arrives_once_through_hooks_and_autograd_grad(use_
     np.testing.assert_allclose(seen[0], tb.grad.numpy(), rtol=1e-15)
 
 
-def test_send_early_outside_a_backward_pass_says_so():
-    assert engine.send_early(_SendsEarly(), 1, Variable(np.array(1.0))) is False
+def test_outside_a_backward_pass_there_is_no_pass_to_send_to():
+    assert current_pass() is None
+    a, b = Variable(np.array(2.0)), Variable(np.array(3.0))
+    f = _SendsEarly()
+    f(a, b)
+    assert [g.data for g in f.backward(Variable(np.array(1.0)))] == [3.0, 2.0]
 
 
 def test_autograd_grad_takes_a_generator_of_inputs_as_torch_does():

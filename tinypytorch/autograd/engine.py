@@ -14,6 +14,7 @@ any more: only the functions and what they saved.
 """
 import heapq
 import itertools
+import threading
 
 from tinypytorch import cuda
 from tinypytorch.autograd import anomaly
@@ -24,22 +25,23 @@ from tinypytorch.grad_mode import Config, set_backward_on_arrays, using_config
 from tinypytorch.cuda import get_array_module
 
 
-_running = []  # step 42: the backward passes running now, innermost last (a backward may run one inside it)
+class _RunningPasses(threading.local):
+    """The backward passes running now in this thread, innermost last (a backward may run one inside it, step 42)."""
+
+    def __init__(self):
+        self.stack = []
 
 
-def send_early(function, i, gradient):
-    """Hand the running pass the gradient of `function`'s input i now, from inside its backward (step 46).
+_running = _RunningPasses()
 
-    A reversible stack is one Function whose backward works through many blocks; each block's
-    parameters have their whole gradient long before the backward returns. Sent early, a
-    gradient goes on at once (to `.grad`, its hooks, or the other functions waiting for it)
-    instead of being held until the end; the backward then returns None for input i. False
-    when no pass is running (the caller keeps the gradient and returns it).
+
+def innermost_pass():
+    """The innermost backward pass running now in this thread (a GraphTask), or None.
+
+    The floors above reach it through `autograd.gradients.current_pass`, their one door (steps 42-46).
     """
-    if not _running:
-        return False
-    _running[-1].send(function, i, gradient)
-    return True
+    stack = _running.stack
+    return stack[-1] if stack else None
 
 
 def node_of(x):
@@ -257,7 +259,7 @@ class GraphTask:
         self.capture = inputs is not None
         self.retain_graph, self.retain_grad = retain_graph, retain_grad
         # step 46: a pass started inside one that gathers leaves the leaves' hooks to that one
-        self.leaf_hooks = not (_running and _running[-1].gathers)
+        self.leaf_hooks = not (_running.stack and _running.stack[-1].gathers)
         self.gathers = False
         self.dependencies = count_dependencies(roots)
         self.targets = {gradient_edge(x): x for x in inputs} if self.capture else {}  # where each input's arrives
@@ -268,7 +270,7 @@ class GraphTask:
         self.sent = {}  # function -> the inputs whose gradients its backward sent early (step 46)
 
     def run(self, roots, seeds):
-        _running.append(self)
+        _running.stack.append(self)
         try:
             for root, gy in zip(roots, seeds, strict=True):
                 self.receive(*gradient_edge(root), gy)
@@ -276,7 +278,7 @@ class GraphTask:
             while ready:
                 run_function(heapq.heappop(ready)[1])
         finally:
-            _running.pop()
+            _running.stack.pop()
         return self.captured
 
     def run_function(self, f):
@@ -319,7 +321,7 @@ class GraphTask:
         if gx is None or not x.requires_grad:  # nothing arrived; or switched off after x was used (step 33)
             return
         gx = gradient_variable(gx)  # speed: the buffers hold arrays where formulas ran on arrays
-        if self.leaf_hooks:
+        if self.leaf_hooks and x._backward_hooks:
             gx = call_hooks(x._backward_hooks, gx, x.data.shape)  # step 34: a hook may replace the gradient
         if (x, 0) in self.targets:
             self.captured[x] = gx
@@ -340,14 +342,15 @@ class GraphTask:
         if target is not None:
             gy = self.captured[target] = gradient_variable(gy)
         y = f.outputs[nr]()  # step 17: a weak reference; the variable may be gone (step 35)
-        # (y.creator is not f once y was changed in place: this gradient is then its old value's, step 36)
-        if y is not None and y.creator is f and (y.retains_grad or (self.retain_grad and not self.capture)):
+        # (y.creator is not f once y was changed in place: this gradient is then its old value's, step 36;
+        # _retains_grad, the attribute behind the property: every output of every pass is asked)
+        if y is not None and y.creator is f and (y._retains_grad or (self.retain_grad and not self.capture)):
             gy = gradient_variable(gy)
             y.grad = owned_copy(gy) if y.grad is None else y.grad + gy  # a copy: gy goes on to other nodes
         return gy
 
     def send(self, f, i, gx):
-        """f's backward hands input i's gradient on before it returns (send_early)."""
+        """f's backward hands input i's gradient on before it returns (step 46: a reversible stack's parameters)."""
         self.sent.setdefault(f, set()).add(i)
         if self.wanted(f.edges[i]):
             self.receive(*f.edges[i], checked_gradient(f, i, gx))

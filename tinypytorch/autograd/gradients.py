@@ -98,5 +98,4 @@ def current_pass():
     (PyTorch answers the first two from its C++ engine: `torch._C._current_graph_task_id()`,
     `torch.autograd._is_checkpoint_valid()`.)
     """
-    running = engine._running  # (the engine's list of passes; this function is the one reader outside it)
-    return running[-1] if running else None
+    return engine.innermost_pass()
