@@ -430,7 +430,7 @@ print("PyTorch check passed: the version check raises where torch's does, in-pla
 # %% tags=["hide-cell"]
 def clamp_(x, low, high):
     inplace.check_writable("clamp_", x)
-    if tinypytorch.Config.enable_backprop and x.requires_grad:
+    if tinypytorch.is_grad_enabled() and x.requires_grad:
         raise RuntimeError("clamp_: only where no gradient is recorded (under no_grad)")
     inplace.write("clamp_", x, tinypytorch.cuda.get_array_module(x.data).clip(x.data, low, high))
     return x
@@ -455,7 +455,7 @@ except RuntimeError as error:
 # %% tags=["hide-cell"]
 def exp_(x):
     inplace.check_writable("exp_", x)
-    if not (tinypytorch.Config.enable_backprop and x.requires_grad):
+    if not (tinypytorch.is_grad_enabled() and x.requires_grad):
         inplace.write("exp_", x, tinypytorch.cuda.get_array_module(x.data).exp(x.data))
         return x
     return inplace.record("exp_", x, tinypytorch.exp(inplace.alias(x)))

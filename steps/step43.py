@@ -106,12 +106,12 @@ show_code(checkpoint_module._checkpoint_hooks, step=43)
 # %% [markdown]
 # The frame remembers how to run the function again: the function, its inputs
 # and the random state (step 41; `rng_state` and `replaying` come from
-# `tinypytorch.recomputation`, which holds all the replaying). It keeps the inputs as `SavedTensor`s, so an
-# in-place change to one of them after forward is caught by step 36's version
-# check. The pack hook makes a holder, keeps a *weak* reference to it and
-# records the tensor's shape, dtype and device. Autograd keeps the holder
-# itself, so when a backward pass frees a function's saved tensors (step 35),
-# the holder goes with them:
+# `tinypytorch.recomputation`, which holds all the replaying). It keeps the
+# inputs as `SavedTensor`s, so an in-place change to one of them after forward
+# is caught by step 36's version check. The pack hook makes a holder, keeps a
+# *weak* reference to it and records the tensor's shape, dtype and device.
+# Autograd keeps the holder itself, so when a backward pass frees a function's
+# saved tensors (step 35), the holder goes with them:
 
 # %%
 show_code(checkpoint_module._Holder, step=43)
@@ -121,12 +121,12 @@ show_code(checkpoint_module._Frame.pack, step=43)
 # ## Recomputing on the first unpack
 #
 # Nothing happens until backward asks for a saved tensor. Every backward pass
-# has an id, read from the running pass (`current_pass()`, the door of
-# step 42). The first unpack in a pass finds no
-# recomputation for that id and starts one; later unpacks in the same pass
-# find their tensors already in their holders. Each tensor is handed out once
-# and replaced by `None`, so a recomputed tensor lives only until the function
-# that needs it has run its backward:
+# has an id, read from the running pass (`current_pass()`, the door of step
+# 42). The first unpack in a pass finds no recomputation for that id and
+# starts one; later unpacks in the same pass find their tensors already in
+# their holders. Each tensor is handed out once and replaced by `None`, so a
+# recomputed tensor lives only until the function that needs it has run its
+# backward:
 
 # %%
 show_code(checkpoint_module._Frame.unpack, step=43)

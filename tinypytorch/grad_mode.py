@@ -6,7 +6,10 @@
     anomaly mode        every function keeps the stack that made it; backward checked for NaN (step 39)
     recomputation       a forward computation runs again for backward: checkpointing, reversible blocks (42-47)
 
-Each is read and set here, and only here. As in PyTorch, every mode but anomaly mode belongs to the
+Each is set only through this module's functions and context managers, and asked through them,
+except on the hottest paths of the kernel (core's Function.__call__, the engine, saved tensors), which
+read `Config.enable_backprop`, `BackwardMode.arrays` and `SavedTensorsHooks.stack` directly: a call
+per operation would cost more than the operation's bookkeeping. As in PyTorch, every mode but anomaly mode belongs to the
 thread that set it (threading.local): `no_grad` in one thread does not stop another from recording.
 Anomaly mode is one switch for the whole process, as PyTorch's is. This module imports nothing of the
 package: it is the ground floor that every other floor may ask.

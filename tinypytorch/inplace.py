@@ -18,7 +18,7 @@ The records a view keeps, and version counters, live in tinypytorch.views: every
 """
 from tinypytorch import cuda
 from tinypytorch.core import Function, Variable, add, as_variable, div, formulas_on_arrays, mul, sub, sum_to
-from tinypytorch.grad_mode import Config, no_grad
+from tinypytorch.grad_mode import is_grad_enabled, no_grad
 from tinypytorch.views import increment_version, refresh_view, share_version_counter, take_place
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
@@ -26,7 +26,7 @@ OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
 def check_writable(op, x):
     """Refuse what would write into a leaf that requires grad, or into a broadcast view."""
-    if Config.enable_backprop and x.requires_grad:
+    if is_grad_enabled() and x.requires_grad:
         if x.creator is None and x.view_record is None:
             raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")
         if x._base is not None and x._base.creator is None and x._base.requires_grad:  # step 37: a view of such a leaf, too
@@ -72,7 +72,7 @@ def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
     check_writable(op, x)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
-    recording = Config.enable_backprop and (x.requires_grad or other.requires_grad)
+    recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
         write(op, x, OPERATIONS[op](Variable(x.data, requires_grad=False), other).data)
         return x
@@ -87,7 +87,7 @@ def apply(op, x, other):
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
     check_writable("zero_", x)
-    if not (Config.enable_backprop and x.requires_grad):
+    if not (is_grad_enabled() and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
         return x
     if x.view_record is not None:  # step 37: a view whose base changed is made again first
@@ -113,7 +113,7 @@ def set_item(op, x, key, value):
     """
     check_writable(op, x)
     value = as_variable(value, op, cuda.get_array_module(x.data), like=x.data)
-    if not (Config.enable_backprop and (x.requires_grad or value.requires_grad)):
+    if not (is_grad_enabled() and (x.requires_grad or value.requires_grad)):
         xp = cuda.get_array_module(x.data)
         write(op, x, _assigned(xp, x.data, key, value.data))
         return x

@@ -16,7 +16,7 @@ to them works.
 from tinypytorch import autograd, random
 from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.core import Function, Variable, as_variable, gradient_edge, increment_version
-from tinypytorch.grad_mode import Config, enable_grad, no_grad
+from tinypytorch.grad_mode import enable_grad, is_grad_enabled, no_grad
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import concatenate, sum_to
 from tinypytorch.layers import Layer, Parameter
@@ -217,7 +217,7 @@ class ReversibleSequential(Layer):
     def forward(self, x):
         x = as_variable(x, "ReversibleSequential")
         params = list(self.params())
-        if not Config.enable_backprop or not (x.requires_grad or any(p.requires_grad for p in params)):
+        if not is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in params)):
             for block in self.blocks:  # no graph wanted: just the blocks
                 x = block(x)
             return x
@@ -276,7 +276,7 @@ class RevColumn(Layer):
         x = as_variable(x, "RevColumn")
         cs = [as_variable(c, "RevColumn") for c in cs]
         params = [p for i in range(len(self.levels)) for p in self.level_params(i)]
-        if not self.reversible or not Config.enable_backprop:
+        if not self.reversible or not is_grad_enabled():
             return tuple(self.plain(x, cs))
         function = RevColumnFunction(self)
         outputs = function(x, *cs, *self.alphas, *params)
@@ -415,7 +415,7 @@ class ReversibleColumns(Layer):
     def forward(self, x, *cs):
         x = as_variable(x, "ReversibleColumns")
         cs = [as_variable(c, "ReversibleColumns") for c in cs]
-        if not all(column.reversible for column in self.columns) or not Config.enable_backprop:
+        if not all(column.reversible for column in self.columns) or not is_grad_enabled():
             for column in self.columns:
                 cs = column(x, *cs)
             return tuple(cs)

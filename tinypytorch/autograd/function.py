@@ -25,7 +25,7 @@ import numpy as np
 from tinypytorch import cuda
 from tinypytorch.autograd.graph import Node  # core's Function: the graph's node class, not this module's Function
 from tinypytorch.core import Variable, sum_to
-from tinypytorch.grad_mode import Config, no_grad
+from tinypytorch.grad_mode import is_grad_enabled, no_grad
 
 
 class FunctionCtx:
@@ -188,7 +188,7 @@ def once_differentiable(backward):
     def wrapper(ctx, *grads):
         with no_grad():
             results = backward(ctx, *grads)
-        if not Config.enable_backprop or not any(isinstance(g, Variable) and g.requires_grad for g in grads):
+        if not is_grad_enabled() or not any(isinstance(g, Variable) and g.requires_grad for g in grads):
             return results
         single = not isinstance(results, tuple)
         results = (results,) if single else results

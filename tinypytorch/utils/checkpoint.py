@@ -27,7 +27,7 @@ from tinypytorch.recomputation import replaying, rng_state
 from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
 from tinypytorch.core import Function, Variable, as_variable
-from tinypytorch.grad_mode import Config, enable_grad, no_grad
+from tinypytorch.grad_mode import enable_grad, is_grad_enabled, no_grad
 
 
 class CheckpointError(RuntimeError):
@@ -100,7 +100,7 @@ class CheckpointFunction(Function):
 
 def _checkpoint_reentrant(function, args, preserve_rng_state):
     tensors, merge = _split_arguments(args)
-    if not any(x.requires_grad for x in tensors) and Config.enable_backprop:
+    if not any(x.requires_grad for x in tensors) and is_grad_enabled():
         warnings.warn("None of the inputs have requires_grad=True. Gradients will be None", UserWarning, stacklevel=3)
     f = CheckpointFunction(function, preserve_rng_state, merge)
     outputs = f(*tensors)  # a Variable, or a list of them for several outputs
@@ -205,7 +205,7 @@ def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, de
     if kwargs:  # keyword arguments go to the function, the first time and when it runs again
         function = functools.partial(function, **kwargs)
     tensors, merge = _split_arguments(args)
-    if not Config.enable_backprop:  # nothing will be recorded: just run it
+    if not is_grad_enabled():  # nothing will be recorded: just run it
         return function(*merge(tensors))
     frame = _Frame(function, tensors, merge, rng_state(preserve_rng_state), early_stop, determinism_check)
     with saved_tensors_hooks(frame.pack, frame.unpack):
