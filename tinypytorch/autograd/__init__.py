@@ -1,10 +1,15 @@
 """Automatic differentiation as PyTorch's `torch.autograd` offers it (steps 33-40).
 
-    engine     the backward pass: dependency counting and a ready queue (step 33)
-    hooks      hooks on a variable's gradient: register_hook, RemovableHandle (step 34)
-    gradients  grad: gradients of outputs with respect to chosen inputs, returned instead of stored; backward
-    graph      saved tensors (step 35), saved_tensors_hooks and save_on_cpu (step 38)
+The kernel, which core's Variable and Function call and which imports none of the modules of operations:
+
+    engine     the backward pass: dependency counting, a ready queue, gradient hooks run (steps 33-34)
+    graph      saved tensors (step 35), saved_tensors_hooks and save_on_cpu (step 38); Node
+    hooks      RemovableHandle, what register_hook returns (step 34)
     anomaly    detect_anomaly, set_detect_anomaly (step 39)
+
+The public tools above it, which the floors above use (never the engine itself):
+
+    gradients  grad and backward; current_pass, the one door for a pass run inside a running one (steps 42-46)
     gradcheck  gradcheck, gradgradcheck (step 40)
     function   Function with a ctx, once_differentiable: custom functions written PyTorch's way (step 49)
 """
