@@ -903,5 +903,5 @@ formulas_on_arrays(BroadcastTo, SumTo, Cast)  # speed
 # The autograd kernel, imported last: Variable.backward, register_hook and Function.record call
 # it. The engine and saved tensors (graph) make Variables, so they import this module in turn:
 # core, engine and graph are the package's one import circle, and why these imports come after
-# the classes they use. (anomaly and hooks import nothing of the package above grad_mode.)
+# the classes they use. (anomaly and hooks, the other two, import nothing of core.)
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: E402
