@@ -1,15 +1,16 @@
 """PyTorch's torch.nn.functional: the package's operations under PyTorch's names and signatures.
 
-Each is a thin wrapper around a function of tinypytorch.functions or tinypytorch.classification that
+Each is a thin wrapper around a function of tinypytorch.functions, tinypytorch.classification or
+tinypytorch.normalization that
 gives it PyTorch's parameter names (`input`, ...) and defaults; none computes anything of its own.
 Arguments PyTorch has and the package does not (cross_entropy's weight and label_smoothing, say) are
 not accepted: a call that passes one fails with a TypeError that names it, rather than ignoring it.
 """
-from tinypytorch import classification, functions
+from tinypytorch import classification, functions, normalization
 from tinypytorch.core import as_variable
 
 __all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "dropout", "mse_loss", "cross_entropy",
-           "nll_loss"]
+           "nll_loss", "layer_norm"]
 
 
 def _refuse_inplace(op, inplace):
@@ -71,3 +72,8 @@ def cross_entropy(input, target, *, ignore_index=-100, reduction="mean"):  # noq
 def nll_loss(input, target, *, ignore_index=-100, reduction="mean"):  # noqa: A002
     """The negative log-likelihood of the class indices `target`, given log-probabilities `input` (N, C)."""
     return classification.nll_loss(input, target, reduction, ignore_index)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002
+    """Normalize over the trailing dims `normalized_shape` (a tuple or list), then `* weight + bias` (stage 5)."""
+    return normalization.layer_norm(input, normalized_shape, weight, bias, eps)

@@ -1,0 +1,112 @@
+"""Layer normalization, as PyTorch's `torch.nn.functional.layer_norm`: one node of the graph, with its own backward.
+
+Over the last dims (`normalized_shape`), each slice of x is centred and scaled to unit variance,
+
+    x_hat = (x - mean) / sqrt(var + eps),    y = x_hat * weight + bias,
+
+with the biased variance (divided by N, the number of elements normalized), as PyTorch computes it.
+Composed of a dozen small operations, the graph would keep a dozen saved arrays; as one Function it
+keeps x (and weight) and writes the gradient as one formula:
+
+    dL/dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)),    g = dL/dy * weight,  rstd = 1/sqrt(var + eps)
+
+The formula recomputes x_hat from x with the package's own operations, so that with create_graph
+its gradient is differentiable again (the statistics depend on x too).
+"""
+import numbers
+
+from tinypytorch.core import Function, as_variable, formulas_on_arrays
+from tinypytorch.cuda import get_array_module
+from tinypytorch.functions import sum, sum_to  # noqa: A004 (the package's sum)
+
+
+def _normalized(x, axes, count, eps):
+    """x_hat and rstd of x (an array or a Variable) over `axes`, each slice holding `count` elements."""
+    centred = x - sum(x, axis=axes, keepdims=True) / count
+    rstd = (sum(centred * centred, axis=axes, keepdims=True) / count + eps) ** -0.5
+    return centred * rstd, rstd
+
+
+class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBackward0
+    """Inputs (x, weight, bias), (x, weight), (x, bias) or (x,), as `has_weight` and `has_bias` say."""
+
+    def __init__(self, normalized_shape, eps, has_weight, has_bias):
+        self.normalized_shape, self.eps = normalized_shape, eps
+        self.has_weight, self.has_bias = has_weight, has_bias
+
+    def op_name(self):
+        return "layer_norm"
+
+    def forward(self, x, *affine):
+        xp = get_array_module(x)
+        self.axes = tuple(range(x.ndim - len(self.normalized_shape), x.ndim))
+        self.count = _product(self.normalized_shape)
+        centred = x - x.mean(axis=self.axes, keepdims=True)
+        y = centred / xp.sqrt((centred * centred).mean(axis=self.axes, keepdims=True) + self.eps)
+        weight = affine[0] if self.has_weight else None
+        wants_x, wants_weight = self.needs_input_grad[0], self.has_weight and self.needs_input_grad[1]
+        # dL/dx needs x and weight; dL/dweight needs x; dL/dbias neither
+        self.save_for_backward(x if wants_x or wants_weight else None, weight if wants_x else None)
+        if self.has_weight:
+            y = y * weight
+        return y + affine[-1] if self.has_bias else y
+
+    def backward(self, gy):
+        x, weight = self.saved_tensors
+        grads = [None] * len(self.needs_input_grad)
+        if x is not None:  # saved only when dL/dx or dL/dweight is wanted
+            x_hat, rstd = _normalized(x, self.axes, self.count, self.eps)
+        if self.needs_input_grad[0]:
+            g = gy * weight if self.has_weight else gy
+            mean_g = sum(g, axis=self.axes, keepdims=True) / self.count
+            mean_g_x_hat = sum(g * x_hat, axis=self.axes, keepdims=True) / self.count
+            grads[0] = rstd * (g - mean_g - x_hat * mean_g_x_hat)
+        if self.has_weight and self.needs_input_grad[1]:
+            grads[1] = sum_to(gy * x_hat, self.normalized_shape)  # weight was broadcast over the leading dims
+        if self.has_bias and self.needs_input_grad[-1]:
+            grads[-1] = sum_to(gy, self.normalized_shape)
+        return tuple(grads)
+
+
+def _product(shape):
+    n = 1
+    for side in shape:
+        n *= side
+    return n
+
+
+def _shape_text(shape):
+    return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
+def _check_layer_norm(x, normalized_shape, weight, bias):
+    """Refuse, as PyTorch does, a normalized_shape that is not the trailing dims of x, or affine parameters of
+    another shape; PyTorch's words, its RuntimeError a ValueError here (the package's type for wrong shapes)."""
+    if not isinstance(normalized_shape, (tuple, list)) or not all(
+            isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in normalized_shape):
+        raise TypeError(f"layer_norm: normalized_shape must be a tuple or list of ints, got {normalized_shape!r}")
+    shape = tuple(int(n) for n in normalized_shape)
+    if not shape:
+        raise ValueError("layer_norm: expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+                         "least one element, but got normalized_shape = []")
+    if x.ndim < len(shape) or x.shape[x.ndim - len(shape):] != shape:
+        raise ValueError(f"layer_norm: given normalized_shape={_shape_text(shape)}, expected input with shape "
+                         f"[*, {_shape_text(shape)[1:-1]}], but got input of size{_shape_text(x.shape)}")
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and p.shape != shape:
+            raise ValueError(f"layer_norm: expected {name} to be of same shape as normalized_shape, but got {name} "
+                             f"of shape {_shape_text(p.shape)} and normalized_shape = {_shape_text(shape)}")
+    return shape
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002 (PyTorch's names)
+    """PyTorch's `layer_norm`: normalize over the trailing dims `normalized_shape`, then scale and shift."""
+    x = as_variable(input, "layer_norm")
+    weight = None if weight is None else as_variable(weight, "layer_norm")
+    bias = None if bias is None else as_variable(bias, "layer_norm")
+    shape = _check_layer_norm(x, normalized_shape, weight, bias)
+    affine = [p for p in (weight, bias) if p is not None]
+    return NativeLayerNorm(shape, float(eps), weight is not None, bias is not None)(x, *affine)
+
+
+formulas_on_arrays(NativeLayerNorm)  # speed: its backward runs on arrays too (grad_mode.BackwardMode)
