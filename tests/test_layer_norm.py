@@ -16,7 +16,7 @@ import torch.nn.functional as TF
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinypytorch import Variable
+from tinypytorch import Variable, cuda
 from tinypytorch.autograd import grad, gradcheck, gradgradcheck
 from tinypytorch.nn import functional as NF
 
@@ -147,3 +147,16 @@ def test_bad_input_as_torch_refuses_it():
         TF.layer_norm(torch.zeros(2, 4), 4)
     with pytest.raises(TypeError, match="layer_norm: normalized_shape must be a tuple or list of ints, got 4"):
         NF.layer_norm(x, 4)
+
+
+def test_on_every_backend(xp):
+    """The same values and gradients where the data lives (strict: the CuPy stand-in), as torch's on the CPU."""
+    x, w, b, gy = arrays((3, 4), (4,), seed=6)
+    xs = [Variable(xp.asarray(a)) for a in (x, w, b)]
+    y = NF.layer_norm(xs[0], (4,), xs[1], xs[2])
+    (y * Variable(xp.asarray(gy), requires_grad=False)).sum().backward()
+    yt, grads_t = theirs(x, w, b, gy, (4,), 1e-5)
+    assert cuda.get_array_module(y.data) is xp
+    assert_close(cuda.as_numpy(y.data), yt, "output")
+    for v, gt in zip(xs, grads_t, strict=True):
+        assert_close(cuda.as_numpy(v.grad.data), gt, "gradient")
