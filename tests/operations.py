@@ -20,6 +20,23 @@ from tinypytorch import classification as C
 from tinypytorch import functions as F
 from tinypytorch import inplace
 from tinypytorch.core import Add, Clone, Div, Mul, Neg, Pow, Sub
+from tinypytorch.normalization import NativeLayerNorm
+
+
+_SPREAD = (0.0, 5.0, 10.0)
+
+
+def _spread(a):
+    """(0, 5, 10) on a's device and in its dtype: added to a's rows, it keeps each slice's values apart."""
+    if isinstance(a, torch.Tensor):
+        return torch.tensor(_SPREAD, dtype=a.dtype, device=a.device)
+    return tinypytorch.cuda.get_array_module(a.data).asarray(_SPREAD, dtype=a.dtype)
+
+
+def _torch_layer_norm_composed(a, w, b, eps=1e-5):
+    z = a + _spread(a)
+    centred = z - z.mean(-1, keepdim=True)
+    return centred / torch.sqrt((centred * centred).mean(-1, keepdim=True) + eps) * w + b
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +53,9 @@ class Operation:
     # The torch twin when the operands live on a GPU (or the stand-in), where it differs: dropout's mask
     # comes from the device's generator there.
     theirs_on_device: object = None
+    # The torch twin for derivatives, where torch's own node's are wrong: its layer_norm's third derivatives fail
+    # torch.autograd.gradcheck (2.13), so layer_norm is compared with the same formula written in torch's operations.
+    theirs_derivatives: object = None
 
 
 def _inplace_view_mul(x, w):
@@ -161,6 +181,11 @@ OPERATIONS = [
               (inplace.ViewScatter, Mul)),
     Operation("x[0] = w of a non-leaf", _setitem, _torch_setitem, ((2, 3), (3,)), (inplace.SetItem, Mul)),
     Operation("clone", lambda a: a.clone(), lambda a: a.clone(), ((2, 3),), (Clone,)),
+    # Each slice spread apart (+0, +5, +10): where a slice is nearly constant, layer_norm's derivatives grow as
+    # powers of 1/sqrt(eps) and the third ones are rounding error in both frameworks.
+    Operation("layer_norm", lambda a, w, b: tinypytorch.nn.functional.layer_norm(a + _spread(a), (3,), w, b),
+              lambda a, w, b: torch.nn.functional.layer_norm(a + _spread(a), (3,), w, b),
+              ((2, 3), (3,), (3,)), (NativeLayerNorm, Add), theirs_derivatives=_torch_layer_norm_composed),
     # step 50: reductions along an axis, softmax and cross-entropy
     Operation("mean", lambda a: F.mean(a), lambda a: a.mean(), ((2, 3),), (F.Mean,)),
     Operation("mean axis 1 keepdims cubed", lambda a: F.mean(a, axis=1, keepdims=True) ** 3,

@@ -6,16 +6,17 @@ Over the last dims (`normalized_shape`), each slice of x is centred and scaled t
 
 with the biased variance (divided by N, the number of elements normalized), as PyTorch computes it.
 Composed of a dozen small operations, the graph would keep a dozen saved arrays; as one Function it
-keeps x (and weight) and writes the gradient as one formula:
+keeps what PyTorch's keeps (x, the mean and rstd of each slice, weight and bias) and writes the gradient
+as one formula:
 
     dL/dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)),    g = dL/dy * weight,  rstd = 1/sqrt(var + eps)
 
-The formula recomputes x_hat from x with the package's own operations, so that with create_graph
-its gradient is differentiable again (the statistics depend on x too).
+With create_graph the formula recomputes x_hat from x with the package's own operations, so that its
+gradient is differentiable again (the statistics depend on x too); otherwise it uses the saved ones.
 """
 import numbers
 
-from tinypytorch.core import Function, as_variable, formulas_on_arrays
+from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import sum, sum_to  # noqa: A004 (the package's sum)
 
@@ -41,21 +42,23 @@ class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBa
         xp = get_array_module(x)
         self.axes = tuple(range(x.ndim - len(self.normalized_shape), x.ndim))
         self.count = _product(self.normalized_shape)
-        centred = x - x.mean(axis=self.axes, keepdims=True)
-        y = centred / xp.sqrt((centred * centred).mean(axis=self.axes, keepdims=True) + self.eps)
-        weight = affine[0] if self.has_weight else None
-        wants_x, wants_weight = self.needs_input_grad[0], self.has_weight and self.needs_input_grad[1]
-        # dL/dx needs x and weight; dL/dweight needs x; dL/dbias neither
-        self.save_for_backward(x if wants_x or wants_weight else None, weight if wants_x else None)
+        mean = x.mean(axis=self.axes, keepdims=True)
+        centred = x - mean
+        rstd = 1.0 / xp.sqrt((centred * centred).mean(axis=self.axes, keepdims=True) + self.eps)
+        self.save_for_backward(x, mean, rstd, *affine)  # what PyTorch's node keeps, whichever inputs need a gradient
+        y = centred * rstd
         if self.has_weight:
-            y = y * weight
+            y = y * affine[0]
         return y + affine[-1] if self.has_bias else y
 
     def backward(self, gy):
-        x, weight = self.saved_tensors
+        x, mean, rstd, *affine = self.saved_tensors
+        weight = affine[0] if self.has_weight else None
         grads = [None] * len(self.needs_input_grad)
-        if x is not None:  # saved only when dL/dx or dL/dweight is wanted
+        if isinstance(x, Variable):  # create_graph: the statistics are functions of x, recomputed differentiably
             x_hat, rstd = _normalized(x, self.axes, self.count, self.eps)
+        else:  # arrays (BackwardMode): the saved statistics serve
+            x_hat = (x - mean) * rstd
         if self.needs_input_grad[0]:
             g = gy * weight if self.has_weight else gy
             mean_g = sum(g, axis=self.axes, keepdims=True) / self.count
