@@ -38,7 +38,7 @@ import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.check
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
 from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, pow, rdiv, rsub, sub
-from tinypytorch.grad_mode import Config, enable_grad, is_grad_enabled, no_grad, set_grad_enabled, using_config
+from tinypytorch.grad_mode import Config, enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled, using_config  # noqa: E501
 from tinypytorch.factories import (
     arange, bool, double, eye, float, float16, float32, float64, from_numpy, full, full_like, half, int32, int64,
     linspace, long, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like,

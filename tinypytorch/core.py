@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from tinypytorch import cuda, grad_mode, views
-from tinypytorch.grad_mode import BackwardMode, Config, no_grad  # every mode lives there (step 18's Config too)
+from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
 
 
@@ -35,6 +35,9 @@ def array_of(x):
     """The array of a Variable, or `x` itself: what a formula reads when it needs the values as a constant."""
     return x.data if isinstance(x, Variable) else x
 
+
+# step 56: PyTorch's words; an inference tensor counts no in-place changes, which makes it cheaper
+INFERENCE_NO_VERSION = "Inference tensors do not track version counter."
 
 # PyTorch's words: an integer gradient would be truncated (0.5 -> 0), so integers cannot require one
 _ONLY_FLOATING = "Only Tensors of floating point and complex dtype can require gradients"
@@ -86,7 +89,8 @@ class Variable:
         self._requires_grad = requires_grad
         self._backward_hooks = None  # step 34: {handle id: hook}, made by the first register_hook (PyTorch's name)
         self._retains_grad = False  # step 34: retain_grad() was called on this non-leaf
-        self.version_counter = VersionCounter()  # step 36: shared with views of the same data
+        # step 36: shared with views of the same data; step 56: an inference tensor has none (PyTorch's)
+        self.version_counter = None if grad_mode.open_inference_blocks and InferenceMode.enabled else VersionCounter()
 
     # Rarely set, so class-level defaults rather than one more attribute on every Variable:
     output_nr = 0  # step 35: which output of its creator this variable is (PyTorch's name)
@@ -99,7 +103,14 @@ class Variable:
     @property
     def _version(self):
         """How many in-place changes this variable's data has seen (step 36; PyTorch's `_version`)."""
+        if self.version_counter is None:  # step 56
+            raise RuntimeError(INFERENCE_NO_VERSION)
         return self.version_counter.value
+
+    def is_inference(self):
+        """Whether this is an inference tensor (step 56): made in inference mode, or a view of one. As in
+        PyTorch, that is a tensor without a version counter."""
+        return self.version_counter is None
 
     @property
     def _base(self):
@@ -309,6 +320,8 @@ class Variable:
                                "use var.detach() for a variable that does not require grad")
         if value and self.data is not None and self.data.dtype.kind != "f":
             raise RuntimeError(_cannot_require_grad(self.data.dtype))
+        if value and self.version_counter is None and not InferenceMode.enabled:  # step 56: it could not be saved
+            raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
         self._requires_grad = value
 
     def requires_grad_(self, requires_grad=True):
@@ -532,6 +545,9 @@ class Function:
             if x._requires_grad:
                 requires_grad = True
         requires_grad = requires_grad and Config.enable_backprop
+        # step 56: inference mode records nothing, even under enable_grad
+        if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
+            requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
         # forward saves only what the gradients of these inputs need (step 35)

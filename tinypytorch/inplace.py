@@ -18,14 +18,23 @@ The records a view keeps, and version counters, live in tinypytorch.views: every
 """
 from tinypytorch import cuda
 from tinypytorch.core import Function, Variable, add, as_variable, div, formulas_on_arrays, mul, sub, sum_to
-from tinypytorch.grad_mode import is_grad_enabled, no_grad
+from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
 from tinypytorch.views import increment_version, refresh_view, share_version_counter, take_place
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
 
+# step 56: PyTorch's words, its missing spaces included
+INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to "
+                     "get a normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for "
+                     "more details.")
+
+
 def check_writable(op, x):
-    """Refuse what would write into a leaf that requires grad, or into a broadcast view."""
+    """Refuse what would write into a leaf that requires grad, into a broadcast view, or into an inference
+    tensor outside inference mode (whose readers' graphs could not see the change: it counts no versions)."""
+    if x.version_counter is None and not is_inference_mode_enabled():  # step 56
+        raise RuntimeError(INFERENCE_INPLACE)
     if is_grad_enabled() and x.requires_grad:
         if x.creator is None and x.view_record is None:
             raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")

@@ -5,6 +5,8 @@ memory shares (views, detached copies, saved tensors), so a graph that saved the
 can refuse it (step 36). A view (reshape, transpose, basic indexing) also remembers its
 base and how it was made from it, so that its graph can follow the base's changes (step 37).
 
+Inference tensors (step 56) have neither: no counter (`version_counter` is None) and no view's record.
+
 Every recorded operation asks these records (Function.__call__ in core), and so do the
 in-place operations (tinypytorch.inplace): they live here, below both, and import neither.
 """
@@ -37,6 +39,8 @@ def increment_version(x):
     In-place operations call it (step 36); so does code that writes into `x.data` itself, such as
     RevCol's clamp of alpha (step 47), so that a graph that saved the old value refuses to use it.
     """
+    if x.version_counter is None:  # step 56: an inference tensor counts nothing (PyTorch's: nothing to do)
+        return
     x.version_counter.value += 1
 
 
@@ -56,6 +60,9 @@ def track_view(f, x, y):
     """
     if not cuda.get_array_module(y.data).may_share_memory(y.data, x.data):
         return  # a copy after all (NumPy's reshape of a non-contiguous array, advanced indexing)
+    if x.version_counter is None:  # step 56: a view of an inference tensor is one too, and keeps no record
+        share_version_counter(y, None)
+        return
     share_version_counter(y, x.version_counter)
     own = f.view_fn()
     if x.view_record is None:
