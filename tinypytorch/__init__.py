@@ -38,7 +38,10 @@ import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.check
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
 from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, pow, rdiv, rsub, sub
-from tinypytorch.grad_mode import Config, enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled, using_config  # noqa: E501
+from tinypytorch.grad_mode import (
+    Config, enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
+    using_config,
+)
 from tinypytorch.factories import (
     arange, bool, double, eye, float, float16, float32, float64, from_numpy, full, full_like, half, int32, int64,
     linspace, long, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like,
@@ -67,7 +70,7 @@ __all__ = [
     "autograd", "classification", "cuda", "datasets", "functions", "inplace", "layers", "optimizers", "random",
     "reversible", "testfunctions", "utils",
     # PyTorch's surface
-    "Tensor", "is_grad_enabled", "set_grad_enabled", "tensor", "zeros", "ones", "full", "eye", "arange", "linspace",
+    "Tensor", "is_grad_enabled", "set_grad_enabled", "inference_mode", "is_inference_mode_enabled", "tensor", "zeros", "ones", "full", "eye", "arange", "linspace",
     "rand", "randn", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
     "float16", "float32", "float64", "half", "float", "double", "int32", "int64", "long", "bool",
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
