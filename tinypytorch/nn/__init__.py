@@ -1,8 +1,16 @@
 """tinypytorch.nn: PyTorch's torch.nn.
 
-For now it holds only `functional` (PyTorch's torch.nn.functional: relu, softmax, cross_entropy, linear, ...);
-Module and the layers built on it come later.
+`functional` (PyTorch's torch.nn.functional: relu, softmax, cross_entropy, linear, ...), and from step 52
+`Module` with the modules built on it (`nn.modules`): Sequential, ModuleList, Linear, Dropout, the activations
+ReLU, Tanh and Sigmoid, the losses MSELoss and CrossEntropyLoss. `Parameter` is step 32's.
 """
-from tinypytorch.nn import functional
+from tinypytorch.layers import Parameter
+from tinypytorch.nn import functional, modules
+from tinypytorch.nn.modules import (
+    CrossEntropyLoss, Dropout, Linear, Module, ModuleList, MSELoss, ReLU, Sequential, Sigmoid, Tanh,
+)
 
-__all__ = ["functional"]
+__all__ = [
+    "functional", "modules", "Parameter", "Module", "Sequential", "ModuleList", "Linear", "Dropout", "ReLU", "Tanh",
+    "Sigmoid", "MSELoss", "CrossEntropyLoss",
+]
