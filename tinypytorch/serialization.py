@@ -16,7 +16,8 @@ def save(obj, f):  # step 52
     """Write `obj`, a mapping of names to Variables or arrays (a `state_dict()`), to `f` (a path or a binary file),
     under exactly that name (np.savez alone would add ".npz" to a path without it)."""
     if not isinstance(obj, collections.abc.Mapping):
-        raise TypeError(f"save: tinypytorch saves state dicts (a mapping of names to tensors), got {type(obj).__name__}")
+        raise TypeError(f"save: tinypytorch saves state dicts (a mapping of names to tensors), "
+                        f"got {type(obj).__name__}")
     arrays = {}
     for key, value in obj.items():
         if not isinstance(key, str):

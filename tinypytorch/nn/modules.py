@@ -59,9 +59,9 @@ class Module(Layer):  # step 52
             return object.__setattr__(self, name, self._buffer_value(name, value, "as buffer", "expected"))
         kind = kinds.get(name)
         if kind is not None and value is not None:  # PyTorch's meaning: a slot keeps its kind
-            expected = "tinypytorch.nn.Parameter" if kind == "parameter" else "tinypytorch.nn.Module"
-            raise TypeError(f"cannot assign '{_typename(value)}' as {'parameter' if kind == 'parameter' else 'child module'} "
-                            f"'{name}' ({expected} or None expected)")
+            slot, expected = ("parameter", "Parameter") if kind == "parameter" else ("child module", "Module")
+            raise TypeError(f"cannot assign '{_typename(value)}' as {slot} '{name}' "
+                            f"(tinypytorch.nn.{expected} or None expected)")
         object.__setattr__(self, name, value)  # None empties a slot without removing it, as in PyTorch
 
     def __delattr__(self, name):
@@ -166,7 +166,8 @@ class Module(Layer):  # step 52
 
     def named_parameters(self, prefix="", recurse=True):
         """(dotted name, Parameter) for every parameter of the tree: PyTorch's names and order."""
-        own = lambda m: [(n, getattr(m, n)) for n in m._registered if isinstance(getattr(m, n), Parameter)]  # noqa: E731
+        def own(module):
+            return [(n, getattr(module, n)) for n in module._registered if isinstance(getattr(module, n), Parameter)]
         return self._named_members(own, prefix, recurse)
 
     def parameters(self, recurse=True):
@@ -175,7 +176,8 @@ class Module(Layer):  # step 52
 
     def named_buffers(self, prefix="", recurse=True):
         """(dotted name, array) for every buffer of the tree."""
-        own = lambda m: [(n, getattr(m, n)) for n in m._buffer_names]  # noqa: E731
+        def own(module):
+            return [(n, getattr(module, n)) for n in module._buffer_names]
         return self._named_members(own, prefix, recurse)
 
     def buffers(self, recurse=True):
@@ -202,8 +204,10 @@ class Module(Layer):  # step 52
         for name in self._buffer_names:
             if name not in getattr(self, "_non_persistent", ()):
                 yield prefix + name, self, name
-        for name, child in Module.named_children(self):
-            yield from Module._state_entries(child, f"{prefix}{name}.")
+        for name in self._registered:
+            child = getattr(self, name)
+            if isinstance(child, Layer):
+                yield from Module._state_entries(child, f"{prefix}{name}.")
 
     def state_dict(self, prefix="", keep_vars=False):
         """An ordered dict from dotted names to the parameters' and buffers' values (Variables sharing their
@@ -245,11 +249,10 @@ class Module(Layer):  # step 52
             target[...] = cuda.to_device(value, cuda.device_of(target))  # in place: optimizers keep their Parameters
         missing = [key for key in expected if key not in state_dict]
         unexpected = [key for key in state_dict if key not in expected]
-        if strict:
-            if unexpected:
-                errors.insert(0, "Unexpected key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in unexpected)))
-            if missing:
-                errors.insert(0, "Missing key(s) in state_dict: {}. ".format(", ".join(f'"{k}"' for k in missing)))
+        if strict:  # each inserted at the front: missing keys first, then unexpected ones, then the shapes
+            for what, keys in (("Unexpected", unexpected), ("Missing", missing)):
+                if keys:
+                    errors.insert(0, f"{what} key(s) in state_dict: " + ", ".join(f'"{k}"' for k in keys) + ". ")
         if errors:
             raise RuntimeError("Error(s) in loading state_dict for {}:\n\t{}".format(type(self).__name__,
                                                                                     "\n\t".join(errors)))
