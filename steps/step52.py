@@ -83,10 +83,11 @@ def tree_picture(model, title):
         for name, child in children:
             xs.append(place(child, f"{path}.{name}" if path else name,
                             f"({name}) {type(child).__name__}", depth + 1))
-        if not xs:  # a module without parameters or children takes a slot of its own
-            xs.append(len(slots))
-            slots.append(xs[-1])
-        x = sum(xs) / len(xs)
+        if not xs:  # a module without parameters or children takes a slot of its own, with nothing below
+            slots.append(len(slots))
+            x = slots[-1]
+        else:
+            x = sum(xs) / len(xs)
         for leaf_x in xs:
             axis.plot([x, leaf_x], [-depth - 0.2, -(depth + 1) + 0.25], color="0.7", lw=0.8, zorder=0)
         axis.text(x, -depth, label, ha="center", va="center", fontsize=8.5,
