@@ -237,9 +237,10 @@ state_picture(model)
 #
 # The same architecture in `torch.nn` (float64): the printout, the
 # parameter names and shapes and the state-dict keys must be the same.
-# Then torch's weights are loaded into ours through its own state dict,
-# and a cross-entropy loss on a batch must give torch's outputs and
-# gradients. The collapsed cell builds the twin.
+# Then torch's weights are loaded into ours through its own state dict;
+# saved to a file and loaded into another `Net`, they must give torch's
+# outputs, and a cross-entropy loss on a batch torch's gradients. The
+# collapsed cell builds the twin.
 
 # %% tags=["hide-cell"]
 import torch  # noqa: E402
@@ -269,20 +270,25 @@ def as_numpy(state):
 
 # %%
 twin = torch_twin(0)
-assert repr(model) == repr(twin)
-assert [(n, p.shape) for n, p in model.named_parameters()] == [(n, tuple(p.shape)) for n, p in twin.named_parameters()]
-assert list(model.state_dict()) == list(twin.state_dict())
+names = [(n, p.shape) for n, p in model.named_parameters()]
+assert names == [(n, tuple(p.shape)) for n, p in twin.named_parameters()]
+assert repr(model) == repr(twin) and list(model.state_dict()) == list(twin.state_dict())
 model.load_state_dict(as_numpy(twin.state_dict()))
+save(model.state_dict(), folder / "from_torch.pt")
+restored.load_state_dict(load(folder / "from_torch.pt"))
+x_t = torch.from_numpy(x.data)
+np.testing.assert_allclose(restored(x).data, twin(x_t).detach().numpy(), rtol=1e-12)
 t = np.array([0, 2, 1, 1, 0])
 loss = nn.CrossEntropyLoss()(model(x), t)
 model.zero_grad()
 loss.backward()
-loss_t = torch.nn.CrossEntropyLoss()(twin(torch.from_numpy(x.data)), torch.from_numpy(t))
+loss_t = torch.nn.CrossEntropyLoss()(twin(x_t), torch.from_numpy(t))
 loss_t.backward()
 np.testing.assert_allclose(loss.data, loss_t.item(), rtol=1e-12)
 for (name, p), p_t in zip(model.named_parameters(), twin.parameters()):
     np.testing.assert_allclose(p.grad.data, p_t.grad.numpy(), rtol=1e-12, atol=1e-15, err_msg=name)
-print("printout, 6 parameter names and shapes, state-dict keys: equal; loss and 6 gradients equal torch's")
+print("printout, 6 parameter names and shapes, state-dict keys: equal; after save and load, outputs equal torch's;")
+print("loss and 6 gradients equal torch's")
 print("PyTorch check passed: a Module's names, state dict, outputs and gradients equal torch.nn's")
 
 # %% [markdown]
