@@ -6,10 +6,11 @@ modules; each parameter, sub-module and buffer is reached from the root by the a
 on the way, joined by dots (`"0.weight"`, `"encoder.1.bias"`), PyTorch's keys. The names are
 what `named_parameters`, `state_dict` and `load_state_dict` speak.
 
-The registry stays Layer's: `_registered` keeps the names of parameters and sub-modules in the
-order they were assigned, `_buffer_names` those of buffers; Module, a Layer itself, adds
-`_kinds`, which slot each registered name is, so that a slot emptied with None keeps its kind
-as in PyTorch. A plain Layer inside a Module (a `layers.BatchNorm1d`) is walked the same way.
+The registry stays Layer's, reached through its doors (`layers.registered_names`, `buffer_names`,
+`keep_registered`, `forget_buffer`): the names of parameters and sub-modules in the order they were
+assigned, and those of buffers. Module, a Layer itself, adds `_kinds`, which slot each registered
+name is, so that a slot emptied with None keeps its kind as in PyTorch. A plain Layer inside a
+Module (a `layers.BatchNorm1d`) is walked the same way.
 """
 import collections
 import collections.abc
@@ -55,7 +56,7 @@ class Module(Layer):  # step 52
             self._forget_buffer(name)
             kinds[name] = "parameter" if isinstance(value, Parameter) else "module"
             return super().__setattr__(name, value)  # Layer appends the name to its registry
-        if name in self._buffer_names:
+        if name in layers.buffer_names(self):
             return object.__setattr__(self, name, self._buffer_value(name, value, "as buffer", "expected"))
         kind = kinds.get(name)
         if kind is not None and value is not None:  # PyTorch's meaning: a slot keeps its kind
@@ -67,14 +68,13 @@ class Module(Layer):  # step 52
     def __delattr__(self, name):
         if name in self._kinds:
             del self._kinds[name]
-            self._registered.remove(name)
+            layers.keep_registered(self, name, False)
         self._forget_buffer(name)
         object.__delattr__(self, name)
 
     def _forget_buffer(self, name):
-        if name in self.__dict__.get("_buffer_names", ()):
-            self._buffer_names.remove(name)
-            self._non_persistent.discard(name)
+        layers.forget_buffer(self, name)
+        self._non_persistent.discard(name)
 
     @staticmethod
     def _buffer_value(name, value, how, verb):
@@ -92,8 +92,7 @@ class Module(Layer):  # step 52
         if hasattr(self, name) and self._kinds.get(name) != kind:
             raise KeyError(f"attribute '{name}' already exists")
         if value is None:
-            if name not in self._registered:
-                self._registered.append(name)
+            layers.keep_registered(self, name, True)
             self._kinds[name] = kind
         setattr(self, name, value)
 
@@ -116,7 +115,7 @@ class Module(Layer):  # step 52
         """Keep `tensor` (an array or a Variable's array) as buffer `name`: moved by `to`, saved by `state_dict`
         unless `persistent=False`, never trained."""
         _check_name("buffer", name, self)
-        if hasattr(self, name) and name not in self._buffer_names:
+        if hasattr(self, name) and name not in layers.buffer_names(self):
             raise KeyError(f"attribute '{name}' already exists")
         if tensor is None:
             raise TypeError(f"register_buffer: buffer '{name}' is None; tinypytorch's buffers are arrays")
@@ -131,11 +130,16 @@ class Module(Layer):  # step 52
     def named_children(self):
         """(name, child) for each direct sub-module, in the order assigned, each once."""
         seen = set()
-        for name in self._registered:
+        for name in layers.registered_names(self):
             child = getattr(self, name)
             if isinstance(child, Layer) and id(child) not in seen:
                 seen.add(id(child))
                 yield name, child
+
+    def _module_slots(self):
+        """(name, module or None) for every child slot, a shared module under each of its names (PyTorch's
+        _modules)."""
+        return [(n, getattr(self, n)) for n in layers.registered_names(self) if self._kinds.get(n) == "module"]
 
     def children(self):
         for _, child in self.named_children():
@@ -167,7 +171,8 @@ class Module(Layer):  # step 52
     def named_parameters(self, prefix="", recurse=True):
         """(dotted name, Parameter) for every parameter of the tree: PyTorch's names and order."""
         def own(module):
-            return [(n, getattr(module, n)) for n in module._registered if isinstance(getattr(module, n), Parameter)]
+            return [(n, getattr(module, n)) for n in layers.registered_names(module)
+                    if isinstance(getattr(module, n), Parameter)]
         return self._named_members(own, prefix, recurse)
 
     def parameters(self, recurse=True):
@@ -177,7 +182,7 @@ class Module(Layer):  # step 52
     def named_buffers(self, prefix="", recurse=True):
         """(dotted name, array) for every buffer of the tree."""
         def own(module):
-            return [(n, getattr(module, n)) for n in module._buffer_names]
+            return [(n, getattr(module, n)) for n in layers.buffer_names(module)]
         return self._named_members(own, prefix, recurse)
 
     def buffers(self, recurse=True):
@@ -198,13 +203,13 @@ class Module(Layer):  # step 52
     def _state_entries(self, prefix=""):
         """(key, owner, attribute) for every parameter and persistent buffer: PyTorch's keys, in its order
         (a module's own parameters, its buffers, then each child's, depth first; shared ones under every name)."""
-        for name in self._registered:
+        for name in layers.registered_names(self):
             if isinstance(getattr(self, name), Parameter):
                 yield prefix + name, self, name
-        for name in self._buffer_names:
+        for name in layers.buffer_names(self):
             if name not in getattr(self, "_non_persistent", ()):
                 yield prefix + name, self, name
-        for name in self._registered:
+        for name in layers.registered_names(self):
             child = getattr(self, name)
             if isinstance(child, Layer):
                 yield from Module._state_entries(child, f"{prefix}{name}.")
@@ -267,8 +272,7 @@ class Module(Layer):  # step 52
     def __repr__(self):
         extra = self.extra_repr()
         extra_lines = extra.split("\n") if extra else []
-        child_lines = [f"({name}): " + _indent(_repr(getattr(self, name)), 2)
-                       for name in self._registered if self._kinds.get(name) == "module"]
+        child_lines = [f"({name}): " + _indent(_repr(module), 2) for name, module in self._module_slots()]
         lines = extra_lines + child_lines
         if not lines:
             return f"{type(self).__name__}()"
@@ -318,7 +322,7 @@ class Sequential(Module):  # step 52
                 self.add_module(str(i), module)
 
     def _items(self):
-        return [(name, getattr(self, name)) for name in self._registered if self._kinds.get(name) == "module"]
+        return self._module_slots()
 
     def __len__(self):
         return len(self._items())
@@ -356,7 +360,7 @@ class ModuleList(Module):  # step 52
             self.extend(modules)
 
     def _items(self):
-        return [getattr(self, name) for name in self._registered if self._kinds.get(name) == "module"]
+        return [module for _, module in self._module_slots()]
 
     def __len__(self):
         return len(self._items())
