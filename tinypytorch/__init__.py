@@ -25,12 +25,14 @@ on it lives here, in modules:
 PyTorch's everyday surface, so that a PyTorch program runs with its imports renamed:
 
     factories   tensor, zeros, ones, full, eye, arange, linspace, rand, randn, *_like, from_numpy; dtype names
-    nn          nn.functional: relu, softmax, cross_entropy, mse_loss, linear, dropout, ...
+    nn          nn.functional: relu, softmax, cross_entropy, mse_loss, linear, dropout, ...; nn.Module, Sequential,
+                ModuleList, Linear, the activation and loss modules (step 52)
+    serialization  save and load of a state dict, an .npz file without pickle (step 52)
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown)
 """
 from tinypytorch import (
     autograd, classification, cuda, datasets, factories, functions, inplace, layers, nn, optim, optimizers, random,
-    reversible, testfunctions, utils, views,
+    reversible, serialization, testfunctions, utils, views,
 )
 from tinypytorch.tensor_methods import wire_tensor_methods
 wire_tensor_methods()  # x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
@@ -54,6 +56,7 @@ from tinypytorch.functions import (
 from tinypytorch.cuda import device
 from tinypytorch.layers import Parameter
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
+from tinypytorch.serialization import load, save
 
 Tensor = Variable  # PyTorch's name of the class, for isinstance checks and annotations in ported code
 cat = concatenate  # PyTorch's name of step 45's concatenate
@@ -74,5 +77,5 @@ __all__ = [
     "rand", "randn", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
     "float16", "float32", "float64", "half", "float", "double", "int32", "int64", "long", "bool",
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
-    "unsqueeze", "cat", "factories", "nn", "optim",
+    "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization",
 ]

@@ -122,6 +122,31 @@ class Layer:  # step 32
     zero_grad = cleargrads
 
 
+def registered_names(layer):  # step 52
+    """The names of `layer`'s parameters and sub-layers, in the order assigned: nn.Module's door into the
+    registry, for a Module and a plain Layer alike."""
+    return list(layer._registered)
+
+
+def buffer_names(layer):  # step 52
+    """The names of `layer`'s buffers, in the order registered."""
+    return list(layer._buffer_names)
+
+
+def keep_registered(layer, name, kept):  # step 52
+    """Put `name` into the registry (a Module's empty slot, which holds None) or take it out (a deleted one)."""
+    if kept and name not in layer._registered:
+        layer._registered.append(name)
+    elif not kept and name in layer._registered:
+        layer._registered.remove(name)
+
+
+def forget_buffer(layer, name):  # step 52
+    """`name` is no buffer any more (deleted, or now a parameter or a sub-module)."""
+    if name in layer._buffer_names:
+        layer._buffer_names.remove(name)
+
+
 def _check_size(layer, name, value):
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{layer}: {name} must be a positive int, got {value!r}")

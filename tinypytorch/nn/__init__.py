@@ -1,9 +1,20 @@
 """tinypytorch.nn: PyTorch's torch.nn.
 
-For now it holds `functional` (PyTorch's torch.nn.functional: relu, softmax, cross_entropy, linear, layer_norm, ...),
-`init` (filling weights: xavier_uniform_, kaiming_normal_, ...) and `utils` (clip_grad_norm_, clip_grad_value_);
-Module and the layers built on it come later.
-"""
-from tinypytorch.nn import functional, init, utils
+    functional  relu, softmax, cross_entropy, linear, layer_norm, ... (PyTorch's torch.nn.functional)
+    modules     from step 52, Module and the modules built on it: Sequential, ModuleList, Linear, Dropout,
+                the activations ReLU, Tanh and Sigmoid, the losses MSELoss and CrossEntropyLoss
+    init        filling weights: xavier_uniform_, kaiming_normal_, calculate_gain, ...
+    utils       clip_grad_norm_, clip_grad_value_
 
-__all__ = ["functional", "init", "utils"]
+`Parameter` is step 32's.
+"""
+from tinypytorch.layers import Parameter
+from tinypytorch.nn import functional, init, modules, utils
+from tinypytorch.nn.modules import (
+    CrossEntropyLoss, Dropout, Linear, Module, ModuleList, MSELoss, ReLU, Sequential, Sigmoid, Tanh,
+)
+
+__all__ = [
+    "functional", "modules", "init", "utils", "Parameter", "Module", "Sequential", "ModuleList", "Linear", "Dropout",
+    "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
+]
