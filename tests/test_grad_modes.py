@@ -337,7 +337,31 @@ def generator_decorated(fw):
     return next(it), fw.is_inference_mode_enabled(), next(it)
 
 
+def grad_made_in_a_backward_inside(fw):
+    """A backward pass inside the mode on a graph made outside: .grad is an inference tensor, so the next pass
+    outside may not add into it (torch: the in-place error); inside the mode it may."""
+    x = vector(fw, requires_grad=True)
+    y = (x * x).sum()
+    with fw.inference_mode():
+        y.backward(retain_graph=True)
+    made_inference = x.grad.is_inference()
+    with fw.inference_mode():
+        y.backward(retain_graph=True)
+    y.backward()
+    return made_inference, x.grad
+
+
+def grad_added_to_inside(fw):
+    x = vector(fw, requires_grad=True)
+    y = (x * x).sum()
+    y.backward(retain_graph=True)
+    with fw.inference_mode():
+        y.backward()
+    return x.grad.is_inference(), x.grad
+
+
 INFERENCE_SCENARIOS = [
+    grad_made_in_a_backward_inside, grad_added_to_inside,
     made_inside, views_outside, version_outside, version_inside, nested_off, enable_grad_inside, no_grad_inside,
     in_place_inside, in_place_outside, in_place_of_a_view_outside, set_item_outside, in_place_when_nested_off,
     normal_tensor_changed_inside, requires_grad_outside, requires_grad_set_outside, requires_grad_off_outside,

@@ -19,15 +19,9 @@ The records a view keeps, and version counters, live in tinypytorch.views: every
 from tinypytorch import cuda
 from tinypytorch.core import Function, Variable, add, as_variable, div, formulas_on_arrays, mul, sub, sum_to
 from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
-from tinypytorch.views import increment_version, refresh_view, share_version_counter, take_place
+from tinypytorch.views import INFERENCE_INPLACE, increment_version, refresh_view, share_version_counter, take_place
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
-
-
-# step 56: PyTorch's words, its missing spaces included
-INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to "
-                     "get a normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for "
-                     "more details.")
 
 
 def check_writable(op, x):

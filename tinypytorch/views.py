@@ -14,6 +14,13 @@ from tinypytorch import cuda
 from tinypytorch.grad_mode import enable_grad
 
 
+# step 56: PyTorch's words, its missing spaces included: an inference tensor, which counts no versions, may be
+# changed in place only inside inference mode (by an in-place operation, or by the engine adding into `.grad`)
+INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to "
+                     "get a normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for "
+                     "more details.")
+
+
 class VersionCounter:
     """How many times the data of a variable was changed in place (step 36).
 

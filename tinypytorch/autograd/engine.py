@@ -21,7 +21,8 @@ from tinypytorch.autograd import anomaly
 from tinypytorch.core import (
     Clone, Function, Variable, array_of, as_array, as_variable, astype, gradient_edge, increment_version,
 )
-from tinypytorch.grad_mode import Config, set_backward_on_arrays, using_config
+from tinypytorch.grad_mode import Config, is_inference_mode_enabled, set_backward_on_arrays, using_config
+from tinypytorch.views import INFERENCE_INPLACE
 from tinypytorch.cuda import get_array_module
 
 
@@ -212,6 +213,8 @@ def accumulate_grad(x, gx):
     elif Config.enable_backprop:
         x.grad = x.grad + gx
     else:
+        if x.grad.is_inference() and not is_inference_mode_enabled():  # a .grad made by a pass in inference mode
+            raise RuntimeError(INFERENCE_INPLACE)
         x.grad.data += gx.data
         increment_version(x.grad)
 
