@@ -11,7 +11,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from tinypytorch import Variable, mean_squared_error
+from tinypytorch import Function, Variable, mean_squared_error
 
 # ----- arrays -------------------------------------------------------------------------------
 
@@ -362,3 +362,13 @@ def compare_weighted_sum(f, g, *arrays, seed=0, rtol=1e-12):
     for x, t in zip(xs, ts):
         assert x.grad.shape == x.shape  # DeZero #20: a gradient always has its variable's shape
         np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=rtol, atol=1e-14)
+
+
+class TwoOutputs(Function):
+    """A function of two outputs, 2x and 3x: what the drawings of a multi-output node are tested on (step 25)."""
+
+    def forward(self, x):
+        return 2 * x, 3 * x
+
+    def backward(self, gy0, gy1):
+        return 2 * gy0 + 3 * gy1

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from reference import evaluate, operation_lists
+from reference import TwoOutputs, evaluate, operation_lists
 from steploader import load_step
-from tinypytorch import Function, Variable, utils
+from tinypytorch import Variable, utils
 from tinypytorch.utils import DotGraph, get_dot_graph, plot_dot_graph
 
 pytestmark = [pytest.mark.step25, pytest.mark.torch]
@@ -263,14 +263,6 @@ def test_a_variable_used_twice_by_one_function_gets_two_arrows():
     x = Variable(np.array(3.0), name="x")
     nodes, edges = parse(get_dot_graph(x + x))
     assert edges.count(("n2", "n1")) == 2 and nodes["n2"][0] == "x"
-
-
-class TwoOutputs(Function):
-    def forward(self, x):
-        return 2 * x, 3 * x
-
-    def backward(self, gy0, gy1):
-        return 2 * gy0 + 3 * gy1
 
 
 def test_a_function_with_two_outputs_draws_both_and_skips_one_that_was_freed():
