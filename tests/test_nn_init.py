@@ -160,3 +160,25 @@ def test_bad_mode_and_empty_tensors_as_torch(name):
 def test_not_a_variable_is_a_type_error():
     with pytest.raises(TypeError, match="xavier_uniform_: expected a Variable, got ndarray"):
         init.xavier_uniform_(np.zeros((2, 2)))
+
+
+@pytest.mark.step54
+@pytest.mark.parametrize("shape", [(200, 1250), (1250, 200), (40, 25, 10, 25)])  # N elements each
+@pytest.mark.parametrize(("name", "kwargs", "gain"), [
+    ("xavier_uniform_", {}, 1.0), ("xavier_normal_", {"gain": 4.0}, 4.0),
+    ("kaiming_uniform_", {"nonlinearity": "linear"}, 1.0), ("kaiming_normal_", {"nonlinearity": "sigmoid"}, 1.0),
+    ("kaiming_normal_", {"nonlinearity": "relu", "mode": "fan_out"}, math.sqrt(2)),
+    ("kaiming_uniform_", {"a": math.sqrt(5)}, math.sqrt(2 / 6))])  # nn.Linear's default: bound 1/sqrt(fan_in)
+def test_unequal_fans_have_the_documented_spread_in_both(shape, name, kwargs, gain):
+    """fan_in != fan_out, and a receptive field: xavier's std is gain sqrt(2 / (fan_in + fan_out)), kaiming's
+    gain / sqrt(fan); the spreads of torch's own draws and of ours both match the formula."""
+    fan_in, fan_out = shape[1] * math.prod(shape[2:]), shape[0] * math.prod(shape[2:])
+    if name.startswith("xavier"):
+        std = gain * math.sqrt(2 / (fan_in + fan_out))
+    else:
+        std = gain / math.sqrt(fan_out if kwargs.get("mode") == "fan_out" else fan_in)
+    uniform = name.endswith("uniform_")
+    tinypytorch.manual_seed(4)
+    torch.manual_seed(4)
+    assert_spread(getattr(init, name)(Variable(np.zeros(shape)), **kwargs).data, std, uniform)
+    assert_spread(getattr(TI, name)(torch.zeros(shape, dtype=torch.float64), **kwargs).numpy(), std, uniform)

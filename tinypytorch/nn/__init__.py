@@ -3,18 +3,21 @@
     functional  relu, softmax, cross_entropy, linear, layer_norm, ... (PyTorch's torch.nn.functional)
     modules     from step 52, Module and the modules built on it: Sequential, ModuleList, Linear, Dropout,
                 the activations ReLU, Tanh and Sigmoid, the losses MSELoss and CrossEntropyLoss
+    normalization  from step 54, LayerNorm
     init        filling weights: xavier_uniform_, kaiming_normal_, calculate_gain, ...
     utils       clip_grad_norm_, clip_grad_value_
 
 `Parameter` is step 32's.
 """
 from tinypytorch.layers import Parameter
-from tinypytorch.nn import functional, init, modules, utils
+from tinypytorch.nn import functional, init, modules, normalization, utils
 from tinypytorch.nn.modules import (
     CrossEntropyLoss, Dropout, Linear, Module, ModuleList, MSELoss, ReLU, Sequential, Sigmoid, Tanh,
 )
+from tinypytorch.nn.normalization import LayerNorm
 
 __all__ = [
     "functional", "modules", "init", "utils", "Parameter", "Module", "Sequential", "ModuleList", "Linear", "Dropout",
     "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
+    "normalization", "LayerNorm",
 ]
