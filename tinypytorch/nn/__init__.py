@@ -1,16 +1,18 @@
 """tinypytorch.nn: PyTorch's torch.nn.
 
-    functional  relu, softmax, cross_entropy, linear, layer_norm, ... (PyTorch's torch.nn.functional)
-    modules     from step 52, Module and the modules built on it: Sequential, ModuleList, Linear, Dropout,
-                the activations ReLU, Tanh and Sigmoid, the losses MSELoss and CrossEntropyLoss
+    functional     relu, softmax, cross_entropy, linear, layer_norm, ... (PyTorch's torch.nn.functional)
+    modules        from step 52, Module and the modules built on it: Sequential, ModuleList, Linear, Dropout,
+                   the activations ReLU, Tanh and Sigmoid, the losses MSELoss and CrossEntropyLoss
     normalization  from step 54, LayerNorm
-    init        filling weights: xavier_uniform_, kaiming_normal_, calculate_gain, ...
-    utils       clip_grad_norm_, clip_grad_value_
+    init           filling weights: xavier_uniform_, kaiming_normal_, calculate_gain, ...
+    batchnorm      from step 55, BatchNorm1d (step 45's layer as a Module, torch's state-dict keys)
+    utils          clip_grad_norm_, clip_grad_value_
 
 `Parameter` is step 32's.
 """
 from tinypytorch.layers import Parameter
-from tinypytorch.nn import functional, init, modules, normalization, utils
+from tinypytorch.nn import batchnorm, functional, init, modules, normalization, utils
+from tinypytorch.nn.batchnorm import BatchNorm1d
 from tinypytorch.nn.modules import (
     CrossEntropyLoss, Dropout, Linear, Module, ModuleList, MSELoss, ReLU, Sequential, Sigmoid, Tanh,
 )
@@ -19,5 +21,5 @@ from tinypytorch.nn.normalization import LayerNorm
 __all__ = [
     "functional", "modules", "init", "utils", "Parameter", "Module", "Sequential", "ModuleList", "Linear", "Dropout",
     "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
-    "normalization", "LayerNorm",
+    "normalization", "LayerNorm", "batchnorm", "BatchNorm1d",
 ]
