@@ -1,5 +1,5 @@
-"""bench/bench_autograd.py (autograd_workloads, speed_autograd) and bench/bench_changes.py (speed_changes): every
-measured function computes the gradient PyTorch (or maths) gives.
+"""bench/bench_autograd.py (autograd_workloads, speed_autograd, speed_grad_modes) and bench/bench_changes.py
+(speed_changes): every measured function computes the gradient (or output) PyTorch or maths gives.
 
 Small sizes only; nothing here looks at a timing. The benchmark itself runs with
 `python bench/bench_autograd.py` (or `--quick`).
@@ -12,12 +12,15 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tinypytorch
+
 # bench/'s modules, by name: tests/conftest.py puts bench/ on the path
 import autograd_workloads as workloads
 import bench_changes
 import dezero_workloads as dz
 import speed_autograd
 import speed_changes
+import speed_grad_modes
 import timing
 
 pytestmark = [pytest.mark.torch]
@@ -266,3 +269,28 @@ def test_dezeros_one_operation_records_only_when_its_switch_is_on(recorded):
         assert float(y.data) == math.sin(0.5) and (y.creator is not None) == recorded
     finally:
         dz.enable_backprop()
+
+
+@pytest.mark.parametrize("mode", speed_grad_modes.MODES)
+def test_grad_modes_forward_gives_torchs_output_in_every_mode_and_records_only_with_grad(mode):
+    x, layers = speed_grad_modes.mlp_weights()
+    expected = torch.from_numpy(x)
+    for i, (W, b) in enumerate(layers):  # written out here, not taken from the benchmark
+        expected = expected @ torch.from_numpy(W).T + torch.from_numpy(b)
+        expected = expected.relu() if i < len(layers) - 1 else expected
+    for fw in (tinypytorch, torch):
+        out = speed_grad_modes.forward(fw, x, layers, mode)()
+        np.testing.assert_allclose(np.asarray(out.detach()), expected.numpy(), rtol=1e-5, atol=1e-6)
+        assert out.requires_grad is (mode == "grad enabled") and out.is_inference() is (mode == "inference_mode")
+    np.testing.assert_allclose(speed_grad_modes.forward_numpy(x, layers)(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_grad_modes_report_gives_each_mode_its_ratio_to_no_grad():
+    times = {(fw, mode): (t, t) for fw, base in (("tinypytorch", 1e-5), ("torch", 2e-5))
+             for mode, t in zip(speed_grad_modes.MODES, (3 * base, base, 0.5 * base))}
+    times["numpy", "by hand"] = (1e-6, 1e-6)
+    text = speed_grad_modes.report(times, "quick")
+    assert "| grad enabled | 30 µs | 3.00 (3.00) | 60 µs | 3.00 (3.00) |" in text
+    assert "| no_grad | 10 µs | 1.00 (1.00) | 20 µs | 1.00 (1.00) |" in text
+    assert "| inference_mode | 5 µs | 0.50 (0.50) | 10 µs | 0.50 (0.50) |" in text
+    assert "| NumPy by hand (no mode, no tensors) | 1 µs | 0.10 (0.10) | 1 µs | 0.05 (0.05) |" in text

@@ -375,6 +375,30 @@ def test_inference_mode_as_torch(scenario):
     assert_same_outcome(scenario)
 
 
+def view_of_a_grad_tensor_made_inside(fw):
+    w = vector(fw, requires_grad=True)
+    with fw.inference_mode():
+        view = w[0:2]  # torch: a normal tensor, requires_grad=True, grad_fn None, _base w
+    return view.is_inference(), view.requires_grad, view._base is w
+
+
+def view_made_inside_changed_outside(fw):
+    w = vector(fw, requires_grad=True)
+    with fw.inference_mode():
+        view = w[0:2]
+    view.mul_(2)  # torch: "A view was created in inference mode and is being modified inplace in normal mode..."
+
+
+# Not yet as torch: the fix belongs to the view functions and the in-place check (core, views, inplace), not to
+# grad_mode. Strict, so that the day they agree these move into INFERENCE_SCENARIOS.
+@pytest.mark.xfail(strict=True, reason="a view of a normal tensor made in inference mode: tinypytorch's "
+                   "requires no grad, and may then be changed in place outside the mode (torch refuses)")
+@pytest.mark.parametrize("scenario", [view_of_a_grad_tensor_made_inside, view_made_inside_changed_outside],
+                         ids=lambda s: s.__name__)
+def test_a_view_of_a_normal_tensor_made_in_inference_mode_as_torch(scenario):
+    assert_same_outcome(scenario)
+
+
 def test_the_inference_scenarios_meet_each_of_torchs_errors():
     messages = {outcome(s, torch)[2] for s in INFERENCE_SCENARIOS if outcome(s, torch)[0] == "error"}
     assert messages == {
