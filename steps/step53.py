@@ -111,10 +111,11 @@ for handle in handles:
 #
 # `register_full_backward_hook(hook)` calls `hook(module, grad_input,
 # grad_output)` in backward: the gradients of the loss with respect to
-# the module's inputs and outputs. The module is not one node of the
-# graph but many (a Linear is a matmul and an add), so PyTorch's old
-# `register_backward_hook`, which hooked the node that made the output,
-# saw only the **last** operation: for a Linear, the add's inputs, not the
+# the module's inputs and outputs. A module is not one node of the graph
+# but many, so PyTorch's old `register_backward_hook`, which hooked the
+# node that made the output, saw only the **last** operation: on
+# `Sequential(Linear(3, 2), Tanh())` fed a batch of shape (4, 3), its
+# grad_input has shape (4, 2), the gradient of tanh's input, not of the
 # module's. It is deprecated. The full hook wraps the whole module
 # instead: `module(x)` passes its inputs through an identity Function
 # before forward, and its outputs through another after.
