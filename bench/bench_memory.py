@@ -7,7 +7,9 @@
 Three parts, each a module of its own, measured alike (memory_measures.py) on the networks of
 networks.py and their PyTorch twins (ports.py):
 
-- memory (memory_saved.py): an MLP's saved bytes, memory held and peak, float32 and float64;
+- memory (memory_saved.py): an MLP's saved bytes, memory held and peak, float32 and float64; and
+  (memory_optimizer_in_backward.py, step 53) the gradient bytes of the usual loop against an optimizer
+  stepped inside backward;
 - checkpoint (memory_checkpoint.py): the same MLP plainly, in √N checkpointed segments and with every
   layer checkpointed; saved bytes, the peaks against the k + N/k prediction, the time;
 - reversible (memory_reversible.py, memory_reversible_report.py): a RevNet stack of coupling blocks
@@ -26,14 +28,30 @@ import argparse  # noqa: E402 (after the environment is set)
 import pathlib  # noqa: E402
 
 import memory_checkpoint  # noqa: E402
+import memory_optimizer_in_backward as in_backward  # noqa: E402
 import memory_reversible  # noqa: E402
 import memory_reversible_report  # noqa: E402
 import memory_saved  # noqa: E402
 from writing import output_folder, write_results  # noqa: E402
 
+
+def run_memory(s):
+    return memory_saved.run(s[0]), in_backward.run(s[1])
+
+
+def report_memory(results, s, mode):
+    """memory_saved's page, the optimizer inside backward's section (step 53) at its end."""
+    return (memory_saved.report(results[0], s[0], mode)[0] + in_backward.report(results[1], s[1])[0],)
+
+
+def plot_memory(results, s, path):
+    memory_saved.plot(results[0], path)
+    in_backward.plot(results[1], path.with_name(path.stem + "_optimizer_in_backward.png"))
+
+
 PARTS = {  # name: (settings, run, report, plot(results, s, path))
-    "memory": (memory_saved.SETTINGS, memory_saved.run, memory_saved.report,
-               lambda results, s, path: memory_saved.plot(results, path)),
+    "memory": ({mode: (memory_saved.SETTINGS[mode], in_backward.SETTINGS[mode]) for mode in ("full", "quick")},
+               run_memory, report_memory, plot_memory),
     "checkpoint": (memory_checkpoint.CHECKPOINT_SETTINGS, memory_checkpoint.run_checkpoint,
                    memory_checkpoint.report_checkpoint, memory_checkpoint.plot_checkpoint),
     "reversible": (memory_reversible.REVERSIBLE_SETTINGS, memory_reversible.run_reversible,

@@ -1088,3 +1088,23 @@ def test_reversible_settings_are_the_issues_sizes():
     assert sorted(quick["revcol"]["repeats"]) == quick["revcol"]["columns"]
     assert set(networks.COUPLING_CONFIGURATIONS) == {"plain", "sqrt", "reversible"}
     assert set(networks.REVCOL_CONFIGURATIONS) == {"plain", "reversible", "one"}
+
+
+# ----- the optimizer inside backward (step 53) -----------------------------------------------------
+
+@pytest.mark.step53
+def test_optimizer_in_backward_counts_the_parameters_or_the_largest_and_the_report_says_so(tmp_path):
+    import memory_optimizer_in_backward as in_backward
+
+    s = {"depths": [2], "width": WIDTH, "batch": BATCH, "lr": 0.1}
+    results = in_backward.run(s)
+    row = results[2]
+    total, largest = 2 * (WIDTH * WIDTH + WIDTH) * 4, WIDTH * WIDTH * 4  # float32 by hand
+    for framework in ("tinypytorch", "torch"):
+        assert max(row[framework, "usual"][0]) == total and row[framework, "usual"][0][-1] == 0
+        assert max(row[framework, "in backward"][0]) == largest
+    assert row["params"] == total and row["agree"]
+    text, ok = in_backward.report(results, s)
+    assert ok and "| 2 |" in text and "NO" not in text
+    in_backward.plot(results, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 0

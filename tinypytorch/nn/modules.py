@@ -23,6 +23,7 @@ from tinypytorch import layers
 from tinypytorch.core import Variable
 from tinypytorch.layers import Layer, Parameter
 from tinypytorch.nn import functional as F
+from tinypytorch.nn import module_hooks
 
 
 def _typename(value):
@@ -124,6 +125,27 @@ class Module(Layer):  # step 52
 
     def forward(self, *inputs):
         raise NotImplementedError(f'Module [{type(self).__name__}] is missing the required "forward" function')
+
+    # step 53: hooks (tinypytorch.nn.module_hooks runs them)
+
+    def __call__(self, *args, **kwargs):
+        return module_hooks.call(self, args, kwargs)
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """hook(module, args) -> None or new args, before forward (with_kwargs: hook(module, args, kwargs))."""
+        return module_hooks.register(self, "_forward_pre_hooks", (hook, with_kwargs), prepend)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
+        """hook(module, args, output) -> None or a new output, after forward."""
+        return module_hooks.register(self, "_forward_hooks", (hook, with_kwargs, always_call), prepend)
+
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) -> None or a new grad_output, before the module's backward."""
+        return module_hooks.register(self, "_backward_pre_hooks", hook, prepend)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) -> None or a new grad_input, once the inputs' gradients are made."""
+        return module_hooks.register(self, "_backward_hooks", hook, prepend)
 
     # Walking the tree. A child may be a plain Layer: the same walk works on it, Module being a Layer.
 
