@@ -378,25 +378,73 @@ def test_inference_mode_as_torch(scenario):
 def view_of_a_grad_tensor_made_inside(fw):
     w = vector(fw, requires_grad=True)
     with fw.inference_mode():
-        view = w[0:2]  # torch: a normal tensor, requires_grad=True, grad_fn None, _base w
-    return view.is_inference(), view.requires_grad, view._base is w
+        view = w[0:2]  # a normal tensor, requires_grad as its base, no grad_fn, _base w
+    return view.is_inference(), view.requires_grad, view.grad_fn is None, view._base is w
 
 
 def view_made_inside_changed_outside(fw):
     w = vector(fw, requires_grad=True)
     with fw.inference_mode():
         view = w[0:2]
-    view.mul_(2)  # torch: "A view was created in inference mode and is being modified inplace in normal mode..."
+    view.mul_(2)  # "A view was created in inference mode and is being modified inplace in normal mode..."
 
 
-# Not yet as torch: the fix belongs to the view functions and the in-place check (core, views, inplace), not to
-# grad_mode. Strict, so that the day they agree these move into INFERENCE_SCENARIOS.
-@pytest.mark.xfail(strict=True, reason="a view of a normal tensor made in inference mode: tinypytorch's "
-                   "requires no grad, and may then be changed in place outside the mode (torch refuses)")
-@pytest.mark.parametrize("scenario", [view_of_a_grad_tensor_made_inside, view_made_inside_changed_outside],
-                         ids=lambda s: s.__name__)
+def view_made_inside_changed_outside_under_no_grad(fw):
+    w = vector(fw, requires_grad=True)
+    with fw.inference_mode():
+        view = w[0:2]
+    with fw.no_grad():
+        view.mul_(2)  # allowed: nothing records
+    return w
+
+
+def view_made_inside_used_outside(fw):
+    w = vector(fw, requires_grad=True)
+    with fw.inference_mode():
+        view = w[0:2]
+    (view * 3).sum().backward()  # no graph leads to w, and the view keeps no .grad
+    return w.grad is None, view.grad is None
+
+
+def view_made_inside_used_after_its_base_changed(fw):
+    w = vector(fw, requires_grad=True)
+    with fw.inference_mode():
+        view = w[0:2]
+        view.mul_(3)  # allowed inside the mode
+        inside = view * 2
+    with fw.no_grad():
+        under_no_grad = view * 2
+    return inside, under_no_grad, view * 2  # the last one: "... its base or another view of its base ..."
+
+
+def view_of_a_plain_tensor_made_inside_changed_outside(fw):
+    x = vector(fw)
+    with fw.inference_mode():
+        view = x[0:2]
+    view.mul_(2)  # allowed: nothing requires grad
+    return x
+
+
+# A view of a normal tensor made in inference mode is a normal tensor: no graph records how it was made, so PyTorch
+# refuses what would need one.
+VIEWS_MADE_INSIDE = [
+    view_of_a_grad_tensor_made_inside, view_made_inside_changed_outside, view_made_inside_changed_outside_under_no_grad,
+    view_made_inside_used_outside, view_made_inside_used_after_its_base_changed,
+    view_of_a_plain_tensor_made_inside_changed_outside,
+]
+
+
+@pytest.mark.parametrize("scenario", VIEWS_MADE_INSIDE, ids=lambda s: s.__name__)
 def test_a_view_of_a_normal_tensor_made_in_inference_mode_as_torch(scenario):
     assert_same_outcome(scenario)
+
+
+def test_the_views_made_inside_meet_each_of_torchs_view_errors():
+    messages = {outcome(s, torch)[2] for s in VIEWS_MADE_INSIDE if outcome(s, torch)[0] == "error"}
+    assert {m.split(" in normal mode")[0] for m in messages} == {
+        "A view was created in inference mode and is being modified inplace",
+        "A view was created in inference mode and its base or another view of its base has been modified inplace",
+    }
 
 
 def test_the_inference_scenarios_meet_each_of_torchs_errors():

@@ -19,7 +19,9 @@ The records a view keeps, and version counters, live in tinypytorch.views: every
 from tinypytorch import cuda
 from tinypytorch.core import Function, Variable, add, as_variable, div, formulas_on_arrays, mul, sub, sum_to
 from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
-from tinypytorch.views import INFERENCE_INPLACE, increment_version, refresh_view, share_version_counter, take_place
+from tinypytorch.views import (
+    INFERENCE_INPLACE, VIEW_FROM_INFERENCE_INPLACE, increment_version, refresh_view, share_version_counter, take_place,
+)
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
@@ -29,6 +31,8 @@ def check_writable(op, x):
     tensor outside inference mode (whose readers' graphs could not see the change: it counts no versions)."""
     if x.version_counter is None and not is_inference_mode_enabled():  # step 56
         raise RuntimeError(INFERENCE_INPLACE)
+    if x.view_record is not None and x.view_record.in_inference and x.requires_grad and is_grad_enabled():
+        raise RuntimeError(VIEW_FROM_INFERENCE_INPLACE)  # step 56: no graph says what the view was made from
     if is_grad_enabled() and x.requires_grad:
         if x.creator is None and x.view_record is None:
             raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")

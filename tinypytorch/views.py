@@ -11,7 +11,7 @@ Every recorded operation asks these records (Function.__call__ in core), and so 
 in-place operations (tinypytorch.inplace): they live here, below both, and import neither.
 """
 from tinypytorch import cuda
-from tinypytorch.grad_mode import enable_grad
+from tinypytorch.grad_mode import enable_grad, is_grad_enabled, is_inference_mode_enabled
 
 
 # step 56: PyTorch's words, its missing spaces included: an inference tensor, which counts no versions, may be
@@ -51,13 +51,26 @@ def increment_version(x):
     x.version_counter.value += 1
 
 
-class View:
-    """What a view remembers (step 37): its base, how it is made from the base, and the base's version then."""
+# step 56: PyTorch's words for a view of a normal tensor made in inference mode, whose graph no one recorded
+VIEW_FROM_INFERENCE = "A view was created in inference mode and "
+VIEW_FROM_INFERENCE_CLARIFY = (
+    ". Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving "
+    "both the view and the inplace either both inside the inference_mode block (if you don't want the inplace to be "
+    "tracked) or both outside (if you want the inplace to be tracked).")
+VIEW_FROM_INFERENCE_INPLACE = VIEW_FROM_INFERENCE + "is being modified inplace in normal mode" + VIEW_FROM_INFERENCE_CLARIFY
+VIEW_FROM_INFERENCE_STALE = (VIEW_FROM_INFERENCE + "its base or another view of its base has been modified inplace in "
+                             "normal mode" + VIEW_FROM_INFERENCE_CLARIFY)
 
-    __slots__ = ("base", "fn", "version")
+
+class View:
+    """What a view remembers (step 37): its base, how it is made from the base, and the base's version then;
+    and whether it was made in inference mode (step 56), when nothing recorded how."""
+
+    __slots__ = ("base", "fn", "version", "in_inference")
 
     def __init__(self, base, fn, version):
         self.base, self.fn, self.version = base, fn, version
+        self.in_inference = False
 
 
 def track_view(f, x, y):
@@ -77,11 +90,20 @@ def track_view(f, x, y):
     else:
         parent = x.view_record.fn
         y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)
+    if is_inference_mode_enabled():
+        # step 56: as in PyTorch, a view of a normal tensor is a normal tensor that requires grad as its base
+        # does, without a graph; what may be done with it later is checked (check_writable, refresh_view)
+        y.view_record.in_inference = True
+        y._requires_grad = x._requires_grad
 
 
 def refresh_view(v):
     """If v's base changed in place since v's graph was made, make v's graph again from the base."""
     view = v.view_record
+    if view.in_inference:  # step 56: its graph was never recorded, so it cannot be made again
+        if view.version != v._version and v.requires_grad and is_grad_enabled():
+            raise RuntimeError(VIEW_FROM_INFERENCE_STALE)
+        return
     if view.version != v._version and (view.base.requires_grad or v.requires_grad):
         with enable_grad():
             fresh = view.fn(view.base)
