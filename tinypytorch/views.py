@@ -90,9 +90,9 @@ def track_view(f, x, y):
     else:
         parent = x.view_record.fn
         y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)
+    # step 56: as in PyTorch, a view of a normal tensor made in inference mode is a normal tensor that requires
+    # grad as its base does, without a graph; what may be done with it later is checked (check_writable, refresh_view)
     if is_inference_mode_enabled():
-        # step 56: as in PyTorch, a view of a normal tensor is a normal tensor that requires grad as its base
-        # does, without a graph; what may be done with it later is checked (check_writable, refresh_view)
         y.view_record.in_inference = True
         y._requires_grad = x._requires_grad
 

@@ -328,8 +328,10 @@ class GraphTask:
             gx = call_hooks(x._backward_hooks, gx, x.data.shape)  # step 34: a hook may replace the gradient
         if (x, 0) in self.targets:
             self.captured[x] = gx
-        if not self.capture and not (x.view_record is not None and x.view_record.in_inference):
-            # step 56: a view made in inference mode has no way to its base, nor a .grad of its own (PyTorch's)
+        # step 56: a view made in inference mode has no way to its base, nor a .grad of its own (PyTorch's)
+        if x.view_record is not None and x.view_record.in_inference:
+            return
+        if not self.capture:
             accumulate_grad(x, gx)
             if x._post_accumulate_grad_hooks:
                 for hook in list(x._post_accumulate_grad_hooks.values()):  # a copy: a hook may remove itself
