@@ -49,7 +49,7 @@ def with_grad(values):
 # for `norm_type=inf`. Then every gradient is multiplied, in place, by
 #
 # $$c = \min\left(\frac{m}{\|g\|_p + 10^{-6}},\ 1\right),
-#   \qquad m = \texttt{max\_norm}.$$
+#   \qquad m = \mathtt{max\_norm}.$$
 #
 # A gradient already short enough is left as it is ($c = 1$); a long one
 # is shortened to `max_norm`, all its components by the same factor, so

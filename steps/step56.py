@@ -178,6 +178,13 @@ for attempt in attempts:
 # says `torch.no_grad()`). What *is* allowed outside the mode: using an
 # inference tensor where nothing is saved of it (`x + w`), and
 # `x.clone()`, a normal tensor with a fresh counter.
+#
+# A view of a *normal* tensor made inside the mode is not an inference
+# tensor: it shares its base's counter and requires grad as its base
+# does. But nothing recorded how it was made, so outside the mode, where
+# recording is on, PyTorch forbids changing it in place ("A view was
+# created in inference mode and is being modified inplace in normal
+# mode"); the package too (the check at the end asks both).
 
 # %% tags=["hide-input"]
 def probe(fw, mode):
@@ -384,6 +391,12 @@ def state(y):
            f"is_inference={y.is_inference()}"
 
 
+def view_made_inside(fw):
+    w = v(fw, True)
+    with fw.inference_mode():
+        return w[0:2]
+
+
 def a_thread(fw):
     on, records = seen_in_a_thread(fw)["worker"]
     return f"grad mode in the thread: {on}, records: {records}"
@@ -430,6 +443,8 @@ SCENARIOS = {
     "inference: requires_grad_ outside": lambda fw: inference(fw).requires_grad_(),
     "inference: + outside": lambda fw: state(inference(fw) + v(fw, True)),
     "inference: clone()": lambda fw: state(inference(fw).clone()),
+    "a normal tensor's view made inside": lambda fw: state(view_made_inside(fw)),
+    "that view changed in place outside": lambda fw: view_made_inside(fw).mul_(2),
     "a thread under no_grad": a_thread,
     ".data changed after saving": lambda fw: f"a.grad = {np.asarray(through_data(fw).detach()).tolist()}",
     ".detach() changed after saving": through_detach,

@@ -38,7 +38,7 @@ def test_the_table_of_modes_is_the_documented_one_in_both(fw):
     assert step.mode_table == DOCUMENTED
 
 
-def test_the_errors_of_the_page_are_torchs_four_inference_errors_and_the_version_error():
+def test_the_errors_of_the_page_are_torchs_four_inference_errors_its_view_error_and_the_version_error():
     outcomes = {step.outcome(scenario, torch) for scenario in step.SCENARIOS.values()}
     errors = {outcome for outcome in outcomes if outcome.startswith("RuntimeError")}
     assert errors == {
@@ -46,6 +46,7 @@ def test_the_errors_of_the_page_are_torchs_four_inference_errors_and_the_version
         "RuntimeError: Inference tensors cannot be saved for backward",
         "RuntimeError: Inplace update to inference tensor outside InferenceMode is not allowed",
         "RuntimeError: Setting requires_grad=True on inference tensor outside InferenceMode is not allowed",
+        "RuntimeError: A view was created in inference mode and is being modified inplace in normal mode",
         "RuntimeError: one of the variables needed for gradient computation has been modified by an inplace "
         "operation",
     }
