@@ -4,6 +4,7 @@ Steps 01-22 are self-contained snapshots of the framework as it grew; from step 
 on it lives here, in modules:
 
     grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
+    autocast_state  autocast's state beside them: on or off per device and thread, what Function.__call__ asks (58)
     core        Variable, Function and the arithmetic operators: the floor every other module stands on
     views       version counters and views' records (steps 36-37), asked by every operation
     tensor_methods  x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
@@ -29,15 +30,17 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
                 ModuleList, Linear, the activation and loss modules (step 52)
     serialization  save and load of a state dict, an .npz file without pickle (step 52)
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown)
+    amp         autocast: each listed operation in its dtype, float16 or float32 (step 58)
 """
 from tinypytorch import (
-    autograd, classification, cuda, datasets, factories, functions, inplace, layers, nn, optim, optimizers, random,
-    reversible, serialization, testfunctions, utils, views,
+    amp, autograd, classification, cuda, datasets, factories, functions, inplace, layers, nn, optim, optimizers,
+    random, reversible, serialization, testfunctions, utils, views,
 )
 from tinypytorch.tensor_methods import wire_tensor_methods
 wire_tensor_methods()  # x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
 import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.checkpoint and .data after `import tinypytorch`,
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
+from tinypytorch.amp import autocast
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
 from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, pow, rdiv, rsub, sub
 from tinypytorch.grad_mode import (
@@ -77,5 +80,5 @@ __all__ = [
     "rand", "randn", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
     "float16", "float32", "float64", "half", "float", "double", "int32", "int64", "long", "bool",
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
-    "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization",
+    "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast",
 ]

@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from tinypytorch import cuda, grad_mode, views
+from tinypytorch import autocast_state, cuda, grad_mode, views
 from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
 
@@ -536,6 +536,8 @@ class Function:
                     return self.on_arrays([array_of(x) for x in inputs])  # there is a constant (BackwardMode)
                 inputs = self.coerce(inputs)
                 break
+        if autocast_state.open_autocast_blocks:  # step 58: autocast casts the inputs of the operations it lists
+            inputs = autocast_state.autocast_inputs(self, inputs)
         # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
         # flow to some input (step 33). Only then do the outputs require grad.
         requires_grad = False
