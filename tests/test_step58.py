@@ -70,6 +70,30 @@ def test_losses_run_in_float32_as_torchs(name, dtypes):
     assert str(ours.dtype) == _torch_dtype_name(theirs) == "float32"
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_mse_loss_of_float16_inputs_is_float32_for_every_reduction_as_torchs(reduction):
+    a, b = np.linspace(-2, 2, 12, dtype=np.float16).reshape(3, 4), np.zeros((3, 4), np.float16)
+    with autocast("cpu", dtype=HALF):
+        ours = F.mse_loss(Variable(a), Variable(b), reduction=reduction)
+    with torch.autocast("cpu", dtype=torch.float16):
+        theirs = torch.nn.functional.mse_loss(torch.tensor(a), torch.tensor(b), reduction=reduction)
+    assert str(ours.dtype) == _torch_dtype_name(theirs) == "float32"
+    np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-6)
+
+
+def test_cross_entropy_runs_whole_in_float32_as_torchs_so_its_value_is_float32s():
+    """torch casts cross_entropy's input once: its log_softmax runs in float32 too, not in float16."""
+    rng = np.random.default_rng(3)
+    scores, target = (rng.normal(size=(6, 5)) * 4).astype(np.float16), np.array([0, 1, 2, 3, 4, 0])
+    with autocast("cpu", dtype=HALF):
+        ours = F.cross_entropy(Variable(scores, requires_grad=True), target)
+    with torch.autocast("cpu", dtype=torch.float16):
+        theirs = torch.nn.functional.cross_entropy(torch.tensor(scores), torch.tensor(target))
+    plain = torch.nn.functional.cross_entropy(torch.tensor(scores).float(), torch.tensor(target))
+    assert theirs.item() == plain.item()  # torch's value is float32's, to the bit
+    np.testing.assert_allclose(ours.data, theirs.item(), rtol=1e-6)  # float16's log_softmax would be 1e-3 off
+
+
 def test_each_rows_torch_op_is_in_torchs_documented_cuda_list():
     for _, _, torch_op, _, cuda_policy in autocast_mode.POLICY:
         assert torch_op in CUDA_LISTS[cuda_policy], torch_op
@@ -88,7 +112,8 @@ def test_the_cpu_column_equals_torch_cpu_autocast_measured():
             "softmax": lambda: torch.softmax(x.half(), 1), "log_softmax": lambda: torch.log_softmax(x.half(), 1),
             "layer_norm": lambda: torch.nn.functional.layer_norm(x.half(), (3,)), "sum": lambda: x.half().sum(),
             "exp": lambda: x.half().exp(), "log": lambda: x.half().log(), "pow": lambda: x.half() ** 2,
-            "norm": lambda: x.half().norm(), "cat": lambda: torch.cat([x.half(), x])}
+            "norm": lambda: x.half().norm(), "cat": lambda: torch.cat([x.half(), x]),
+            "cross_entropy": lambda: torch.nn.functional.cross_entropy(x.half(), torch.tensor([0, 1, 2]))}
     expected = {"lower": "float16", "float32": "float32", "promote": "float32", None: "float16"}
     with torch.autocast("cpu", dtype=torch.float16):
         for _, _, torch_op, cpu_policy, _ in autocast_mode.POLICY:

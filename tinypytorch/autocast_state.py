@@ -35,6 +35,12 @@ def autocast_inputs(function, inputs):
     return _autocast_policy(function, inputs)
 
 
+def autocast_composite(name, *inputs):
+    """The inputs of `name`, an operation the package builds from several (cross_entropy, mse_loss), cast as
+    PyTorch casts it: as one operation, so that its parts run in the dtype it chose."""
+    return _autocast_policy(name, inputs) if open_autocast_blocks else inputs
+
+
 def enter_autocast(device_type, enabled, dtype, cache_enabled):
     """Switch autocast for `device_type` in this thread; returns the old state, for `exit_autocast`."""
     global open_autocast_blocks

@@ -11,6 +11,7 @@ import numbers
 import numpy as np
 
 from tinypytorch import cuda
+from tinypytorch.autocast_state import autocast_composite
 from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import GetItemGrad, _dim, _ndim, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
@@ -114,6 +115,7 @@ def cross_entropy(input, target, reduction="mean", ignore_index=-100):  # noqa: 
     row that does not count); reduction: "mean" over the rows that count, "sum", or "none" (one loss a row).
     """
     input = as_variable(input, "cross_entropy")
+    input, = autocast_composite("cross_entropy", input)  # step 58: in float32 under autocast, log_softmax too
     target = _checked_target(input, target, ignore_index)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: {reduction!r} is not a valid value for reduction: "

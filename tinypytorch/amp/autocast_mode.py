@@ -40,9 +40,12 @@ POLICY = [
     ("pow",           Pow,              "pow",            None,      "float32"),
     ("norm",          Norm,             "norm",           None,      "float32"),
     ("concatenate",   Concatenate,      "cat",            "promote", "promote"),
+    # built from several operations (autocast_state.autocast_composite): cast once, as torch's one operation
+    ("cross_entropy", None,             "cross_entropy",  "float32", "float32"),
 ]
 _DEVICES = ("cpu", "cuda")
-_BY_CLASS = {cls: {"cpu": cpu, "cuda": gpu} for _, cls, _, cpu, gpu in POLICY}
+_BY_CLASS = {cls: {"cpu": cpu, "cuda": gpu} for _, cls, _, cpu, gpu in POLICY if cls is not None}
+_BY_NAME = {name: {"cpu": cpu, "cuda": gpu} for name, _, _, cpu, gpu in POLICY}
 # device types PyTorch knows (its message for others differs) but the package has no backend for
 _OTHER_TORCH_DEVICES = ("ipu", "xpu", "mkldnn", "opengl", "opencl", "ideep", "hip", "ve", "fpga", "maia", "xla",
                         "lazy", "vulkan", "mps", "meta", "hpu", "mtia", "privateuseone")
@@ -66,8 +69,9 @@ def _device_type(array):
 
 
 def cast_inputs(function, inputs):  # step 58
-    """The inputs `function` runs on under this thread's autocast: cast where POLICY lists it, else unchanged."""
-    row = _BY_CLASS.get(type(function))
+    """The inputs `function` (a Function, or the name of an operation built from several) runs on under this
+    thread's autocast: cast where POLICY lists it, else unchanged."""
+    row = _BY_NAME.get(function) if isinstance(function, str) else _BY_CLASS.get(type(function))
     if row is None:
         return inputs
     state = autocast_state.Autocast

@@ -7,6 +7,7 @@ Arguments PyTorch has and the package does not (cross_entropy's weight and label
 not accepted: a call that passes one fails with a TypeError that names it, rather than ignoring it.
 """
 from tinypytorch import classification, functions, normalization
+from tinypytorch.autocast_state import autocast_composite
 from tinypytorch.core import as_variable
 
 __all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "dropout", "mse_loss", "cross_entropy",
@@ -53,6 +54,7 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
 def mse_loss(input, target, *, reduction="mean"):  # noqa: A002
     """The squared differences, averaged ("mean"), added ("sum") or each ("none")."""
     input, target = as_variable(input, "mse_loss"), as_variable(target, "mse_loss")
+    input, target = autocast_composite("mse_loss", input, target)  # step 58: every reduction in float32
     if input.shape != target.shape:  # PyTorch broadcasts them, with a warning that it is likely a mistake
         raise ValueError(f"mse_loss: shapes {input.shape} and {target.shape} differ")
     if reduction == "mean":
