@@ -98,21 +98,21 @@ show_code(GradScaler.unscale_, GradScaler.step, GradScaler._update_scale)
 # %% tags=["hide-input"]
 def state_picture():
     """Each optimizer's stage within an iteration, and the errors of calls out of order."""
-    fig, axis = plt.subplots(figsize=(8, 2.6))
+    fig, axis = plt.subplots(figsize=(8, 3.2))
     spots = {"READY": 0, "UNSCALED": 3, "STEPPED": 6}
     for name, x0 in spots.items():
         axis.add_patch(plt.Rectangle((x0, 0), 1.8, 0.8, color="C0", alpha=0.25))
         axis.text(x0 + 0.9, 0.4, name, ha="center", va="center", fontsize=9)
-    arrows = [((1.8, 0.55), (3, 0.55), "unscale_"), ((4.8, 0.55), (6, 0.55), "step"),
-              ((1.8, 0.25), (6, 0.25), "step (unscales first)")]
-    for start, end, label in arrows:
+    for start, end, label in [((1.8, 0.4), (3, 0.4), "unscale_"), ((4.8, 0.4), (6, 0.4), "step")]:
         axis.annotate("", end, start, arrowprops=dict(arrowstyle="->"))
         axis.text((start[0] + end[0]) / 2, start[1] + 0.06, label, ha="center", fontsize=8)
-    axis.annotate("", (0.9, 0.8), (6.9, 0.8), arrowprops=dict(arrowstyle="->", connectionstyle="arc3,rad=0.35"))
-    axis.text(3.9, 1.6, "update(): every optimizer READY again", ha="center", fontsize=8)
-    axis.text(3.9, -0.35, "unscale_ twice, unscale_ after step, step twice: RuntimeError", ha="center",
+    for start, end, rad, y, label in [((6.9, 0.8), (0.9, 0.8), 0.35, 1.6, "update(): every optimizer READY again"),
+                                      ((0.9, 0), (6.9, 0), 0.25, -0.85, "step alone (unscales first)")]:
+        axis.annotate("", end, start, arrowprops=dict(arrowstyle="->", connectionstyle=f"arc3,rad={rad}"))
+        axis.text(3.9, y, label, ha="center", fontsize=8)
+    axis.text(3.9, -1.25, "unscale_ twice, unscale_ after step, step twice: RuntimeError", ha="center",
               fontsize=8, color="C3")
-    axis.set(xlim=(-0.2, 8), ylim=(-0.6, 1.9))
+    axis.set(xlim=(-0.2, 8), ylim=(-1.4, 1.9))
     axis.axis("off")
     fig.tight_layout()
     plt.show()
@@ -149,7 +149,8 @@ def run(steps, inject, growth_interval=5):
     """Train; the scale after each update, the skipped iterations, the final weights, the growth tracker."""
     data = np.random.default_rng(1)
     p = nn.Parameter(np.full((4, 2), 0.5, dtype=np.float32))
-    opt, scaler = optim.SGD([p], lr=0.05, momentum=0.9), GradScaler("cpu", 2.0**10, growth_interval=growth_interval)
+    opt = optim.SGD([p], lr=0.05, momentum=0.9)
+    scaler = GradScaler("cpu", 2.0**10, growth_interval=growth_interval)
     scales, skipped, trackers = [], [], []
     for i in range(steps):
         x = data.normal(size=(8, 4)).astype(np.float32)
