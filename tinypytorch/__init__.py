@@ -30,7 +30,7 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
                 ModuleList, Linear, the activation and loss modules (step 52)
     serialization  save and load of a state dict, an .npz file without pickle (step 52)
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown)
-    amp         autocast: each listed operation in its dtype, float16 or float32 (step 58)
+    amp         autocast: each listed operation in its dtype, float16 or float32 (step 58); GradScaler (step 59)
 """
 from tinypytorch import (
     amp, autograd, classification, cuda, datasets, factories, functions, inplace, layers, nn, optim, optimizers,
