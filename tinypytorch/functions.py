@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from tinypytorch import cuda, random
-from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays
+from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays, sum_array
 # broadcasting and casting live in core, whose arithmetic needs them; they are functions of this module too
 from tinypytorch.core import (  # noqa: F401
     BroadcastTo, Cast, SumTo, as_shape, astype, broadcast_to, sum_to, sum_to_array,
@@ -424,7 +424,7 @@ class Sum(Function):  # step 30
     def forward(self, x):
         self.x_shape = x.shape
         self.axes = _normalize_axis("sum", self.axis, x.ndim)
-        return x.sum(axis=self.axes, keepdims=self.keepdims)
+        return sum_array(x, self.axes, self.keepdims)
 
     def backward(self, gy):
         # Put back the summed axes as length-1 axes, then copy the gradient along them:
@@ -755,6 +755,10 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
         self.bias_shape = None if b is None else b.shape
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
+        if b is not None and x.dtype == W.dtype == b.dtype == np.float16:
+            # step 57: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
+            # changes a quarter of the outputs by a step
+            return (x.astype(np.float32) @ W.T.astype(np.float32) + b).astype(np.float16)
         y = x @ W.T
         return y if b is None else y + b
 
@@ -904,11 +908,14 @@ class MeanSquaredError(Function):  # step 32
             raise ValueError(f"mean_squared_error: shapes {x0.shape} and {x1.shape} differ")
         self.save_for_backward(x0, x1)  # step 35: both gradients need x0 - x1 (PyTorch keeps both too)
         diff = x0 - x1
-        return (diff * diff).sum() / diff.size
+        # step 57: mean, not sum / size: in float16 the sum overflows long before the mean does;
+        # NumPy's mean adds float16 in float32, as PyTorch does, and rounds once
+        return (diff * diff).mean()
 
     def backward(self, gy):
         x0, x1 = self.saved_tensors
-        gx0 = gy * (x0 - x1) * (2.0 / array_of(x0).size)  # d/dx0 of mean((x0 - x1)^2)
+        # d/dx0 of mean((x0 - x1)^2); step 57: in PyTorch's order, which float16 rounds at each product
+        gx0 = (2.0 / array_of(x0).size) * (x0 - x1) * gy
         return gx0, -gx0
 
 
