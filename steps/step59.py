@@ -281,9 +281,10 @@ for way, (accuracy, scale) in ours.items():
 # and the same data, weights and injected infs: the scale after every
 # update, the growth tracker, the skipped steps and the final weights
 # must be equal. Then the three ways in torch, from the same weights.
-# Plain float16 falls behind in both frameworks, by different amounts:
-# the two round float16 differently inside matmuls and cross-entropy, and
-# with float16 weights those roundings decide which updates survive.
+# Plain float16 learns nothing in either framework: at every step about
+# half of the gradient entries flush to zero and the rest are subnormal,
+# with a few bits left, so the steps are noise (the loss wanders between
+# 2 and 5) and the accuracy stays at chance, 0.10.
 
 # %% tags=["hide-cell"]
 import torch  # noqa: E402
@@ -347,8 +348,8 @@ print("tinypytorch  " + "     ".join(f"{ours[w][0]:.2f}" for w in ours))
 print("torch        " + "     ".join(f"{theirs[w][0]:.2f}" for w in ours))
 for table in (ours, theirs):
     assert abs(table["mixed"][0] - table["float32"][0]) < 0.01, table  # mixed within 1 point of float32
-    assert table["float16"][0] < table["float32"][0] - 0.03, table  # plain float16 falls behind
-assert ours["mixed"][1] == theirs["mixed"][1]
+    assert table["float16"][0] < 0.2, table  # plain float16 stays at chance
+assert ours["mixed"][1] == theirs["mixed"][1] and ours["float16"][0] == theirs["float16"][0]
 print("PyTorch check passed: GradScaler's trajectory, skips and weights equal torch's; "
       "mixed precision within 0.01 of float32 in both frameworks")
 

@@ -520,3 +520,31 @@ def test_a_generator_of_the_callers_still_gives_its_own_weights_and_leaves_the_f
     layer = Linear(4, 2, rng=np.random.default_rng(11))
     assert tinypytorch.get_rng_state() == state
     np.testing.assert_array_equal(layer.weight.data, np.random.default_rng(11).uniform(-0.5, 0.5, (2, 4)))
+
+
+# ----- float16: each of torch's operations rounds once (step 57) --------------------------------------
+
+SGD_FLOAT16 = [
+    {"lr": 0.1 * 2.0**16},  # an lr that float16 cannot hold: 6553.6, not 6552
+    {"lr": 0.3, "momentum": 0.9},
+    {"lr": 0.3, "momentum": 0.9, "dampening": 0.1, "weight_decay": 0.01},
+    {"lr": 0.3, "momentum": 0.9, "nesterov": True, "maximize": True},
+]
+
+
+@pytest.mark.step57
+@pytest.mark.parametrize("settings", SGD_FLOAT16, ids=str)
+def test_sgd_on_float16_parameters_gives_torchs_bits(settings):
+    """Fed the same float16 gradients, SGD's float16 parameters equal torch's bit for bit, step after step."""
+    rng = np.random.default_rng(5)
+    start = (rng.normal(size=(8, 16)) * 0.1).astype(np.float16)
+    ours, theirs = Parameter(start.copy()), torch.tensor(start).requires_grad_()
+    mine, torchs = optim.SGD([ours], **settings), torch.optim.SGD([theirs], **settings)
+    scale = 1e-5 if settings["lr"] > 1000 else 1e-1
+    for _ in range(6):
+        g = (rng.normal(size=start.shape) * scale).astype(np.float16)
+        ours.grad, theirs.grad = Variable(g.copy()), torch.tensor(g)
+        mine.step()
+        torchs.step()
+        assert ours.dtype == np.float16
+        np.testing.assert_array_equal(ours.data, theirs.detach().numpy())

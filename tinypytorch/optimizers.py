@@ -192,6 +192,8 @@ class SGD(Optimizer):  # step 32
                                   "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize})
 
     def update(self, param, grad, group):
+        if grad.dtype == np.float16:  # step 57
+            return self.update_float16(param, grad, group)
         if group["maximize"]:
             grad = -grad
         if group["weight_decay"] != 0:
@@ -199,6 +201,28 @@ class SGD(Optimizer):  # step 32
         if group["momentum"] != 0:  # without momentum SGD keeps no state, as torch's
             grad = self.momentum(self.state_of(param), grad, group)
         param.sub_(group["lr"] * grad)
+
+    def update_float16(self, param, grad, group):
+        """The same step on float16, rounded as torch's: each of its operations computes in float32 and rounds
+        once (step 57). (torch rounds an `alpha` to float16 first, but not a factor of `mul_`: measured.)"""
+        def op(a, alpha, b):  # torch's a.add(b, alpha=alpha)
+            alpha = np.float16(alpha).astype(np.float32)
+            return (a.astype(np.float32) + alpha * b.astype(np.float32)).astype(np.float16)
+
+        if group["maximize"]:
+            grad = -grad
+        if group["weight_decay"] != 0:
+            grad = op(grad, group["weight_decay"], param.data)
+        if group["momentum"] != 0:
+            state = self.state_of(param)
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = grad.copy()
+            else:  # torch's buf.mul_(momentum).add_(grad, alpha=1 - dampening): two operations
+                buf[...] = (buf.astype(np.float32) * np.float32(group["momentum"])).astype(np.float16)
+                buf[...] = op(buf, 1 - group["dampening"], grad)
+            grad = op(grad, group["momentum"], buf) if group["nesterov"] else buf
+        param.copy_(op(param.data, -group["lr"], grad))
 
     def momentum(self, state, grad, group):
         """The direction of the step: the momentum buffer (updated in place), or Nesterov's look-ahead."""
