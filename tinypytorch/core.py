@@ -523,11 +523,14 @@ class Function:
     output_hooks = None  # step 35: {output index: the hooks of that output variable}
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
     is_view = False  # step 37: True for functions whose output may share its input's memory
+    dispatch_mode = None  # step 60: set while a selective-checkpoint region is open: it runs every operation
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
     formula_on_arrays = False
 
     def __call__(self, *inputs):
+        if self.dispatch_mode is not None:  # step 60: inside a selective-checkpoint region, the region runs it
+            return self.dispatch_mode(*inputs)
         # (Loops rather than generators or comprehensions, and the attribute behind the requires_grad
         # property: every operation pays for this method, and most have one or two inputs.)
         for x in inputs:

@@ -17,6 +17,7 @@ is untouched). Two ways to do that, as in PyTorch:
   recomputes the function (stopping as soon as every needed tensor is back), and checks
   that it saved what the first run saved.
 """
+import contextlib
 import functools
 import numbers
 import warnings
@@ -28,6 +29,14 @@ from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
 from tinypytorch.core import Function, Variable, as_variable
 from tinypytorch.grad_mode import enable_grad, is_grad_enabled, no_grad
+from tinypytorch.utils.selective_checkpoint import (  # noqa: F401  (step 60: PyTorch's names, here as there)
+    CheckpointPolicy, SelectiveCheckpointContext, create_selective_checkpoint_contexts,
+)
+
+
+def noop_context_fn():  # step 60: checkpoint's default context_fn, PyTorch's
+    """No context around the first run, none around the recomputation."""
+    return contextlib.nullcontext(), contextlib.nullcontext()
 
 
 class CheckpointError(RuntimeError):
@@ -214,10 +223,27 @@ def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, de
     return result
 
 
+def _in_contexts(function, context_fn):  # step 60
+    """`function` inside context_fn's contexts: the first when it runs first (if grad mode records anything:
+    PyTorch's enters none otherwise), the second each time it runs again, for backward."""
+    forward_context, recompute_context = context_fn()
+    runs = []
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        if not runs and not is_grad_enabled():
+            return function(*args, **kwargs)
+        context = recompute_context if runs else forward_context
+        runs.append(True)
+        with context:
+            return function(*args, **kwargs)
+    return run
+
+
 # ----- the public functions -------------------------------------------------------------------------
 
-def checkpoint(function, *args, use_reentrant=True, preserve_rng_state=True, early_stop=True,
-               determinism_check="default", **kwargs):
+def checkpoint(function, *args, use_reentrant=True, context_fn=noop_context_fn, preserve_rng_state=True,
+               early_stop=True, determinism_check="default", **kwargs):
     """`function(*args)`, keeping only `args` for backward and recomputing the rest when backward needs it.
 
     use_reentrant: True (step 42) or False (step 43, PyTorch's recommendation).
@@ -225,6 +251,8 @@ def checkpoint(function, *args, use_reentrant=True, preserve_rng_state=True, ear
         same masks (and leave the outer random stream as it was).
     early_stop, determinism_check ("default" or "none"): for use_reentrant=False, as in PyTorch.
     kwargs: keyword arguments for `function`; only with use_reentrant=False, as in PyTorch.
+    context_fn: for use_reentrant=False, a pair of contexts, around the first run and each recomputation
+        (step 60: `create_selective_checkpoint_contexts`).
     """
     if not callable(function):
         raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
@@ -234,7 +262,11 @@ def checkpoint(function, *args, use_reentrant=True, preserve_rng_state=True, ear
     if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
+        if context_fn is not noop_context_fn:  # step 60
+            raise ValueError("Passing `context_fn` or `debug` is only supported when use_reentrant=False.")
         return _checkpoint_reentrant(function, args, preserve_rng_state)
+    if context_fn is not noop_context_fn:  # step 60
+        function = _in_contexts(function, context_fn)
     return _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, determinism_check)
 
 
