@@ -149,6 +149,13 @@ draw_lists()
 # On a GPU the same code runs with `autocast("cuda")` (float16 is its
 # default). On the CPU PyTorch's default is bfloat16, which NumPy lacks: the
 # package asks for `dtype=tp.float16` there, which PyTorch accepts too.
+# The `ml-dtypes` package (the one JAX uses) would give NumPy a bfloat16,
+# but its matrix product returns float32, so every product would need a
+# cast back, and its CuPy support is experimental: one more dependency for
+# a dtype whose lessons float16 already teaches (bfloat16 has float32's
+# range, so it needs no loss scaling, step 59). On the CPU autocast is here
+# to learn from: NumPy's float16 matrix product has no BLAS kernel behind
+# it, so the speed comes only on a GPU.
 #
 # ## The weight cache
 #

@@ -154,7 +154,7 @@ show_code(checkpoint_module._in_contexts, sac.create_selective_checkpoint_contex
 # How does a context see each operation? PyTorch's pair are
 # `TorchDispatchMode`s, which see every ATen call below autograd. The
 # package has one door for it: while a context is open,
-# `Function.forward_mode` is set, and `Function.__call__` (one check,
+# `Function.dispatch_mode` is set, and `Function.__call__` (one check,
 # first thing) hands the call to `_dispatch`. The innermost context of
 # the thread handles it and is set aside meanwhile, so the operation
 # itself, and anything the policy runs, goes through as usual:

@@ -238,7 +238,7 @@ def test_a_policy_answering_something_else_is_refused(answer):
     with pytest.raises(TypeError, match="policy_fn must return a CheckpointPolicy or a bool"):
         checkpoint(lambda x: F.linear(x, W), x, use_reentrant=False,
                    context_fn=functools.partial(contexts, lambda *a, **k: answer))
-    assert Function.forward_mode is None  # the region closed
+    assert Function.dispatch_mode is None  # the region closed
 
 
 def twice(fw):
@@ -340,4 +340,4 @@ def test_another_threads_operations_are_not_sent_to_the_region():
                context_fn=functools.partial(contexts, lambda ctx, op, *a: asked.append(op) or True))
     thread.join()
     assert asked == [F.Tanh] and np.array_equal(other["y"], np.zeros(3))
-    assert Function.forward_mode is None
+    assert Function.dispatch_mode is None
