@@ -17,6 +17,8 @@
 # function on the list:
 
 # %%
+import sys
+
 import numpy as np
 
 
@@ -186,17 +188,39 @@ except RecursionError as error:
     print("recursive backward raised", type(error).__name__)
 
 # %% [markdown]
-# The recursion gave up after about a thousand of the 10,000 links. Raising the
-# limit with `sys.setrecursionlimit` only moves the problem: every Python frame
-# also uses the C stack of the interpreter, and a deep enough recursion crashes
-# the process instead of raising an exception. PyTorch's autograd engine, too,
-# processes the graph with a loop and a queue rather than recursion.
+# The recursion gave up after about a thousand of the 10,000 links: Python
+# counts the frames of running calls and raises `RecursionError` at
+# `sys.getrecursionlimit()`, 1,000 by default, to turn a runaway recursion
+# into an error. The limit can be raised. Since Python 3.11, which this
+# tutorial requires, a Python function calling a Python function no longer
+# takes room on the interpreter's C stack, so with a higher limit the same
+# recursion finishes:
+
+# %%
+limit = sys.getrecursionlimit()
+sys.setrecursionlimit(2 * depth)
+try:
+    backward_recursive(y)
+finally:
+    sys.setrecursionlimit(limit)  # put the guard back
+recursive_grad = x.grad
+print(f"limit {2 * depth:,}: recursive backward finished, dx_{depth}/dx_0 = {recursive_grad:.6e}")
+
+# %% [markdown]
+# What the recursion still costs: every level keeps its frame until the
+# whole chain is done, memory that grows with the depth; a recursion that
+# passes through C code (a `__del__`, a callback written in C) does use the
+# C stack, where going too deep crashes the process instead of raising; and
+# a program that raises the limit loses the guard against its own runaway
+# recursions. A loop keeps only a list of the functions still to run.
+# PyTorch's autograd engine, too, processes the graph with a loop and a
+# queue rather than recursion.
 #
-# The loop has no such limit:
+# The loop needs no limit, and gives the same gradient:
 
 # %%
 y.backward()
-print(f"loop backward finished: dx_{depth}/dx_0 = {x.grad:.6e}")
+print(f"loop backward finished: dx_{depth}/dx_0 = {x.grad:.6e}, the recursion's: {x.grad == recursive_grad}")
 
 # %% [markdown]
 # ## Check against PyTorch

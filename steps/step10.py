@@ -271,21 +271,21 @@ class TorchTest(unittest.TestCase):
 # `unittest.main()` at the end of the file). Neither suits a notebook: unless
 # told otherwise, `unittest.main` parses the kernel's command-line arguments
 # and exits the process when done, and it writes its report to standard error. Instead we load the test
-# cases into a suite and run it with a `TextTestRunner` that writes to standard
-# output. Its report ends with the time the tests took, which varies from run
-# to run, so the comparison of this notebook's outputs skips the next cell and
-# the cell after it prints a summary that does not change.
+# cases into a suite and run it into a `TestResult`, which collects the
+# failures and errors, and print one line a test. (The runner's own report
+# would end with the time the tests took, which changes from run to run.)
 
-# %% tags=["nbval-ignore-output"]
-import sys
-
+# %%
 loader = unittest.defaultTestLoader
 suite = unittest.TestSuite(
     loader.loadTestsFromTestCase(case) for case in (SquareTest, ExpTest, GradientCheckTest, TorchTest)
 )
-result = unittest.TextTestRunner(stream=sys.stdout, verbosity=2).run(suite)
-
-# %%
+names = [test.id() for case in suite for test in case]  # before running: the suite lets go of its tests
+result = unittest.TestResult()
+suite.run(result)
+failed = {test.id() for test, _ in result.failures + result.errors}
+for name in names:
+    print(f"{name.removeprefix('__main__.'):45} {'FAILED' if name in failed else 'ok'}")
 print(f"{result.testsRun} tests run: {len(result.failures)} failures, {len(result.errors)} errors")
 assert result.wasSuccessful()
 

@@ -305,7 +305,7 @@ def intermediate_alive_after_del(square_function):
 
 print("strong outputs: (a alive, a.creator alive) =", intermediate_alive_after_del(lambda v: SquareKeepingOutputs()(v)))
 print("weak outputs:   (a alive, a.creator alive) =", intermediate_alive_after_del(square))
-gc.collect()  # reclaim the ring the strong version left behind
+_ = gc.collect()  # reclaim the ring the strong version left behind (its return value: how many objects)
 
 # %% [markdown]
 # ## Backward is unchanged

@@ -201,7 +201,8 @@ show_code(Function.save_for_backward, Function.saved_tensors.fget, Exp, tinypyto
 # | `+`, `-`, `sum`, `reshape`, `transpose`, `broadcast_to` | nothing | the gradient does not depend on the values |
 # | `exp`, `tanh`, `sigmoid`, `relu` | the output | $e^x$, $1 - \tanh^2 x$, $\sigma(1-\sigma)$, $[y > 0]$ |
 # | `sin`, `cos`, `square`, `x ** c`, `log` | the input | $\cos x$, $-\sin x$, $2x$, $c\,x^{c-1}$, $1/x$ |
-# | `*`, `/`, `@`, `linear` | the operands whose partner needs a gradient | $\partial(ab)/\partial a = b$, ... |
+# | `*`, `@`, `linear` | the operands whose partner needs a gradient | $\partial(ab)/\partial a = b$, ... |
+# | `/` | the divisor $b$ if either needs a gradient; the dividend $a$ too if $b$ does | $1/b$, and $-a/b^2$ |
 # | a Python number, such as the 2 in `x * 2` | no tensor | it is kept as a number |
 #
 # In a network's first layer, $y = xW^\top + b$, the batch $x$ needs no
