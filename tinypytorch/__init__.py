@@ -11,7 +11,7 @@ on it lives here, in modules:
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
     utils       numerical gradients (utils.numerical), walking and drawing the graph (utils.walking, utils.drawing);
-                utils.checkpoint (steps 41-45)
+                utils.checkpoint (steps 42-44, selective checkpointing 60), utils.data (step 51)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
