@@ -545,7 +545,8 @@ class Max(Function):  # step 50
     def jvp(self, t):  # step 61: the tangents of the tied maxima, averaged, as backward shares the gradient
         x, y = self.primals[0], self.results[0]
         winners = x == y.reshape(_kept_shape(self.axes, self.x_shape))
-        return (t * winners).sum(axis=self.axes, keepdims=self.keepdims) / winners.sum(self.axes, keepdims=self.keepdims)
+        kept = self.keepdims
+        return (t * winners).sum(axis=self.axes, keepdims=kept) / winners.sum(axis=self.axes, keepdims=kept)
 
 
 class Min(Max):

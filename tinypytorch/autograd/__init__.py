@@ -23,4 +23,5 @@ from tinypytorch.autograd import forward_ad  # step 61
 
 
 __all__ = ["grad", "backward", "engine", "hooks", "graph", "anomaly", "detect_anomaly", "set_detect_anomaly",
-           "gradcheck", "gradgradcheck", "GradcheckError", "Function", "FunctionCtx", "once_differentiable", "forward_ad"]
+           "gradcheck", "gradgradcheck", "GradcheckError", "Function", "FunctionCtx", "once_differentiable",
+           "forward_ad"]
