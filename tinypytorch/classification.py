@@ -42,6 +42,10 @@ class Softmax(Function):  # step 50
         (s,) = self.saved_tensors
         return s * (gy - sum(gy * s, axis=self.axis, keepdims=True))
 
+    def jvp(self, t):  # step 61: ds = s (dx - <s, dx>), backward's formula on the tangent
+        s = self.results[0]
+        return s * (t - (s * t).sum(axis=self.axis, keepdims=True))
+
 
 class LogSoftmax(Function):  # step 50
     """y = x - logsumexp(x) along `axis`; backward g - exp(y) * sum(g)."""
@@ -60,6 +64,10 @@ class LogSoftmax(Function):  # step 50
     def backward(self, gy):
         (y,) = self.saved_tensors
         return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
+
+    def jvp(self, t):  # step 61: dy = dx - <softmax, dx>
+        y = self.results[0]
+        return t - (get_array_module(y).exp(y) * t).sum(axis=self.axis, keepdims=True)
 
 
 def softmax(x, dim=None, *, axis=None):
@@ -106,6 +114,10 @@ class NLLLoss(Function):  # step 50
         shape = self.saved_tensors[0].shape
         # each row's gradient goes to its target class only; ignored rows get none
         return GetItemGrad((self.rows, self.classes), shape)(-gy * self.weights)
+
+    def jvp(self, t):  # step 61: minus the picked tangents, weighted as the picked log-probabilities
+        picked = -t[self.rows, self.classes] * self.weights
+        return picked if self.reduction == "none" else picked.sum()
 
 
 def cross_entropy(input, target, reduction="mean", ignore_index=-100):  # noqa: A002 (PyTorch's name)

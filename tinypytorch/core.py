@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-from tinypytorch import autocast_state, cuda, grad_mode, views
+from tinypytorch import autocast_state, cuda, forward_ad_state, grad_mode, views
 from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
 
@@ -571,8 +571,38 @@ class Function:
             views.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
         if requires_grad:
             self.record(inputs, ys, outputs)
+        if forward_ad_state.open_dual_levels:  # step 61: under a dual level the tangents go forward with the values
+            self.push_tangents(inputs, ys, outputs)
         self._to_save = ()
         return outputs if len(outputs) > 1 else outputs[0]
+
+    def push_tangents(self, inputs, ys, outputs):  # step 61
+        """The outputs' tangents from the inputs' by the operation's `jvp`, when some input has one (a missing
+        one is a zero tangent). Inference mode carries none, as in PyTorch."""
+        tangents = [forward_ad_state.tangent_of(x) for x in inputs]
+        if all(t is None for t in tangents) or (grad_mode.open_inference_blocks and InferenceMode.enabled):
+            return
+        self.primals, self.results = [x.data for x in inputs], ys  # what the rules read, for this call only
+        try:
+            out = self.jvp(*tangents)
+        finally:
+            del self.primals, self.results
+        for output, t in zip(outputs, out if type(out) is tuple else (out,)):
+            if t is not None and output.data.dtype.kind == "f":  # an integer output has no tangent
+                xp = cuda.get_array_module(output.data)  # the tangent as its output: shape and dtype
+                forward_ad_state.set_tangent(output, xp.broadcast_to(t, output.shape).astype(output.dtype))
+
+    def jvp(self, *tangents):  # step 61
+        """Forward mode: the outputs' tangents, J t, from one tangent (array or None: zero) per input; the
+        primal inputs and outputs are in self.primals and self.results. Each operation defines its own."""
+        raise NotImplementedError(f"Trying to use forward AD with {self.op_name()} that does not support it "
+                                  "because it has not been implemented yet.")
+
+    def jvp_by_forward(self, *tangents):  # step 61
+        """The jvp of an operation linear in its inputs (reshape, sum, getitem, ...): the operation itself on the
+        tangents (a missing one: zeros)."""
+        xp = cuda.get_array_module(*self.primals)
+        return self.forward(*[xp.zeros_like(x) if t is None else t for x, t in zip(self.primals, tangents)])
 
     def on_arrays(self, arrays):
         """The operation on bare arrays, inside a backward formula that runs on arrays: no Variable, no graph."""
@@ -703,6 +733,11 @@ class _Binary(Function):
         return gx0, gx1
 
 
+def sum_tangents(t0, t1):  # step 61
+    """The sum of two tangents, None standing for zero (Function.push_tangents broadcasts it to the output)."""
+    return t0 if t1 is None else t1 if t0 is None else t0 + t1
+
+
 class Add(_Binary):  # step 11
     def forward(self, x0, x1):
         self.keep_shapes("add", x0, x1)
@@ -710,6 +745,9 @@ class Add(_Binary):  # step 11
 
     def backward(self, gy):
         return self.sum_to_inputs(gy, gy)  # step 12: dy/dx0 = dy/dx1 = 1
+
+    def jvp(self, t0, t1):  # step 61: d(x0 + x1) = dx0 + dx1
+        return sum_tangents(t0, t1)
 
 
 class Mul(_Binary):  # step 20
@@ -728,6 +766,10 @@ class Mul(_Binary):  # step 20
         gx1 = gy * x0 if self.needs_input_grad[1] else None
         return self.sum_to_inputs(gx0, gx1)
 
+    def jvp(self, t0, t1):  # step 61: d(x0 x1) = dx0 x1 + x0 dx1
+        x0, x1 = self.primals
+        return sum_tangents(None if t0 is None else t0 * x1, None if t1 is None else x0 * t1)
+
 
 class Neg(Function):  # step 22
     def forward(self, x):
@@ -735,6 +777,9 @@ class Neg(Function):  # step 22
 
     def backward(self, gy):
         return -gy
+
+    def jvp(self, t):  # step 61
+        return -t
 
 
 class Sub(_Binary):  # step 22
@@ -744,6 +789,9 @@ class Sub(_Binary):  # step 22
 
     def backward(self, gy):
         return self.sum_to_inputs(gy, -gy if self.needs_input_grad[1] else None)  # as in Mul: none for a constant
+
+    def jvp(self, t0, t1):  # step 61
+        return sum_tangents(t0, None if t1 is None else -t1)
 
 
 class Div(_Binary):  # step 22
@@ -759,6 +807,10 @@ class Div(_Binary):  # step 22
         gx0 = gy / x1 if self.needs_input_grad[0] else None  # as in Mul: none for a constant
         gx1 = -gy * x0 / x1**2 if self.needs_input_grad[1] else None
         return self.sum_to_inputs(gx0, gx1)
+
+    def jvp(self, t0, t1):  # step 61: d(x0/x1) = dx0/x1 - (x0/x1) dx1/x1
+        x0, x1 = self.primals
+        return sum_tangents(None if t0 is None else t0 / x1, None if t1 is None else -self.results[0] * t1 / x1)
 
 
 class Pow(Function):  # step 22
@@ -782,6 +834,10 @@ class Pow(Function):  # step 22
             return c * x * gy  # nothing; but with create_graph it keeps x ** 1 in the graph, as PyTorch does
         return c * x ** (c - 1) * gy
 
+    def jvp(self, t):  # step 61: d(x^c) = c x^(c-1) dx
+        (x,) = self.primals
+        return t * 0.0 if self.c == 0 else self.c * x ** (self.c - 1) * t
+
 
 class Clone(Function):
     """A copy with memory of its own (`x.clone()`); the gradient passes through unchanged."""
@@ -791,6 +847,8 @@ class Clone(Function):
 
     def backward(self, gy):
         return gy
+
+    jvp = Function.jvp_by_forward  # step 61: a copy of the tangent
 
 
 def add(x0, x1):
@@ -856,6 +914,8 @@ class BroadcastTo(Function):  # step 30
     def backward(self, gy):
         return sum_to(gy, self.x_shape)
 
+    jvp = Function.jvp_by_forward  # step 61
+
 
 def broadcast_to(x, shape):
     x = as_variable(x, "broadcast_to")
@@ -899,6 +959,8 @@ class SumTo(Function):  # step 30
     def backward(self, gy):
         return broadcast_to(gy, self.x_shape)
 
+    jvp = Function.jvp_by_forward  # step 61
+
 
 def sum_to(x, shape):
     x = as_variable(x, "sum_to")
@@ -917,6 +979,8 @@ class Cast(Function):  # step 43: a change of dtype; its gradient goes back to t
 
     def backward(self, gy):
         return astype(gy, self.x_dtype)
+
+    jvp = Function.jvp_by_forward  # step 61: the tangent cast too
 
 
 def astype(x, dtype):

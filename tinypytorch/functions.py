@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from tinypytorch import cuda, random
-from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays, sum_array
+from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays, sum_array, sum_tangents
 # broadcasting and casting live in core, whose arithmetic needs them; they are functions of this module too
 from tinypytorch.core import (  # noqa: F401
     BroadcastTo, Cast, SumTo, as_shape, astype, broadcast_to, sum_to, sum_to_array,
@@ -32,6 +32,9 @@ class Square(Function):  # step 02 (backward: step 06)
         (x,) = self.saved_tensors
         return 2 * x * gy
 
+    def jvp(self, t):  # step 61: d(x^2) = 2x dx
+        return 2 * self.primals[0] * t
+
 
 class Exp(Function):  # step 03 (backward: step 06)
     def forward(self, x):
@@ -44,6 +47,9 @@ class Exp(Function):  # step 03 (backward: step 06)
         (y,) = self.saved_tensors
         return gy * y
 
+    def jvp(self, t):  # step 61: d exp(x) = exp(x) dx
+        return self.results[0] * t
+
 
 class Sin(Function):  # step 26
     def forward(self, x):
@@ -55,6 +61,9 @@ class Sin(Function):  # step 26
         (x,) = self.saved_tensors
         return gy * cos(x)
 
+    def jvp(self, t):  # step 61: d sin(x) = cos(x) dx
+        return get_array_module(t).cos(self.primals[0]) * t
+
 
 class Cos(Function):  # step 26
     def forward(self, x):
@@ -65,6 +74,9 @@ class Cos(Function):  # step 26
     def backward(self, gy):
         (x,) = self.saved_tensors
         return gy * -sin(x)
+
+    def jvp(self, t):  # step 61: d cos(x) = -sin(x) dx
+        return -get_array_module(t).sin(self.primals[0]) * t
 
 
 class Tanh(Function):  # step 27
@@ -78,6 +90,10 @@ class Tanh(Function):  # step 27
         (y,) = self.saved_tensors
         return gy * (1 - y * y)
 
+    def jvp(self, t):  # step 61
+        y = self.results[0]
+        return (1 - y * y) * t
+
 
 class Log(Function):  # step 39
     def forward(self, x):
@@ -88,6 +104,9 @@ class Log(Function):  # step 39
     def backward(self, gy):
         (x,) = self.saved_tensors
         return gy / x
+
+    def jvp(self, t):  # step 61
+        return t / self.primals[0]
 
 
 def square(x):
@@ -127,6 +146,9 @@ class Abs(Function):
         x = array_of(x)
         return gy * get_array_module(x).sign(x)  # a constant; sign(0) = 0: no gradient at the kink, as PyTorch
 
+    def jvp(self, t):  # step 61: sign(0) = 0, as in backward
+        return get_array_module(t).sign(self.primals[0]) * t
+
 
 class Sqrt(Function):
     def forward(self, x):
@@ -137,6 +159,9 @@ class Sqrt(Function):
     def backward(self, gy):
         (y,) = self.saved_tensors
         return gy / (2 * y)
+
+    def jvp(self, t):  # step 61
+        return t / (2 * self.results[0])
 
 
 class Clamp(Function):
@@ -158,6 +183,12 @@ class Clamp(Function):
         high = math.inf if self.high is None else self.high
         # slope 1 within the bounds, the bounds themselves included, as in PyTorch; a constant
         return gy * ((x >= low) & (x <= high)).astype(gy.dtype)
+
+    def jvp(self, t):  # step 61: slope 1 within the bounds (included), as in backward
+        x = self.primals[0]
+        low = -math.inf if self.low is None else self.low
+        high = math.inf if self.high is None else self.high
+        return t * ((x >= low) & (x <= high))
 
 
 def abs(x):  # noqa: A001 (PyTorch's name)
@@ -220,6 +251,8 @@ class Reshape(Function):  # step 29
     def backward(self, gy):
         return reshape(gy, self.x_shape)
 
+    jvp = Function.jvp_by_forward  # step 61
+
 
 def reshape(x, shape):
     """`x` with its elements rearranged into `shape` (one entry may be -1: inferred), in row-major order."""
@@ -270,6 +303,8 @@ class Transpose(Function):  # step 29: the one node of permute, transpose and .T
         # Dimension i of x became dimension perm.index(i) of y; putting each back undoes the permutation.
         inverse = tuple(self.perm.index(i) for i in range(len(self.perm)))
         return permute(gy, inverse)
+
+    jvp = Function.jvp_by_forward  # step 61
 
 
 def _apply_permutation(x, perm, torch_name=None):
@@ -434,6 +469,8 @@ class Sum(Function):  # step 30
             gy = reshape(gy, kept)
         return broadcast_to(gy, self.x_shape)
 
+    jvp = Function.jvp_by_forward  # step 61
+
 
 def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001 (PyTorch's and NumPy's name)
     """PyTorch's sum(x, dim=None, keepdim=False): over every dim by default; NumPy's axis=, keepdims= too."""
@@ -457,6 +494,8 @@ class Mean(Function):  # step 50
     def backward(self, gy):
         # each element contributed 1/count of itself to its mean
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) / self.count
+
+    jvp = Function.jvp_by_forward  # step 61
 
 
 def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
@@ -503,6 +542,12 @@ class Max(Function):  # step 50
         share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
 
+    def jvp(self, t):  # step 61: the tangents of the tied maxima, averaged, as backward shares the gradient
+        x, y = self.primals[0], self.results[0]
+        winners = x == y.reshape(_kept_shape(self.axes, self.x_shape))
+        kept = self.keepdims
+        return (t * winners).sum(axis=self.axes, keepdims=kept) / winners.sum(axis=self.axes, keepdims=kept)
+
 
 class Min(Max):
     """The smallest elements over `axis` (PyTorch's amin, and its min(x)): Max's formula, with min."""
@@ -530,6 +575,9 @@ class TakeAlongDim(Function):
         key = _along(array_of(indices), self.dim, self.keepdim, self.x_shape)
         gy = reshape(gy, _kept_shape((self.dim,), self.x_shape))  # the index's shape
         return GetItemGrad(key, self.x_shape)(gy), None  # each value's gradient to the element it came from
+
+    def jvp(self, t, t_indices):  # step 61: the tangent at the same indices
+        return self.forward(t, self.primals[1])
 
 
 def _along(indices, dim, keepdim, shape):
@@ -639,6 +687,11 @@ class LogSumExp(Function):  # step 50
         gy, y = [_keep_axes(v, self.axes, self.x_shape, self.keepdims) for v in (gy, y)]
         return broadcast_to(gy, self.x_shape) * exp(x - y)
 
+    def jvp(self, t):  # step 61: d logsumexp(x) = sum(softmax(x) dx)
+        x, y = self.primals[0], self.results[0]
+        softmax = get_array_module(x).exp(x - y.reshape(_kept_shape(self.axes, self.x_shape)))
+        return (softmax * t).sum(axis=self.axes, keepdims=self.keepdims)
+
 
 def logsumexp(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
     """PyTorch's logsumexp(x, dim, keepdim=False), here over every dim by default; NumPy's axis=, keepdims= too."""
@@ -675,6 +728,12 @@ class Norm(Function):
         y = _keep_axes(y, self.axes, self.x_shape, self.keepdims)
         # where the norm is 0, x is 0 too: dividing by 1 there gives PyTorch's gradient, 0
         return x * broadcast_to(gy / (y + (array_of(y) == 0)), self.x_shape)
+
+    def jvp(self, t):  # step 61: d|x|_1 = sum(sign(x) dx); d|x|_2 = sum(x dx) / |x|_2 (0 where the norm is 0)
+        x, y = self.primals[0], self.results[0]
+        if self.p == 1:
+            return (get_array_module(x).sign(x) * t).sum(axis=self.axes, keepdims=self.keepdims)
+        return (x * t).sum(axis=self.axes, keepdims=self.keepdims) / (y + (y == 0))
 
 
 def norm(x, p="fro", dim=None, keepdim=False):
@@ -737,6 +796,10 @@ class MatMul(Function):  # step 31
         gW = sum_to(matmul(transpose(x, -2, -1), gy), self.shapes[1]) if self.needs_input_grad[1] else None
         return gx, gW
 
+    def jvp(self, t0, t1):  # step 61: d(x W) = dx W + x dW
+        x, W = self.primals
+        return sum_tangents(None if t0 is None else t0 @ W, None if t1 is None else x @ t1)
+
 
 def matmul(x, W):
     """The matrix product `x @ W` of two matrices, or of two stacks of matrices (batch dimensions broadcast)."""
@@ -769,6 +832,11 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
         if self.bias_shape is None:
             return gx, gW
         return gx, gW, sum_to(gy, self.bias_shape)  # b was broadcast over the rows
+
+    def jvp(self, t0, t1, tb=None):  # step 61: d(x W^T + b) = dx W^T + x dW^T + db
+        x, W = self.primals[:2]
+        t = sum_tangents(None if t0 is None else t0 @ W.T, None if t1 is None else x @ t1.T)
+        return sum_tangents(t, tb)
 
 
 def linear(x, W, b=None):
@@ -815,6 +883,8 @@ class GetItem(Function):  # step 31
         arrays = [array_of(index) for index in self.saved_tensors]
         return GetItemGrad(_with_index_arrays(self.key, arrays), self.x_shape)(gy)
 
+    jvp = Function.jvp_by_forward  # step 61
+
 
 class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differentiable
     def __init__(self, key, shape):
@@ -830,6 +900,8 @@ class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differen
 
     def backward(self, ggx):
         return get_item(ggx, self.key)
+
+    jvp = Function.jvp_by_forward  # step 61
 
 
 def get_item(x, key):
@@ -857,6 +929,8 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
         # each input gets its own slice of the gradient along the axis (a view, differentiable: step 31)
         before = (slice(None),) * self.axis
         return tuple(gy[before + (slice(int(a), int(b)),)] for a, b in zip(self.bounds[:-1], self.bounds[1:]))
+
+    jvp = Function.jvp_by_forward  # step 61
 
 
 def concatenate(xs, axis=0):
@@ -888,6 +962,10 @@ class Sigmoid(Function):  # step 32
         (y,) = self.saved_tensors
         return gy * y * (1 - y)
 
+    def jvp(self, t):  # step 61
+        y = self.results[0]
+        return y * (1 - y) * t
+
 
 class ReLU(Function):  # step 32
     def forward(self, x):
@@ -900,6 +978,9 @@ class ReLU(Function):  # step 32
         (y,) = self.saved_tensors
         # slope 1 where x > 0, else 0 (at x = 0 too, as in PyTorch); an array: a constant
         return gy * (array_of(y) > 0).astype(gy.dtype)
+
+    def jvp(self, t):  # step 61: slope 1 where x > 0, as in backward
+        return t * (self.results[0] > 0)
 
 
 class MeanSquaredError(Function):  # step 32
@@ -917,6 +998,10 @@ class MeanSquaredError(Function):  # step 32
         # d/dx0 of mean((x0 - x1)^2); step 57: in PyTorch's order, which float16 rounds at each product
         gx0 = (2.0 / array_of(x0).size) * (x0 - x1) * gy
         return gx0, -gx0
+
+    def jvp(self, t0, t1):  # step 61: d mean((x0 - x1)^2) = mean(2 (x0 - x1) (dx0 - dx1))
+        x0, x1 = self.primals
+        return (2.0 * (x0 - x1) * sum_tangents(t0, None if t1 is None else -t1)).mean()
 
 
 class Dropout(Function):  # step 41
@@ -937,6 +1022,10 @@ class Dropout(Function):  # step 41
     def backward(self, gy):
         (keep,) = self.saved_tensors
         return gy * array_of(keep).astype(gy.dtype) * self.scale
+
+    def jvp(self, t):  # step 61: the same mask (forward's, still in _to_save) on the tangent
+        (keep,) = self._to_save
+        return t * keep * self.scale
 
 
 def dropout(x, p=0.5, training=True):

@@ -16,7 +16,7 @@ gradient is differentiable again (the statistics depend on x too); otherwise it 
 """
 import numbers
 
-from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays
+from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays, sum_tangents
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import sum, sum_to  # noqa: A004 (the package's sum)
 
@@ -69,6 +69,18 @@ class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBa
         if self.has_bias and self.needs_input_grad[-1]:
             grads[-1] = sum_to(gy, self.normalized_shape)
         return tuple(grads)
+
+    def jvp(self, t, *t_affine):  # step 61: d x_hat = rstd (dx - mean(dx) - x_hat mean(x_hat dx)); y = x_hat w + b
+        x, affine = self.primals[0], self.primals[1:]
+        mean = x.mean(axis=self.axes, keepdims=True)
+        rstd = 1.0 / get_array_module(x).sqrt(((x - mean) ** 2).mean(axis=self.axes, keepdims=True) + self.eps)
+        x_hat = (x - mean) * rstd
+        dx_hat = None if t is None else rstd * (t - t.mean(axis=self.axes, keepdims=True)
+                                                - x_hat * (x_hat * t).mean(axis=self.axes, keepdims=True))
+        if self.has_weight:
+            dx_hat = sum_tangents(None if dx_hat is None else dx_hat * affine[0],
+                                  None if t_affine[0] is None else x_hat * t_affine[0])
+        return sum_tangents(dx_hat, t_affine[-1]) if self.has_bias else dx_hat
 
 
 def _product(shape):

@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from tinypytorch import cuda
+from tinypytorch import cuda, forward_ad_state
 from tinypytorch.autograd.graph import Node  # core's Function: the graph's node class, not this module's Function
 from tinypytorch.core import Variable, sum_to
 from tinypytorch.grad_mode import is_grad_enabled, no_grad
@@ -70,6 +70,12 @@ class Function:
         raise NotImplementedError("You must implement either the backward or vjp method for your custom "
                                   "autograd.Function to use it with backward mode AD.")
 
+    @staticmethod
+    def jvp(ctx, *grad_inputs):  # step 61
+        """Forward mode: the outputs' tangents from one tangent per argument of forward (None for a non-Variable)."""
+        raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it with "
+                                  "forward mode AD.")
+
     @classmethod
     def apply(cls, *args):
         """Run forward on `args` (Variables, and anything else passed through) and record one node for backward."""
@@ -105,7 +111,7 @@ class CustomNode(Node):
         """The user's forward, under no_grad, on the original arguments; its outputs' arrays for the node."""
         flags = iter(self.needs_input_grad)  # set by Function.__call__ for the Variable arguments
         self.ctx = FunctionCtx(self, tuple([next(flags) if isinstance(a, Variable) else False for a in self.args]))
-        with no_grad():
+        with no_grad(), forward_ad_state.paused():  # step 61: the outputs' tangents come from the user's jvp
             outputs = self.user_class.forward(self.ctx, *self.args)
         self.tuple_output = isinstance(outputs, tuple)
         outputs = outputs if self.tuple_output else (outputs,)
@@ -129,6 +135,22 @@ class CustomNode(Node):
                                f"(expected {len(self.args)}, got {len(results)})")
         gradients = [self.checked(i, arg, g) for i, (arg, g) in enumerate(zip(self.args, results))]
         return tuple([g for arg, g in zip(self.args, gradients) if isinstance(arg, Variable)])  # one per node input
+
+    def jvp(self, *tangents):  # step 61
+        """The user's jvp on one tangent per argument of forward: a Variable's (zeros if it has none), None for
+        the rest; one tangent per output back, as arrays."""
+        tangents = iter(tangents)
+        grad_inputs = [None if not isinstance(a, Variable) else self.tangent_variable(a, next(tangents))
+                       for a in self.args]
+        with no_grad(), forward_ad_state.paused():
+            results = self.user_class.jvp(self.ctx, *grad_inputs)
+        results = results if isinstance(results, tuple) else (results,)
+        return tuple([r.data if isinstance(r, Variable) else r for r in results])
+
+    @staticmethod
+    def tangent_variable(arg, tangent):
+        xp = cuda.get_array_module(arg.data)
+        return Variable(xp.zeros_like(arg.data) if tangent is None else tangent, requires_grad=False)
 
     def checked(self, i, arg, g):
         """The gradient `g` returned for argument i, summed to its shape where it was broadcast (as PyTorch)."""

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 
+from tinypytorch.autograd import forward_ad
 from tinypytorch.autograd.gradients import grad
 from tinypytorch.core import Variable, as_variable
 from tinypytorch.grad_mode import enable_grad
@@ -109,25 +110,59 @@ def zero_gradient_gives_zero(fn, inputs):
     return all(g is None or not get_array_module(g.data).any(g.data) for g in grads)
 
 
-def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
-    """True when backward's Jacobians of `fn(*inputs)` equal the numerical ones within atol + rtol |numerical|.
+def forward_jacobian(fn, inputs):  # step 61
+    """{(i, j): the Jacobian from forward mode}: row k from one forward pass with the one-hot tangent e_k."""
+    jacobians = {}
+    for i, x in enumerate(inputs):
+        if not x.requires_grad:
+            continue
+        xp = get_array_module(x.data)
+        for k in range(x.numel()):
+            tangent = xp.zeros(x.numel(), dtype=x.dtype)
+            tangent[k] = 1
+            with forward_ad.dual_level():
+                duals = [forward_ad.make_dual(a, tangent.reshape(a.shape)) if a is x else a for a in inputs]
+                for j, y in enumerate(_outputs(fn, duals)):
+                    t = forward_ad.unpack_dual(y).tangent
+                    row = jacobians.setdefault((i, j), np.zeros((x.numel(), y.numel())))[k]
+                    row[:] = 0 if t is None else as_numpy(t.data).reshape(-1)
+    return jacobians
 
-    fn: takes the inputs (Variables) and returns a Variable or a tuple of Variables.
-    inputs: a Variable or a tuple of them; those that require grad are checked (float64
-        expected: with float32 the rounding of the central difference exceeds the tolerance).
-    raise_exception: on a mismatch raise GradcheckError showing both Jacobians (else return False).
-    """
-    inputs = _checked_inputs(inputs, "gradcheck")
-    numerical = numerical_jacobian(fn, inputs, eps)
-    analytical = analytical_jacobian(fn, inputs)
+
+def _compare(numerical, analytical, atol, rtol, raise_exception, mode=""):
+    """True when the Jacobians agree; else GradcheckError showing both (or False)."""
     for (i, j), expected in numerical.items():
         got = analytical[(i, j)]
         if not np.allclose(got, expected, rtol=rtol, atol=atol):
             if not raise_exception:
                 return False
             with np.printoptions(precision=4, suppress=True):
-                raise GradcheckError(f"Jacobian mismatch for output {j} with respect to input {i},\n"
+                raise GradcheckError(f"Jacobian {mode}mismatch for output {j} with respect to input {i},\n"
                                      f"numerical:\n{expected}\nanalytical:\n{got}\n")
+    return True
+
+
+def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, check_forward_ad=False,
+              check_backward_ad=True):
+    """True when backward's Jacobians of `fn(*inputs)` equal the numerical ones within atol + rtol |numerical|.
+
+    fn: takes the inputs (Variables) and returns a Variable or a tuple of Variables.
+    inputs: a Variable or a tuple of them; those that require grad are checked (float64
+        expected: with float32 the rounding of the central difference exceeds the tolerance).
+    raise_exception: on a mismatch raise GradcheckError showing both Jacobians (else return False).
+    check_forward_ad: also forward mode's Jacobians (step 61), one forward pass per input element;
+        check_backward_ad=False leaves backward's out, as in PyTorch.
+    """
+    inputs = _checked_inputs(inputs, "gradcheck")
+    numerical = numerical_jacobian(fn, inputs, eps)
+    if check_forward_ad:  # step 61
+        forward = forward_jacobian(fn, inputs)
+        if not _compare(numerical, forward, atol, rtol, raise_exception, "computed with forward mode "):
+            return False
+    if not check_backward_ad:  # step 61
+        return True
+    if not _compare(numerical, analytical_jacobian(fn, inputs), atol, rtol, raise_exception):
+        return False
     if not zero_gradient_gives_zero(fn, inputs):
         if not raise_exception:
             return False
