@@ -17,7 +17,7 @@ from tinypytorch.autograd import forward_ad as fwAD
 pytestmark = [pytest.mark.step61, pytest.mark.torch]
 
 # the in-place rows: their Functions (tinypytorch.inplace) have no jvp rule yet
-UNCOVERED = {"zero_ of a non-leaf": "an in-place operation", "mul_ of a view": "viewscatter",
+UNCOVERED = {"zero_ of a non-leaf": "zero_", "mul_ of a view": "mul_",
              "x[0] = w of a non-leaf": "setitem"}
 
 
@@ -229,3 +229,20 @@ def test_gradcheck_catches_a_wrong_jvp():
     with pytest.raises(autograd.GradcheckError, match="forward mode mismatch"):
         autograd.gradcheck(Wrong.apply, (x,), check_forward_ad=True, check_backward_ad=False)
     assert not autograd.gradcheck(Wrong.apply, (x,), check_forward_ad=True, raise_exception=False)
+
+
+@pytest.mark.parametrize("change", [lambda x, d: x.mul_(d), lambda x, d: x.add_(d), lambda x, d: x.copy_(d),
+                                    lambda x, d: x.__setitem__(0, d[0]), lambda x, d: d.zero_()],
+                         ids=["mul_", "add_", "copy_", "setitem", "zero_"])
+def test_an_in_place_change_involving_a_tangent_is_refused_not_dropped(change):
+    """torch gives x the tangent of x * d; the package has no in-place tangent rules yet: it must say so,
+    never leave x with no tangent (a derivative of 0)."""
+    x = tinypytorch.tensor([1.0, 2.0], dtype=tinypytorch.float64)
+    with fwAD.dual_level():
+        d = fwAD.make_dual(tinypytorch.tensor([3.0, 4.0], dtype=tinypytorch.float64),
+                                 tinypytorch.tensor([1.0, 1.0], dtype=tinypytorch.float64))
+        with pytest.raises(NotImplementedError, match="forward AD with .* not been implemented yet"):
+            change(x, d)
+        y = tinypytorch.tensor([1.0, 2.0], dtype=tinypytorch.float64)
+        y.mul_(2.0)  # no tangent anywhere: in-place changes run as usual
+        assert fwAD.unpack_dual(y).tangent is None

@@ -16,7 +16,7 @@ Three cases need more than that, each as in PyTorch:
 
 The records a view keeps, and version counters, live in tinypytorch.views: every operation asks them.
 """
-from tinypytorch import cuda
+from tinypytorch import cuda, forward_ad_state
 from tinypytorch.core import Function, Variable, add, as_variable, div, formulas_on_arrays, mul, sub, sum_to
 from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
 from tinypytorch.views import (
@@ -24,6 +24,14 @@ from tinypytorch.views import (
 )
 
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
+
+
+def refuse_tangents(op, *variables):  # step 61
+    """In-place operations have no tangent rules yet: where a tangent is involved, refuse rather than drop it
+    (x.mul_(dual) would otherwise leave x with no tangent, a derivative of 0)."""
+    if forward_ad_state.open_dual_levels and any(forward_ad_state.tangent_of(v) is not None for v in variables):
+        raise NotImplementedError(f"Trying to use forward AD with {op} that does not support it because it has "
+                                  "not been implemented yet.")
 
 
 def check_writable(op, x):
@@ -79,6 +87,7 @@ def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
     check_writable(op, x)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
+    refuse_tangents(op, x, other)  # step 61
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
         write(op, x, OPERATIONS[op](Variable(x.data, requires_grad=False), other).data)
@@ -94,6 +103,7 @@ def apply(op, x, other):
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
     check_writable("zero_", x)
+    refuse_tangents("zero_", x)  # step 61
     if not (is_grad_enabled() and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
         return x
@@ -120,6 +130,7 @@ def set_item(op, x, key, value):
     """
     check_writable(op, x)
     value = as_variable(value, op, cuda.get_array_module(x.data), like=x.data)
+    refuse_tangents(op, x, value)  # step 61
     if not (is_grad_enabled() and (x.requires_grad or value.requires_grad)):
         xp = cuda.get_array_module(x.data)
         write(op, x, _assigned(xp, x.data, key, value.data))
