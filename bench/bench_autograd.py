@@ -15,7 +15,8 @@ Workloads (each computes a gradient; tests/test_bench.py checks every one agains
 - one operation: what a single sin costs on a 0-d value, recorded and not, in each framework;
 - scaling: backward time against graph size, 10^3 to 10^5 functions, for a chain and a wide graph;
 - grad modes: a small MLP's forward with the graph recorded, under no_grad and under inference_mode
-  (speed_grad_modes.py, written to grad_modes.md).
+  (speed_grad_modes.py, written to grad_modes.md);
+- Jacobians: jacfwd (columns) against jacrev (rows) as n and m vary (speed_jacobians.py, jacobians.md).
 
 "NumPy" is the same arithmetic written by hand: a forward pass that keeps what the backward
 needs, and the chain rule spelt out, with no graph at all; it is the floor a framework's
@@ -34,6 +35,7 @@ import argparse  # noqa: E402 (after the environment is set)
 import pathlib  # noqa: E402
 
 import speed_grad_modes  # noqa: E402
+import speed_jacobians  # noqa: E402
 from speed_autograd import SETTINGS, plot, profile, report, run_workloads  # noqa: E402
 from writing import output_folder, write_results  # noqa: E402
 
@@ -51,6 +53,7 @@ def main(argv=None):
     write_results(output_folder(args.out, args.quick), "autograd", text,
                   lambda path: plot(results, scaling, slopes, s["sizes"], path))
     speed_grad_modes.run(args.quick, args.out)  # step 56: each gradient mode's cost, into grad_modes.md
+    speed_jacobians.run(args.quick, args.out)  # step 62: jacfwd against jacrev, into jacobians.md
     if args.profile:
         profile(s)
 

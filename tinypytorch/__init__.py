@@ -31,9 +31,10 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     serialization  save and load of a state dict, an .npz file without pickle (step 52)
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown)
     amp         autocast: each listed operation in its dtype, float16 or float32 (step 58); GradScaler (step 59)
+    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 62)
 """
 from tinypytorch import (
-    amp, autograd, classification, cuda, datasets, factories, functions, inplace, layers, nn, optim, optimizers,
+    amp, autograd, classification, cuda, datasets, factories, func, functions, inplace, layers, nn, optim, optimizers,
     random, reversible, serialization, testfunctions, utils, views,
 )
 from tinypytorch.tensor_methods import wire_tensor_methods
@@ -80,5 +81,5 @@ __all__ = [
     "rand", "randn", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
     "float16", "float32", "float64", "half", "float", "double", "int32", "int64", "long", "bool",
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
-    "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast",
+    "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
 ]

@@ -13,6 +13,7 @@ The public tools above it, which the floors above use (never the engine itself):
     gradcheck  gradcheck, gradgradcheck (step 40)
     function   Function with a ctx, once_differentiable: custom functions written PyTorch's way (step 49)
     forward_ad dual_level, make_dual, unpack_dual: forward-mode AD (step 61)
+    functional jacobian, hvp, vhp of whole functions (step 62)
 """
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
 from tinypytorch.autograd.gradients import backward, grad
@@ -20,8 +21,9 @@ from tinypytorch.autograd.anomaly import detect_anomaly, set_detect_anomaly
 from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tinypytorch.autograd.function import Function, FunctionCtx, once_differentiable
 from tinypytorch.autograd import forward_ad  # step 61
+from tinypytorch.autograd import functional  # step 62
 
 
 __all__ = ["grad", "backward", "engine", "hooks", "graph", "anomaly", "detect_anomaly", "set_detect_anomaly",
            "gradcheck", "gradgradcheck", "GradcheckError", "Function", "FunctionCtx", "once_differentiable",
-           "forward_ad"]
+           "forward_ad", "functional"]
