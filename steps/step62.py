@@ -158,8 +158,8 @@ print("against diag(-sin x):", below(np.abs(H.data - np.diag(-np.sin(x.data))).m
 
 # %% [markdown]
 # The same for a small network's loss, as a function of its first layer's
-# weights (2 × 3, flattened: a 6 × 6 Hessian). Off-diagonal blocks couple
-# weights of the same hidden unit through the nonlinearity.
+# weights (2 × 3, flattened: a 6 × 6 Hessian). Its off-diagonal entries
+# couple weights of both hidden units, which meet in the output and the loss.
 
 # %%
 data, target = rng.standard_normal((5, 3)), rng.standard_normal((5, 1))
@@ -193,8 +193,8 @@ print("symmetric:", below(np.abs(H_mlp.data - H_mlp.data.T).max(), 1e-14))
 # with $v$: $v^\top H$. `hvp` wants $H v$, and PyTorch gets it by the
 # *double-backward trick*: $u^\top H$ is linear in a dummy $u$, so one more
 # backward pass, from $u^\top H$ back to $u$ seeded with $v$, gives
-# $H^\top v$'s transpose, $Hv$. Both store vectors of $n$ numbers, never
-# the $n\times n$ matrix.
+# $\partial (u^\top H v)/\partial u = Hv$. Both store vectors of $n$
+# numbers, never the $n\times n$ matrix.
 
 # %%
 show_code(functional.hvp)

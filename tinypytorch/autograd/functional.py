@@ -176,7 +176,7 @@ def hvp(func, inputs, v=None, create_graph=False, strict=False):  # step 62
     """(func(inputs), H v) without H: the double-backward trick.
 
     u^T H is a backward pass through the gradient seeded with u; it is linear in u, so one more
-    backward pass, from u^T H back to u seeded with v, gives H v (H^T v, in general: its transpose).
+    backward pass, from u^T H back to u seeded with v, gives d(u^T H v)/du = H v.
     """
     with enable_grad():
         inputs_tuple, inputs, v, output, gradient = _scalar_function_gradient("hvp", func, inputs, v,
