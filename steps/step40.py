@@ -21,7 +21,7 @@ import numpy as np
 import tinypytorch
 from tinypytorch import Function, Variable, autograd
 from tinypytorch.autograd import GradcheckError, gradcheck, gradgradcheck
-from tinypytorch.autograd.gradcheck import analytical_jacobian, numerical_jacobian
+from tinypytorch.autograd.gradcheck import analytical_jacobian, jacobians_agree, numerical_jacobian
 from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
@@ -105,7 +105,7 @@ show_code(numerical_jacobian, analytical_jacobian, step=40)
 # test inputs, not for a model's real ones.
 
 # %%
-show_code(gradcheck, step=40)
+show_code(jacobians_agree, gradcheck, step=40)
 
 # %% [markdown]
 # ## Why float64, and why these tolerances

@@ -129,7 +129,7 @@ def forward_jacobian(fn, inputs):  # step 61
     return jacobians
 
 
-def _compare(numerical, analytical, atol, rtol, raise_exception, mode=""):
+def jacobians_agree(numerical, analytical, atol, rtol, raise_exception, mode=""):
     """True when the Jacobians agree; else GradcheckError showing both (or False)."""
     for (i, j), expected in numerical.items():
         got = analytical[(i, j)]
@@ -157,11 +157,11 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
     numerical = numerical_jacobian(fn, inputs, eps)
     if check_forward_ad:  # step 61
         forward = forward_jacobian(fn, inputs)
-        if not _compare(numerical, forward, atol, rtol, raise_exception, "computed with forward mode "):
+        if not jacobians_agree(numerical, forward, atol, rtol, raise_exception, "computed with forward mode "):
             return False
     if not check_backward_ad:  # step 61
         return True
-    if not _compare(numerical, analytical_jacobian(fn, inputs), atol, rtol, raise_exception):
+    if not jacobians_agree(numerical, analytical_jacobian(fn, inputs), atol, rtol, raise_exception):
         return False
     if not zero_gradient_gives_zero(fn, inputs):
         if not raise_exception:
