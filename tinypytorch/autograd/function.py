@@ -111,7 +111,7 @@ class CustomNode(Node):
         """The user's forward, under no_grad, on the original arguments; its outputs' arrays for the node."""
         flags = iter(self.needs_input_grad)  # set by Function.__call__ for the Variable arguments
         self.ctx = FunctionCtx(self, tuple([next(flags) if isinstance(a, Variable) else False for a in self.args]))
-        with no_grad(), forward_ad_state.paused():  # step 61: the outputs' tangents come from the user's jvp
+        with no_grad(), forward_ad_state.paused():  # (the pause: step 61; the outputs' tangents come from jvp)
             outputs = self.user_class.forward(self.ctx, *self.args)
         self.tuple_output = isinstance(outputs, tuple)
         outputs = outputs if self.tuple_output else (outputs,)
