@@ -357,7 +357,7 @@ for variant in ("plain", "checkpoint"):
     print(f"{variant}: {count} tensors saved, {new // 1024} KiB new (= torch's); after forward "
           f"{forward_held(ours) // 1024} KiB (torch {after_forward // 1024}); "
           f"peak {ours.peak // 1024} KiB (torch {peak // 1024})")
-print("PyTorch check passed: saved tensors and bytes, bytes after forward and peaks as torch's, plain and √N")
+print("PyTorch check passed: saved tensors and bytes as torch's; held after forward and peaks within bounds")
 
 # %% [markdown]
 # ## Recap
