@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import tinypytorch
 from tinypytorch import Variable, nn, optim
 
 pytestmark = [pytest.mark.step53, pytest.mark.torch]
@@ -242,3 +243,18 @@ def test_optimizer_in_backward_equals_the_usual_loop_and_torch():
         for a, b in zip(results[0], other):
             np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     assert not np.allclose(results[0][0], start)  # the steps did move them
+
+
+@pytest.mark.parametrize("returned", [(1, 2), "zeros"], ids=["a tuple", "a tensor"])
+def test_a_post_accumulate_grad_hook_that_returns_something_raises_torchs_error(returned):
+    """torch: TypeError "expected Variable, but hook returned 'tuple'"; for a tensor, RuntimeError "... should
+    return None." The hook only looks at .grad: a value returned would otherwise be dropped without a word."""
+    messages = []
+    for fw in (torch, tinypytorch):
+        p = fw.ones(2, requires_grad=True) if fw is torch else Variable(np.ones(2))
+        value = fw.zeros(2) if returned == "zeros" else returned
+        p.register_post_accumulate_grad_hook(lambda t, value=value: value)
+        with pytest.raises((TypeError, RuntimeError)) as caught:
+            (p * 2).sum().backward()
+        messages.append((type(caught.value), str(caught.value)))
+    assert messages[0] == messages[1]

@@ -200,6 +200,16 @@ def owned_copy(g):
     return copy
 
 
+def looked_only(result):  # step 53
+    """A post-accumulate-grad hook only looks at `.grad` (or changes it in place): what it returns must be None,
+    or PyTorch's error (step 53)."""
+    if result is None:
+        return
+    if not isinstance(result, Variable):
+        raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
+    raise RuntimeError("Tensor post accumulate grad hooks should return None.")
+
+
 def accumulate_grad(x, gx):
     """Add gradient gx into leaf x's `.grad`, as PyTorch's AccumulateGrad does (step 14: .grad adds up over passes).
 
@@ -335,7 +345,7 @@ class GraphTask:
             accumulate_grad(x, gx)
             if x._post_accumulate_grad_hooks:
                 for hook in list(x._post_accumulate_grad_hooks.values()):  # a copy: a hook may remove itself
-                    hook(x)
+                    looked_only(hook(x))
 
     def finish_output(self, f, nr, gy):
         """The gradient of f's output nr is complete: its hooks, kept or handed back; None if nothing arrived."""
