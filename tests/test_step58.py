@@ -305,3 +305,43 @@ def test_cuda_without_cuda_warns_and_disables_as_torch():
 def test_decorating_a_non_callable_is_refused():
     with pytest.raises(TypeError, match="requires a callable"):
         autocast("cpu", dtype=HALF)(3)
+
+
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_checkpoint_recomputes_under_the_first_runs_autocast_as_torchs(use_reentrant):
+    """Backward runs outside the block: the recomputation must still cast as the first run did (torch records the
+    settings), giving the gradients of the same computation without a checkpoint, and torch's dtypes."""
+    from tinypytorch.utils.checkpoint import checkpoint
+    rng = np.random.default_rng(7)
+    x, weight = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=(2, 3)).astype(np.float32)
+
+    def grads(checkpointed):
+        w, xv = Variable(weight.copy()), Variable(x.copy())
+        layer = lambda a: tinypytorch.tanh(F.linear(a, w))  # noqa: E731
+        with autocast("cpu", dtype=HALF):
+            y = checkpoint(layer, xv, use_reentrant=use_reentrant) if checkpointed else layer(xv)
+            loss = (y.float() ** 2).sum()
+        loss.backward()
+        return y.dtype, w.grad, xv.grad
+
+    dtype, gw, gx = grads(True)
+    plain = grads(False)
+    assert dtype == plain[0] == np.float16 and gw.dtype == np.float32
+    np.testing.assert_array_equal(gw.data, plain[1].data)
+    np.testing.assert_array_equal(gx.data, plain[2].data)
+    wt, xt = torch.tensor(weight, requires_grad=True), torch.tensor(x, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.float16):
+        yt = torch.utils.checkpoint.checkpoint(lambda a: torch.tanh(torch.nn.functional.linear(a, wt)), xt,
+                                               use_reentrant=use_reentrant)
+        (yt.float() ** 2).sum().backward()
+    np.testing.assert_allclose(gw.data, wt.grad.numpy(), rtol=5e-3, atol=5e-3)  # float16's rounding
+    np.testing.assert_allclose(gx.data, xt.grad.numpy(), rtol=5e-3, atol=5e-3)
+
+
+def test_checkpoint_outside_autocast_recomputes_without_it_even_inside_a_block():
+    from tinypytorch.utils.checkpoint import checkpoint
+    w = Variable(np.ones((2, 3), np.float32))
+    y = checkpoint(lambda a: F.linear(a, w), Variable(np.ones((4, 3), np.float32)), use_reentrant=False)
+    with autocast("cpu", dtype=HALF):  # backward inside a block (not recommended): the recomputation is float32
+        y.sum().backward()
+    assert w.grad.dtype == np.float32 and y.dtype == np.float32

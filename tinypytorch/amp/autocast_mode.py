@@ -10,6 +10,7 @@ casts each gradient back to its input's dtype: a float32 weight gets a float32 g
 The policy is PyTorch's, per device type, as data (POLICY); the state (on or off, the dtype) is thread-local and
 lives in tinypytorch.autocast_state, which Function.__call__ asks.
 """
+import contextlib
 import functools
 import threading
 import warnings
@@ -179,6 +180,38 @@ class autocast:  # noqa: N801 (PyTorch's name); step 58
                 return func(*args, **kwargs)
 
         return decorate_autocast
+
+
+def keep_autocast(function):  # step 58
+    """`function`, run whenever it is called under this thread's autocast settings of now: checkpoint's
+    recomputation, which backward runs outside any autocast block, must cast as the first run did
+    (PyTorch's checkpoint records the settings too)."""
+    state = autocast_state.Autocast
+    recorded = [(device, state.enabled.get(device, False), state.dtype.get(device), state.cache_enabled)
+                for device in _DEVICES]
+    if not any(enabled for _, enabled, _, _ in recorded):
+        return _without_autocast(function)
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        with contextlib.ExitStack() as blocks:
+            for device, enabled, dtype, cache_enabled in recorded:
+                blocks.enter_context(autocast(device, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled))
+            return function(*args, **kwargs)
+
+    return run
+
+
+def _without_autocast(function):
+    """`function`, run with autocast off if a block is open when it is called (the common case costs one read)."""
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        if not autocast_state.open_autocast_blocks:
+            return function(*args, **kwargs)
+        with autocast("cpu", enabled=False), autocast("cuda", enabled=False):
+            return function(*args, **kwargs)
+
+    return run
 
 
 def is_autocast_enabled(device_type="cuda"):

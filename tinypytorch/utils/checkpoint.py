@@ -24,6 +24,7 @@ import warnings
 import weakref
 
 from tinypytorch import autograd, cuda
+from tinypytorch.amp.autocast_mode import keep_autocast
 from tinypytorch.recomputation import replaying, rng_state
 from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
@@ -259,6 +260,7 @@ def checkpoint(function, *args, use_reentrant=True, context_fn=noop_context_fn, 
     if determinism_check not in ("default", "none"):
         raise ValueError(f"checkpoint: determinism_check should be one of ['default', 'none'], "
                          f"but got {determinism_check!r}")
+    function = keep_autocast(function)  # step 58: the recomputation casts as the first run did
     if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
