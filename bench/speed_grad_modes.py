@@ -15,15 +15,12 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: one thread, as PyTorch below
 
-import argparse  # noqa: E402 (after the environment is set)
-import pathlib  # noqa: E402
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import tinypytorch  # noqa: E402
 from timing import in_turns  # noqa: E402
-from writing import format_time, machine_lines, output_folder, write_results, written_by  # noqa: E402
+from writing import command_line, format_time, machine_lines, output_folder, write_results, written_by  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -124,8 +121,4 @@ def run(quick, out=None):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="few repeats: a smoke test")
-    parser.add_argument("--out", type=pathlib.Path, help="folder for grad_modes.md")
-    args = parser.parse_args()
-    run(args.quick, args.out)
+    command_line(__doc__, run, "grad_modes.md")

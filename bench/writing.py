@@ -3,6 +3,7 @@
 The results files (bench/results/*.md, *.png) are written by the drivers (bench_*.py) through
 `write_results`; the measurement modules build their text with the helpers here.
 """
+import argparse
 import datetime
 import os
 import pathlib
@@ -121,3 +122,12 @@ def write_results(out, name, text, plot=None):
         plot(out / f"{name}.png")
         written.append(out / f"{name}.png")
     print("written: " + ", ".join(map(str, written)))
+
+
+def command_line(doc, run, files):
+    """`python bench/<part>.py [--quick] [--out FOLDER]`: its arguments parsed, then run(quick, out)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="few repeats: a smoke test")
+    parser.add_argument("--out", type=pathlib.Path, help=f"folder for {files}")
+    args = parser.parse_args()
+    run(args.quick, args.out)

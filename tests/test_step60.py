@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.utils.checkpoint as tc
 from memory import tracing_numpy
-from torch.utils._python_dispatch import TorchDispatchMode
+from steploader import load_step
 
 import tinypytorch
 from tinypytorch import Function, Variable, recomputation
@@ -75,17 +75,8 @@ class counting_forwards:
             c.forward = forward
 
 
-class TorchCounting(TorchDispatchMode):
-    """Counts the aten operations that run while `on` (set during the region's second run: the recomputation)."""
-
-    def __init__(self):
-        super().__init__()
-        self.on, self.counts = False, collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.on and func is not torch.ops.aten.detach.default:
-            self.counts[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
+# the page's counter of the ATen operations run during the recomputation (a dict: op name -> count)
+TorchCounting = load_step(60).TorchRecomputations
 
 
 def run_torch(policy, activation="tanh", counts=None):

@@ -4,6 +4,8 @@ Every operation of tests/operations.py: the JVP for random tangents on every ope
 without a rule are listed (UNCOVERED) and must raise a NotImplementedError naming the operation, never give a
 silently wrong or zero tangent. Then the API's behaviour and its errors, with torch's messages.
 """
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch.autograd.forward_ad as tfwAD
 
 import tinypytorch
 from operations import OPERATIONS, operands
+from steploader import load_step
 from tinypytorch import Variable, autograd
 from tinypytorch.autograd import forward_ad as fwAD
 
@@ -118,26 +121,23 @@ def torch_message(fn):
     return type(info.value), str(info.value)
 
 
-def test_make_dual_outside_a_level():
-    kind, message = torch_message(lambda: tfwAD.make_dual(torch.ones(3), torch.ones(3)))
-    with pytest.raises(kind) as info:
-        fwAD.make_dual(Variable(np.ones(3)), np.ones(3))
-    assert str(info.value) == message
+MAKE_DUAL_ERRORS = {  # (inside a level?, torch's call, ours)
+    "outside a level": (False, lambda: tfwAD.make_dual(torch.ones(3), torch.ones(3)),
+                        lambda: fwAD.make_dual(Variable(np.ones(3)), np.ones(3))),
+    "of an integer tensor": (True, lambda: tfwAD.make_dual(torch.arange(3), torch.ones(3)),
+                             lambda: fwAD.make_dual(Variable(np.arange(3)), np.ones(3))),
+    "a tangent of the wrong shape": (True, lambda: tfwAD.make_dual(torch.ones(3), torch.ones(4)),
+                                     lambda: fwAD.make_dual(Variable(np.ones(3)), np.ones(4))),
+}
 
 
-def test_make_dual_of_an_integer_tensor():
-    with tfwAD.dual_level():
-        kind, message = torch_message(lambda: tfwAD.make_dual(torch.arange(3), torch.ones(3)))
-    with fwAD.dual_level(), pytest.raises(kind) as info:
-        fwAD.make_dual(Variable(np.arange(3)), np.ones(3))
-    assert str(info.value) == message
-
-
-def test_a_tangent_of_the_wrong_shape():
-    with tfwAD.dual_level():
-        kind, message = torch_message(lambda: tfwAD.make_dual(torch.ones(3), torch.ones(4)))
-    with fwAD.dual_level(), pytest.raises(kind) as info:
-        fwAD.make_dual(Variable(np.ones(3)), np.ones(4))
+@pytest.mark.parametrize("case", list(MAKE_DUAL_ERRORS))
+def test_make_dual_refuses_as_torch(case):
+    in_level, theirs, ours = MAKE_DUAL_ERRORS[case]
+    with tfwAD.dual_level() if in_level else contextlib.nullcontext():
+        kind, message = torch_message(theirs)
+    with fwAD.dual_level() if in_level else contextlib.nullcontext(), pytest.raises(kind) as info:
+        ours()
     assert str(info.value) == message
 
 
@@ -210,16 +210,7 @@ def test_gradcheck_checks_forward_mode():
 
 
 def test_gradcheck_catches_a_wrong_jvp():
-    class Wrong(autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.x = x
-            return x ** 3
-
-        @staticmethod
-        def backward(ctx, g):
-            return 3 * ctx.x ** 2 * g
-
+    class Wrong(load_step(61).Cube):  # the page's x ** 3, its backward right, its jvp wrong
         @staticmethod
         def jvp(ctx, t):
             return 2 * ctx.x ** 2 * t  # 2, not 3
