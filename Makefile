@@ -46,12 +46,12 @@ book: $(STAMP)
 	@echo "book: book/_build/html/index.html"
 
 ## check-book: the built book opened in headless Chromium with the network off: every page's maths typeset, and
-## every page from step 35 on at most 12,000 px tall at 1280 px
+## every page at most 12,000 px tall at 1280 px
 check-book: book
 	$(PY) tools/check_book.py book/_build/html
 	$(PY) tools/pages.py --check --html book/_build/html
 
-## pages: the steps' pages (stage 4 on) as a learner meets them: visible code and markdown lines, figures, recap
+## pages: the steps' pages as a learner meets them: visible code and markdown lines, figures, recap
 ## and exercises, and each page's height in the built book at 1280 px (headless Chromium); SHOTS=dir for screenshots
 pages: book
 	$(PY) tools/pages.py $(if $(SHOTS),--shots $(SHOTS))

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from tinypytorch.core import Function
-from tinypytorch.utils.listing import show_code, source_at_step
+from tinypytorch.utils.listing import change_since, show_change, show_code, source_at_step
 
 MODULE = '''
 class Node:  # step 11
@@ -105,3 +105,30 @@ def test_function_call_at_step_35_records_and_saves_without_later_steps():
 def test_show_code_prints_outside_jupyter(sample, capsys):
     show_code(sample.Node.saved, step=35)
     assert capsys.readouterr().out == "def saved(self):  # step 35\n    return self._saved\n\n"
+
+
+# ----- show_change: what a step of stages 1-2 changed in its own framework ------------------------------------
+
+def test_step_14s_change_is_the_accumulation_and_nothing_else():
+    """Step 14 changes one assignment in Variable.backward into a first-or-add pair (its page says so)."""
+    diff = change_since(14, "Variable.backward").splitlines()
+    removed = [line for line in diff if line.startswith("-")]
+    added = [line for line in diff if line.startswith("+")]
+    assert [line.strip() for line in removed] == ["-            x.grad = as_array(gx)  # 0-d arithmetic gives a "
+                                                  "NumPy scalar: keep grads ndarrays like data".strip()]
+    assert [line[1:].strip().split("  #")[0] for line in added] == [
+        "if x.grad is None:", "x.grad = as_array(gx)", "else:", "x.grad = as_array(x.grad + gx)"]
+    assert diff[0] == "@@ Variable.backward: step 13 -> step 14 @@"
+
+
+def test_an_unchanged_a_new_and_a_missing_definition():
+    assert change_since(14, "as_array") == "# as_array: unchanged since step 13\n"
+    new = change_since(12, "Add", since=10).splitlines()[1:]  # Add does not exist at step 10: every line added
+    assert new and all(line.startswith("+") for line in new) and new[0] == "+class Add(Function):"
+    with pytest.raises(ValueError, match="step 14 defines no Nothing"):
+        change_since(14, "Nothing")
+
+
+def test_show_change_prints_outside_jupyter(capsys):
+    show_change(14, "as_array")
+    assert capsys.readouterr().out == "# as_array: unchanged since step 13\n\n"

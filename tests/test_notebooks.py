@@ -56,11 +56,43 @@ def test_notebook_outputs_carry_no_memory_addresses(path):
 
 
 HIDDEN = {"hide-input", "hide-cell", "remove-input", "remove-cell"}
-LESSONS = [path for path in NOTEBOOKS if int(path.stem[4:]) >= 35]  # stage 4 on: CONTRIBUTING.md's lesson form
+COLLAPSED = {"hide-cell", "remove-cell", "hide-output", "remove-output"}  # the outputs a reader does not see
+# At 1280 px (measured in Chromium) the book's code column is 912 px wide. Code and printed output are set in
+# 14 px monospace, 8.43 px a character: 108 fit; listings of the package (book/_static/tinypytorch.css) in
+# 12.5 px, 7.51 px a character: 122 fit. A wider line scrolls sideways, hiding its end.
+WIDEST, WIDEST_LISTING = 108, 122
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
-def test_a_step_from_stage_4_on_reads_as_a_lesson(path):
+def visible_lines(notebook):
+    """(where, widest, line) for every line a reader sees without expanding anything: the source of code cells
+    not collapsed, and the outputs of cells whose output is not collapsed (listings, printed text, errors)."""
+    for number, cell in enumerate(notebook["cells"], 1):
+        if cell["cell_type"] != "code":
+            continue
+        tags = set(cell["metadata"].get("tags", []))
+        if not HIDDEN & tags:
+            yield from ((f"cell {number}", WIDEST, line) for line in "".join(cell["source"]).splitlines())
+        if COLLAPSED & tags:
+            continue
+        for output in cell["outputs"]:
+            data = output.get("data", {})
+            if data.keys() & {"image/png", "image/svg+xml"}:
+                continue  # a figure: its text/plain repr is not shown
+            listing = "text/html" in data and "highlight" in "".join(data["text/html"])
+            text = "".join(output.get("text") or data.get("text/plain", ""))
+            widest = WIDEST_LISTING if listing else WIDEST
+            yield from ((f"cell {number}'s output", widest, line) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_visible_line_is_wider_than_the_page(path):
+    wide = [(where, len(line)) for where, widest, line in visible_lines(json.loads(path.read_text()))
+            if len(line) > widest]
+    assert not wide, f"{len(wide)} lines wider than the page (where, characters): {wide[:4]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_step_reads_as_a_lesson(path):
     """At most 200 visible code lines, package code shown highlighted (never printed source), and the page ends with
     its check against PyTorch, a recap and exercises whose solutions tests/test_stepNN_lesson.py checks."""
     notebook = json.loads(path.read_text())

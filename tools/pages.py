@@ -1,6 +1,6 @@
 """Measure the steps' pages as a learner meets them, and take their screenshots.
 
-    python tools/pages.py                       # stage 4 on: a table from notebooks/ and book/_build/html
+    python tools/pages.py                       # every step: a table from notebooks/ and book/_build/html
     python tools/pages.py 35 36 --shots DIR     # some steps, with screenshots cut into 1280 x 1600 screens
     python tools/pages.py --notebooks N --html H  # another checkout's notebooks and built book
     python tools/pages.py --check                # fail if a page is taller than 12,000 px (make check-book)
@@ -88,14 +88,13 @@ def screenshots(page, height, profile, folder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("steps", nargs="*", type=int, help="step numbers (default: 35 and on)")
+    parser.add_argument("steps", nargs="*", type=int, help="step numbers (default: every step)")
     parser.add_argument("--notebooks", type=pathlib.Path, default=ROOT / "notebooks")
     parser.add_argument("--html", type=pathlib.Path, default=ROOT / "book" / "_build" / "html")
     parser.add_argument("--shots", type=pathlib.Path, help="write screenshots of each page into this folder")
     parser.add_argument("--check", action="store_true", help=f"exit 1 if a page is taller than {MOST_PX:,} px")
     args = parser.parse_args()
-    numbers = args.steps or sorted(int(p.stem[4:]) for p in args.notebooks.glob("step[0-9][0-9].ipynb")
-                                   if int(p.stem[4:]) >= 35)
+    numbers = args.steps or sorted(int(p.stem[4:]) for p in args.notebooks.glob("step[0-9][0-9].ipynb"))
     print("| step | visible code lines | markdown lines | figures | recap | exercises | height (px) |")
     print("|---|---|---|---|---|---|---|")
     too_tall = []

@@ -1,4 +1,5 @@
-"""The package's own code, shown in a step as it stood at that step (stage 4 on).
+"""Code shown on a step's page: the package's code as it stood at a step (stage 4 on), and what a step
+of stages 1-2 changed in its own framework (`show_change`).
 
 A statement tagged with a later step than the one being read (`x = y  # step 37: why`, or a
 comment line `# step 37: why` just above it) is left out, with its body if it has one; so is a
@@ -12,9 +13,11 @@ Python looks in steps/) and notebooks run in notebooks/, and only the installed 
 found from both without a `sys.path` line in every step, which the architecture rules out.
 """
 import ast
+import difflib
 import inspect
 import io
 import math
+import pathlib
 import re
 import textwrap
 import tokenize
@@ -104,14 +107,62 @@ def show_code(*objects, step=None):
 
     `step`: show each object as it stood at that step (`source_at_step`).
     """
-    try:
-        import IPython
-        shell = IPython.get_ipython()
-    except ImportError:
-        shell = None
+    shell = _shell()
     for obj in objects:
         source = source_at_step(obj, step)
         if shell is None:
             print(source)
         else:
+            import IPython
             IPython.display.display(IPython.display.Code(source, language="python"))
+
+
+STEPS = pathlib.Path(__file__).resolve().parents[2] / "steps"  # the installed package is the repository's (pip -e)
+
+
+def _definition(step, dotted):
+    """The source of the top-level class or function `dotted` ("Variable" or "Variable.backward") in
+    steps/stepNN.py, or None where that step has none."""
+    source = (STEPS / f"step{step:02d}.py").read_text()
+    body = ast.parse(source).body
+    node = None
+    for name in dotted.split("."):
+        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and n.name == name), None)
+        if node is None:
+            return None
+        body = node.body
+    return textwrap.dedent(" " * node.col_offset + ast.get_source_segment(source, node))
+
+
+def change_since(step, name, since=None, context=2):
+    """The unified diff of `name` between steps/step{since}.py (default: the step before) and
+    steps/step{step}.py, hunk headers replaced by the name; every line added where `name` is new."""
+    since = step - 1 if since is None else since
+    old, new = _definition(since, name), _definition(step, name)
+    if new is None:
+        raise ValueError(f"step {step} defines no {name}")
+    if old == new:
+        return f"# {name}: unchanged since step {since}\n"
+    diff = list(difflib.unified_diff((old or "").splitlines(), new.splitlines(), lineterm="", n=context))[2:]
+    first = iter([f"@@ {name}: step {since} -> step {step} @@"])
+    return "\n".join(next(first, "@@ ... @@") if line.startswith("@@") else line for line in diff) + "\n"
+
+
+def show_change(step, *names, since=None, context=2):
+    """Show, highlighted, what step `step` changed in each of `names` since step `since` (default: the step
+    before): removed lines in red with a '-', added lines in green with a '+', `context` lines around them."""
+    text = "".join(change_since(step, name, since, context) for name in names)
+    shell = _shell()
+    if shell is None:
+        print(text)
+    else:
+        import IPython
+        IPython.display.display(IPython.display.Code(text, language="diff"))
+
+
+def _shell():
+    try:
+        import IPython
+    except ImportError:
+        return None
+    return IPython.get_ipython()
