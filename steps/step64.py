@@ -354,10 +354,10 @@ for variant in ("plain", "checkpoint"):
     count, new = saved_counts(ours)
     assert [count, new] == saved, ([count, new], saved)
     assert 0 <= after_forward - forward_held(ours) <= ACT + 16 * 1024 and 0 <= peak - ours.peak <= SLACK
-    print(f"{variant}: {count} tensors saved, {new // 1024} KiB new (= torch's); after forward "
-          f"{forward_held(ours) // 1024} KiB (torch {after_forward // 1024}); "
-          f"peak {ours.peak // 1024} KiB (torch {peak // 1024})")
-print("PyTorch check passed: saved tensors and bytes as torch's; held after forward and peaks within bounds")
+    print(f"{variant}: {count} tensors saved, {new // 1024} KiB new (= torch's)")
+    print(f"    KiB held after forward {forward_held(ours) // 1024} (torch {after_forward // 1024}), "
+          f"peak {ours.peak // 1024} (torch {peak // 1024})")
+print("PyTorch check passed: saved tensors and bytes as torch's; held after forward, peaks within bounds")
 
 # %% [markdown]
 # ## Recap
