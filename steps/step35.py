@@ -253,7 +253,8 @@ gc.enable()
 # %%
 show_code(SavedTensor.release, step=35)
 y.backward()
-print("x.grad =", x.grad, "  (1 + x) e^x =", Variable((1 + x.data) * np.exp(x.data)))
+print("x.grad =     ", x.grad)
+print("(1 + x) e^x =", Variable((1 + x.data) * np.exp(x.data)))
 
 # %% [markdown]
 # The same graph, drawn again from its objects: every record is freed, and
@@ -453,8 +454,8 @@ assert our_saved and sum(our_saved) == sum(torch_saved) and len(our_saved) == le
 print(f"{len(OPERATIONS)} operations, {cases} cases: the shapes saved equal those torch's pack hook sees")
 print("backward twice raises in both; with retain_graph the gradients double in both")
 print(f"the MLP saves {len(our_saved)} tensors, {sum(our_saved):,} bytes, in both frameworks")
-print("PyTorch check passed: every operation saves torch's tensors; backward twice and retain_graph as torch; "
-      "the MLP's saved bytes equal torch's")
+print("PyTorch check passed: saved tensors, backward twice, retain_graph "
+      "and the MLP's saved bytes as torch's")
 
 # %% [markdown]
 # ## Recap

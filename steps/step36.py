@@ -15,6 +15,8 @@
 # place") and the counter that guards them. Step 37 adds what views need.
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -40,7 +42,7 @@ print("b after add_:", b, "  version:", b._version)
 try:
     c.sum().backward()
 except RuntimeError as error:
-    print("RuntimeError:", error)
+    print(textwrap.fill(f"RuntimeError: {error}", 100))
 
 # %% [markdown]
 # The message names the array (dtype and shape), which function made it
@@ -396,7 +398,8 @@ try:
 except RuntimeError as error:
     errors.append(error)
 for error in errors:
-    assert "which is output 0 of Add" in str(error) and "is at version 1; expected version 0 instead" in str(error)
+    assert "which is output 0 of Add" in str(error)
+    assert "is at version 1; expected version 0 instead" in str(error)
 assert len(errors) == 2 and all(agree for _, agree in results.values())
 for case in RIGHT:
     ours, theirs = data_results["ours"][case], data_results["torch"][case]

@@ -124,7 +124,8 @@ a = Variable(np.array([1.0, 2.0, 3.0]), name="a")
 b = a * 2
 row = b[0:2]
 row.mul_(3)  # b = [6a0, 6a1, 2a2]
-print("b =", b, " b.creator:", type(b.creator).__name__, " row.creator:", type(row.creator).__name__)
+print("b =", b)
+print("b.creator:", type(b.creator).__name__, " row.creator:", type(row.creator).__name__)
 (b * b).sum().backward()
 print("a.grad =", a.grad, "  (72 a0, 72 a1, 8 a2)")
 
@@ -152,7 +153,8 @@ b = a * 2
 v, w = b[0:2], b[1:3]
 v.mul_(3)
 (w * w).sum().backward()
-print("w =", w, "  a.grad =", a.grad, "  (0, 72 a1, 8 a2)")
+print("w =", w)
+print("a.grad =", a.grad, "  (0, 72 a1, 8 a2)")
 
 # %% [markdown]
 # ### A view of a leaf that requires grad
@@ -323,7 +325,7 @@ print("torch: b.grad_fn is", type(bt.grad_fn).__name__, "  a.grad =", at.grad.nu
 ours = outcome(slice_of_a_non_leaf, Ours)[0]
 np.testing.assert_allclose(ours, at.grad.numpy(), rtol=1e-14, atol=0)
 assert type(bt.grad_fn).__name__ == "CopySlices" and all(agree for _, agree in results.values())
-print("PyTorch check passed: in-place changes through views give torch's gradients, and raise where torch's do")
+print("PyTorch check passed: in-place changes through views: torch's gradients, and raise where torch's do")
 
 # %% [markdown]
 # ## Recap

@@ -19,6 +19,7 @@
 
 # %%
 import contextlib
+import textwrap
 
 import numpy as np
 
@@ -430,7 +431,7 @@ def theirs(pack, unpack):
 print("the right gradient 8a:      ", show(8 * np.array([1.0, 2.0])))
 print("PyTorch with identity hooks:", theirs(lambda t: t, lambda t: t))
 print("tinypytorch with identity hooks:")
-print(ours(lambda v: v, lambda v: v))
+print(textwrap.fill(ours(lambda v: v, lambda v: v), 100))
 
 # %% [markdown]
 # PyTorch's backward read $b + 1$ where the computation had used $b$, so it

@@ -15,6 +15,7 @@
 
 # %%
 import re
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -102,7 +103,7 @@ with warnings.catch_warnings(record=True) as caught, quiet():
             loss.backward()
         except RuntimeError as error:
             nan_error = error
-print("warning:", caught[0].message)
+print(textwrap.fill(f"warning: {caught[0].message}", 100))
 print("RuntimeError:", nan_error)
 note = nan_error.__notes__[0]
 print(note.splitlines()[0])
@@ -221,7 +222,7 @@ for mode in (False, True):
         try:
             model(narrow, wide).backward()
         except ValueError as error:
-            print(f"anomaly mode {mode}: ValueError: {error}")
+            print(f"anomaly {mode}: ValueError: {error}")
             for note in getattr(error, "__notes__", []):
                 function, line = forward_frames(note)[-1]
                 print(f"    {note.splitlines()[0]}\n        in {function}: {line}")
@@ -251,7 +252,8 @@ with autograd.set_detect_anomaly(True):
     y = tinypytorch.tanh(Variable(np.array([0.5, 1.0])))
 print(f"inside a with block: {inside}; after it: {anomaly.enabled()}")
 print("Tanh made inside keeps a creation_stack:", hasattr(y.creator, "creation_stack"))
-print("Tanh made outside keeps one:", hasattr(tinypytorch.tanh(Variable(np.ones(2))).creator, "creation_stack"))
+z = tinypytorch.tanh(Variable(np.ones(2)))
+print("Tanh made outside keeps one:", hasattr(z.creator, "creation_stack"))
 
 # %% [markdown]
 # Outside anomaly mode a function keeps no stack and no gradient is scanned,

@@ -13,6 +13,7 @@
 # defaults and messages.
 
 # %%
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -133,8 +134,9 @@ for dtype in (np.float64, np.float32):
           f"{np.abs(numerical - 3 * points**2).max():.0e}")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    print("gradcheck on float32:", gradcheck(cube, Variable(points.astype(np.float32)), raise_exception=False))
-print(f"{caught[0].category.__name__}: {caught[0].message}")
+    passed = gradcheck(cube, Variable(points.astype(np.float32)), raise_exception=False)
+print("gradcheck on float32:", passed)
+print(textwrap.fill(f"{caught[0].category.__name__}: {caught[0].message}", 100))
 
 # %% [markdown]
 # Hence `gradcheck` warns, as PyTorch's does, when an input that requires

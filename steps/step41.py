@@ -271,8 +271,9 @@ for p in (0.1, 0.3, 0.5, 0.9):
         values, kept, unchanged = dropout_law(framework, p)
         assert values == {0.0, 1.0 / (1.0 - p)} and unchanged, (framework, p)
         assert abs(kept - (1 - p)) < 5 * np.sqrt(p * (1 - p) / 100_000), (framework, p, kept)
-    print(f"p = {p}: outputs 0 or {1 / (1 - p):.4f} in both; kept fraction {dropout_law('tinypytorch', p)[1]:.4f} "
-          "(tinypytorch), torch's within 5 standard deviations of 1 - p too")
+    fraction = dropout_law("tinypytorch", p)[1]
+    print(f"p = {p}: outputs 0 or {1 / (1 - p):.4f} in both; tinypytorch keeps {fraction:.4f}, "
+          "torch within 5 standard deviations of 1 - p")
 
 rng = np.random.default_rng(5)
 for p in (0.1, 0.5, 0.9):
@@ -290,7 +291,8 @@ for p in (0.1, 0.5, 0.9):
 # %%
 torch_model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
 for model in (net, torch_model):  # eval() and train() switch every sub-module in both
-    assert not any(m.training for m in model.eval().modules()) and all(m.training for m in model.train().modules())
+    assert not any(m.training for m in model.eval().modules())
+    assert all(m.training for m in model.train().modules())
 print("PyTorch check passed: dropout's values, kept fraction, eval mode and gradients follow torch's law")
 
 # %% [markdown]

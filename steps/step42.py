@@ -17,6 +17,7 @@
 
 # %%
 import functools
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -111,7 +112,8 @@ def every_block(net):
 # %%
 net = Net(width=64, depth=4, p=0.2)
 batch = np.random.default_rng(1).standard_normal((32, 64))
-runs = {"plain": net, "one checkpoint": lambda x: checkpoint(net, x), "a checkpoint per block": every_block(net)}
+runs = {"plain": net, "one checkpoint": lambda x: checkpoint(net, x),
+        "a checkpoint per block": every_block(net)}
 print(f"{'':24} {'saved by forward':>17} {'saved during backward':>22}")
 for name, run in runs.items():
     tinypytorch.manual_seed(0)
@@ -257,9 +259,11 @@ plain, plain_next = one_step(net, batch, net)
 preserved, preserved_next = one_step(net, batch, lambda x: checkpoint(net, x))
 shifted, shifted_next = one_step(net, batch, lambda x: checkpoint(net, x, preserve_rng_state=False))
 entries = sum(g.size for g in plain)
-print(f"{'':14} {'max |difference|':>17} {'bitwise equal':>14} {'entries that differ':>20} {'next draw':>10}")
+print(f"{'':14} {'max |difference|':>17} {'bitwise equal':>14} "
+      f"{'entries that differ':>20} {'next draw':>10}")
 print(f"{'plain':14} {'':>17} {'':>14} {'':>20} {plain_next:10.4f}")
-for name, grads, following in [("preserved", preserved, preserved_next), ("not preserved", shifted, shifted_next)]:
+cases = [("preserved", preserved, preserved_next), ("not preserved", shifted, shifted_next)]
+for name, grads, following in cases:
     largest, equal, differ = compare(grads, plain)
     print(f"{name:14} {largest:17.2g} {str(equal):>14} {f'{differ} of {entries}':>20} {following:10.4f}")
 
@@ -349,7 +353,8 @@ data = np.random.default_rng(4).standard_normal((2, 3))
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     y = checkpoint(net, Variable(data, requires_grad=False))
-print("UserWarning:", caught[0].message, "| the output requires grad:", y.requires_grad)
+print("UserWarning:", caught[0].message)
+print("the output requires grad:", y.requires_grad)
 
 # %% [markdown]
 # The repair is `requires_grad=True` on the input, or the first layers left
@@ -365,7 +370,7 @@ x = Variable(data, name="x")
 try:
     autograd.grad((checkpoint(net, x) ** 2).sum(), x)
 except RuntimeError as error:
-    print("RuntimeError:", error)
+    print(textwrap.fill(f"RuntimeError: {error}", 100))
 
 # %% [markdown]
 # PyTorch now recommends `use_reentrant=False`, built on the saved-tensor
@@ -430,8 +435,8 @@ print(f"loss {loss.item():.4f} and {len(grads)} gradients equal PyTorch's checkp
 assert compare(preserved, plain)[1] and preserved_next == plain_next
 assert compare(t_preserved, t_plain)[1] and t_preserved_next == t_plain_next
 assert not compare(shifted, plain)[1] and not compare(t_shifted, t_plain)[1]
-print("PyTorch check passed: a checkpointed network's gradients with dropout, RNG preservation "
-      "and the reentrant limits as in torch")
+print("PyTorch check passed: checkpointed gradients with dropout, RNG preservation "
+      "and reentrant limits as torch's")
 
 # %% [markdown]
 # ## Recap

@@ -16,6 +16,8 @@
 # saved tensors come from* has changed.
 
 # %%
+import textwrap
+
 import numpy as np
 
 import tinypytorch
@@ -72,7 +74,8 @@ y.backward()
 print("backward:", log)
 x_plain = Variable(x0.copy())
 f(x_plain).sum().backward()
-print("x.grad =", show(x.grad), " bitwise equal to the plain run's:", np.array_equal(x.grad.data, x_plain.grad.data))
+print("x.grad =", show(x.grad))
+print("bitwise equal to the plain run's:", np.array_equal(x.grad.data, x_plain.grad.data))
 
 # %% [markdown]
 # Backward ran three of the six operations again: `sin`, the square and `tanh`.
@@ -91,7 +94,8 @@ log.clear()
 x = Variable(x0.copy(), name="x")
 y = checkpoint(f, x, use_reentrant=False).sum()
 for function, saved in saved_tensors(y):
-    print(f"{type(function).__name__:5} keeps a {type(saved.packed).__name__}, whose values are {saved.packed.values}")
+    print(f"{type(function).__name__:5} keeps a {type(saved.packed).__name__}, "
+          f"whose values are {saved.packed.values}")
 
 # %% [markdown]
 # `checkpoint(..., use_reentrant=False)` comes to `_checkpoint_hooks`. Only
@@ -263,7 +267,8 @@ def count_runs(early_stop):
 
 for early_stop in (True, False):
     forward, again, grad = count_runs(early_stop)
-    print(f"early_stop={early_stop!s:5}: {forward} in forward, {len(again)} again: {again}, x.grad = {show(grad)}")
+    print(f"early_stop={early_stop!s:5}: {forward} in forward, {len(again)} again: {again}")
+    print(f"    x.grad = {show(grad)}")
 
 # %% [markdown]
 # Early stop saves three operations out of six here, and changes nothing in
@@ -318,7 +323,8 @@ def backward_after_change(change, **options):
 
 
 for change in (None, "one op fewer", "float32"):
-    print(f"{change}:", "\n    ".join(backward_after_change(change).splitlines()[:4]))
+    first, *rest = backward_after_change(change).splitlines()[:4]
+    print("\n    ".join(textwrap.wrap(f"{change}: {first}", 100) + rest))
 
 # %% [markdown]
 # Without the product the recomputation saves two tensors instead of four: it
@@ -562,7 +568,8 @@ plain_bytes, checkpointed_bytes = bytes_held(False), bytes_held(True)
 traced = {use_checkpoint: traced_memory(use_checkpoint) for use_checkpoint in (False, True)}
 
 # %%
-for name, held, (_, peak) in [("plain", plain_bytes, traced[False]), ("checkpointed", checkpointed_bytes, traced[True])]:
+measured = [("plain", plain_bytes, traced[False]), ("checkpointed", checkpointed_bytes, traced[True])]
+for name, held, (_, peak) in measured:
     print(f"{name:12}: {held:9,} bytes saved for backward ({held / ACTIVATION:.2f} activations), "
           f"peak during backward ~{peak / ACTIVATION:.0f} activations")
 
@@ -641,7 +648,8 @@ for early_stop in (True, False):
     np.testing.assert_allclose(grad.data, grad_t, rtol=1e-14)
 ours, theirs = backward_after_change("one op fewer"), torch_after_change("one op fewer")
 assert theirs.startswith(ours.replace("tinypytorch.utils", "torch.utils")), (ours, theirs)
-print("PyTorch check passed: non-reentrant checkpoint's gradients, recomputed operations and count error as torch's")
+print("PyTorch check passed: non-reentrant checkpoint's gradients, recomputed operations "
+      "and count error as torch's")
 
 # %% [markdown]
 # ## Recap

@@ -239,8 +239,9 @@ def sqrt_schedule(depth):
 DEPTHS = [8, 16, 32, 64, 128]
 for depth in DEPTHS:
     k, rounded = sqrt_schedule(depth), round(math.sqrt(depth))
-    print(f"N = {depth:3}: sqrt(N) = {math.sqrt(depth):5.2f}, k = {k:2} keeps {activations_kept(depth, k):2};"
-          f" k = round(sqrt(N)) = {rounded:2} would keep {activations_kept(depth, rounded):2}")
+    print(f"N = {depth:3}: sqrt(N) = {math.sqrt(depth):5.2f}, "
+          f"k = {k:2} keeps {activations_kept(depth, k):2}; "
+          f"k = round(sqrt(N)) = {rounded:2} would keep {activations_kept(depth, rounded):2}")
 
 # %% [markdown]
 # For $N = 128$, 11 segments make chunks of 11 and a last chunk of
@@ -460,13 +461,14 @@ def torch_chain_bytes(modules, segments):
 chain = make_chain(7)
 for use_reentrant in (True, False):
     for segments in (1, 2, 3):
-        for ours, theirs in zip(chain_gradients(chain, segments, use_reentrant),
-                                torch_chain_gradients(torch_chain(chain), segments, use_reentrant), strict=True):
+        torch_grads = torch_chain_gradients(torch_chain(chain), segments, use_reentrant)
+        for ours, theirs in zip(chain_gradients(chain, segments, use_reentrant), torch_grads, strict=True):
             np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
 for depth in (8, 16, 32):
     chain = make_chain(depth)
     for segments in (1, sqrt_schedule(depth), depth):
-        assert run_chain(chain, segments)[1] == torch_chain_bytes(torch_chain(chain), segments), (depth, segments)
+        theirs = torch_chain_bytes(torch_chain(chain), segments)
+        assert run_chain(chain, segments)[1] == theirs, (depth, segments)
 print("PyTorch check passed: checkpoint_sequential's gradients and the chain's saved bytes equal torch's")
 
 # %% [markdown]

@@ -385,7 +385,8 @@ print(f"{'the batch mean / 10':34} {'':19}   {show(BLOCK_INPUT.mean(axis=0)[:3] 
 
 # %% tags=["hide-input"]
 norm = torch_norm_step("use_reentrant=False", momentum=1 - np.sqrt(1 - 0.1))
-print("PyTorch, momentum 1 - sqrt(0.9), checkpointed: running_mean[:3] =", show(norm.running_mean[:3].numpy()),
+print("PyTorch, momentum 1 - sqrt(0.9), checkpointed:")
+print("    running_mean[:3] =", show(norm.running_mean[:3].numpy()),
       " num_batches_tracked =", norm.num_batches_tracked.item())
 
 # %% [markdown]
@@ -526,8 +527,8 @@ for p, p_t in zip(block.params(), block_t.parameters(), strict=True):
     assert_close(p.grad.data, p_t.grad.numpy(), "dense block parameter gradient")
 for layer, layer_t in zip(block.layers, block_t.layers, strict=True):
     assert layer.norm1.num_batches_tracked == 1 and layer_t.norm1.num_batches_tracked.item() == 2
-print("PyTorch check passed: concatenate, BatchNorm1d and the memory-efficient dense block's grads equal torch's; "
-      "norm1 counts 1 batch (torch: 2)")
+print("PyTorch check passed: concatenate, BatchNorm1d, dense block grads as torch's; "
+      "norm1 counts 1 batch (torch 2)")
 
 # %% [markdown]
 # ## Recap

@@ -235,7 +235,8 @@ net = make_stack(6, WIDTH)
 y_rev, rev = gradients(net, True)
 y_plain, plain = gradients(net, False)
 print("outputs bitwise equal:", np.array_equal(y_rev, y_plain))
-print(f"{len(plain)} gradient arrays; largest difference, relative:", below(relative_difference(rev, plain), 1e-14))
+largest = relative_difference(rev, plain)
+print(f"{len(plain)} gradient arrays; largest difference, relative:", below(largest, 1e-14))
 
 # %% [markdown]
 # ## Randomness: dropout inside $f$ and $g$
@@ -251,7 +252,8 @@ tinypytorch.manual_seed(0)
 states = []
 y = block.forward(Variable(X), states)  # notes the generator's state before f and before g
 print("inverse with new masks:      max |error| =", f"{np.abs(block.inverse(y).data - X).max():.2f}")
-print("inverse replaying the masks: max |error|", below(np.abs(block.inverse(y, replay=states).data - X).max(), 1e-14))
+replayed = block.inverse(y, replay=states)
+print("inverse replaying the masks: max |error|", below(np.abs(replayed.data - X).max(), 1e-14))
 
 
 def seeded_run(net, reversible):
@@ -261,7 +263,8 @@ def seeded_run(net, reversible):
 
 
 (rev, rev_next), (plain, plain_next) = (seeded_run(make_stack(6, WIDTH, p=0.2), r) for r in (True, False))
-print("6 blocks with dropout, gradients against the plain run:", below(relative_difference(rev, plain), 1e-14))
+largest = relative_difference(rev, plain)
+print("6 blocks with dropout, gradients against the plain run:", below(largest, 1e-14))
 print(f"next draw after backward: reversible {rev_next:.6f}, plain {plain_next:.6f}")
 
 # %% [markdown]
@@ -723,7 +726,8 @@ y_ours, ours = gradients(net, True)
 y_torch, theirs, _ = torch_run(net, recorded_masks(net))  # torch's plain network, the same masks
 assert_close([y_ours] + ours, [y_torch] + theirs, "output and gradients with dropout")
 print(f"6 blocks with dropout: output and {len(theirs)} gradient arrays equal torch's plain network")
-print("PyTorch check passed: reversible stack's output and gradients (with dropout) equal torch's plain network")
+print("PyTorch check passed: reversible stack's output and gradients (with dropout) "
+      "equal torch's plain network")
 
 # %% [markdown]
 # ## Recap

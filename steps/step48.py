@@ -14,6 +14,8 @@
 # on NumPy, and only statements that hold on both machines are printed.
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -157,7 +159,7 @@ show_code(F.ToDevice)
 try:  # machine-dependent output: device(type='cuda', index=0) on a GPU, the reason for refusing elsewhere
     print(x.cuda().device)
 except RuntimeError as error:
-    print("RuntimeError:", error)
+    print(textwrap.fill(f"RuntimeError: {error}", 100, break_on_hyphens=False))
 
 # %% [markdown]
 # An operation takes all its inputs from one device. Adding a variable on
@@ -195,7 +197,7 @@ print("same Parameter objects:", all(a is b for a, b in zip(params, net.params()
 print("BatchNorm1d's buffers (running_mean, running_var) on the device:",
       all(cuda.is_on(b, DEVICE) for b in net.buffers()))
 print("Adam's moments on their parameter's device:",
-      all(cuda.is_on(optimizer.state[p][moment], p.device) for p in params for moment in ("exp_avg", "exp_avg_sq")))
+      all(cuda.is_on(optimizer.state[p][m], p.device) for p in params for m in ("exp_avg", "exp_avg_sq")))
 show_code(Layer.to)
 
 # %% [markdown]
@@ -231,7 +233,8 @@ print("first draw :", show(first, 3), "state", state_after_first)
 print("second draw:", show(second, 3), "state", generator.get_state())
 generator.set_state((0, 0))
 print("(0, 0) restored replays the first draw:", bool((generator.random((8,), xp) == first).all()))
-print("the same bits on NumPy:", np.array_equal(cuda.as_numpy(first), random.CounterGenerator(0).random((8,), np)))
+on_numpy = random.CounterGenerator(0).random((8,), np)
+print("the same bits on NumPy:", np.array_equal(cuda.as_numpy(first), on_numpy))
 mask = cuda.as_numpy(second) >= 0.5
 print("dropout mask (p = 0.5) from the second draw:", mask.astype(int))
 
@@ -292,7 +295,8 @@ class LinearTanh(Layer):
 
 def make_net(device, depth=8, width=16, seed=0):
     rng = np.random.default_rng(seed)
-    blocks = [AdditiveCoupling(LinearTanh(width // 2, rng), LinearTanh(width // 2, rng)) for _ in range(depth)]
+    blocks = [AdditiveCoupling(LinearTanh(width // 2, rng), LinearTanh(width // 2, rng))
+              for _ in range(depth)]
     return ReversibleSequential(*blocks).to(device)
 
 
@@ -368,7 +372,8 @@ plain_bytes, _, plain_grads, _ = results["plain"]
 for technique, (saved, held, grads, loss) in results.items():
     error = max(np.abs(g - h).max() for g, h in zip(grads, plain_grads))
     assert error < 1e-12, (technique, error)
-    print(f"{technique:16}: {saved:6,} bytes saved ({saved / plain_bytes:4.0%}), loss after 30 steps {loss:.3f}")
+    print(f"{technique:16}: {saved:6,} bytes saved ({saved / plain_bytes:4.0%}), "
+          f"loss after 30 steps {loss:.3f}")
 print("every technique's gradients equal the plain run's to 1e-12")
 if cuda.is_available():
     assert results["reversible"][1] < results["plain"][1]  # the pool agrees: less held after forward
@@ -407,16 +412,19 @@ def mlp_gradients(device):
     model.to(device)
     x = Variable(rng.standard_normal((4, 5))).to(device)
     model.l1(tinypytorch.tanh(model.l0(x))).sum().backward()
-    return [cuda.as_numpy(p.grad.data) for p in model.params()], [cuda.as_numpy(p.data) for p in model.params()], x
+    grads = [cuda.as_numpy(p.grad.data) for p in model.params()]
+    return grads, [cuda.as_numpy(p.data) for p in model.params()], x
 
 
 ours, weights, x = mlp_gradients(DEVICE)
 for torch_device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
     w0, b0, w1, b1 = (torch.tensor(w, device=torch_device, requires_grad=True) for w in weights)
-    (torch.tanh(torch.tensor(cuda.as_numpy(x.data), device=torch_device) @ w0.T + b0) @ w1.T + b1).sum().backward()
+    x_t = torch.tensor(cuda.as_numpy(x.data), device=torch_device)
+    (torch.tanh(x_t @ w0.T + b0) @ w1.T + b1).sum().backward()
     for g, p in zip(ours + mlp_gradients("cpu")[0], [w0, b0, w1, b1] * 2):
         np.testing.assert_allclose(g, p.grad.cpu().numpy(), rtol=1e-10, atol=1e-12)
-print("PyTorch check passed: an MLP's gradients on the step's device equal the CPU run's and torch's (float64)")
+print("PyTorch check passed: an MLP's gradients on the step's device "
+      "equal the CPU run's and torch's (float64)")
 
 # %% [markdown]
 # ## Recap

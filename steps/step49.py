@@ -15,6 +15,8 @@
 # `tinypytorch.autograd.Function`, on top of the package's own.
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -161,7 +163,8 @@ y = Quantize.apply(x, 2)
 (y * y).sum().backward()
 print("x          =", show(x))
 print("quantized  =", show(y), f" ({2**2} levels)")
-print("x.grad     =", show(x.grad), " (2y: the gradient of sum(y^2), passed straight through)")
+print("x.grad     =", show(x.grad))
+print("(2y: the gradient of sum(y^2), passed straight through)")
 
 # %% [markdown]
 # Backward must return exactly one value per argument of forward, as in
@@ -185,7 +188,7 @@ for y in (Forgetful.apply(x, 2), Summed.apply(Variable(np.ones(3)))):
     try:
         y.sum().backward()
     except RuntimeError as error:
-        print("RuntimeError:", error)
+        print(textwrap.fill(f"RuntimeError: {error}", 108))
 
 # %% [markdown]
 # A gradient may also come back with fewer dimensions that broadcast to
@@ -417,7 +420,7 @@ assert i.requires_grad is False and it.requires_grad is False
 np.testing.assert_array_equal(x.grad.data, xt.grad.numpy())
 assert second_derivative_error(Cube.apply, autograd.grad, Variable) == second_derivative_error(
     TorchCube.apply, torch.autograd.grad, lambda a: torch.tensor(a, requires_grad=True))
-print("PyTorch check passed: custom Functions' gradients, materialized zeros, non-differentiable outputs and "
+print("PyTorch check passed: Function grads, zero grads, non-differentiable outputs, "
       "once_differentiable as torch's")
 
 # %% [markdown]

@@ -225,8 +225,10 @@ one_hot = np.eye(3)[[0, 2, 0]] * np.array([[1], [1], [0]])
 print(f"loss = {loss.data:.4f}  (mean over 2 rows)")
 print("x.grad =\n" + show(x.grad))
 expected = (s - one_hot) / 2 * np.array([[1], [1], [0]])
-print("against (softmax - one_hot) / 2, the ignored row zero:", below(np.abs(x.grad.data - expected).max(), 1e-15))
-print("reductions: sum", show(C.cross_entropy(x, target, "sum")), " none", show(C.cross_entropy(x, target, "none")))
+error = np.abs(x.grad.data - expected).max()
+print("against (softmax - one_hot) / 2, the ignored row zero:", below(error, 1e-15))
+print("reductions: sum", show(C.cross_entropy(x, target, "sum")),
+      " none", show(C.cross_entropy(x, target, "none")))
 
 # %% [markdown]
 # `gradcheck` (step 40) confirms every backward of this step against
@@ -279,15 +281,16 @@ pairs = [(lambda v: v.mean(axis=1), lambda v: v.mean(1)), (lambda v: v.max(axis=
          (lambda v: C.softmax(v, axis=1), lambda v: torch.softmax(v, 1)),
          (lambda v: C.log_softmax(v, axis=1), lambda v: torch.log_softmax(v, 1))]
 pairs += [(lambda v, r=r: C.cross_entropy(v, t.numpy(), r),
-           lambda v, r=r: torch.nn.functional.cross_entropy(v, t, reduction=r)) for r in ("mean", "sum", "none")]
+           lambda v, r=r: torch.nn.functional.cross_entropy(v, t, reduction=r))
+          for r in ("mean", "sum", "none")]
 weights = np.random.default_rng(1).uniform(-1, 1, 12)
 largest = max(compare(ours, theirs, values, weights) for ours, theirs in pairs
               for values in (np.random.default_rng(2).normal(0, 3, (4, 3)), 1000.0 * np.sign(
                   np.random.default_rng(3).normal(size=(4, 3)))))
 print(f"{len(pairs)} operations, random scores and scores of +-1000: values and gradients",
       below(largest, 1e-12), "from torch's")
-print("PyTorch check passed: mean, max, logsumexp, softmax, log_softmax and cross_entropy values and gradients "
-      "equal torch's")
+print("PyTorch check passed: mean, max, logsumexp, softmax, log_softmax, cross_entropy: "
+      "values, grads as torch's")
 
 # %% [markdown]
 # ## Recap

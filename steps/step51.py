@@ -65,7 +65,8 @@ tinypytorch.manual_seed(0)
 loader = DataLoader(ten, batch_size=4, shuffle=True)
 for epoch in range(2):
     print(f"epoch {epoch}:", [t.data.tolist() for x, t in loader])
-print("batches an epoch:", len(loader), "| with drop_last:", len(DataLoader(ten, batch_size=4, drop_last=True)))
+print("batches an epoch:", len(loader),
+      "| with drop_last:", len(DataLoader(ten, batch_size=4, drop_last=True)))
 
 # %% tags=["hide-input"]
 def epochs_picture(n=10, batch_size=4, seed=0):
@@ -116,7 +117,8 @@ def train(model, loader, epochs, lr, on_epoch=None):
 points, arms = datasets.spiral(points_per_class=100, classes=3, seed=1)
 tinypytorch.manual_seed(0)
 spiral_model = MLP((2, 30, 3), activation=tinypytorch.tanh, rng=np.random.default_rng(0))
-train(spiral_model, DataLoader(TensorDataset(points, arms), batch_size=30, shuffle=True), epochs=200, lr=0.02)
+spiral_loader = DataLoader(TensorDataset(points, arms), batch_size=30, shuffle=True)
+train(spiral_model, spiral_loader, epochs=200, lr=0.02)
 spiral_model.eval()
 print(f"training accuracy on the spiral: {accuracy(spiral_model(Variable(points)), arms):.2f}")
 
@@ -214,7 +216,8 @@ digits_model = MLP((64, 64, 10), activation=tinypytorch.tanh, rng=np.random.defa
 tinypytorch.manual_seed(1)
 first_epoch = train_loader.batches()
 tinypytorch.manual_seed(1)
-bar = tqdm(total=EPOCHS, desc="epochs", file=sys.stdout, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}", mininterval=0)
+bar = tqdm(total=EPOCHS, desc="epochs", file=sys.stdout, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}",
+           mininterval=0)
 train(digits_model, train_loader, EPOCHS, lr=0.005, on_epoch=lambda epoch, model: (measure(epoch, model),
                                                                                    bar.update()))
 bar.close()
@@ -222,7 +225,8 @@ bar.close()
 # %%
 for name, subset in (("train", train_set), ("test", test_set)):
     fraction = history[f"{name} accuracy"][-1]
-    print(f"after {EPOCHS} epochs, {name} accuracy {fraction:.1%}: {round(fraction * len(subset))} of {len(subset)}")
+    print(f"after {EPOCHS} epochs, {name} accuracy {fraction:.1%}: "
+          f"{round(fraction * len(subset))} of {len(subset)}")
 
 # %% tags=["hide-input"]
 fig, (left, right) = plt.subplots(1, 2, figsize=(8.5, 3.2))
@@ -303,9 +307,10 @@ def first_epoch_parameters():
 # %%
 trajectory = first_epoch_parameters()
 largest = max(np.abs(a - b).max() for ours, theirs in trajectory for a, b in zip(ours, theirs))
-print(f"{len(trajectory)} minibatches of the first epoch: every parameter after every step", below(largest, 1e-12),
-      "from torch's")
-print("PyTorch check passed: a digits classifier's parameters after every minibatch of epoch 1 equal torch's")
+print(f"{len(trajectory)} minibatches of the first epoch: every parameter after every step",
+      below(largest, 1e-12), "from torch's")
+print("PyTorch check passed: a digits classifier's parameters after every minibatch of epoch 1 "
+      "equal torch's")
 
 # %% [markdown]
 # ## Recap

@@ -15,6 +15,7 @@
 # %%
 import pathlib
 import tempfile
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -122,7 +123,7 @@ show_code(Module.__setattr__)
 try:
     model.head.weight = Variable(np.zeros((3, 4)))
 except TypeError as error:
-    print("TypeError:", error)
+    print(textwrap.fill(f"TypeError: {error}", 100))
 
 # %% [markdown]
 # Walking the tree is then a few lines: the children are the registered
@@ -150,7 +151,8 @@ class Hidden(nn.Module):
 
 
 print("a list:      ", len(list(Hidden([nn.Linear(2, 2), nn.Linear(2, 2)]).parameters())), "parameters")
-print("a ModuleList:", len(list(Hidden(ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])).parameters())), "parameters")
+listed = Hidden(ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)]))
+print("a ModuleList:", len(list(listed.parameters())), "parameters")
 print("model.body[-2]:", model.body[-2], "| model.body[:2]:", model.body[:2])
 
 # %% [markdown]
@@ -183,7 +185,8 @@ del wrong["head.bias"]
 try:
     model.load_state_dict(wrong)
 except RuntimeError as error:
-    print(error)
+    for line in str(error).splitlines():
+        print(textwrap.fill(line, 100, subsequent_indent=" " * 12))
 
 # %% [markdown]
 # To keep a state dict, `tinypytorch.save` writes it to a file and
@@ -287,7 +290,8 @@ loss_t.backward()
 np.testing.assert_allclose(loss.data, loss_t.item(), rtol=1e-12)
 for (name, p), p_t in zip(model.named_parameters(), twin.parameters()):
     np.testing.assert_allclose(p.grad.data, p_t.grad.numpy(), rtol=1e-12, atol=1e-15, err_msg=name)
-print("printout, 6 parameter names and shapes, state-dict keys: equal; after save and load, outputs equal torch's;")
+print("printout, 6 parameter names and shapes, state-dict keys: equal; "
+      "after save and load, outputs equal torch's;")
 print("loss and 6 gradients equal torch's")
 print("PyTorch check passed: a Module's names, state dict, outputs and gradients equal torch.nn's")
 

@@ -369,9 +369,11 @@ ours.load_state_dict(state)
 twin = build(torch.nn).double()
 twin.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
 params_gap = max(np.abs(a - b).max() for a, b in zip(train(ours, True), torch_train(twin)))
-print(f"{events} hook calls in torch's order, arguments as torch's (None where None): {below(max(gaps), 1e-12)}")
+print(f"{events} hook calls in torch's order, arguments as torch's (None where None): "
+      f"{below(max(gaps), 1e-12)}")
 print(f"parameters after 5 Adam steps inside backward against torch's: {below(params_gap, 1e-12)}")
-print("PyTorch check passed: module hooks run as torch.nn's; the optimizer inside backward gives torch's parameters")
+print("PyTorch check passed: module hooks run as torch.nn's; "
+      "the optimizer inside backward gives torch's parameters")
 
 # %% [markdown]
 # ## Recap

@@ -39,7 +39,7 @@ target = Variable(rng.normal(size=(BATCH, WIDTH)), requires_grad=False)
 
 
 def block_class(nn):
-    """The block in either framework's `nn` (the check at the end builds torch's twin from the same lines)."""
+    """The block in either framework's `nn` (the final check builds torch's twin from the same lines)."""
     class Block(nn.Module):
         def __init__(self, activation, norm=False, residual=False):
             super().__init__()

@@ -397,7 +397,7 @@ print("clip_grad_norm_ (norm_type 2, 1, inf): total norms and clipped gradients 
 print("clip_grad_value_: equal; the non-finite error: torch's message")
 
 twin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
-twin.load_state_dict({key: torch.from_numpy(value.data.copy()) for key, value in model.state_dict().items()})
+twin.load_state_dict({k: torch.from_numpy(v.data.copy()) for k, v in model.state_dict().items()})
 even = list(zip(np.split(x, k), np.split(t, k)))
 grads_t = torch_run(twin, even, k)[0]
 full_t = torch_run(twin, [(x, t)], 1)[0]
@@ -411,7 +411,8 @@ bn_twin.load_state_dict({key: torch.from_numpy(value) for key, value in start.it
 torch_gaps = gaps(bn_one, torch_run(bn_twin, list(zip(np.split(x, 4), np.split(t, 4))), 4))
 np.testing.assert_allclose(ours_gaps, torch_gaps, rtol=1e-9)
 uneven_t = torch_run(twin, uneven, len(sizes))[0]
-np.testing.assert_allclose(uneven_gap, max(np.abs(w - f).max() for w, f in zip(uneven_t, full_t)), rtol=1e-9)
+np.testing.assert_allclose(uneven_gap, max(np.abs(w - f).max() for w, f in zip(uneven_t, full_t)),
+                           rtol=1e-9)
 print("BatchNorm: gradient and running_mean differences %.3g and %.3g in torch too" % torch_gaps)
 print("unequal micro-batches: %.3g in torch too" % uneven_gap)
 print("PyTorch check passed: clipping, accumulation and its two counterexamples equal torch's")

@@ -160,7 +160,7 @@ print("a normal tensor's view outside keeps a record:", w[0:2].view_record is no
 # same errors, in PyTorch's words:
 
 # %%
-attempts = [lambda fw, x: x * fw.tensor([1.0, 1.0, 1.0], requires_grad=True),  # mul saves x, for w's gradient
+attempts = [lambda fw, x: x * fw.tensor([1.0, 1.0, 1.0], requires_grad=True),  # saves x for w's gradient
             lambda fw, x: x.add_(1)]  # an in-place change outside the mode
 for attempt in attempts:
     for fw in (torch, tp):
@@ -318,8 +318,9 @@ for fw in (torch, tp):
     except RuntimeError as error:
         found = [re.search(p, str(error)).group() for p in ("modified by an inplace operation",
                                                             r"is at version \d+; expected version \d+")]
-        print(f"{fw.__name__:12} .detach(): raises '... {found[0]} ... {found[1]}'")
-    print(f"{fw.__name__:12} .data:      a.grad = {np.asarray(through_data(fw).detach()).tolist()}, silently")
+        print(f"{fw.__name__:11} .detach(): raises '... {found[0]} ... {found[1]}'")
+    grad = np.asarray(through_data(fw).detach()).tolist()
+    print(f"{fw.__name__:11} .data:      a.grad = {grad}, silently")
 print("the right gradient, 2a:", [2.0, 4.0, 6.0])
 
 
@@ -486,7 +487,8 @@ for name, (ours, theirs) in table.items():
 assert {name: probe(torch, mode) for name, mode in MODES.items()} == mode_table
 assert table[".data changed after saving"][0] == "a.grad = [4.0, 6.0, 8.0]"  # 2a would be [2, 4, 6]
 print(f"\nthe modes table: {len(MODES)} modes x {len(mode_table['no_grad'])} answers, equal to torch's")
-print(f"PyTorch check passed: {len(table)} scenarios as torch's (outcomes, errors, the .data wrong gradient)")
+print(f"PyTorch check passed: {len(table)} scenarios as torch's "
+      "(outcomes, errors, the .data wrong gradient)")
 
 # %% [markdown]
 # ## Recap

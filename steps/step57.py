@@ -145,7 +145,8 @@ with tinypytorch.no_grad():
         sums.append(total.item())
 sums = np.array(sums)
 stall = int(np.argmax(np.diff(sums) == 0)) + 1  # the first addition that changed nothing
-print(f"the float16 sum stops at {sums[stall]} after {stall} additions of 0.001 (exactly: {stall * 0.001:.3f})")
+print(f"the float16 sum stops at {sums[stall]} after {stall} additions of 0.001 "
+      f"(exactly: {stall * 0.001:.3f})")
 print("the gap at 4 is", np.spacing(h(4)), "and half of it", np.spacing(h(4)) / 2, "> 0.001")
 
 activation = tinypytorch.tensor([300.0]).half()
@@ -228,7 +229,7 @@ def mlp(dtype):
 
 
 def gradients(dtype, scale=1.0):
-    """Each parameter's gradient of WEIGHT * MSE, computed in `dtype`, the loss multiplied by `scale` first."""
+    """Each parameter's gradient of WEIGHT * MSE, computed in `dtype`, the loss times `scale` first."""
     model = mlp(dtype)
     loss = nn.MSELoss()(model(Variable(inputs.astype(dtype))), Variable(targets.astype(dtype)))
     (loss * (WEIGHT * scale)).backward()
@@ -375,14 +376,17 @@ assert all(finfo_agrees(name) for name in FORMATS) and bfloat16_spacing_agrees()
 t32, t16 = torch_gradients(torch.float32), torch_gradients(torch.float16)
 theirs = flushed(t16, t32)
 for name, share in flushed(g16, g32).items():
-    assert share == theirs[name], name  # an entry may be 0 in one and 2^-24 in the other: summed in another order
+    # an entry may be 0 in one and 2^-24 in the other: summed in another order
+    assert share == theirs[name], name
     assert np.all(np.abs(g16[name].astype(np.float32) - t16[name]) <= 2.0**-24), name
 t_scaled = torch_gradients(torch.float16, scale=SCALE)
-for name in scaled:  # torch's float16 matrix product adds in another order: a few entries differ by a step or so
+# torch's float16 matrix product adds in another order: a few entries differ by a step or so
+for name in scaled:
     assert float16_steps(scaled[name], t_scaled[name]).max() <= 4, name
 same = np.mean(np.concatenate([(scaled[n] == t_scaled[n]).ravel() for n in scaled]))
 assert same > 0.99
-print("finfo: float16 and float32 equal np.finfo's; all three equal their bit counts' (bfloat16's gaps too)")
+print("finfo: float16 and float32 equal np.finfo's; "
+      "all three equal their bit counts' (bfloat16's gaps too)")
 print("flushed shares, 6 parameters:", ", ".join(f"{s:.1%}" for s in theirs.values()), "in both")
 print("scaled-loss gradients: over 99% equal bit for bit, the rest at most 4 float16 steps apart")
 print("PyTorch check passed: float16 limits and flushed shares equal torch's; scaled-loss gradients agree")

@@ -241,7 +241,7 @@ for device, dtype in (("xla", None), ("cpu", "float64"), ("cpu", None)):
         for warning in caught:
             print("   UserWarning:", str(warning.message).splitlines()[0])
     except RuntimeError as error:
-        print(f"{device}, {dtype}: RuntimeError: {textwrap.shorten(str(error), 100)}")
+        print(textwrap.fill(f"{device}, {dtype}: RuntimeError: {error}", 104, subsequent_indent="    "))
 
 # %% [markdown]
 # ## Check against PyTorch
@@ -294,7 +294,8 @@ for ours, theirs in ((w.grad, tw_grad), (b.grad, tb_grad)):
     assert ours.dtype == np.float32 and theirs.dtype == torch.float32
     np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=5e-3, atol=5e-3)  # float16's rounding
 print(f"{agree} output dtypes as torch's; loss and gradients within float16's rounding, gradients float32")
-print(f"PyTorch check passed: {agree} of {agree} autocast output dtypes, the model's loss and float32 gradients")
+print(f"PyTorch check passed: {agree} of {agree} autocast output dtypes, "
+      "the model's loss and float32 gradients")
 
 # %% [markdown]
 # ## Recap

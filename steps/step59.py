@@ -57,7 +57,8 @@ def half_gradient(S):
 
 for S in (1.0, 2.0**16):
     g = half_gradient(S)
-    print(f"S = {S:>7g}: zeros {np.mean(g == 0):.0%}, max relative error {np.abs(g - exact).max() / np.abs(exact).max():.2g}")
+    relative = np.abs(g - exact).max() / np.abs(exact).max()
+    print(f"S = {S:>7g}: zeros {np.mean(g == 0):.0%}, max relative error {relative:.2g}")
 
 
 # %% tags=["hide-input"]
@@ -247,7 +248,8 @@ print("3 scaled micro-batches, unscaled once, vs the full batch's gradient:",
 images, digits = datasets.load_digits()
 inputs = (images.reshape(len(images), -1) / 16).astype(np.float32)
 init = np.random.default_rng(0)
-W1, W2 = init.normal(size=(64, 32)).astype(np.float32) * 0.1, init.normal(size=(32, 10)).astype(np.float32) * 0.1
+W1 = init.normal(size=(64, 32)).astype(np.float32) * 0.1
+W2 = init.normal(size=(32, 10)).astype(np.float32) * 0.1
 TINY, LR = 2.0**-16, 0.1 * 2.0**16
 
 
@@ -272,7 +274,8 @@ def train(way, epochs=10):
 
 ours = {way: train(way) for way in ("float32", "float16", "mixed")}
 for way, (accuracy, scale) in ours.items():
-    print(f"{way:>8}: accuracy {accuracy:.2f}" + (f", final scale 2^{np.log2(scale):g}" if way == "mixed" else ""))
+    scale_note = f", final scale 2^{np.log2(scale):g}" if way == "mixed" else ""
+    print(f"{way:>8}: accuracy {accuracy:.2f}{scale_note}")
 
 # %% [markdown]
 # ## Check against PyTorch
@@ -350,8 +353,8 @@ for table in (ours, theirs):
     assert abs(table["mixed"][0] - table["float32"][0]) < 0.01, table  # mixed within 1 point of float32
     assert table["float16"][0] < 0.2, table  # plain float16 stays at chance
 assert ours["mixed"][1] == theirs["mixed"][1]  # the scaler ended at the same scale
-print("PyTorch check passed: GradScaler's trajectory, skips and weights equal torch's; "
-      "mixed precision within 0.01 of float32 in both frameworks")
+print("PyTorch check passed: GradScaler's scales, skips, weights as torch's; "
+      "mixed within 0.01 of float32 in both")
 
 # %% [markdown]
 # ## Recap

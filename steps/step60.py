@@ -372,7 +372,7 @@ frontier_picture()
 
 # %%
 def scenario(fw, case):
-    """A region keeping its matmul h, returning (h, tanh(h)); backward twice, or h changed in place first."""
+    """A region keeping its matmul h, returning (h, tanh(h)); backward twice, or h changed in place."""
     W = fw.tensor(WEIGHTS[0][0][:4, :4].copy(), requires_grad=True)
     make, run = ((create_selective_checkpoint_contexts, checkpoint) if fw is tp else
                  (tc.create_selective_checkpoint_contexts, tc.checkpoint))
@@ -425,7 +425,8 @@ for name in POLICIES:
     error = max(np.abs(g - t).max() for g, t in zip(grads, grads_t))
     assert kept == kept_t and counts["Tanh"] == counts_t.get("tanh", 0)
     assert counts["LinearFunction"] == counts_t.get("addmm", 0) + (name == "plain checkpoint")
-    print(f"{name}: gradients = no checkpoint's, vs torch's {below(error, 1e-12)}; kept {kept // 1024} KiB = torch's")
+    print(f"{name}: gradients = no checkpoint's, vs torch's {below(error, 1e-12)}; "
+          f"kept {kept // 1024} KiB = torch's")
     print(f"    run again: {runs(counts)}  (torch: {runs(counts_t)})")
 messages = {}
 for case in ("backward twice", "changed in place"):
@@ -434,8 +435,8 @@ for case in ("backward twice", "changed in place"):
             scenario(fw, case)
         except RuntimeError as error:
             messages[case, fw.__name__] = str(error)
-assert messages["backward twice", "tinypytorch"] == messages["backward twice", "torch"] == sac.BACKWARD_TWICE
-assert messages["changed in place", "tinypytorch"] == messages["changed in place", "torch"] == sac.MUTATED
+for case, expected in (("backward twice", sac.BACKWARD_TWICE), ("changed in place", sac.MUTATED)):
+    assert messages[case, "tinypytorch"] == messages[case, "torch"] == expected, case
 refused = []
 for run, make, op in ((checkpoint, create_selective_checkpoint_contexts, F.MatMul),
                       (tc.checkpoint, tc.create_selective_checkpoint_contexts, torch.ops.aten.mm.default)):
@@ -445,7 +446,8 @@ for run, make, op in ((checkpoint, create_selective_checkpoint_contexts, F.MatMu
     except ValueError as error:
         refused.append(str(error))
 assert len(refused) == 2 and refused[0] == refused[1]
-print("backward twice, a kept output changed in place, context_fn with use_reentrant=True: torch's messages")
+print("backward twice, a kept output changed in place, context_fn with use_reentrant=True: "
+      "torch's messages")
 print("PyTorch check passed: torch's gradients, kept bytes, recomputations and errors")
 
 # %% [markdown]

@@ -16,6 +16,7 @@
 import importlib.util
 import math
 import pathlib
+import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -142,7 +143,8 @@ with fwAD.dual_level():
     value, tangent = fwAD.unpack_dual(y)
     print("y      ", np.round(value.data, 6))
     print("dy/dx0 ", np.round(tangent.data, 6) + 0.0)
-    print("cos(x0 w0) w0 =", round(np.cos(0.75) * 1.5, 6), "(the first place; the others do not depend on x0)")
+    print("cos(x0 w0) w0 =", round(np.cos(0.75) * 1.5, 6),
+          "(the first place; the others do not depend on x0)")
 print("after the level:", fwAD.unpack_dual(y).tangent)
 
 # %% [markdown]
@@ -208,7 +210,7 @@ with fwAD.dual_level():
         Cube.jvp = autograd.Function.jvp  # the rule taken away
         Cube.apply(fwAD.make_dual(w, np.ones(3)))
     except NotImplementedError as error:
-        print("NotImplementedError:", error)
+        print(textwrap.fill(f"NotImplementedError: {error}", 100))
 
 # %% [markdown]
 # `gradcheck(..., check_forward_ad=True)` compares forward mode's Jacobian,
@@ -217,7 +219,8 @@ with fwAD.dual_level():
 
 # %%
 x64 = Variable(np.random.default_rng(61).uniform(0.5, 2.0, (2, 3)))
-print("gradcheck, forward mode:", autograd.gradcheck(lambda a: F.log(a) * tp.sin(a), (x64,), check_forward_ad=True))
+print("gradcheck, forward mode:",
+      autograd.gradcheck(lambda a: F.log(a) * tp.sin(a), (x64,), check_forward_ad=True))
 
 # %% [markdown]
 # ## Check against PyTorch

@@ -11,6 +11,8 @@
 # without ever forming the Hessian.
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -202,9 +204,11 @@ show_code(functional.hvp)
 # %%
 x = const([0.5, -1.0, 2.0])
 ones = const(np.ones(3))
-print("hvp((x**3).sum(), x, ones) =", functional.hvp(lambda a: (a ** 3).sum(), x, ones)[1].data, " 6x =", 6 * x.data)
+print("hvp((x**3).sum(), x, ones) =", functional.hvp(lambda a: (a ** 3).sum(), x, ones)[1].data,
+      " 6x =", 6 * x.data)
 v = const([1.0, 2.0, -1.0])
-print("vhp, f = sum(sin x) x0:", np.round(functional.vhp(lambda a: (tp.sin(a) * a[0:1]).sum(), x, v)[1].data, 6))
+product = functional.vhp(lambda a: (tp.sin(a) * a[0:1]).sum(), x, v)[1]
+print("vhp, f = sum(sin x) x0:", np.round(product.data, 6))
 
 # %% tags=["hide-input"]
 ns = [10, 100, 1_000, 10_000, 100_000]
@@ -231,7 +235,7 @@ print(functional.jacobian(lambda a: const(np.ones(2)), x).data)
 try:
     functional.jacobian(lambda a: const(np.ones(2)), x, strict=True)
 except RuntimeError as error:
-    print("RuntimeError:", error)
+    print(textwrap.fill(f"RuntimeError: {error}", 100))
 
 # %% [markdown]
 # ## Check against PyTorch
