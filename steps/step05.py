@@ -68,13 +68,14 @@ def numerical_diff(f, x, eps=1e-4):
 #
 # ## Two orders for one product
 #
-# A product can be evaluated from either end. **From the input** (forward
-# mode), starting at $\frac{dx}{dx} = 1$, each partial product is the
-# derivative of a variable *with respect to* $x$:
-# $\frac{da}{dx}$, then $\frac{db}{dx}$, then $\frac{dy}{dx}$.
-# **From the output** (reverse mode), starting at $\frac{dy}{dy} = 1$, each
-# partial product is the derivative *of* $y$: $\frac{dy}{db}$, then
-# $\frac{dy}{da}$, then $\frac{dy}{dx}$.
+# A product can be evaluated from either end:
+#
+# - **from the input** (forward mode), starting at $\frac{dx}{dx} = 1$: each
+#   partial product is a derivative *with respect to* $x$, $\frac{da}{dx}$,
+#   then $\frac{db}{dx}$, then $\frac{dy}{dx}$;
+# - **from the output** (reverse mode), starting at $\frac{dy}{dy} = 1$: each
+#   partial product is a derivative *of* $y$, $\frac{dy}{db}$, then
+#   $\frac{dy}{da}$, then $\frac{dy}{dx}$.
 #
 # For a chain of one input and one output both cost the same. In machine
 # learning they do not: the output is one number, the loss, and the inputs

@@ -243,8 +243,9 @@ print("x.grad =", np.array2string(x.grad, precision=6), "== torch; 2 sin x cos x
       np.array2string(np.sin(2 * x.data), precision=6))
 
 # %% [markdown]
-# **2.** Write `Tanh(Function)` whose `backward` uses the output rather than
-# the input: $\frac{d}{dx}\tanh x = 1 - \tanh^2 x$. Backpropagate by hand
+# **2.** Write `Tanh(Function)`. Its derivative is written with its output,
+# $\frac{d}{dx}\tanh x = 1 - \tanh^2 x$; this step's functions keep only
+# their input, so `backward` recomputes $\tanh x$ from it. Backpropagate by hand
 # through $y = \tanh(e^{x})$ at $x = (-1, 0, 0.5)$, and compare both
 # gradients, $g_e$ for $e = e^x$ and $g_x$, with torch and $g_x$ with
 # `numerical_diff`.
