@@ -1,25 +1,26 @@
 # %% [markdown]
 # # Step 02: `Function`, a Variable in and a Variable out
 #
-# A computation is a chain of operations: take a value, apply an operation,
-# take its result, apply the next one. In our framework the values live in
-# `Variable`s (step 01) and the operations will be `Function`s. This step
-# writes the `Function` base class and its first concrete subclass, `Square`,
-# which computes $y = x^2$.
+# A computation is a chain of operations. Our values live in `Variable`s
+# (step 01); the operations become `Function`s. This step writes the base
+# class `Function` and its first subclass, `Square`, which computes $y = x^2$.
 #
-# Why a class, and not a plain Python function such as `def square(x)`?
-# Because an operation in an autodiff framework has more to do than compute
-# its result. In step 06 it will remember its input, so that it can compute a
-# derivative later, and in step 07 it will record itself as the creator of its
-# output. A class gives that state a home, and a base class lets every
-# operation share the bookkeeping while writing only its own mathematics.
+# The idea: **a `Function` takes a `Variable` and returns a `Variable`**. It
+# unwraps the array, lets `forward` compute on the bare array, and wraps the
+# result in a new `Variable`. A subclass writes only `forward`, its maths.
 #
-# ## The framework so far
+# Why a class rather than `def square(x)`? An operation of an autodiff
+# framework has more to do than compute its result: from step 06 on it
+# remembers its input to compute a derivative later. A class gives that state
+# a home, and the base class does the bookkeeping once for every operation.
 #
-# `Variable` is unchanged from step 01.
+# The whole framework as it stands after this step is in the collapsed cell;
+# `Variable` is step 01's.
 
-# %%
+# %% tags=["hide-cell"]
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import FancyBboxPatch
 
 
 class Variable:
@@ -30,15 +31,10 @@ class Variable:
 # %% [markdown]
 # ## The `Function` base class
 #
-# Defining `__call__` makes instances callable: for `f = Square()`, the
-# expression `f(x)` runs `f.__call__(x)`. The base class does the part that is
-# the same for every operation: it unwraps the array from the input `Variable`,
-# hands the bare array to `forward`, and wraps the result in a new `Variable`.
-# Subclasses implement only `forward`, the computation on NumPy arrays.
-#
-# The base class's own `forward` raises `NotImplementedError`. `Function` is an
-# abstract operation: calling it directly is a mistake, and the error says so at
-# once instead of returning something meaningless.
+# Defining `__call__` makes instances callable: for `f = Square()`, `f(x)`
+# runs `f.__call__(x)`. The base class's own `forward` raises
+# `NotImplementedError`: `Function` is an abstract operation, and a subclass
+# must say what it computes.
 
 # %%
 class Function:
@@ -52,74 +48,115 @@ class Function:
         raise NotImplementedError()
 
 
-# %% [markdown]
-# ## `Square`, the first concrete function
-#
-# `Square` inherits `__call__` and supplies the mathematics:
-
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
 
 
+# %% [markdown]
+# What happens in one call, `Square()(x)`:
+
+# %% tags=["hide-input"]
+def draw_box(ax, xy, w, h, face, text, size=10, style="round,pad=0.05", edge="0.3"):
+    ax.add_patch(FancyBboxPatch((xy[0] - w / 2, xy[1] - h / 2), w, h, boxstyle=style, facecolor=face,
+                                edgecolor=edge))
+    ax.text(*xy, text, ha="center", va="center", fontsize=size)
+
+
+def draw_arrow(ax, start, end, label):
+    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", lw=1.4, color="0.2"))
+    ax.text((start[0] + end[0]) / 2, start[1] - 0.3, label, ha="center", va="top", fontsize=8,
+            family="monospace")
+
+
+fig, ax = plt.subplots(figsize=(8, 3))
+ax.add_patch(FancyBboxPatch((1.75, 0.35), 5.0, 2.05, boxstyle="round,pad=0.05", facecolor="#f3f3f3",
+                            edgecolor="0.5", linestyle="--"))
+ax.text(4.25, 2.2, "Function.__call__ (the same for every function)", ha="center", fontsize=10)
+draw_box(ax, (0.7, 1.2), 1.1, 0.8, "lightblue", "Variable\nx\n10.0")
+draw_box(ax, (2.5, 1.2), 0.7, 0.5, "#fff2cc", "10.0")
+draw_box(ax, (4.25, 1.2), 1.3, 0.7, "#ffcc80", "forward\nx ** 2", style="square,pad=0.05")
+draw_box(ax, (6.0, 1.2), 0.7, 0.5, "#fff2cc", "100.0")
+draw_box(ax, (7.8, 1.2), 1.1, 0.8, "#caff70", "Variable\ny\n100.0")
+draw_arrow(ax, (1.3, 1.2), (2.1, 1.2), ".data")
+draw_arrow(ax, (2.9, 1.2), (3.55, 1.2), "")
+draw_arrow(ax, (4.95, 1.2), (5.6, 1.2), "")
+draw_arrow(ax, (6.4, 1.2), (7.2, 1.2), "Variable(y)")
+ax.text(4.25, 0.55, "Square writes only this: its maths on a bare ndarray", ha="center", fontsize=9,
+        color="#b22222")
+ax.set(xlim=(0, 8.5), ylim=(0.2, 2.6))
+ax.axis("off")
+ax.set_title("Square()(x): unwrap, forward on the array, wrap", fontsize=11)
+plt.show()
+
 # %%
 x = Variable(np.array(10.0))
-f = Square()
-y = f(x)
-print("type(y) =", type(y).__name__)
-print("y.data  =", y.data)
-
-# %% [markdown]
-# Input and output are both `Variable`s, so the output of one function can be
-# the input of the next; step 03 uses exactly that to chain functions.
-#
-# Because `forward` receives a NumPy array, `x ** 2` is NumPy's element-wise
-# power, and `Square` squares every element of an array of any shape without a
-# line of extra code:
-
-# %%
+y = Square()(x)
+print("type(y) =", type(y).__name__, "| y.data =", y.data)
 m = Variable(np.array([[1.0, -2.0], [3.0, -4.0]]))
 print(Square()(m).data)
 
 # %% [markdown]
-# Calling the abstract base class fails with the error we built in:
-
-# %%
-try:
-    Function()(x)
-except NotImplementedError:
-    print("Function()(x) raised NotImplementedError: a subclass must define forward")
-
-# %% [markdown]
-# One detail to remember for later. For the 0-dimensional input above, NumPy
-# returned a NumPy *scalar*, `np.float64`, not a 0-dimensional `ndarray`:
-
-# %%
-print("type(x.data) =", type(x.data).__name__)
-print("type(y.data) =", type(y.data).__name__)
-
-# %% [markdown]
-# Most code cannot tell the two apart, so nothing breaks yet. Step 09 makes
-# `Variable` accept only `ndarray`s and has to deal with this; until then we
-# simply note it.
+# Input and output are both `Variable`s, so the output of one function can be
+# the input of the next: step 03 chains them. Because `forward` receives an
+# array, `x ** 2` is NumPy's element-wise power and `Square` squares arrays
+# of any shape. (For a 0-dimensional input NumPy returns a scalar,
+# `np.float64`, rather than an array; step 09 deals with that.)
 #
 # ## Check against PyTorch
 #
-# PyTorch's counterpart of `Square` is `torch.square`. Squaring is a single
-# multiplication, which IEEE 754 rounds the same way everywhere, so the values
-# must agree bit for bit: `assert_array_equal`, no tolerance. We compare a
-# scalar, a vector, a matrix and a seeded random 3-d array.
+# PyTorch's `Square` is `torch.square`. Squaring is one multiplication, which
+# IEEE 754 rounds the same everywhere, so the values must agree bit for bit
+# (`assert_array_equal`, no tolerance): a scalar, a matrix and a seeded random
+# 3-d array.
 
 # %%
-import torch
+import torch  # noqa: E402
 
 rng = np.random.default_rng(0)
-for array in (np.array(10.0), np.array([-1.5, 0.0, 2.0]), np.array([[1.0, -2.0], [3.0, -4.0]]),
-              rng.normal(size=(2, 3, 4))):
-    ours = Square()(Variable(array)).data
-    theirs = torch.square(torch.tensor(array)).numpy()
-    np.testing.assert_array_equal(ours, theirs)
+for array in (np.array(10.0), np.array([[1.0, -2.0], [3.0, -4.0]]), rng.normal(size=(2, 3, 4))):
+    np.testing.assert_array_equal(Square()(Variable(array)).data, torch.square(torch.tensor(array)).numpy())
     print(f"shape {array.shape!s:9}: Square()(x).data == torch.square(x)")
-
 print("PyTorch check passed: Square()(x).data equals torch.square(x) bit for bit")
+
+# %% [markdown]
+# ## Recap
+#
+# - A `Function` takes a `Variable` and returns a new `Variable`.
+# - `__call__`, in the base class, unwraps the array, calls `forward` and
+#   wraps the result; a subclass writes only `forward`.
+# - `forward` works on NumPy arrays, so an element-wise function handles any
+#   shape.
+# - The base class's `forward` raises `NotImplementedError`.
+#
+# ## Exercises
+#
+# **1.** Write `Cube(Function)`, $y = x^3$, and compare it with
+# `torch.pow(t, 3)` on a seeded random array. (NumPy and PyTorch compute a
+# cube in different ways, so allow a relative difference of $10^{-15}$.)
+
+# %% tags=["hide-cell"]
+class Cube(Function):
+    def forward(self, x):
+        return x ** 3
+
+
+array = np.random.default_rng(1).normal(size=(3, 4))
+np.testing.assert_allclose(Cube()(Variable(array)).data, torch.pow(torch.tensor(array), 3).numpy(), rtol=1e-15)
+print("Cube()(x) equals torch.pow(x, 3) within 1e-15")
+
+# %% [markdown]
+# **2.** A function need not be element-wise. Write `Sum(Function)`, whose
+# forward adds every element of its input and returns a 0-dimensional array,
+# and compare with `torch.sum`.
+
+# %% tags=["hide-cell"]
+class Sum(Function):
+    def forward(self, x):
+        return np.asarray(np.sum(x))
+
+
+array = np.arange(12.0).reshape(3, 4)
+total = Sum()(Variable(array))
+assert total.data.shape == () and total.data == torch.sum(torch.tensor(array)).item()
+print("Sum()(x).data =", total.data, "== torch.sum(x)")

@@ -2,18 +2,20 @@
 # # Step 03: Chaining functions
 #
 # Step 02 made every `Function` take a `Variable` and return a `Variable`.
-# That single rule is what lets functions be chained: the output of one is a
-# valid input of the next. This step adds a second function, `Exp`, and builds
-# the composite that the next few steps differentiate,
+# That one rule lets functions be chained: the output of one is a valid input
+# of the next. This step adds a second function, `Exp`, and builds the
+# composite the next steps differentiate,
 #
 # $$y = \left(e^{x^2}\right)^2 = e^{2x^2}.$$
 #
-# ## The framework so far
-#
-# `Variable`, `Function` and `Square` are unchanged from step 02.
+# The framework so far (`Variable`, `Function`, `Square`, unchanged since
+# step 02) is in the collapsed cell.
 
-# %%
+# %% tags=["hide-cell"]
+import matplotlib.pyplot as plt
 import numpy as np
+
+from tinypytorch.utils.pictures import draw_dag
 
 
 class Variable:
@@ -21,7 +23,6 @@ class Variable:
         self.data = data
 
 
-# %%
 class Function:
     def __call__(self, input):
         x = input.data  # unwrap: forward works on plain ndarrays
@@ -33,7 +34,6 @@ class Function:
         raise NotImplementedError()
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -42,8 +42,8 @@ class Square(Function):
 # %% [markdown]
 # ## A new function: `Exp`
 #
-# `Exp` computes $y = e^x$ element-wise. Like `Square`, it only has to say what
-# its `forward` does; the base class handles the `Variable`s.
+# `Exp` computes $y = e^x$ element-wise. Like `Square`, it only says what its
+# `forward` does; the base class handles the `Variable`s.
 
 # %%
 class Exp(Function):
@@ -54,85 +54,121 @@ class Exp(Function):
 # %% [markdown]
 # ## Composition
 #
-# We write the composite as three functions applied in turn:
-# $A(x) = x^2$, then $B(a) = e^a$, then $C(b) = b^2$, so
-# $y = C(B(A(x)))$. Each call returns a `Variable`, and we keep every
-# intermediate result in a name of its own.
+# The composite is three functions applied in turn: $A(x) = x^2$, then
+# $B(a) = e^a$, then $C(b) = b^2$, so $y = C(B(A(x)))$. Each call returns a
+# `Variable`, and each intermediate result keeps a name of its own.
 
 # %%
-A = Square()
-B = Exp()
-C = Square()
-
+A, B, C = Square(), Exp(), Square()
 x = Variable(np.array(0.5))
 a = A(x)
 b = B(a)
 y = C(b)
-print(f"x = {x.data:.6f}")
-print(f"a = A(x) = x^2   = {a.data:.6f}")
-print(f"b = B(a) = e^a   = {b.data:.6f}")
-print(f"y = C(b) = b^2   = {y.data:.6f}")
+print(f"x = {x.data:.6f}   a = {a.data:.6f}   b = {b.data:.6f}   y = {y.data:.6f}")
 print(f"closed form e^(2x^2) = {np.exp(2 * 0.5 ** 2):.6f}")
 
 # %% [markdown]
-# The last two lines agree: $e^{2 \cdot 0.25} = e^{0.5} \approx 1.648721$.
+# Drawn, the computation is a chain in which variables (round boxes) and
+# functions (square boxes) alternate, each variable with its value:
+
+# %% tags=["hide-input"]
+nodes = {"x": ("leaf", "x"), "A": ("function", "A\nSquare"), "a": ("variable", "a"),
+         "B": ("function", "B\nExp"), "b": ("variable", "b"), "C": ("function", "C\nSquare"),
+         "y": ("output", "y")}
+edges = [("x", "A"), ("A", "a"), ("a", "B"), ("B", "b"), ("b", "C"), ("C", "y")]
+values = {"x": x, "a": a, "b": b, "y": y}
+fig, ax = plt.subplots(figsize=(8.5, 2.2))
+draw_dag(nodes, edges, ax=ax, notes={name: f"{v.data:.4f}" for name, v in values.items()},
+         title="y = C(B(A(x))) at x = 0.5: a computational graph")
+plt.show()
+
+# %% [markdown]
+# Such a chain is a *computational graph*. The program writes it down as it
+# runs, one call at a time; PyTorch builds its graphs the same way
+# ("define-by-run"). The intermediates `a` and `b` matter: the derivative of
+# `y` depends on them, and from step 06 on the backward pass reads them. For
+# the same reason `A` and `C` are two `Square` objects: from step 06 on a
+# function object remembers the input of its call, so each place in the
+# graph needs its own.
 #
-# Drawn as a graph, the computation is a chain in which variables and
-# functions alternate:
-#
-# ```
-# x --> [A: square] --> a --> [B: exp] --> b --> [C: square] --> y
-# ```
-#
-# Such a chain is a *computational graph*. Here it is written down by the
-# program as it runs, one function call at a time; PyTorch builds its graphs
-# the same way ("define-by-run"). The intermediate variables `a` and `b` matter:
-# the derivative of `y` depends on them, and from step 06 on the backward pass
-# reads them.
-#
-# `A` and `C` are two separate `Square` objects even though they compute the
-# same thing. So far that is a matter of style; from step 06 on, a function
-# object remembers the input of its call, so each place in the graph needs its
-# own object.
-#
-# Since every function works element-wise, the same chain runs unchanged on an
+# Every function works element-wise, so the same chain runs unchanged on an
 # array, computing $e^{2x^2}$ for each element:
 
 # %%
 xs = Variable(np.array([-1.0, 0.0, 0.5, 1.0]))
-ys = C(B(A(xs)))
-print("x           =", xs.data)
-print("C(B(A(x)))  =", np.array2string(ys.data, precision=6))
-print("e^(2x^2)    =", np.array2string(np.exp(2 * xs.data ** 2), precision=6))
+print("C(B(A(x))) =", np.array2string(C(B(A(xs))).data, precision=6))
+print("e^(2x^2)   =", np.array2string(np.exp(2 * xs.data ** 2), precision=6))
 
 # %% [markdown]
-# Nothing in `Function` limits the length of a chain. The next step asks how
-# fast `y` changes when `x` changes, first by brute force.
-#
 # ## Check against PyTorch
 #
 # We repeat the chain with `torch.square` and `torch.exp` and compare the
 # intermediates and the result. NumPy and PyTorch compute $e^x$ with different
-# library code, whose results may differ in the last bit (the unit roundoff of
-# float64 is $2^{-53} \approx 1.1 \times 10^{-16}$), so the comparison allows a
-# relative difference of $10^{-14}$: a few units in the last place, nothing
-# more.
+# library code, whose results may differ in the last bit (float64's unit
+# roundoff is $2^{-53} \approx 1.1 \times 10^{-16}$), so the comparison
+# allows a relative difference of $10^{-14}$: a few units in the last place.
 
 # %%
-import torch
+import torch  # noqa: E402
 
 rng = np.random.default_rng(0)
 for array in (np.array(0.5), np.array([-1.0, 0.0, 0.5, 1.0]), rng.uniform(-2.0, 2.0, size=(3, 4))):
-    x = Variable(array)
-    a = A(x)
+    a = A(Variable(array))
     b = B(a)
     y = C(b)
-    t = torch.tensor(array)
-    ta = torch.square(t)
+    ta = torch.square(torch.tensor(array))
     tb = torch.exp(ta)
-    ty = torch.square(tb)
-    for ours, theirs in ((a, ta), (b, tb), (y, ty)):
+    for ours, theirs in ((a, ta), (b, tb), (y, torch.square(tb))):
         np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-14, atol=0)
     print(f"shape {array.shape!s:6}: a, b, y equal torch.square, torch.exp, torch.square")
-
 print("PyTorch check passed: the chain square -> exp -> square equals torch, intermediates included")
+
+# %% [markdown]
+# ## Recap
+#
+# - Since a `Function` maps a `Variable` to a `Variable`, functions chain:
+#   `C(B(A(x)))`.
+# - A chain of calls is a computational graph, variables and functions in
+#   turn, recorded as the program runs (define-by-run).
+# - The intermediate variables are part of the graph; the derivative will
+#   need them.
+# - `Exp` is one more `forward`; nothing in `Function` limits a chain's
+#   length.
+#
+# ## Exercises
+#
+# **1.** Write `compose(*functions)`, which returns a Python function that
+# applies the given functions in order, so that
+# `compose(Square(), Exp(), Square())(x)` is `C(B(A(x)))`. Compare it with
+# torch on a vector.
+
+# %% tags=["hide-cell"]
+def compose(*functions):
+    def composite(x):
+        for f in functions:
+            x = f(x)
+        return x
+    return composite
+
+
+array = np.array([-1.0, 0.0, 0.5, 1.0])
+ours = compose(Square(), Exp(), Square())(Variable(array)).data
+np.testing.assert_allclose(ours, torch.square(torch.exp(torch.square(torch.tensor(array)))).numpy(), rtol=1e-14)
+print("compose(Square(), Exp(), Square())(x) =", np.array2string(ours, precision=6))
+
+# %% [markdown]
+# **2.** Write `Log(Function)`, the natural logarithm, and chain it after
+# `Exp`. Is `Log()(Exp()(x))` exactly `x`? Compare it with `x` and with
+# `torch.log(torch.exp(t))`.
+
+# %% tags=["hide-cell"]
+class Log(Function):
+    def forward(self, x):
+        return np.log(x)
+
+
+array = np.linspace(-3.0, 3.0, 7)
+back = Log()(Exp()(Variable(array))).data
+np.testing.assert_allclose(back, torch.log(torch.exp(torch.tensor(array))).numpy(), rtol=1e-14, atol=1e-15)
+assert np.all(np.abs(back - array) <= 1e-15)
+print("log(exp(x)) is x within 1e-15 for every element, but exact only up to rounding")

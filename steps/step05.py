@@ -1,20 +1,22 @@
 # %% [markdown]
 # # Step 05: Backpropagation, the chain rule in reverse
 #
-# Step 04 ended with two complaints about numerical differentiation: it costs
-# two evaluations of the function per input, and it loses a third of float64's
-# digits. Backpropagation has neither problem. It obtains the derivatives of
-# one output with respect to *every* variable in the computation with a single
-# backward sweep, and each derivative is exact up to the rounding of the few
-# multiplications it takes. This step is the theory, worked through with
-# numbers; step 06 turns it into code.
+# Step 04 ended with two complaints about numerical differentiation: two
+# evaluations of the function per input, and a third of float64's digits
+# lost. Backpropagation has neither problem. One backward sweep gives the
+# derivatives of one output with respect to *every* variable of the
+# computation, each exact up to the rounding of a few multiplications.
 #
-# ## The framework so far
-#
-# Unchanged from step 04: this step adds no code to the framework.
+# The idea: **apply the chain rule from the output back to the input**,
+# multiplying one local derivative at a time. This step is the theory,
+# worked through with numbers; the framework does not change (the collapsed
+# cell holds it as step 04 left it). Step 06 turns the recipe into code.
 
-# %%
+# %% tags=["hide-cell"]
+import matplotlib.pyplot as plt
 import numpy as np
+
+from tinypytorch.utils.pictures import draw_dag
 
 
 class Variable:
@@ -22,7 +24,6 @@ class Variable:
         self.data = data
 
 
-# %%
 class Function:
     def __call__(self, input):
         x = input.data  # unwrap: forward works on plain ndarrays
@@ -34,7 +35,6 @@ class Function:
         raise NotImplementedError()
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -45,7 +45,6 @@ class Exp(Function):
         return np.exp(x)
 
 
-# %%
 def numerical_diff(f, x, eps=1e-4):
     x0 = Variable(x.data - eps)
     x1 = Variable(x.data + eps)
@@ -57,95 +56,62 @@ def numerical_diff(f, x, eps=1e-4):
 # %% [markdown]
 # ## The chain rule
 #
-# Take the composite of step 03, $y = C(B(A(x)))$, and name the intermediate
-# values $a = A(x)$ and $b = B(a)$. The chain rule says that the derivative of
-# a composite is the product of the derivatives of its parts, each evaluated at
-# the value that went into it:
+# Take step 03's composite $y = C(B(A(x)))$ with $a = A(x)$, $b = B(a)$. The
+# derivative of a composite is the product of the derivatives of its parts,
+# each evaluated at the value that went into it:
 #
 # $$\frac{dy}{dx} = \frac{dy}{db} \cdot \frac{db}{da} \cdot \frac{da}{dx}
-#   = C'(b) \cdot B'(a) \cdot A'(x).$$
+#   = C'(b) \cdot B'(a) \cdot A'(x), \qquad A'(x) = 2x,\; B'(a) = e^a,\; C'(b) = 2b.$$
 #
-# Each factor is a *local* derivative: it involves one function and one value,
-# and nothing else about the graph. With $A(x) = x^2$, $B(a) = e^a$ and
-# $C(b) = b^2$:
-#
-# $$A'(x) = 2x, \qquad B'(a) = e^a, \qquad C'(b) = 2b.$$
+# Each factor is *local*: one function, one value, nothing else about the
+# graph.
 #
 # ## Two orders for one product
 #
-# Multiplication is associative, so the product can be evaluated starting from
-# either end, and the partial products mean different things.
+# A product can be evaluated from either end:
 #
-# **From the input** (forward mode), starting from $\frac{dx}{dx} = 1$:
+# - **from the input** (forward mode), starting at $\frac{dx}{dx} = 1$: each
+#   partial product is a derivative *with respect to* $x$, $\frac{da}{dx}$,
+#   then $\frac{db}{dx}$, then $\frac{dy}{dx}$;
+# - **from the output** (reverse mode), starting at $\frac{dy}{dy} = 1$: each
+#   partial product is a derivative *of* $y$, $\frac{dy}{db}$, then
+#   $\frac{dy}{da}$, then $\frac{dy}{dx}$.
 #
-# $$\frac{da}{dx} = A'(x) \cdot 1, \qquad
-#   \frac{db}{dx} = B'(a)\,\frac{da}{dx}, \qquad
-#   \frac{dy}{dx} = C'(b)\,\frac{db}{dx}.$$
-#
-# Every partial product is the derivative of some variable *with respect to
-# the input* $x$.
-#
-# **From the output** (reverse mode), starting from $\frac{dy}{dy} = 1$:
-#
-# $$\frac{dy}{db} = C'(b) \cdot 1, \qquad
-#   \frac{dy}{da} = \frac{dy}{db}\,B'(a), \qquad
-#   \frac{dy}{dx} = \frac{dy}{da}\,A'(x).$$
-#
-# Every partial product is the derivative *of the output* $y$ with respect to
-# some variable.
-#
-# For a chain with one input and one output, the two orders cost the same. In
-# machine learning they do not: the output is one number, the loss, and the
-# inputs are millions of parameters. Forward mode yields the derivatives with
-# respect to one input per sweep, so it would need a sweep per parameter.
-# Reverse mode yields the derivatives of the one output with respect to all
-# variables in a single sweep. Reverse mode is what *backpropagation* means:
-# derivatives of the output propagate backwards, from $y$ towards the inputs.
+# For a chain of one input and one output both cost the same. In machine
+# learning they do not: the output is one number, the loss, and the inputs
+# are millions of parameters. Forward mode gives the derivatives for one
+# input per sweep; reverse mode gives the derivatives of the one output with
+# respect to all variables in one sweep. Reverse mode is *backpropagation*.
 #
 # ## The backward pass as a recipe
 #
-# Write $g_v$ for $\frac{dy}{dv}$, the gradient of the output with respect to
-# the variable $v$. The reverse sweep is
+# Write $g_v = \frac{dy}{dv}$, the gradient of the output with respect to
+# $v$. The reverse sweep is
 #
 # $$g_y = 1, \qquad g_b = C'(b)\,g_y, \qquad g_a = B'(a)\,g_b, \qquad g_x = A'(x)\,g_a.$$
 #
-# Every step does the same thing: a function receives the gradient with respect
-# to its *output* and multiplies it by its local derivative, which gives the
-# gradient with respect to its *input*. Side by side with the forward pass:
-#
-# ```
-# forward:   x  --A-->  a  --B-->  b  --C-->  y
-# backward: g_x <--A'(x)-- g_a <--B'(a)-- g_b <--C'(b)-- g_y = 1
-# ```
-#
-# The local derivatives need the forward values: $A'$ needs $x$, $B'$ needs $a$,
-# $C'$ needs $b$. So the forward pass runs first and its intermediate values
-# must be kept until the backward pass has used them. This is why a framework's
-# memory use grows with the size of the graph, the subject of stage 4.
+# Each function receives the gradient of its *output*, multiplies it by its
+# local derivative, and passes on the gradient of its *input*. The local
+# derivatives need the forward values ($A'$ needs $x$, $B'$ needs $a$, $C'$
+# needs $b$), so the forward pass runs first and its values are kept until
+# the backward pass has used them: why a framework's memory grows with its
+# graph (stage 4).
 #
 # ## A worked example at $x = 0.5$
 #
-# First the forward pass, with the framework:
+# The forward pass, with the framework:
 
 # %%
-A = Square()
-B = Exp()
-C = Square()
-
+A, B, C = Square(), Exp(), Square()
 x = Variable(np.array(0.5))
 a = A(x)
 b = B(a)
 y = C(b)
-print(f"x = {x.data:.10f}")
-print(f"a = x^2 = {a.data:.10f}")
-print(f"b = e^a = {b.data:.10f}")
-print(f"y = b^2 = {y.data:.10f}")
+print(f"x = {x.data}   a = x^2 = {a.data:.6f}   b = e^a = {b.data:.6f}   y = b^2 = {y.data:.6f}")
 
 # %% [markdown]
-# Then the backward pass, in plain NumPy: each line multiplies the incoming
-# gradient by one local derivative, evaluated at a value the forward pass left
-# behind. The function takes those values as arguments, which makes the
-# dependence explicit.
+# The backward pass, in plain NumPy: each line multiplies the incoming
+# gradient by one local derivative, at a value the forward pass left behind.
 
 # %%
 def backward_by_hand(x, a, b):
@@ -158,19 +124,36 @@ def backward_by_hand(x, a, b):
 
 
 g_b, g_a, g_x = backward_by_hand(x.data, a.data, b.data)
-print(f"g_y = dy/dy                  = {1.0:.10f}")
-print(f"g_b = C'(b) g_y = {2 * b.data:.10f} x {1.0:.10f} = {g_b:.10f}")
-print(f"g_a = B'(a) g_b = {np.exp(a.data):.10f} x {g_b:.10f} = {g_a:.10f}")
-print(f"g_x = A'(x) g_a = {2 * x.data:.10f} x {g_a:.10f} = {g_x:.10f}")
+print(f"g_b = {g_b:.6f}   g_a = {g_a:.6f}   g_x = {g_x:.6f}")
 
 # %% [markdown]
-# At this point $A'(x) = 2x = 1$, so the last multiplication changes nothing,
-# and $g_a = g_x$.
-#
-# Three independent ways to get the same number: the closed form
-# $\frac{d}{dx} e^{2x^2} = 4x\,e^{2x^2}$, which at $x = 0.5$ is $2e^{0.5}$;
-# the forward-mode order of the same product; and the central difference of
-# step 04 (with `eps = 1e-5`, whose error step 04 estimated at
+# The two sweeps side by side: forward, values flow left to right; backward,
+# gradients flow right to left, each arrow multiplying by the local
+# derivative written on it. (At $x = 0.5$, $A'(x) = 2x = 1$, so $g_x = g_a$.)
+
+# %% tags=["hide-input"]
+names = ["x", "a", "b", "y"]
+values = [x.data, a.data, b.data, y.data]
+grads = [g_x, g_a, g_b, 1.0]
+nodes = {name: ("leaf" if name == "x" else "output" if name == "y" else "variable", f"{name}\n{v:.4f}")
+         for name, v in zip(names, values)}
+nodes |= {"g" + name: ("highlight", f"g_{name}\n{g:.4f}") for name, g in zip(names, grads)}
+positions = {name: (3.0 * i, 1.2) for i, name in enumerate(names)} | {
+    "g" + name: (3.0 * i, 0.0) for i, name in enumerate(names)}
+edges = [("x", "a"), ("a", "b"), ("b", "y"), ("gy", "gb"), ("gb", "ga"), ("ga", "gx")]
+edge_labels = {("x", "a"): "A: square", ("a", "b"): "B: exp", ("b", "y"): "C: square",
+               ("gy", "gb"): f"× 2b = {2 * b.data:.4f}",
+               ("gb", "ga"): f"× e^a = {np.exp(a.data):.4f}",
+               ("ga", "gx"): f"× 2x = {2 * x.data:.1f}"}
+fig, ax = plt.subplots(figsize=(9, 3))
+draw_dag(nodes, edges, ax=ax, positions=positions, edge_labels=edge_labels,
+         title="forward (top): values left to right; backward (bottom): gradients right to left")
+plt.show()
+
+# %% [markdown]
+# Three independent ways give the same number: the closed form
+# $\frac{d}{dx} e^{2x^2} = 4x\,e^{2x^2}$, the forward-mode order of the same
+# product, and step 04's central difference (with `eps = 1e-5`, off by about
 # $9 \times 10^{-10}$).
 
 # %%
@@ -181,49 +164,100 @@ def f(x):
 da_dx = 2 * x.data * 1.0  # forward mode: start from dx/dx = 1
 db_dx = np.exp(a.data) * da_dx
 dy_dx = 2 * b.data * db_dx
-print(f"reverse mode (backprop)  {g_x:.9f}")
-print(f"forward mode             {dy_dx:.9f}")
-print(f"closed form 4x e^(2x^2)  {4 * 0.5 * np.exp(2 * 0.5 ** 2):.9f}")
-print(f"central difference       {numerical_diff(f, Variable(np.array(0.5)), eps=1e-5):.9f}")
+print(f"reverse mode (backprop) {g_x:.8f}   forward mode {dy_dx:.8f}")
+print(f"closed form 4x e^(2x^2) {4 * 0.5 * np.exp(2 * 0.5 ** 2):.8f}   "
+      f"central difference {numerical_diff(f, Variable(np.array(0.5)), eps=1e-5):.8f}")
 
 # %% [markdown]
-# The first three agree to every printed digit; the central difference is
-# one unit off in the ninth decimal, as predicted. Backpropagation also produced, free of
-# charge, $g_a = \frac{dy}{da}$ and $g_b = \frac{dy}{db}$: the sensitivity of
-# the output to every intermediate variable. In a neural network those
-# intermediates include the weights, and their gradients are what training
-# needs.
-#
-# Step 06 gives every `Function` a `backward` method that performs one line of
-# `backward_by_hand`, and every `Variable` a place to keep its gradient.
+# Backpropagation also gave $g_a$ and $g_b$: the sensitivity of the output to
+# every intermediate. In a network those intermediates include the weights,
+# and their gradients are what training needs.
 #
 # ## Check against PyTorch
 #
-# PyTorch's autograd runs the same reverse sweep. Calling `retain_grad()` on
-# the intermediates keeps their gradients (PyTorch frees them by default), so
-# we can compare all three of $g_b$, $g_a$, $g_x$, at $x = 0.5$ and on a small
-# array. The backward formulas of `torch.square` and `torch.exp` multiply the
-# same numbers as ours; only $e^a$ may differ in the last bit between the two
-# libraries, hence `rtol=1e-14`.
+# PyTorch's autograd runs the same reverse sweep. `retain_grad()` keeps the
+# intermediates' gradients (PyTorch frees them by default), so all of $g_b$,
+# $g_a$, $g_x$ are compared, at $x = 0.5$ and on an array. Only $e^a$ may
+# differ in its last bit between the libraries, hence `rtol=1e-14`.
 
 # %%
-import torch
+import torch  # noqa: E402
 
 for array in (np.array(0.5), np.array([-1.0, 0.0, 0.5, 1.5])):
-    x = Variable(array)
-    a = Square()(x)
-    b = Exp()(a)
-    ours = backward_by_hand(x.data, a.data, b.data)
-
+    ours = backward_by_hand(array, array ** 2, np.exp(array ** 2))
     t = torch.tensor(array, requires_grad=True)
     ta = torch.square(t)
     tb = torch.exp(ta)
     ta.retain_grad()
     tb.retain_grad()
     torch.square(tb).backward(torch.ones_like(tb))  # the seed dy/dy = 1, one per element
-
-    for name, mine, theirs in zip(("g_b", "g_a", "g_x"), ours, (tb.grad, ta.grad, t.grad)):
+    for mine, theirs in zip(ours, (tb.grad, ta.grad, t.grad)):
         np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-14, atol=0)
     print(f"x = {np.array2string(array)}: g_b, g_a, g_x equal torch's b.grad, a.grad, x.grad")
-
 print("PyTorch check passed: gradients computed by hand in reverse order equal torch autograd")
+
+# %% [markdown]
+# ## Recap
+#
+# - The chain rule: the derivative of a composite is the product of local
+#   derivatives, each at the value that entered its function.
+# - Reverse mode evaluates that product from the output: $g_y = 1$, then each
+#   function turns its output's gradient into its input's.
+# - One reverse sweep gives $\frac{dy}{dv}$ for every variable $v$; forward
+#   mode would need a sweep per input.
+# - The backward pass needs the forward pass's values, which must be kept.
+#
+# ## Exercises
+#
+# **1.** Run the reverse sweep by hand for another chain,
+# $y = e^{(e^x)^2}$ (so $b = e^x$, $c = b^2$, $y = e^c$), at $x = 0.1$:
+# compute $g_c$, $g_b$ and $g_x$ and compare them with torch.
+
+# %% tags=["hide-cell"]
+def backward_exp_square_exp(x):
+    b = np.exp(x)
+    c = b ** 2
+    g_c = np.exp(c) * 1.0  # y = e^c
+    g_b = 2 * b * g_c  # c = b^2
+    g_x = np.exp(x) * g_b  # b = e^x
+    return g_c, g_b, g_x
+
+
+t = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+tb = torch.exp(t)
+tc = torch.square(tb)
+tb.retain_grad()
+tc.retain_grad()
+torch.exp(tc).backward()
+ours = backward_exp_square_exp(np.array(0.1))
+np.testing.assert_allclose(ours, [tc.grad.item(), tb.grad.item(), t.grad.item()], rtol=1e-14)
+print("g_c, g_b, g_x =", np.array2string(np.array(ours), precision=6), "equal torch's")
+
+# %% [markdown]
+# **2.** Forward mode carries $\frac{dv}{dx}$ along with each value $v$.
+# Write `forward_mode(x)` for the page's chain, returning
+# $(\frac{da}{dx}, \frac{db}{dx}, \frac{dy}{dx})$ on an array, and compare
+# each with PyTorch's forward-mode derivative, `torch.func.jvp` with tangent
+# one.
+
+# %% tags=["hide-cell"]
+def forward_mode(x):
+    a = x ** 2
+    b = np.exp(a)
+    da_dx = 2 * x * 1.0  # start from dx/dx = 1
+    db_dx = np.exp(a) * da_dx
+    dy_dx = 2 * b * db_dx
+    return da_dx, db_dx, dy_dx
+
+
+def torch_chain(t):
+    ta = torch.square(t)
+    tb = torch.exp(ta)
+    return ta, tb, torch.square(tb)
+
+
+array = np.array([-1.0, 0.0, 0.5, 1.5])
+_, tangents = torch.func.jvp(torch_chain, (torch.tensor(array),), (torch.ones(4, dtype=torch.float64),))
+for mine, theirs in zip(forward_mode(array), tangents):
+    np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-14)
+print("dy/dx, forward mode:", np.array2string(forward_mode(array)[2], precision=4), "== torch.func.jvp")
