@@ -129,7 +129,8 @@ def set_all_states(states):
 
 @contextlib.contextmanager
 def fork_rng(enabled=True):
-    """Whatever is drawn inside, the streams outside (the CPU's and the device's) continue as if nothing had been drawn."""
+    """Whatever is drawn inside, the streams outside (the CPU's and the device's) continue as if
+    nothing had been drawn."""
     if not enabled:
         yield
         return
