@@ -226,7 +226,7 @@ from tinypytorch.utils.pictures import draw_dag, graph_of  # noqa: E402
 
 
 def grad_label(name, v):
-    return f"{name}\ngrad {'None' if v.grad is None else f'{float(v.grad):g}'}"
+    return f"{name}\n{'no grad' if v.grad is None else f'grad {float(v.grad):g}'}"
 
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 2.8))
@@ -236,7 +236,7 @@ for ax, retain_grad in zip(axes, (False, True)):
     nodes, edges = graph_of(y, names=[(v, grad_label(n, v)) for v, n in [(x0, "x0"), (x1, "x1"), (t, "t"), (y, "y")]])
     outer, inner = [n for n, (kind, _) in nodes.items() if kind == "function"]  # met from y backwards
     at = {label.split()[0]: n for n, (kind, label) in nodes.items() if kind != "function"}
-    where = {at["x0"]: (0, 0.8), at["x1"]: (0, -0.4), inner: (1, 0), at["t"]: (2.3, 0), outer: (3.4, 0.8), at["y"]: (4.6, 0.8)}
+    where = {at["x0"]: (0, 0.8), at["x1"]: (0, -0.4), inner: (0.9, 0), at["t"]: (2.5, 0), outer: (3.5, 0.8), at["y"]: (4.7, 0.8)}
     draw_dag(nodes, edges, ax=ax, positions=where, title=f"after y.backward(retain_grad={retain_grad})")
 fig.tight_layout()
 plt.show()

@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.step15, pytest.mark.torch]
 step = load_step(15)
 
 nonzero = st.floats(-3, 3).filter(lambda v: abs(v) > 1e-2)
+away_from_0 = st.floats(-3, 3).filter(lambda v: abs(v) > 0.5)  # where the long branch's 8x^7 is not negligible
 
 
 def branching(value):
@@ -44,7 +45,7 @@ EQUAL = lambda a, add, sq: add(sq(a), sq(a))  # noqa: E731
 UNEQUAL = lambda a, add, sq: add(sq(a), sq(sq(a)))  # noqa: E731
 
 
-@given(nonzero)
+@given(away_from_0)
 def test_a_queue_is_right_on_equal_branches_and_wrong_on_unequal_ones(value):
     x = step.Variable(np.array(value))
     step.backward_fifo(EQUAL(step.square(x), step.add, step.square))
