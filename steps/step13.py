@@ -1,43 +1,24 @@
 # %% [markdown]
-# # Step 13: One- and two-input functions in one graph; `cleargrad`
+# # Step 13: Gradients stay on the variables; `cleargrad`
 #
-# Step 12 gave `Add` a backward pass. This step builds the first graph that mixes
-# one-input and two-input functions,
+# Step 12 gave `Add` a backward pass. This step puts one- and two-input
+# functions into one graph, $z = x^2 + y^2$, and looks at where the backward
+# pass leaves its results: on the variables, as `.grad`, where they stay after
+# `backward` returns. That is the idea of this step. A gradient left over from
+# one pass is read by the next, so a framework that keeps gradients on
+# variables needs a way to forget them: `Variable.cleargrad`, the one new
+# method.
 #
-# $$z = x^2 + y^2,$$
+# `Square` needs no change to join a two-input graph: with one argument,
+# `__call__(*inputs)` gets the 1-tuple `(x,)`, `forward` returns one array that
+# `__call__` wraps into a 1-tuple, and the loop wraps `backward`'s single
+# result the same way. A function author writes the natural signature; the
+# plumbing handles the tuples.
 #
-# and looks at what the loop does with it. The only new code is a small method,
-# `Variable.cleargrad`, and the second half of the step shows why a framework
-# that stores gradients on variables needs one.
-#
-# ## How `Square` fits the variadic interface
-#
-# `Square` is still written as in stage 1:
-#
-# ```python
-# def forward(self, x):   return x ** 2
-# def backward(self, gy): return 2 * self.inputs[0].data * gy
-# ```
-#
-# It needs no change because the general interface degenerates gracefully to
-# one input and one output:
-#
-# - `__call__(*inputs)` with one argument gives `inputs = (x,)`, and
-#   `forward(*xs)` passes exactly one array to `forward(self, x)`;
-# - `forward` returns one array, which `__call__` wraps into a 1-tuple;
-# - the loop calls `backward(*gys)` with the one gradient of the one output;
-# - `backward` returns one array, which the loop wraps into a 1-tuple and pairs
-#   with the one input.
-#
-# A function author writes the natural signature for the function at hand, and
-# the plumbing in `__call__` and `Variable.backward` handles the tuples.
-#
-# ## The framework after this step
-#
-# `Variable` gains `cleargrad`, which forgets the stored gradient. Everything
-# else is as in step 12.
+# The framework is step 12's with one method added. The whole snapshot is in
+# the collapsed cells below; the change is shown after them.
 
-# %%
+# %% tags=["hide-cell"]
 import numpy as np
 
 
@@ -77,7 +58,7 @@ def as_array(x):
     return x
 
 
-# %%
+# %% tags=["hide-cell"]
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -98,7 +79,7 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %%
+# %% tags=["hide-cell"]
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -145,68 +126,112 @@ def numerical_diff(f, x, eps=1e-4):
     return (y1.data - y0.data) / (2 * eps)
 
 
+# %%
+from tinypytorch.utils.listing import show_change
+
+show_change(13, "Variable.cleargrad")
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt  # noqa: E402  (harness: the pictures of this page)
+
+from tinypytorch.utils.pictures import draw_graph  # noqa: E402
+
+
+def ordinal(n):
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def backward_order(y):
+    """y.backward(), noting the functions in the order their backward ran: [function]."""
+    ran, todo, wrapped = [], [y.creator], []
+    while todo:
+        f = todo.pop()
+        if f is None or any(f is g for g in wrapped):
+            continue
+        wrapped.append(f)
+        f.backward = lambda *gys, f=f, original=f.backward: ran.append(f) or original(*gys)
+        todo.extend(x.creator for x in f.inputs)
+    y.backward()
+    for f in wrapped:
+        del f.backward  # the instance's wrapper goes; the class's backward is back
+    return ran
+
+
+def order_notes(ran):
+    """[(function, 'backward 1st, 3rd')] for draw_graph's notes."""
+    runs = {}
+    for n, f in enumerate(ran, 1):
+        runs.setdefault(id(f), (f, []))[1].append(ordinal(n))
+    return [(f, "backward " + ", ".join(ns)) for f, ns in runs.values()]
+
+
 # %% [markdown]
 # ## $z = x^2 + y^2$
 #
 # The partial derivatives are $\partial z / \partial x = 2x$ and
 # $\partial z / \partial y = 2y$, so at $(x, y) = (2, 3)$ we expect $(4, 6)$.
-#
-# The loop starts from `Add` with $g_z = 1$ and gives both squares the gradient
-# $1$. It pushes their two `Square` functions, pops the one for $y$ first (the
-# list is last in, first out), which sets `y.grad` $= 2 \cdot 3 \cdot 1$, then
-# the one for $x$, which sets `x.grad` $= 2 \cdot 2 \cdot 1$.
+# The loop starts at `Add` with the seed $1$, passes $1$ to both squares, and
+# pushes their two `Square` functions; the list is last in, first out, so the
+# square of $y$ runs before that of $x$.
 
 # %%
 x = Variable(np.array(2.0))
 y = Variable(np.array(3.0))
 z = add(square(x), square(y))
-z.backward()
-print("z.data =", z.data)
-print("x.grad =", x.grad, " y.grad =", y.grad)
+ran = backward_order(z)  # z.backward(), noting the order the functions ran (collapsed cell above)
+print("z.data =", z.data, "  x.grad =", x.grad, "  y.grad =", y.grad)
+print("backward ran:", ", ".join(type(f).__name__ for f in ran))
 
 # %% [markdown]
-# The same code works element-wise on arrays:
+# The same code works element-wise on arrays, and the gradients are $2x$ and
+# $2y$ element by element:
 
 # %%
-x = Variable(np.array([1.0, -2.0, 0.5]))
-y = Variable(np.array([0.0, 3.0, -1.5]))
-add(square(x), square(y)).backward()
-print("x.grad =", x.grad, "  (2x)")
-print("y.grad =", y.grad, "  (2y)")
+xs, ys = Variable(np.array([1.0, -2.0, 0.5])), Variable(np.array([0.0, 3.0, -1.5]))
+add(square(xs), square(ys)).backward()
+print("x.grad =", xs.grad, "  y.grad =", ys.grad)
 
 # %% [markdown]
 # ## A gradient left over from an earlier pass
 #
-# Gradients live on the variables, and they stay there after `backward`
-# returns. That is what we want for the inputs we asked about, but it has a
-# consequence: the next backward pass that touches the same variables finds
-# them already holding a gradient.
+# Take $a = x^2$ and $y = a^2 = x^4$ at $x = 2$. After `y.backward()`, `a`
+# holds $\partial y / \partial a = 2a = 8$ and `x` holds $4x^3 = 32$: every
+# variable the pass went through keeps its gradient (the picture's right
+# half).
 #
-# Take $a = x^2$ and $y = a^2 = x^4$. After `y.backward()`, `a` holds
-# $\partial y / \partial a = 2a$, which is $8$ at $x = 2$, and `x` holds
-# $4x^3 = 32$.
-#
-# Now we reuse `a` for a second question: what is $da/dx$? The answer is
-# $2x = 4$. But `a.backward()` only seeds `a.grad` with $1$ when it is `None`.
-# It is $8$, left over from the first pass, so the loop starts from the wrong
-# seed and returns $2x \cdot 8 = 32$. That number is no accident: the stale seed
-# is $\partial y / \partial a$, so the pass computes
-# $\frac{\partial y}{\partial a} \frac{da}{dx} = \frac{dy}{dx}$ and silently
-# answers the first question again.
+# Now ask a second question of the same graph: what is $da/dx = 2x = 4$?
+# `a.backward()` seeds `a.grad` with $1$ only when it is `None`. It is $8$, so
+# the pass starts from the stale seed $\partial y / \partial a$ and computes
+# $\frac{\partial y}{\partial a} \frac{da}{dx} = \frac{dy}{dx} = 32$: it
+# silently answers the first question again.
 
 # %%
 x = Variable(np.array(2.0))
 a = square(x)
-y = square(a)
-y.backward()
-print("after y.backward():  a.grad =", a.grad, "  x.grad =", x.grad, "  (4x^3 = 32)")
-
+y4 = square(a)
+y4.backward()
+print("after y.backward():  a.grad =", a.grad, "  x.grad =", x.grad)
 a.backward()
 print("after a.backward():  x.grad =", x.grad, "  (dy/dx again; da/dx = 2x = 4)")
 
+# %% tags=["hide-input"]
+zx, zy = (v.creator.inputs[0] for v in z.creator.inputs)  # the leaves x and y of z = x² + y²
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
+draw_graph(z, names=[(zx, "x"), (zy, "y"), (z, "z")], ax=left, notes=order_notes(ran),
+           title="z = x² + y²: the order of the backward pass")
+draw_graph(y4, ax=right, names=[(v, f"{name}\ngrad {v.grad:g}") for v, name in [(x, "x"), (a, "a"), (y4, "y")]],
+           title="y = (x²)² after y.backward(): grads stay")
+fig.tight_layout()
+plt.show()
+
 # %% [markdown]
-# `cleargrad` resets a variable to the state it had before any backward pass.
-# Clearing the variables involved before asking the second question gives the
+# On the left the graph of $z$: the leaves (blue) and the output (green) are
+# the very variables of the cells above, the functions grey, each numbered
+# with the turn its backward took. On the right every variable still holds
+# its gradient once the pass is over, and `a.grad` is the stale seed.
+#
+# `cleargrad` resets a variable to the state it had before any backward
+# pass. Clearing the variables involved before the second question gives the
 # right answer:
 
 # %%
@@ -216,35 +241,29 @@ a.backward()
 print("after cleargrad and a.backward():  x.grad =", x.grad)
 
 # %% [markdown]
-# Clearing `x` is not needed yet, because the loop overwrites `x.grad`; it is a
-# good habit, though, and from step 14 on it is required. There, gradients
-# accumulate instead of being overwritten (for a reason that step explains),
-# and any gradient left on a variable from an earlier computation is added to
-# the new one. PyTorch behaves the same way: it accumulates into `.grad`, and
-# training loops call `optimizer.zero_grad()` (or set `x.grad = None`) before
-# each backward pass, just as we call `cleargrad`.
+# Clearing `x` is not needed yet, because the loop overwrites `x.grad`; from
+# step 14 on it is required, since gradients will accumulate. PyTorch
+# accumulates into `.grad` too, and training loops call
+# `optimizer.zero_grad()` (or set `x.grad = None`) before each backward pass,
+# as we call `cleargrad`.
 #
 # ## Check against PyTorch
 #
-# The gradients of $x^2 + y^2$ are compared with autograd for a scalar and two
-# array shapes. Then the second question of the `cleargrad` example, $da/dx$,
-# is asked of PyTorch: `retain_graph=True` on the first pass keeps the graph so
-# that it can be traversed again from `a`, and `xt.grad = None` plays the role
-# of `cleargrad` (PyTorch would otherwise add the new gradient to the old).
+# The gradients of $x^2 + y^2$ on arrays, then the second question, $da/dx$,
+# asked of PyTorch: `retain_graph=True` keeps its graph for a second pass from
+# `a`, and `xt.grad = None` plays `cleargrad`. (The tests compare $x^2 + y^2$
+# for random shapes and values.)
 
 # %%
-import torch
+import torch  # noqa: E402
 
 rng = np.random.default_rng(0)
-for shape in [(), (3,), (2, 3)]:
-    a_, b_ = rng.standard_normal(shape), rng.standard_normal(shape)
-    x, y = Variable(a_), Variable(b_)
-    add(square(x), square(y)).backward()
-    xt, yt = torch.tensor(a_, requires_grad=True), torch.tensor(b_, requires_grad=True)
-    (xt**2 + yt**2).backward(torch.ones_like(xt))
-    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(y.grad, yt.grad.numpy(), rtol=1e-12)
-    print(f"shape {shape!s:7} grads of x**2 + y**2 == torch")
+u, v = rng.standard_normal((2, 3))
+x, y = Variable(u), Variable(v)
+add(square(x), square(y)).backward()
+xt, yt = torch.tensor(u, requires_grad=True), torch.tensor(v, requires_grad=True)
+(xt**2 + yt**2).sum().backward()
+np.testing.assert_allclose([x.grad, y.grad], [xt.grad.numpy(), yt.grad.numpy()], rtol=1e-12)
 
 x = Variable(np.array(2.0))
 a = square(x)
@@ -252,7 +271,6 @@ square(a).backward()
 a.cleargrad()
 x.cleargrad()
 a.backward()
-
 xt = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
 at = xt**2
 (at**2).backward(retain_graph=True)
@@ -260,5 +278,63 @@ xt.grad = None
 at.backward()
 np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
 print(f"da/dx after cleargrad: {x.grad:.1f} == torch {xt.grad.item():.1f}")
+print("PyTorch check passed: grads of x**2 + y**2 equal torch; after cleargrad, da/dx equals torch's")
 
-print("PyTorch check passed: grads of x**2 + y**2 equal torch; with cleargrad a reused variable gives torch's da/dx")
+# %% [markdown]
+# ## Recap
+#
+# - `Square` fits the variadic interface unchanged: one input and one output
+#   are 1-tuples inside `__call__` and the backward loop.
+# - The backward pass leaves each gradient on its variable, as `.grad`, for
+#   the leaves and the intermediate variables alike.
+# - A later pass reads what is there: a stale `a.grad` becomes the seed of
+#   `a.backward()`, and the answer is wrong without any error.
+# - `cleargrad()` forgets a gradient; PyTorch's `x.grad = None` and
+#   `optimizer.zero_grad()` do the same job.
+#
+# ## Exercises
+#
+# **1.** Write `Cube(Function)`, $y = x^3$, with its backward
+# $3x^2 \, g_y$, and `cube(x)`. Check the gradients of $x^3 + y^2$ at
+# $(x, y) = (2, 3)$: $12$ and $6$.
+
+# %% tags=["hide-cell"]
+class Cube(Function):
+    def forward(self, x):
+        return x ** 3
+
+    def backward(self, gy):
+        x = self.inputs[0].data
+        return 3 * x ** 2 * gy
+
+
+def cube(x):
+    return Cube()(x)
+
+
+x, y = Variable(np.array(2.0)), Variable(np.array(3.0))
+add(cube(x), square(y)).backward()
+print("x.grad =", x.grad, "  y.grad =", y.grad)
+
+# %% [markdown]
+# **2.** Write `clear_graph(y)`: `cleargrad` on every variable of the graph
+# behind `y` (follow `creator` and `inputs`), so that one call prepares the
+# second question of the `cleargrad` example.
+
+# %% tags=["hide-cell"]
+def clear_graph(y):
+    todo = [y]
+    while todo:
+        v = todo.pop()
+        v.cleargrad()
+        if v.creator is not None:
+            todo.extend(v.creator.inputs)
+
+
+x = Variable(np.array(2.0))
+a = square(x)
+y = square(a)
+y.backward()
+clear_graph(y)
+a.backward()
+print("after clear_graph(y) and a.backward():  x.grad =", x.grad)

@@ -3,36 +3,24 @@
 #
 # So far every variable fed exactly one function. Real computations reuse
 # variables all the time: $y = x + x$, $y = x \cdot x$, a weight matrix applied
-# at every time step of a recurrent network. This step shows that the loop of
-# step 13 gets the gradient of a reused variable wrong, and fixes it with a
-# one-line change: gradients are added up instead of overwritten.
-#
-# ## Why the contributions add up
-#
-# If $x$ reaches $y$ along several paths, a small change $\Delta x$ changes
-# $y$ along each of them, and the changes add. For $y = x + x$ both paths have
-# slope $1$, so
-#
-# $$\frac{dy}{dx} = 1 + 1 = 2.$$
-#
-# In general, when $x$ is an input of several functions with outputs
-# $u_1, \dots, u_k$ (or of one function several times), the multivariable chain
-# rule sums over the paths:
+# at every time step of a recurrent network. If $x$ reaches $y$ along several
+# paths, a small change $\Delta x$ changes $y$ along each of them, and the
+# changes add. The multivariable chain rule sums over the paths: when $x$
+# feeds functions with outputs $u_1, \dots, u_k$ (or one function several
+# times),
 #
 # $$\frac{\partial L}{\partial x} = \sum_{i=1}^{k} \frac{\partial L}{\partial u_i} \frac{\partial u_i}{\partial x}.$$
 #
-# Each term is one gradient that the backward loop delivers to $x$. The loop of
-# step 13 assigned `x.grad = gx`, so each delivery replaced the previous one and
-# only the last term survived.
+# Each term is one gradient that the backward loop delivers to $x$. The loop
+# of step 13 assigned `x.grad = gx`, so each delivery replaced the one before
+# and only the last term survived: $y = x + x$ gave $1$, not $2$. This step's
+# idea is a one-line change: the first gradient a variable receives is
+# stored, every later one is **added** to it.
 #
-# ## The framework after this step
-#
-# The one change is in `Variable.backward`: the first gradient a variable
-# receives is stored, every later one is added to it. The sum is written
-# `x.grad + gx`, which creates a new array; the section after the code shows
-# why the shorter `x.grad += gx` would be a bug.
+# The whole snapshot (step 13's framework with this change) is in the
+# collapsed cells below; the change itself follows them.
 
-# %%
+# %% tags=["hide-cell"]
 import numpy as np
 
 
@@ -75,7 +63,7 @@ def as_array(x):
     return x
 
 
-# %%
+# %% tags=["hide-cell"]
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -96,7 +84,7 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %%
+# %% tags=["hide-cell"]
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -143,30 +131,20 @@ def numerical_diff(f, x, eps=1e-4):
     return (y1.data - y0.data) / (2 * eps)
 
 
-# %% [markdown]
-# With accumulation, $y = x + x$ gives the right gradient, and so does
-# $y = (x + x) + x$, where $x$ is reached once directly and twice through the
-# intermediate $t = x + x$:
-
 # %%
-x = Variable(np.array(3.0))
-y = add(x, x)
-y.backward()
-print("y = x + x:        x.grad =", x.grad)
+from tinypytorch.utils.listing import show_change
 
-x = Variable(np.array(3.0))
-y = add(add(x, x), x)
-y.backward()
-print("y = (x + x) + x:  x.grad =", x.grad)
+show_change(14, "Variable.backward")
 
 # %% [markdown]
-# ## What the two wrong versions do
-#
-# To see the effect of that one line, here is the loop of `Variable.backward`
-# written as a function whose gradient-storing line is a parameter, `store`.
-# Everything else is the loop above.
+# The sum is written `x.grad + gx`, a new array, and not `x.grad += gx`:
+# `Add.backward` returns the very array it received, so after the first
+# delivery `x.grad` *is* the output's `.grad`, and `+=` would write into that
+# other variable's gradient too. (Expand the next cell for the two wrong
+# versions side by side: overwriting, and adding in place, which gives $4$
+# instead of $3$ for $(x + x) + x$; the tests pin both.)
 
-# %%
+# %% tags=["hide-cell"]
 def backward_with(y, store):
     """Variable.backward's loop, with the line that stores a gradient replaced by store(x, gx)."""
     y.grad = np.ones_like(y.data)
@@ -193,88 +171,95 @@ def add_in_place(x, gx):  # tempting, and wrong
         x.grad += gx
 
 
+for name, store in [("overwrite", overwrite), ("add in place", add_in_place)]:
+    x = Variable(np.array(3.0))
+    y = add(add(x, x), x)
+    backward_with(y, store)
+    print(f"{name:12}  y = (x + x) + x:  x.grad = {x.grad}  (should be 3.0)")
+
 # %% [markdown]
-# ### Overwriting loses a path
+# ## Reused variables, right
 #
-# `Add.backward` returns `(gy, gy)`: one gradient for each of its two inputs.
-# Both inputs are `x`, so the loop stores into `x.grad` twice, and with
-# `overwrite` the second store replaces the first:
+# With accumulation, $y = x + x$ gives $2$, and $y = (x + x) + x$, where $x$
+# is reached once directly and twice through $t = x + x$, gives $3$:
 
 # %%
 x = Variable(np.array(3.0))
 y = add(x, x)
-backward_with(y, overwrite)
-print("overwrite:  x.grad =", x.grad, "  (should be 2.0)")
+y.backward()
+print("y = x + x:        x.grad =", x.grad)
 
-# %% [markdown]
-# ### Adding in place corrupts another variable's gradient
-#
-# `x.grad += gx` looks like a harmless shortcut for `x.grad = x.grad + gx`. It
-# is not: `+=` on an ndarray writes into the existing array, and that array is
-# not owned by `x`. `Add.backward` returns the very array it received, `gy`,
-# which is `y.grad`. The first store makes `x.grad` *the same object* as
-# `y.grad`; the second, `x.grad += gy`, then adds into `y.grad` as well.
-
-# %%
 x = Variable(np.array(3.0))
-y = add(x, x)
-backward_with(y, add_in_place)
-print("add in place:  x.grad =", x.grad, "  y.grad =", y.grad, "  (y.grad should be 1.0)")
-print("x.grad is y.grad:", x.grad is y.grad)
+t = add(x, x)
+y = add(t, x)
+y.backward()
+print("y = (x + x) + x:  x.grad =", x.grad)
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt  # noqa: E402  (harness: the picture of this page)
+
+from tinypytorch.utils.pictures import draw_dag, graph_of  # noqa: E402
+
+
+def deliveries(y, x):
+    """The gradients the backward loop delivers to x, in order (recorded with backward_with)."""
+    got = []
+
+    def accumulate_and_note(v, gx):
+        if v is x:
+            got.append(float(gx))
+        v.grad = gx if v.grad is None else v.grad + gx
+
+    backward_with(y, accumulate_and_note)
+    return got
+
+
+x.cleargrad()
+t.cleargrad()
+received = deliveries(y, x)  # the pass again, on the page's own y, noting what reaches x
+nodes, edges = graph_of(y, names=[(x, "x"), (t, "t"), (y, "y")])
+outer, inner = [n for n, (kind, _) in nodes.items() if kind == "function"]  # met from y backwards
+at = {label: n for n, (kind, label) in nodes.items() if kind != "function"}
+fig, ax = plt.subplots(figsize=(8, 3))
+draw_dag(nodes, edges, ax=ax, positions={at["x"]: (0, 0), inner: (1.2, 0.8), at["t"]: (2.2, 0.8), outer: (3.2, 0),
+                                         at["y"]: (4.2, 0)},
+         notes={at["x"]: "receives " + ", ".join(f"{g:g}" for g in received) + f"\nx.grad = {x.grad:g}",
+                inner: "sends 1 to x, twice", outer: "sends 1 to t, 1 to x"},
+         title="y = (x + x) + x: three gradients reach x, and accumulate")
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
-# Here only `y.grad` is wrong, and it is not read again. In $y = (x + x) + x$
-# the corrupted array is read again, and the gradient of $x$ comes out wrong.
-# Let $g$ be the seed array, $g = 1$. The outer `Add` returns $(g, g)$, so
-# `t.grad` and `x.grad` both become $g$ itself. The inner `Add` receives
-# `t.grad`, which is $g$, and returns $(g, g)$ again. The first `+=` doubles
-# $g$ in place to $2$, and with it `x.grad`, `t.grad` and `y.grad`. The second
-# `+=` adds $g$ to itself, giving $4$ instead of $3$:
-
-# %%
-x = Variable(np.array(3.0))
-y = add(add(x, x), x)
-backward_with(y, add_in_place)
-print("add in place, y = (x + x) + x:  x.grad =", x.grad, "  (should be 3.0)")
-
-# %% [markdown]
-# The framework's `x.grad + gx` allocates a new array, so `y.grad` and `t.grad`
-# are never written to. Arrays are still shared between variables (after the
-# first store, `x.grad is y.grad` also holds in `Variable.backward`), and that is
-# fine as long as nothing modifies a gradient array in place.
+# The picture is drawn from the variables of the cell above: `x` has one
+# arrow into the inner `Add` (it is both of its inputs) and one into the
+# outer `Add`. Three gradients arrive, and `x.grad` is their sum.
 #
 # ## Two backward calls add up, as in PyTorch
 #
-# Accumulation does not stop at the end of a backward pass. Calling `backward`
-# a second time adds a second copy of every gradient, and building a new graph
-# from the same `x` and backpropagating adds its gradients to the old ones.
-# That is exactly what PyTorch does with `.grad`, and why a training loop
-# clears gradients before each step: with `cleargrad` here, with
-# `optimizer.zero_grad()` or `x.grad = None` in PyTorch.
+# Accumulation does not stop at the end of a pass. A second `backward` adds a
+# second copy of every gradient, and a new graph built from the same `x` adds
+# its gradients to the old ones. PyTorch does exactly this with `.grad`, which
+# is why a training loop clears gradients before each step (`cleargrad` here,
+# `optimizer.zero_grad()` or `x.grad = None` in PyTorch).
 
 # %%
 x = Variable(np.array(3.0))
 y = add(x, x)
 y.backward()
-print("after the 1st y.backward():          x.grad =", x.grad)
 y.backward()
-print("after the 2nd y.backward():          x.grad =", x.grad)
-y2 = add(x, x)
-y2.backward()
-print("after a new graph, y2.backward():    x.grad =", x.grad)
+print("after two y.backward():              x.grad =", x.grad)
 x.cleargrad()
-y2.backward()
-print("after x.cleargrad(), y2.backward():  x.grad =", x.grad)
+add(x, x).backward()
+print("after x.cleargrad(), a new backward: x.grad =", x.grad)
 
 # %% [markdown]
-# This agrees with PyTorch only because $y = x + x$ has no intermediate
-# variable. An intermediate keeps its gradient too, and the second pass adds to
-# it, then sends the *accumulated* value on towards $x$, so the earlier pass is
-# counted again. For $y = (x^2)^2$ at $x = 2$, the first pass leaves
-# $a = x^2$ with `a.grad` $= 2a = 8$ and gives `x.grad` $= 4x^3 = 32$. The
-# second pass makes `a.grad` $= 16$ and adds $2x \cdot 16 = 64$, so
-# `x.grad` $= 96$, where PyTorch (which does not store intermediate gradients)
-# reports $32 + 32 = 64$:
+# This agrees with PyTorch only because $x + x$ has no intermediate variable.
+# Ours keep their gradients (step 13), and a second pass adds to them too,
+# then sends the *accumulated* value on: for $y = (x^2)^2$ at $x = 2$ two
+# calls give `x.grad` $= 32 + 64 = 96$ where PyTorch, which keeps no
+# intermediate gradients, gives $32 + 32 = 64$. Until step 18 drops
+# intermediate gradients, clear every variable of a graph before a second
+# pass through it.
 
 # %%
 x = Variable(np.array(2.0))
@@ -284,43 +269,87 @@ y.backward()
 print("y = (x^2)^2, two backward calls:  x.grad =", x.grad, "  (PyTorch: 64.0)")
 
 # %% [markdown]
-# Step 18 removes this trap: by default, `backward` will drop the gradients of
-# intermediate variables once they have been used, as PyTorch does. Until then,
-# call `cleargrad` on every variable of a graph before backpropagating through
-# it again. Step 15 shows a second, more serious way in which intermediate
-# gradients still go wrong, within a single backward pass.
-#
 # ## Check against PyTorch
 #
-# The gradients of $x + x$ and $(x + x) + x$ must be exactly $2$ and $3$ per
-# element, for scalars and arrays, as in autograd. Then two backward calls on
-# $x + x$ must accumulate to $4$, as two `backward` calls do in PyTorch
-# (`retain_graph=True` keeps PyTorch's graph alive for the second call).
+# The gradients of $x + x$ and $(x + x) + x$ are exactly $2$ and $3$ per
+# element, as in autograd (the tests try scalars and other shapes); two
+# backward calls on $x + x$ accumulate to $4$, as two calls do in PyTorch
+# (`retain_graph=True` keeps PyTorch's graph for the second).
 
 # %%
-import torch
+import torch  # noqa: E402
 
-rng = np.random.default_rng(0)
-for shape in [(), (3,), (2, 3)]:
-    value = rng.standard_normal(shape)
-    for name, build in [("x + x", lambda v, plus: plus(v, v)), ("(x + x) + x", lambda v, plus: plus(plus(v, v), v))]:
-        x = Variable(value)
-        build(x, add).backward()
-        xt = torch.tensor(value, requires_grad=True)
-        yt = build(xt, torch.add)
-        yt.backward(torch.ones_like(yt))
-        np.testing.assert_array_equal(x.grad, xt.grad.numpy())
-        print(f"shape {shape!s:7} grad of {name:11} == torch ({x.grad.flat[0]:.1f} per element)")
+value = np.random.default_rng(0).standard_normal(3)
+builds = [("x + x", lambda v, plus: plus(v, v)), ("(x + x) + x", lambda v, plus: plus(plus(v, v), v))]
+for name, build in builds:
+    x, xt = Variable(value), torch.tensor(value, requires_grad=True)
+    build(x, add).backward()
+    build(xt, torch.add).sum().backward()
+    np.testing.assert_array_equal(x.grad, xt.grad.numpy())
+    print(f"grad of {name:11} == torch: {x.grad}")
 
-x = Variable(np.array(3.0))
-y = add(x, x)
+x, xt = Variable(np.array(3.0)), torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+y, yt = add(x, x), xt + xt
 y.backward()
 y.backward()
-xt = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
-yt = xt + xt
 yt.backward(retain_graph=True)
 yt.backward()
 np.testing.assert_array_equal(x.grad, xt.grad.numpy())
 print(f"two backward calls on x + x: x.grad = {x.grad:.1f} == torch {xt.grad.item():.1f}")
-
 print("PyTorch check passed: grad of x + x is 2 and accumulates over two backward calls, as in torch")
+
+# %% [markdown]
+# ## Recap
+#
+# - A variable reached along several paths gets one gradient per path; the
+#   chain rule adds them.
+# - `Variable.backward` stores the first gradient and adds every later one:
+#   `x.grad + gx`, a new array, never `+=` on a gradient another variable may
+#   share.
+# - Gradients also accumulate across backward calls, as PyTorch's `.grad`
+#   does; clear them (`cleargrad`, `zero_grad`) before a new pass.
+# - Intermediate variables still keep theirs, so a second pass through the
+#   same graph counts the first again; step 18 fixes that.
+#
+# ## Exercises
+#
+# **1.** Write `repeat_add(x, n)`, which builds $x + x + \dots + x$ ($n$
+# terms, $n \ge 2$) with `add`, and check that the gradient of $x$ is $n$.
+
+# %% tags=["hide-cell"]
+def repeat_add(x, n):
+    y = add(x, x)
+    for _ in range(n - 2):
+        y = add(y, x)
+    return y
+
+
+for n in range(2, 6):
+    x = Variable(np.array(0.5))
+    repeat_add(x, n).backward()
+    print(f"n = {n}: x.grad = {x.grad}")
+
+# %% [markdown]
+# **2.** Write `Sub(Function)`, $y = x_0 - x_1$, whose backward returns
+# $(g_y, -g_y)$, and `sub(x0, x1)`. What is the gradient of $x - x$? And of
+# $(x + x) - x$? Accumulation must add a negative contribution as well.
+
+# %% tags=["hide-cell"]
+class Sub(Function):
+    def forward(self, x0, x1):
+        return x0 - x1
+
+    def backward(self, gy):
+        return gy, -gy
+
+
+def sub(x0, x1):
+    return Sub()(x0, x1)
+
+
+x = Variable(np.array(3.0))
+sub(x, x).backward()
+print("x - x:        x.grad =", x.grad)
+x = Variable(np.array(3.0))
+sub(add(x, x), x).backward()
+print("(x + x) - x:  x.grad =", x.grad)

@@ -1,93 +1,36 @@
 # %% [markdown]
 # # Step 17: Memory, reference cycles and `weakref`
 #
-# A backward pass needs the graph, and the graph holds arrays: every function
-# keeps its inputs, and through them the intermediate results of the forward
-# pass. Once we are done with a result, all of that should be returned to the
-# system at once. With the classes of step 16 it is not. This step shows why,
-# measures the cost, and fixes it with one of Python's weak references.
+# The graph holds arrays: every function keeps its inputs, and through them
+# the intermediate results of the forward pass. Once we drop the result, all
+# of that should go back to the system at once. With step 16's classes it
+# does not, because each function and its output refer to each other. This
+# step's idea is to make one of those two links **weak**.
 #
-# ## How CPython frees objects
+# CPython frees objects in two ways:
 #
-# CPython has two mechanisms.
+# - **reference counting**: every object counts the references to it, and is
+#   freed the moment the count drops to zero (dropping what it holds in turn);
+# - **the cycle collector** (`gc`): objects that refer to each other in a ring
+#   never reach zero, so every so often the collector finds unreachable rings
+#   and frees them.
 #
-# - **Reference counting.** Every object counts the references to it: names,
-#   attributes, list slots, arguments being passed. When the count drops to
-#   zero, the object is freed immediately, and the references it held are
-#   dropped in turn, which may free further objects.
-# - **The cycle collector** (the `gc` module). Objects that refer to each other
-#   in a ring never reach a count of zero, even when nothing outside the ring
-#   refers to them. Every so often the collector scans the container objects,
-#   finds such unreachable rings and frees them.
+# "Every so often" is the catch: the collector runs when enough Python objects
+# have been allocated (`gc.get_threshold()`), not when memory runs low. A graph
+# holding hundreds of megabytes of arrays is a few dozen Python objects, so it
+# can sit in memory long after its last use; and some programs switch the
+# collector off (`gc.disable()`) to avoid its pauses.
 #
-# "Every so often" is the catch. The collector runs when enough Python
-# objects have been allocated (see `gc.get_threshold()`), not when
-# memory runs low. A graph holding hundreds of megabytes of arrays is only a
-# few dozen Python objects, so it can sit in memory long after its last use.
-# The collector can also be switched off (`gc.disable()`), and some programs do
-# that to avoid its pauses.
+# In step 16, `output.creator` is the function (the backward pass finds it
+# that way) and `function.outputs` lists the outputs (it reads their
+# gradients): every function–output pair is a ring. `weakref.ref(obj)` is a
+# reference that does not count: calling it returns `obj` while `obj` lives,
+# `None` after. The function's link to its outputs becomes weak; the strong
+# links that remain all point one way, from the result towards the leaves.
 #
-# A two-object ring shows the difference. A `weakref.ref` lets us ask whether
-# an object is still alive without keeping it alive ourselves:
+# The whole snapshot is collapsed below; the change follows it.
 
-# %%
-import gc
-import weakref
-
-
-class Node:
-    pass
-
-
-gc.disable()  # as if the collector had not run yet
-a, b = Node(), Node()
-a.other, b.other = b, a  # a ring: a -> b -> a
-probe = weakref.ref(a)
-del a, b
-print("after del, with no collection:  alive =", probe() is not None)
-gc.collect()
-print("after gc.collect():             alive =", probe() is not None)
-gc.enable()
-
-# %% [markdown]
-# ## The cycle in our graph
-#
-# In step 16 every function and its output refer to each other:
-#
-# - `output.creator` is the function, so the backward pass can find it;
-# - `function.outputs` lists the outputs, so the backward pass can read their
-#   gradients.
-#
-# Each function–output pair is a ring, and since functions also hold their
-# inputs, the rings hold every intermediate array of the forward pass. When the
-# user drops the final result, no count reaches zero, and the whole graph waits
-# for the collector.
-#
-# ## Weak references to the outputs
-#
-# `weakref.ref(obj)` creates a reference that does not count: calling it
-# returns `obj` while `obj` is alive and `None` after it has been freed. We make
-# the function's link to its outputs weak. The links that remain strong all
-# point one way, from the result towards the leaves:
-#
-# ```
-# y --creator--> f --inputs--> t --creator--> g --inputs--> x
-# ```
-#
-# As long as the user holds `y`, the whole graph behind it is alive, which is
-# exactly what `backward` needs. When the user drops `y`, its count reaches
-# zero, then `f`'s, then `t`'s, and so on: reference counting alone frees the
-# graph, at once.
-#
-# The backward pass is the only reader of `outputs`, so it is the only other
-# line that changes: `output().grad` calls the weak reference to get the
-# variable. The variable is always alive there, because the backward pass only
-# reaches a function through an output that something still holds (the user,
-# or the next function's `inputs`).
-#
-# ## The framework after this step
-
-# %%
+# %% tags=["hide-cell"]
 import weakref
 
 import numpy as np
@@ -144,7 +87,7 @@ def as_array(x):
     return x
 
 
-# %%
+# %% tags=["hide-cell"]
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -166,7 +109,7 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %%
+# %% tags=["hide-cell"]
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -213,15 +156,26 @@ def numerical_diff(f, x, eps=1e-4):
     return (y1.data - y0.data) / (2 * eps)
 
 
-# %% [markdown]
-# ## Measuring what a dropped graph leaves behind
-#
-# To compare with step 16, we need a function that keeps strong references to
-# its outputs. `SquareKeepingOutputs` is `Square` with step 16's line put back:
-# after the normal call, it replaces the weak references with the outputs
-# themselves, recreating the ring `output -> creator -> output`.
-
 # %%
+from tinypytorch.utils.listing import show_change
+
+show_change(17, "Function.__call__", "Variable.backward")
+
+# %% [markdown]
+# The backward pass is the only reader of `outputs`, so it is the only other
+# line that changes: `output()` calls the weak reference. The variable is
+# always alive there, since the pass reaches a function only through an
+# output that something still holds (the user, or the next function's
+# `inputs`).
+#
+# ## The links, drawn from the objects
+#
+# To compare with step 16, `SquareKeepingOutputs` (collapsed) is `Square`
+# with step 16's strong `self.outputs = [output]` put back. The picture draws
+# the links of $y = (x^2)^2$ built both ways, reading each function's
+# `outputs` to see whether the link is strong or weak.
+
+# %% tags=["hide-cell"]
 class SquareKeepingOutputs(Square):
     """Square as step 16 stored it: strong references to its outputs (a reference cycle)."""
 
@@ -231,23 +185,85 @@ class SquareKeepingOutputs(Square):
         return output
 
 
+# %% tags=["hide-input"]
+import gc  # noqa: E402
+import tracemalloc  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402  (harness: the picture and the measurements of this page)
+
+
+def links(y):
+    """[(from, to, kind)] for the references between the Variables and Functions behind y: kind is
+    'creator', 'inputs', 'outputs' (strong) or 'outputs, weak' (a weakref.ref)."""
+    found, todo = [], [y]
+    while todo:
+        v = todo.pop()
+        if v.creator is None:
+            continue
+        f = v.creator
+        found.append((v, f, "creator"))
+        ref = f.outputs[0]
+        found.append((f, v, "outputs, weak" if isinstance(ref, weakref.ref) else "outputs"))
+        found += [(f, x, "inputs") for x in f.inputs]
+        todo += list(f.inputs)
+    return found
+
+
+def draw_links(ax, y, names, title):
+    order = [y]
+    while order[-1].creator is not None:
+        order += [order[-1].creator, order[-1].creator.inputs[0]]
+    where = {id(obj): (2 * (len(order) - 1 - i), 0) for i, obj in enumerate(order)}
+    for a, b, kind in links(y):
+        (xa, _), (xb, _) = where[id(a)], where[id(b)]
+        weak, cycle = kind == "outputs, weak", kind in ("creator", "outputs")
+        strong_ring = cycle and not isinstance(b.outputs[0] if kind == "creator" else a.outputs[0], weakref.ref)
+        rad = {"creator": -0.5, "inputs": 0.0}.get(kind, -0.5)
+        ax.annotate("", xy=(xb, 0), xytext=(xa, 0), arrowprops=dict(
+            arrowstyle="-|>", lw=1.4, linestyle="--" if weak else "-", shrinkA=16, shrinkB=16,
+            color="#b22222" if strong_ring else "0.6" if weak else "0.25", connectionstyle=f"arc3,rad={rad}"))
+        label_y = {"creator": -0.62, "inputs": 0.1}.get(kind, 0.55)  # creator arcs below, outputs above
+        ax.text((xa + xb) / 2, label_y, kind, ha="center", fontsize=8, color="0.3")
+    for obj in order:
+        function = not isinstance(obj, Variable)
+        ax.text(*where[id(obj)], type(obj).__name__.replace("KeepingOutputs", "") if function else names[id(obj)],
+                ha="center", va="center", fontsize=10, bbox=dict(
+                    boxstyle="square,pad=0.4" if function else "round,pad=0.4",
+                    facecolor="lightgrey" if function else "white", edgecolor="0.3"))
+    ax.set(xlim=(-0.8, 2 * len(order) - 1.2), ylim=(-1.0, 1.0), title=title)
+    ax.axis("off")
+
+
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.6))
+for ax, make, title in [(top, lambda v: SquareKeepingOutputs()(v), "step 16: strong both ways, a ring per function"),
+                        (bottom, square, "step 17: outputs are weak, every strong link points to the leaves")]:
+    x = Variable(np.array(2.0))
+    a = make(x)
+    y = make(a)
+    draw_links(ax, y, {id(x): "x", id(a): "a", id(y): "y"}, title)
+fig.tight_layout()
+plt.show()
+del x, a, y
+_ = gc.collect()  # reclaim the rings drawn above (the return value, a count of objects, is not wanted)
+
 # %% [markdown]
-# The experiment runs four forward passes. Each creates an input of $10^6$
-# float64 numbers (8 MB, since $10^6 \times 8$ bytes $= 8 \times 10^6$ bytes),
-# squares it three times (three more arrays of 8 MB), and then drops both the
-# input and the result. After each pass, `tracemalloc` reports how much of the
-# memory allocated since the start of the experiment is still allocated. The
-# collector is switched off during the loop, so the numbers show what
-# reference counting alone achieves; `gc.collect()` runs once at the end.
+# Red is a ring: `a.creator` and `Square.outputs` hold each other, so
+# dropping `y` leaves every count above zero. Below, the dashed link does not
+# count: while the user holds `y`, the graph behind it lives, which is what
+# `backward` needs; once `y` is dropped its count reaches zero, then its
+# creator's, then `a`'s, and so on, freed at once by counting alone.
 #
-# The figures are rounded to whole megabytes ($10^6$ bytes). The arrays are
-# exact multiples of 8 MB; the Python objects of the graph add a few kilobytes,
-# which the rounding hides, so the printout is the same on every machine.
+# ## Measuring what a dropped graph leaves behind
+#
+# Four forward passes, each on an input of $10^6$ float64 numbers (8 MB)
+# squared three times (three more arrays of 8 MB), then both input and result
+# dropped. After each pass `tracemalloc` reports how much memory allocated
+# since the start is still allocated, with the collector off (so the figures
+# show what reference counting alone achieves); `gc.collect()` runs at the
+# end. The figures are whole megabytes ($10^6$ bytes): the graph's Python
+# objects add a few kilobytes, which the rounding hides on every machine.
 
-# %%
-import tracemalloc
-
-
+# %% tags=["hide-input"]
 def held_after_each_pass(square_function, passes=4):
     """Bytes still allocated after each dropped forward pass (collector off), then after gc.collect()."""
     gc.collect()
@@ -275,22 +291,19 @@ for label, s, w in zip([f"after pass {i}" for i in range(1, 5)] + ["after gc.col
     print(f"{label:22}{s / 1e6:>23.0f} MB{w / 1e6:>23.0f} MB")
 
 # %% [markdown]
-# With strong references, every pass leaves its four arrays behind: $32$ MB
-# per pass, growing without bound until the collector runs. With weak
-# references, nothing is left after a pass: dropping `y` frees the graph
-# immediately. In a training loop that builds a new graph at every iteration,
-# this is the difference between constant memory and memory that keeps rising
-# until the collector happens to run (or, with the collector off, until the
-# process runs out of memory).
+# With strong outputs every pass leaves its four arrays behind, $32$ MB a
+# pass, until the collector runs. With weak outputs nothing is left: in a
+# training loop that builds a new graph each iteration, that is the
+# difference between constant memory and memory that rises until the
+# collector happens to run.
 #
-# ## The graph is freed without the collector
-#
-# The same fact, observed directly: we keep weak references to an intermediate
-# variable and to its creator, drop the result and the intermediate, and ask
-# whether they are still alive, with the collector off.
+# The same fact, object by object: with the collector off, drop the result
+# and the intermediate `a`, and ask weak probes whether `a` and its creator
+# still live (the harness `intermediate_alive_after_del` is collapsed).
 
-# %%
+# %% tags=["hide-input"]
 def intermediate_alive_after_del(square_function):
+    """(a alive, a.creator alive) after `del a, y` for y = square(square(x)), with the collector off."""
     gc.disable()
     try:
         x = Variable(np.array(2.0))
@@ -303,62 +316,113 @@ def intermediate_alive_after_del(square_function):
         gc.enable()
 
 
-print("strong outputs: (a alive, a.creator alive) =", intermediate_alive_after_del(lambda v: SquareKeepingOutputs()(v)))
-print("weak outputs:   (a alive, a.creator alive) =", intermediate_alive_after_del(square))
-_ = gc.collect()  # reclaim the ring the strong version left behind (its return value: how many objects)
+# %%
+for name, make in [("strong outputs", lambda v: SquareKeepingOutputs()(v)), ("weak outputs", square)]:
+    print(f"{name:15} (a alive, a.creator alive) =", intermediate_alive_after_del(make))
+_ = gc.collect()  # reclaim the ring the strong version left (gc.collect() returns a count: not printed)
 
 # %% [markdown]
-# ## Backward is unchanged
+# The backward pass is unchanged: step 16's graph still gives `x.grad` $= 64$
+# at $x = 2$, and `a` may be dropped before `backward`, since `y` keeps it
+# alive through `y.creator.inputs`.
 #
-# The weak references cost nothing in the backward pass. Step 16's graph still
-# gives `x.grad` $= 64$ at $x = 2$, and the intermediate `a` can be dropped
-# before `backward` is called: `y` keeps it alive through `y.creator.inputs`.
+# ## Check against PyTorch
+#
+# Weak references change how long objects live, not what is computed: the
+# gradient must still be torch's, exactly $64$ (the tests try random graphs
+# with shared nodes). The check then asserts the memory facts measured
+# above: with the collector off, dropping the result frees the intermediate
+# and its creator at once, and a dropped graph of 32 MB leaves nothing.
 
 # %%
+import torch  # noqa: E402
+
 x = Variable(np.array(2.0))
 a = square(x)
 y = add(square(a), square(a))
 del a
 y.backward()
-print("x.grad =", x.grad)
-
-# %% [markdown]
-# ## Check against PyTorch
-#
-# Weak references change how long objects live, not what is computed, so the
-# gradients must still equal torch's: step 16's graph at $x = 2$ (exactly 64)
-# and on arrays. The check then asserts the memory facts measured above: with
-# the collector off, dropping the result frees the intermediate variable and
-# its creator at once, and a dropped graph of 32 MB leaves nothing behind.
-
-# %%
-import torch
-
-x = Variable(np.array(2.0))
-a = square(x)
-add(square(a), square(a)).backward()
 xt = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
 at = xt**2
 (at**2 + at**2).backward()
 np.testing.assert_array_equal(x.grad, xt.grad.numpy())
-print(f"a = x^2, y = a^2 + a^2 at x = 2: x.grad = {x.grad:.1f} == torch {xt.grad.item():.1f}")
-
-rng = np.random.default_rng(0)
-for shape in [(3,), (2, 3)]:
-    value = rng.uniform(-1, 1, shape)
-    x = Variable(value)
-    a = square(x)
-    add(exp(square(a)), a).backward()
-    xt = torch.tensor(value, requires_grad=True)
-    at = xt**2
-    yt = torch.exp(at**2) + at
-    yt.backward(torch.ones_like(yt))
-    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
-    print(f"shape {shape!s:7} a = x^2, y = exp(a^2) + a: grads == torch")
-
+print(f"y = a^2 + a^2, a = x^2 dropped first: x.grad = {x.grad:.1f} == torch {xt.grad.item():.1f}")
 assert intermediate_alive_after_del(square) == (False, False)
-assert held_after_each_pass(lambda v: SquareKeepingOutputs()(v), passes=1)[0] >= 32e6  # the cycle holds 4 arrays
+assert held_after_each_pass(lambda v: SquareKeepingOutputs()(v), passes=1)[0] >= 32e6  # rings hold 4 arrays
 assert held_after_each_pass(square, passes=1)[0] < 1e6  # weak outputs: nothing is held
-print("with gc disabled, dropping y frees the intermediate variable, its creator and all 32 MB of arrays")
+print("with gc disabled, dropping y frees the intermediate, its creator and all 32 MB of arrays")
+print("PyTorch check passed: grads unchanged with weakref outputs; a dropped graph is freed without gc")
 
-print("PyTorch check passed: grads unchanged with weakref outputs; the graph is freed without the cycle collector")
+# %% [markdown]
+# ## Recap
+#
+# - Reference counting frees an object the moment nothing refers to it; a
+#   ring of references waits for the cycle collector, which runs by object
+#   count, not by memory.
+# - `output.creator` and `function.outputs` made a ring per function, holding
+#   every array of a dropped graph: 32 MB a pass here.
+# - `Function` now keeps `weakref.ref(output)`; `backward` calls it to get the
+#   variable. Strong links point only towards the leaves.
+# - A dropped graph is freed at once, with or without `gc`; gradients are
+#   unchanged.
+#
+# ## Exercises
+#
+# **1.** The same ring in a tree: write `TreeNode(parent=None)`, which a
+# parent holds in its list `children` and which refers back to its parent
+# through a weak reference (a property `parent` returns it). Show, with the
+# collector off, that dropping the root frees its children.
+
+# %% tags=["hide-cell"]
+class TreeNode:
+    def __init__(self, parent=None):
+        self.children = []
+        self._parent = None if parent is None else weakref.ref(parent)
+        if parent is not None:
+            parent.children.append(self)
+
+    @property
+    def parent(self):
+        return None if self._parent is None else self._parent()
+
+
+gc.disable()
+root = TreeNode()
+child = TreeNode(root)
+TreeNode(child)
+print("child.parent is root:", child.parent is root)
+probes = [weakref.ref(root), weakref.ref(child), weakref.ref(child.children[0])]
+del root, child
+print("alive after del, collector off:", [p() is not None for p in probes])
+gc.enable()
+
+# %% [markdown]
+# **2.** Why the outputs and not the inputs? Write `SquareWeakInputs`, a
+# `Square` whose function keeps weak references to its inputs (and `inputs`
+# as a property calling them), build $y = (x^2)^2$ with it, drop `a`, and
+# call `y.backward()`.
+
+# %% tags=["hide-cell"]
+class SquareWeakInputs(Square):
+    def __call__(self, *inputs):
+        output = super().__call__(*inputs)
+        self._inputs = [weakref.ref(x) for x in inputs]
+        return output
+
+    @property
+    def inputs(self):
+        return tuple(ref() for ref in self._inputs)
+
+    @inputs.setter
+    def inputs(self, value):  # Function.__call__ assigns self.inputs: keep nothing strong
+        pass
+
+
+x = Variable(np.array(2.0))
+a = SquareWeakInputs()(x)
+y = SquareWeakInputs()(a)
+del a
+try:
+    y.backward()
+except AttributeError as error:
+    print("AttributeError:", error, " (a is gone: backward needs the inputs)")

@@ -1,0 +1,55 @@
+"""Step 14's lesson: what the picture says reaches x, and the exercises' solutions (repeat_add, Sub) against
+PyTorch."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from steploader import load_step
+
+pytestmark = [pytest.mark.step14, pytest.mark.torch]
+step = load_step(14)
+
+
+def test_three_gradients_of_one_reach_x_in_x_plus_x_plus_x():
+    x = step.Variable(np.array(3.0))
+    y = step.add(step.add(x, x), x)
+    assert step.deliveries(y, x) == [1.0, 1.0, 1.0]  # one per path: d/dx of each term of x + x + x
+    assert x.grad == 3.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7])
+def test_repeat_add_gives_n_as_torch_does(n):
+    values = np.array([0.5, -2.0])
+    x = step.Variable(values)
+    step.repeat_add(x, n).backward()
+    xt = torch.tensor(values, requires_grad=True)
+    yt = xt + xt
+    for _ in range(n - 2):
+        yt = yt + xt
+    yt.sum().backward()
+    np.testing.assert_array_equal(x.grad, xt.grad.numpy())
+    np.testing.assert_array_equal(x.grad, np.full(2, float(n)))
+
+
+@given(st.floats(-100, 100), st.floats(-100, 100))
+def test_sub_forward_and_grads_equal_torch(u, v):
+    x0, x1 = step.Variable(np.array(u)), step.Variable(np.array(v))
+    y = step.sub(x0, x1)
+    y.backward()
+    t0 = torch.tensor(u, dtype=torch.float64, requires_grad=True)
+    t1 = torch.tensor(v, dtype=torch.float64, requires_grad=True)
+    yt = t0 - t1
+    yt.backward()
+    assert y.data == yt.item()
+    assert (x0.grad, x1.grad) == (t0.grad.item(), t1.grad.item()) == (1.0, -1.0)
+
+
+def test_a_reused_variable_through_sub_accumulates_as_in_torch():
+    for build, expected in [(lambda v, add, sub: sub(v, v), 0.0), (lambda v, add, sub: sub(add(v, v), v), 1.0)]:
+        x = step.Variable(np.array(3.0))
+        build(x, step.add, step.sub).backward()
+        xt = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+        build(xt, torch.add, torch.sub).backward()
+        assert x.grad == xt.grad.item() == expected
