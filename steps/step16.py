@@ -150,14 +150,14 @@ def numerical_diff(f, x, eps=1e-4):
 
 
 # %% [markdown]
-# `Variable.__init__` sets `self.generation = 0`; `set_creator` and
-# `Function.__call__` number the outputs and the function; `backward` takes
-# its pending functions through `add_func`:
+# `Variable.__init__` starts every variable at generation 0; `set_creator`
+# and `Function.__call__` number the outputs and the function; `backward`
+# takes its pending functions through `add_func`:
 
 # %%
 from tinypytorch.utils.listing import show_change
 
-show_change(16, "Variable.set_creator", "Function.__call__", "Variable.backward")
+show_change(16, "Variable.__init__", "Variable.set_creator", "Function.__call__", "Variable.backward")
 
 # %% [markdown]
 # `add_func` keeps the list sorted by generation, so `funcs.pop()` returns

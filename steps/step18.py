@@ -187,8 +187,8 @@ show_change(18, "Variable.backward", "Function.__call__")
 # %% [markdown]
 # `Config` is a class used as a namespace: its attributes are settings any
 # code can read. `using_config(name, value)`, a generator that
-# `@contextlib.contextmanager` turns into a context manager (the listing
-# leaves decorators out), sets one for a `with` block and restores it in a
+# `@contextlib.contextmanager` turns into a context manager, sets one
+# for a `with` block and restores it in a
 # `finally`, so an exception cannot leave recording off; it
 # rejects unknown names, since with a typo `setattr` would silently make a
 # new attribute. `no_grad()` is the common case, as `torch.no_grad()` is in

@@ -132,3 +132,11 @@ def test_an_unchanged_a_new_and_a_missing_definition():
 def test_show_change_prints_outside_jupyter(capsys):
     show_change(14, "as_array")
     assert capsys.readouterr().out == "# as_array: unchanged since step 13\n\n"
+
+
+def test_a_definition_keeps_its_decorators_and_its_last_lines_comment():
+    """Whole lines, from the first decorator to the last line with its end-of-line comment (read in the files)."""
+    assert change_since(18, "using_config", since=17).splitlines()[1:3] == [
+        "+@contextlib.contextmanager", "+def using_config(name, value):"]
+    last = change_since(16, "Variable.backward").rstrip("\n").splitlines()[-1]
+    assert last == "+                add_func(x.creator)  # continue towards the leaves"

@@ -131,7 +131,8 @@ def _definition(step, dotted):
         if node is None:
             return None
         body = node.body
-    return textwrap.dedent(" " * node.col_offset + ast.get_source_segment(source, node))
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list])  # with its decorators
+    return textwrap.dedent("\n".join(source.splitlines()[first - 1:node.end_lineno]))  # whole lines: end comments
 
 
 def change_since(step, name, since=None, context=2):
