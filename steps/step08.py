@@ -163,12 +163,13 @@ print(f"loop backward: dx_{depth}/dx_0 = {x.grad:.6e}")
 # %% [markdown]
 # ## What the recursion limit guards, and what still costs
 #
-# The limit counts the Python calls open at once. It exists to turn a runaway
-# recursion (a function that never stops calling itself) into an error instead
-# of a program that eats memory until it dies. It can be raised with
-# `sys.setrecursionlimit`, and since Python 3.11 a Python function calling a
-# Python function no longer uses the interpreter's C stack, so the recursion
-# then finishes, here with the loop's gradient to the last bit (a test runs it
+# The limit counts the Python calls open at once. It exists to stop a runaway
+# recursion (a function that never stops calling itself) with an error,
+# before it exhausts the stack or the memory and crashes the process. It can
+# be raised with `sys.setrecursionlimit`, and since Python 3.11 a Python
+# function calling a Python function no longer uses the interpreter's C stack,
+# so the recursion then finishes, here with the loop's gradient to the last
+# bit (a test runs it
 # 200,000 deep too):
 
 # %%

@@ -158,11 +158,15 @@ def as_array_picture():
     nodes = {"x": ("leaf", "x.data\n0-d ndarray"), "pow": ("function", "x ** 2"),
              "s": ("variable", "np.float64\n(a scalar)"), "as": ("highlight", "as_array"),
              "y": ("output", "y.data\n0-d ndarray")}
-    edges = [("x", "pow"), ("pow", "s"), ("s", "as"), ("as", "y")]
     _, ax = plt.subplots(figsize=(8, 2.0))
     positions = {name: (2 * i, 0) for i, name in enumerate(nodes)}
-    draw_dag(nodes, edges, ax=ax, positions=positions,
+    draw_dag(nodes, [], ax=ax, positions=positions,
              title="inside Function.__call__ for a 0-d input: as_array puts the array back")
+    half_width = {"x": 0.6, "pow": 0.4, "s": 0.6, "as": 0.5, "y": 0.6}  # the boxes' half widths, in x units
+    names = list(nodes)
+    for a, b in zip(names, names[1:]):  # arrows from box edge to box edge: these boxes are wide
+        ax.annotate("", xy=(positions[b][0] - half_width[b], 0), xytext=(positions[a][0] + half_width[a], 0),
+                    arrowprops=dict(arrowstyle="-|>", color="0.35", lw=1.2))
     plt.show()
 
 

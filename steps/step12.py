@@ -150,8 +150,8 @@ show_change(12, "Variable.backward")
 # %% [markdown]
 # `zip(..., strict=True)` raises a `ValueError` if a `backward` returns more
 # or fewer gradients than its function has inputs; plain `zip` would stop at
-# the shorter and leave an input silently without its gradient (a collapsed
-# cell below shows the error). `as_array` keeps every gradient an `ndarray`:
+# the shorter and leave an input silently without its gradient. `as_array`
+# keeps every gradient an `ndarray`:
 # `2 * np.array(3.0) * np.array(1.0)` is a NumPy scalar.
 #
 # ## A gradient through a sum
