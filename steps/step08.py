@@ -2,26 +2,29 @@
 # # Step 08: From recursion to a loop
 #
 # Step 07's `Variable.backward` calls `backward` on the next variable, which
-# calls it on the next, and so on: a chain of $n$ functions means $n$ nested
-# Python calls, all waiting at once. Python caps the nesting depth (1000 frames
-# by default) and raises `RecursionError` beyond it, and a real network's graph
-# easily has more nodes than that, for example an unrolled recurrent network.
-# This step rewrites `backward` as a loop over a list of functions still to be
-# processed, which needs no deeper stack however long the chain.
-#
-# ## The loop
-#
-# The list `funcs` holds the functions whose `backward` has yet to run. The
-# loop takes one out, lets it turn its output's gradient into its input's
-# gradient, and, if that input was itself produced by a function, puts that
-# function on the list:
+# calls it on the next, and so on: a chain of $n$ functions keeps $n$ Python
+# calls open at once. Python stops that at `sys.getrecursionlimit()` calls
+# (1,000 by default) with a `RecursionError`, and real graphs, an unrolled
+# recurrent network for one, are longer than that. This step's one idea:
+# **walk the graph with a loop and a list of functions still to run**, so the
+# depth of the graph no longer decides the depth of the call stack.
 
 # %%
 import sys
 
+import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
+from tinypytorch.utils.listing import show_change
 
+# %% [markdown]
+# ## The loop
+#
+# The whole framework as it stands after this step is in the collapsed cell
+# below; only `Variable.backward` changed since step 07.
+
+# %% tags=["hide-cell"]
 class Variable:
     def __init__(self, data):
         self.data = data
@@ -41,27 +44,6 @@ class Variable:
                 funcs.append(x.creator)  # continue towards the leaves
 
 
-# %% [markdown]
-# Compared with step 07, the function reads its output's gradient from
-# `f.output.grad` rather than from `self.grad`: inside the loop there is no
-# `self` for each variable on the way. That is what `Function.output`, added in
-# step 07, is for.
-#
-# On a chain, `funcs` never holds more than one function. A list is still the
-# right structure: in stage 2 functions take several inputs, the graph
-# branches, and several functions can be waiting at once; the order in which
-# they leave the list then becomes the subject of step 16.
-#
-# One behaviour is lost in the rewrite. The recursive version checked
-# `self.creator` before using it; the loop puts `self.creator` on the list
-# unchecked, so calling `backward()` on a leaf (a variable with no creator)
-# fails with an `AttributeError` on `None`. PyTorch accepts it and sets the
-# leaf's gradient to one. Stage 1 keeps the loop as it is and lists this among
-# its known limitations (step 10); step 16 handles the case.
-#
-# `Function`, `Square`, `Exp` and `numerical_diff` are unchanged from step 07.
-
-# %%
 class Function:
     def __call__(self, input):
         x = input.data  # unwrap: forward works on plain ndarrays
@@ -79,7 +61,6 @@ class Function:
         raise NotImplementedError()
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -98,7 +79,6 @@ class Exp(Function):
         return np.exp(x) * gy
 
 
-# %%
 def numerical_diff(f, x, eps=1e-4):
     x0 = Variable(x.data - eps)
     x1 = Variable(x.data + eps)
@@ -107,42 +87,38 @@ def numerical_diff(f, x, eps=1e-4):
     return (y1.data - y0.data) / (2 * eps)
 
 
+# %%
+show_change(8, "Variable.backward")
+
 # %% [markdown]
-# ## Same results
+# `funcs` holds the functions whose `backward` has yet to run. The loop takes
+# one, turns its output's gradient into its input's gradient, and puts the
+# input's creator on the list. Inside the loop there is no `self` for each
+# variable on the way, so the gradient is read from `f.output.grad`: that is
+# what step 07's `Function.output` is for. On a chain the list never holds
+# more than one function; once functions take several inputs (stage 2) several
+# can wait at once, and the order they leave the list is step 16's subject.
+# (The loop puts `self.creator` on the list unchecked, so `backward()` on a
+# leaf fails here; step 16 gives it PyTorch's behaviour.)
 #
-# On the composite of the previous steps the loop gives the same gradients as
-# the recursion:
+# On the composite of the previous steps the loop gives step 07's gradients:
 
 # %%
-A = Square()
-B = Exp()
-C = Square()
-
 x = Variable(np.array(0.5))
-a = A(x)
-b = B(a)
-y = C(b)
+y = Square()(Exp()(Square()(x)))
 y.grad = np.array(1.0)
 y.backward()
-print(f"b.grad = {b.grad:.10f}")
-print(f"a.grad = {a.grad:.10f}")
 print(f"x.grad = {x.grad:.10f}")
 
 # %% [markdown]
 # ## A chain of 10,000 functions
 #
-# To see the difference we need a long chain whose value and gradient stay
-# finite. `Square` and `Exp` are no good for that: squaring 10,000 times
-# computes $x^{2^{10000}}$, which overflows or underflows unless $x$ is 0 or
-# $\pm 1$, and there the derivative is 0 or $2^{10000}$, which overflows; and
-# three or four `Exp`s in a row already overflow. So, for this experiment only, we define a
-# `Sin` function. Iterating $x_{k+1} = \sin x_k$ from $x_0 = 1$ creeps towards
-# 0 slowly, $x_n \approx \sqrt{3/n}$, and the derivative of the chain,
-#
-# $$\frac{dx_n}{dx_0} = \prod_{k=0}^{n-1} \cos x_k,$$
-#
-# is a product of factors close to 1 that decays only like a power of $n$:
-# small but far from underflow.
+# A long chain needs a function whose iterates stay finite: squaring 10,000
+# times over- or underflows, and a few `Exp`s in a row overflow. $x_{k+1} =
+# \sin x_k$ from $x_0 = 1$ creeps towards 0 ($x_n \approx \sqrt{3/n}$), and the
+# chain's derivative $\prod_k \cos x_k$ decays only like a power of $n$. So,
+# for this experiment only, a `Sin` function, and step 07's recursive
+# `backward` as a plain function, to run both versions on the same graph:
 
 # %%
 class Sin(Function):  # a demo function for long chains; not part of the framework
@@ -150,8 +126,7 @@ class Sin(Function):  # a demo function for long chains; not part of the framewo
         return np.sin(x)
 
     def backward(self, gy):
-        x = self.input.data
-        return np.cos(x) * gy
+        return np.cos(self.input.data) * gy
 
 
 def sin_chain(x, depth):
@@ -161,81 +136,106 @@ def sin_chain(x, depth):
     return y
 
 
-depth = 10_000
-x = Variable(np.array(1.0))
-y = sin_chain(x, depth)
-print(f"x_{depth} = {y.data:.6f}   (sqrt(3/n) = {np.sqrt(3 / depth):.6f})")
-
-# %% [markdown]
-# For comparison we keep step 07's recursive `backward`, written as a plain
-# function so that both versions can run on the same graph:
-
-# %%
 def backward_recursive(y):
     """Step 07's Variable.backward, as a function of the variable."""
     f = y.creator
     if f is not None:
-        x = f.input
-        x.grad = f.backward(y.grad)
-        backward_recursive(x)
+        f.input.grad = f.backward(y.grad)
+        backward_recursive(f.input)
 
 
+depth = 10_000
+x = Variable(np.array(1.0))
+y = sin_chain(x, depth)
 y.grad = np.array(1.0)
 try:
     backward_recursive(y)
-    print("recursive backward finished")
 except RecursionError as error:
     print("recursive backward raised", type(error).__name__)
 
 # %% [markdown]
-# The recursion gave up after about a thousand of the 10,000 links: Python
-# counts the frames of running calls and raises `RecursionError` at
-# `sys.getrecursionlimit()`, 1,000 by default, to turn a runaway recursion
-# into an error. The limit can be raised. Since Python 3.11, which this
-# tutorial requires, a Python function calling a Python function no longer
-# takes room on the interpreter's C stack, so with a higher limit the same
-# recursion finishes:
+# The loop needs no limit:
 
 # %%
+y.backward()
+print(f"loop backward: dx_{depth}/dx_0 = {x.grad:.6e}")
+
+# %% [markdown]
+# ## What the recursion limit guards, and what still costs
+#
+# The limit counts the Python calls open at once. It exists to stop a runaway
+# recursion (a function that never stops calling itself) with an error,
+# before it exhausts the stack or the memory and crashes the process. It can
+# be raised with `sys.setrecursionlimit`, and since Python 3.11 a Python
+# function calling a Python function no longer uses the interpreter's C stack,
+# so the recursion then finishes, here with the loop's gradient to the last
+# bit (a test runs it
+# 200,000 deep too):
+
+# %%
+loop_grad = x.grad
 limit = sys.getrecursionlimit()
 sys.setrecursionlimit(2 * depth)
 try:
     backward_recursive(y)
 finally:
     sys.setrecursionlimit(limit)  # put the guard back
-recursive_grad = x.grad
-print(f"limit {2 * depth:,}: recursive backward finished, dx_{depth}/dx_0 = {recursive_grad:.6e}")
+print(f"limit {2 * depth:,}: recursive backward finished, same gradient as the loop: {x.grad == loop_grad}")
+
 
 # %% [markdown]
-# What the recursion still costs: every level keeps its frame until the
-# whole chain is done, memory that grows with the depth; a recursion that
-# passes through C code (a `__del__`, a callback written in C) does use the
-# C stack, where going too deep crashes the process instead of raising; and
-# a program that raises the limit loses the guard against its own runaway
-# recursions. A loop keeps only a list of the functions still to run.
-# PyTorch's autograd engine, too, processes the graph with a loop and a
-# queue rather than recursion.
+# What is left is cost. Every open call keeps its frame, its local variables,
+# until the whole chain is done, so the recursion's memory grows with the
+# depth of the graph, and a program that raises the limit has lost the guard
+# for all its other recursions. The loop keeps one frame and a list. The
+# picture counts the Python frames open while each function's `backward` runs:
+
+# %% tags=["hide-input"]
+def frames_per_step(backward, depth):
+    """Python frames open when each Sin.backward of a chain of `depth` runs, relative to the first."""
+    seen = []
+
+    class CountingSin(Sin):
+        def backward(self, gy):
+            frame, n = sys._getframe(), 0
+            while frame is not None:
+                frame, n = frame.f_back, n + 1
+            seen.append(n)
+            return super().backward(gy)
+
+    y = Variable(np.array(1.0))
+    for _ in range(depth):
+        y = CountingSin()(y)
+    y.grad = np.array(1.0)
+    backward(y)
+    return np.array(seen) - seen[0] + 1
+
+
+n = 800
+fig, ax = plt.subplots(figsize=(8, 3))
+ax.plot(np.arange(1, n + 1), frames_per_step(backward_recursive, n), label="recursion (step 07)")
+ax.plot(np.arange(1, n + 1), frames_per_step(Variable.backward, n), lw=2.5, label="loop (step 08)")
+ax.text(n * 0.98, 40, "the loop: one call open, at any depth", ha="right", color="C1")
+ax.axhline(limit, color="0.5", ls="--", lw=1)
+ax.text(n / 2, limit * 0.93, f"default recursion limit ({limit:,})", ha="center", va="top", color="0.4")
+ax.set(xlabel="functions whose backward has run", ylabel="Python calls open",
+       title=f"backward through a chain of {n} functions: the call stack", ylim=(-40, limit * 1.08))
+ax.legend(loc="upper left")
+plt.show()
+
+# %% [markdown]
+# PyTorch's autograd engine, too, walks the graph with a loop over a queue of
+# nodes, not with recursion.
 #
-# The loop needs no limit, and gives the same gradient:
-
-# %%
-y.backward()
-print(f"loop backward finished: dx_{depth}/dx_0 = {x.grad:.6e}, the recursion's: {x.grad == recursive_grad}")
-
-# %% [markdown]
 # ## Check against PyTorch
 #
-# First the composite, at a scalar and an array; the arithmetic matches
-# PyTorch's except for $e^a$, which may differ in the last bit, hence
-# `rtol=1e-14`. Then the 10,000-deep `sin` chain, built the same way in PyTorch.
-# Its gradient is a product of 10,000 cosines, each computed by a different
-# library and each multiplication rounded: the relative differences can add up
-# to about $3 \times 10^4$ units of $u = 1.1 \times 10^{-16}$ in the worst case,
-# so we allow `rtol=1e-11`.
+# The composite at a scalar and an array (`rtol=1e-14`: $e^a$ may differ in
+# the last bit), then the 10,000-deep `sin` chain built the same way in
+# PyTorch. Its gradient is a product of 10,000 cosines, each from a different
+# library and each product rounded: up to about $3 \times 10^4$ units of
+# $u = 1.1 \times 10^{-16}$ apart, so `rtol=1e-11`.
 
 # %%
-import torch
-
 for array in (np.array(0.5), np.array([-1.0, 0.0, 0.5, 1.0])):
     x = Variable(array)
     y = Square()(Exp()(Square()(x)))
@@ -244,19 +244,75 @@ for array in (np.array(0.5), np.array([-1.0, 0.0, 0.5, 1.0])):
     t = torch.tensor(array, requires_grad=True)
     torch.square(torch.exp(torch.square(t))).backward(torch.ones_like(t))
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-14, atol=0)
-    print(f"x = {np.array2string(array)}: x.grad equals torch's")
 
 x = Variable(np.array(1.0))
 y = sin_chain(x, depth)
 y.grad = np.array(1.0)
-y.backward()
-t = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
-ty = t
+y.backward()  # the default recursion limit is in force
+t = ty = torch.tensor(1.0, dtype=torch.float64, requires_grad=True)
 for _ in range(depth):
     ty = torch.sin(ty)
 ty.backward()
 np.testing.assert_allclose(y.data, ty.item(), rtol=1e-11, atol=0)
 np.testing.assert_allclose(x.grad, t.grad.item(), rtol=1e-11, atol=0)
-print(f"sin chain of depth {depth}: value {y.data:.6f} and x.grad {x.grad:.6e} equal torch's")
+print("PyTorch check passed: loop backward equals torch; a 10,000-deep chain runs without RecursionError")
 
-print("PyTorch check passed: loop backward equals torch, and a 10,000-deep chain runs without RecursionError")
+# %% [markdown]
+# ## Recap
+#
+# - The recursive `backward` keeps one Python call open per function of the
+#   chain; past `sys.getrecursionlimit()` (1,000 by default) it raises
+#   `RecursionError`.
+# - The loop keeps a list of functions still to run and reads each one's
+#   output gradient from `f.output.grad`: the stack stays flat at any depth.
+# - Raising the limit makes the recursion finish on Python 3.11+, but its
+#   memory still grows with depth and the guard against runaway recursion is
+#   gone; the loop needs neither.
+# - PyTorch's engine is a loop over a queue too.
+#
+# ## Exercises
+#
+# **1. Backprop ninja: a deep `Cos` chain.** Write `Cos` (its backward by
+# hand) and backpropagate through $\cos$ applied 1,000 times to $x_0 = 1$.
+# Why does this gradient shrink so much faster than the `sin` chain's?
+
+# %% tags=["hide-cell"]
+class Cos(Function):
+    def forward(self, x):
+        return np.cos(x)
+
+    def backward(self, gy):
+        return -np.sin(self.input.data) * gy  # d cos(x)/dx = -sin x
+
+
+x = y = Variable(np.array(1.0))
+for _ in range(1000):
+    y = Cos()(y)
+y.grad = np.array(1.0)
+y.backward()
+print(f"x_1000 = {y.data:.6f}, dx_1000/dx_0 = {x.grad:.3e}")
+# the iterates settle at 0.739085 (cos x = x), where each factor is -sin(0.739085) = -0.674: 0.674^1000
+
+
+# %% [markdown]
+# **2. A loop over variables.** Write `backward_variables(y)`, the loop with a
+# list of *variables* to visit instead of functions, so it needs no
+# `Function.output`; a leaf simply has no creator to follow, so it also works
+# on a leaf.
+
+# %% tags=["hide-cell"]
+def backward_variables(y):
+    todo = [y]
+    while todo:
+        v = todo.pop()
+        f = v.creator
+        if f is not None:
+            f.input.grad = f.backward(v.grad)
+            todo.append(f.input)
+
+
+x = Variable(np.array(1.0))
+y = sin_chain(x, depth)
+y.grad = np.array(1.0)
+backward_variables(y)
+print(f"dx_{depth}/dx_0 = {x.grad:.6e}")

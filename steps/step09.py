@@ -2,23 +2,30 @@
 # # Step 09: Making the framework easier to use
 #
 # The framework computes gradients, but using it takes ceremony and it trusts
-# its input blindly. This step makes four small changes:
+# its input blindly. This step's idea is **usability**, in three small changes
+# and a convenience:
 #
-# 1. `backward()` seeds the output's gradient itself, so `y.grad = np.array(1.0)`
-#    is no longer needed;
-# 2. `Variable` accepts only NumPy arrays (or `None`) and rejects anything else
-#    with a clear `TypeError`;
-# 3. `as_array` turns the NumPy scalars that NumPy sometimes returns back into
-#    arrays, which change 2 makes necessary;
-# 4. the plain functions `square(x)` and `exp(x)` replace `Square()(x)` and
-#    `Exp()(x)`.
-#
-# ## `Variable`: a type check and an implicit seed
+# 1. `backward()` seeds the output's gradient itself: no more
+#    `y.grad = np.array(1.0)`;
+# 2. `Variable` accepts only NumPy arrays (or `None`) and refuses anything else
+#    with a `TypeError` that names what it got;
+# 3. `as_array` turns the NumPy scalars that NumPy returns for 0-d arithmetic
+#    back into arrays, which change 2 makes necessary;
+# 4. `square(x)` and `exp(x)` replace `Square()(x)` and `Exp()(x)`.
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
+from tinypytorch.utils.listing import show_change
+from tinypytorch.utils.pictures import draw_dag
 
+# %% [markdown]
+# The whole framework as it stands after this step is in the collapsed cell
+# below; the changes since step 08 are shown one by one.
+
+# %% tags=["hide-cell"]
 class Variable:
     def __init__(self, data):
         if data is not None and not isinstance(data, np.ndarray):
@@ -42,70 +49,12 @@ class Variable:
                 funcs.append(x.creator)  # continue towards the leaves
 
 
-# %% [markdown]
-# **The seed.** The backward pass starts from $\frac{dy}{dy} = 1$. If the
-# output has no gradient yet, `backward` now creates it with `np.ones_like`,
-# which matches the shape and dtype of `data`. For an array output, a seed of
-# ones computes the gradient of the sum of its elements (step 06). PyTorch is
-# stricter here: `backward()` without an argument works only for a one-element
-# output and otherwise raises "grad can be implicitly created only for scalar
-# outputs"; for any other output one passes the seed explicitly.
-#
-# **The type check.** Until now `Variable(1.0)` or `Variable([1.0, 2.0])` was
-# accepted, and the mistake surfaced later and elsewhere: a list fails inside
-# `Square.forward` with "unsupported operand type(s) for ** or pow()", far from
-# where the list came in. Failing at construction, with a message that names
-# the type received, points straight at the cause. `None` stays allowed: a
-# variable whose value is not known yet is useful later, for instance a layer
-# parameter created before the input size is known.
-
-# %%
-for bad in (1.0, [1.0, 2.0], "1.0"):
-    try:
-        Variable(bad)
-    except TypeError as error:
-        print("TypeError:", error)
-print("Variable(None).data is None:", Variable(None).data is None)
-
-# %% [markdown]
-# ## NumPy scalars and `as_array`
-#
-# The type check has a side effect. Step 02 noted that a 0-dimensional array
-# does not stay an array under arithmetic: NumPy returns a *NumPy scalar*, an
-# `np.float64`, which is not an `ndarray`. Arrays with at least one dimension
-# stay arrays:
-
-# %%
-x0 = np.array(1.0)
-x1 = np.array([1.0])
-for expression, value in (("x0 ** 2", x0 ** 2), ("np.exp(x0)", np.exp(x0)),
-                          ("x1 ** 2", x1 ** 2), ("np.exp(x1)", np.exp(x1))):
-    print(f"{expression:11} -> {type(value).__name__:8} is an ndarray: {isinstance(value, np.ndarray)}")
-
-# %% [markdown]
-# So `Square()(Variable(np.array(1.0)))` would now raise our own `TypeError`,
-# for input the user got right. `as_array` undoes NumPy's conversion: it turns a
-# scalar (Python's or NumPy's) into a 0-dimensional array and passes everything
-# else through untouched. `np.isscalar` is true for `1.0` and `np.float64(1.0)`
-# but false for a 0-dimensional array, which is exactly the distinction needed.
-
-# %%
 def as_array(x):
     if np.isscalar(x):
         return np.array(x)
     return x
 
 
-# %%
-for value in (np.float64(4.0), 4.0, np.array(4.0), np.array([4.0])):
-    converted = as_array(value)
-    print(f"{type(value).__name__:8} {value!s:5} -> {type(converted).__name__}, ndim {converted.ndim}")
-
-# %% [markdown]
-# `Function.__call__` passes every result of `forward` through `as_array`
-# before wrapping it. Nothing else in `Function` changes.
-
-# %%
 class Function:
     def __call__(self, input):
         x = input.data  # unwrap: forward works on plain ndarrays
@@ -123,10 +72,6 @@ class Function:
         raise NotImplementedError()
 
 
-# %% [markdown]
-# `Square` and `Exp` are unchanged.
-
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -145,13 +90,6 @@ class Exp(Function):
         return np.exp(x) * gy
 
 
-# %% [markdown]
-# ## `square` and `exp` as Python functions
-#
-# Writing `Square()(x)` creates a function object and calls it. Two small
-# helpers hide the first half:
-
-# %%
 def square(x):
     return Square()(x)
 
@@ -160,20 +98,6 @@ def exp(x):
     return Exp()(x)
 
 
-# %% [markdown]
-# Besides reading better, they make a rule automatic: every call gets a *new*
-# function object. That matters, because a `Function` remembers the input and
-# output of its call. Reusing one object twice in a graph, as in
-# `f = Square(); y = f(f(x))`, overwrites the links of the first call:
-# `f.input` becomes the inner result, which names `f` itself as its creator,
-# and `backward` would then return to `f` forever.
-#
-# `numerical_diff` is unchanged. It builds `Variable(x.data - eps)` without
-# `as_array`, so for a 0-dimensional `x` it now meets the type check: use it
-# with arrays of at least one dimension. Step 10 lists this among the known
-# limitations of stage 1, and step 11 fixes it.
-
-# %%
 def numerical_diff(f, x, eps=1e-4):
     x0 = Variable(x.data - eps)
     x1 = Variable(x.data + eps)
@@ -183,71 +107,196 @@ def numerical_diff(f, x, eps=1e-4):
 
 
 # %% [markdown]
-# ## The composite, in its new form
-#
-# The composite of the previous steps is now one line, and `backward()` needs no
-# seed. Every intermediate result is a 0-dimensional `ndarray` again:
+# ## A type check and an implicit seed
 
 # %%
-x = Variable(np.array(0.5))
-y = square(exp(square(x)))
-y.backward()
-print(f"y = {y.data:.10f}   type {type(y.data).__name__}, ndim {y.data.ndim}")
-print(f"x.grad = {x.grad:.10f}")
+show_change(9, "Variable.__init__", "Variable.backward")
 
 # %% [markdown]
-# Only `data` passes through `as_array`. A gradient is whatever `backward`
-# returns, so for a 0-dimensional input `x.grad` is still a NumPy scalar.
-# Nothing depends on that yet; in stage 3 gradients become `Variable`s
-# themselves.
+# **The seed.** The backward pass starts from $dy/dy = 1$; `np.ones_like`
+# gives it `data`'s shape and dtype. For an array output, a seed of ones
+# computes the gradient of the sum of its elements (step 06). PyTorch is
+# stricter: a bare `backward()` works only for a one-element output and
+# otherwise raises "grad can be implicitly created only for scalar outputs".
+#
+# **The type check.** Until now `Variable([1.0, 2.0])` was accepted and failed
+# later, inside `Square.forward`, far from where the list came in. Now the
+# mistake is caught where it is made. `None` stays allowed, for a value not
+# known yet (a layer's parameter before the input size is known, later on).
+
+# %%
+for bad in (1.0, [1.0, 2.0]):
+    try:
+        Variable(bad)
+    except TypeError as error:
+        print("TypeError:", error)
 
 # %% [markdown]
-# On an array input the implicit seed is an array of ones, so `x.grad` holds
+# ## NumPy scalars and `as_array`
+#
+# The type check has a side effect: arithmetic on a 0-d array gives a *NumPy
+# scalar*, an `np.float64`, not an `ndarray` (an array of one or more
+# dimensions stays an array). `Square()(Variable(np.array(1.0)))` would now
+# raise our own `TypeError` for input the user got right.
+
+# %%
+x0 = np.array(1.0)
+print(f"type(x0 ** 2) = {type(x0 ** 2).__name__}, an ndarray: {isinstance(x0 ** 2, np.ndarray)}")
+
+# %% [markdown]
+# `as_array` undoes that: `np.isscalar` is true for `1.0` and `np.float64(1.0)`
+# but false for a 0-d array, exactly the distinction needed, and
+# `Function.__call__` passes every result of `forward` through it:
+
+# %%
+show_change(9, "as_array", "Function.__call__")
+
+
+# %% tags=["hide-input"]
+def as_array_picture():
+    """The value of square(x) for a 0-d x, from forward to the output Variable, with its type on the way."""
+    nodes = {"x": ("leaf", "x.data\n0-d ndarray"), "pow": ("function", "x ** 2"),
+             "s": ("variable", "np.float64\n(a scalar)"), "as": ("highlight", "as_array"),
+             "y": ("output", "y.data\n0-d ndarray")}
+    _, ax = plt.subplots(figsize=(8, 2.0))
+    positions = {name: (2 * i, 0) for i, name in enumerate(nodes)}
+    draw_dag(nodes, [], ax=ax, positions=positions,
+             title="inside Function.__call__ for a 0-d input: as_array puts the array back")
+    half_width = {"x": 0.6, "pow": 0.4, "s": 0.6, "as": 0.5, "y": 0.6}  # the boxes' half widths, in x units
+    names = list(nodes)
+    for a, b in zip(names, names[1:]):  # arrows from box edge to box edge: these boxes are wide
+        ax.annotate("", xy=(positions[b][0] - half_width[b], 0), xytext=(positions[a][0] + half_width[a], 0),
+                    arrowprops=dict(arrowstyle="-|>", color="0.35", lw=1.2))
+    plt.show()
+
+
+as_array_picture()
+
+# %% [markdown]
+# Only `data` passes through `as_array`; a gradient is whatever `backward`
+# returns, so for a 0-d input `x.grad` is still a NumPy scalar (step 12 wraps
+# gradients too). `numerical_diff` builds `Variable(x.data - eps)` without
+# `as_array`, so for now it needs an input of at least one dimension; step 11
+# fixes it.
+#
+# ## `square` and `exp`
+#
+# Two helpers hide the creation of the function object, and make a rule
+# automatic: every call gets a *new* `Function`. That matters because a
+# `Function` remembers the input and output of its latest call; reusing one
+# object twice in a graph would overwrite the first call's links.
+
+# %%
+show_change(9, "square", "exp")
+
+# %% [markdown]
+# The composite of the previous steps is now one line, and `backward()` needs
+# no seed. On an array input the seed is all ones, so `x.grad` holds
 # $4x_i\,e^{2x_i^2}$ for every element:
 
 # %%
-xs = Variable(np.array([-1.0, 0.0, 0.5, 1.0]))
-square(exp(square(xs))).backward()
-print("x.grad       =", np.array2string(xs.grad, precision=6))
-print("4x e^(2x^2)  =", np.array2string(4 * xs.data * np.exp(2 * xs.data ** 2), precision=6))
+x = Variable(np.array([-1.0, 0.0, 0.5, 1.0]))
+y = square(exp(square(x)))
+y.backward()
+print("x.grad      =", np.array2string(x.grad, precision=6))
+print("4x e^(2x^2) =", np.array2string(4 * x.data * np.exp(2 * x.data ** 2), precision=6))
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# We compare `square(exp(square(x))).backward()` with PyTorch for a scalar
-# (where PyTorch also seeds implicitly) and for arrays (where PyTorch needs the
-# seed `torch.ones_like`), with `rtol=1e-14` as before, and confirm that every
-# output's `data` is an `ndarray`. Then bad input: PyTorch's `torch.tensor` converts a
-# Python float without complaint, so there is nothing to compare; we assert our
-# own contract instead, a `TypeError` that names the type received.
+# `square(exp(square(x))).backward()` against PyTorch for a scalar (where
+# PyTorch too seeds implicitly) and for arrays (where PyTorch needs the seed
+# `torch.ones_like`), `rtol=1e-14` as before; every output is an `ndarray`.
+# For bad input there is nothing to compare (`torch.tensor(1.0)` converts a
+# float without complaint): we assert our own contract, a `TypeError` naming
+# the type received.
 
 # %%
-import torch
-
 rng = np.random.default_rng(0)
 for array in (np.array(0.5), np.array([-1.0, 0.0, 0.5, 1.0]), rng.uniform(-1.5, 1.5, size=(2, 3))):
     x = Variable(array)
     y = square(exp(square(x)))
     y.backward()
     assert isinstance(y.data, np.ndarray)
-
     t = torch.tensor(array, requires_grad=True)
     ty = torch.square(torch.exp(torch.square(t)))
-    if ty.ndim == 0:
-        ty.backward()  # implicit seed, as in our backward()
-    else:
-        ty.backward(torch.ones_like(ty))
+    ty.backward() if ty.ndim == 0 else ty.backward(torch.ones_like(ty))  # torch seeds only a scalar
     np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-14, atol=0)
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-14, atol=0)
-    print(f"shape {array.shape!s:6}: y and x.grad equal torch's")
-
 for bad, type_name in ((1.0, "float"), ([1.0, 2.0], "list")):
     try:
         Variable(bad)
+        raise AssertionError(f"Variable({bad!r}) was accepted")
     except TypeError as error:
         assert f"got {type_name}" in str(error)
-        print(f"Variable({bad!r}) raises TypeError: {error}")
-    else:
-        raise AssertionError(f"Variable({bad!r}) was accepted")
-
 print("PyTorch check passed: square/exp with implicit seed equal torch; non-arrays raise a clear TypeError")
+
+# %% [markdown]
+# ## Recap
+#
+# - `backward()` seeds $dy/dy$ with `np.ones_like(y.data)`; PyTorch does so
+#   only for a one-element output.
+# - `Variable` refuses anything but an `ndarray` (or `None`), naming the type
+#   it got: the error appears where the mistake is made.
+# - NumPy turns 0-d results into scalars; `as_array` in `Function.__call__`
+#   turns them back, so every `data` is an `ndarray`.
+# - `square(x)` and `exp(x)` make a fresh `Function` per call.
+#
+# ## Exercises
+#
+# **1. Backprop ninja: `tanh`.** Write `Tanh` and `tanh(x)`. Work the
+# backward out by hand and use the output you already have:
+# $\frac{d}{dx}\tanh x = 1 - \tanh^2 x$.
+
+# %% tags=["hide-cell"]
+class Tanh(Function):
+    def forward(self, x):
+        return np.tanh(x)
+
+    def backward(self, gy):
+        y = self.output.data
+        return (1 - y ** 2) * gy
+
+
+def tanh(x):
+    return Tanh()(x)
+
+
+x = Variable(np.array([-1.0, 0.0, 2.0]))
+square(tanh(x)).backward()
+print("d tanh(x)^2/dx =", np.array2string(x.grad, precision=6))
+
+
+# %% [markdown]
+# **2. A friendlier constructor.** Write `variable(value)`, which accepts a
+# Python number, a list or an array and makes a float64 `Variable` of it, as
+# `torch.tensor(value, dtype=torch.float64)` does, and, like `torch.tensor`,
+# refuses a string with a `TypeError`.
+
+# %% tags=["hide-cell"]
+def variable(value):
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":  # booleans, integers and floats
+        raise TypeError(f"cannot make a Variable of {type(value).__name__} data")
+    return Variable(array.astype(np.float64))
+
+
+print(variable(3).data, variable([1, 2.5]).data)
+
+
+# %% [markdown]
+# **3. PyTorch's seed rule.** Write `backward_like_torch(y)`, which seeds
+# implicitly only when `y` has one element and otherwise raises PyTorch's
+# `RuntimeError`.
+
+# %% tags=["hide-cell"]
+def backward_like_torch(y):
+    if y.data.size != 1:
+        raise RuntimeError("grad can be implicitly created only for scalar outputs")
+    y.backward()
+
+
+try:
+    backward_like_torch(square(Variable(np.array([1.0, 2.0]))))
+except RuntimeError as error:
+    print("RuntimeError:", error)

@@ -1,25 +1,25 @@
 # %% [markdown]
 # # Step 10: Testing
 #
-# A wrong backward pass raises no error. It returns a number of the right shape
-# that is simply not the derivative, and a model trained with it may still
-# improve a little, which hides the bug further. So every function's backward
-# needs a test, and this step writes them in three ways:
+# A wrong backward pass raises no error: it returns an array of the right
+# shape that is simply not the derivative, and a model trained with it may
+# still improve a little. So every function's backward needs a test. This
+# step's idea is **how to test a gradient**, three ways:
 #
-# 1. **unit tests** with expected values worked out by hand;
-# 2. **gradient checks**, which compare `backward` with `numerical_diff` on
-#    any input, no hand calculation needed;
+# 1. **unit tests**, with expected values worked out by hand;
+# 2. **gradient checks**, which compare `backward` with the central
+#    difference `numerical_diff` on any input;
 # 3. **reference tests**, which compare with an independent implementation,
 #    PyTorch.
 #
-# The framework itself is complete for stage 1 and unchanged from step 09.
-#
-# ## The framework at the end of stage 1
+# The framework is step 09's, unchanged: it is in the collapsed cell below.
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
-
+# %% tags=["hide-cell"]
 class Variable:
     def __init__(self, data):
         if data is not None and not isinstance(data, np.ndarray):
@@ -43,14 +43,12 @@ class Variable:
                 funcs.append(x.creator)  # continue towards the leaves
 
 
-# %%
 def as_array(x):
     if np.isscalar(x):
         return np.array(x)
     return x
 
 
-# %%
 class Function:
     def __call__(self, input):
         x = input.data  # unwrap: forward works on plain ndarrays
@@ -68,7 +66,6 @@ class Function:
         raise NotImplementedError()
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -87,7 +84,6 @@ class Exp(Function):
         return np.exp(x) * gy
 
 
-# %%
 def square(x):
     return Square()(x)
 
@@ -96,7 +92,6 @@ def exp(x):
     return Exp()(x)
 
 
-# %%
 def numerical_diff(f, x, eps=1e-4):
     x0 = Variable(x.data - eps)
     x1 = Variable(x.data + eps)
@@ -106,17 +101,13 @@ def numerical_diff(f, x, eps=1e-4):
 
 
 # %% [markdown]
-# ## Unit tests with `unittest`
+# ## Unit tests
 #
-# Python's standard library ships a test framework, `unittest`. A test case is
-# a subclass of `unittest.TestCase`; each method whose name starts with `test`
-# is one test, and `self.assertEqual` and friends report a failure with the
-# values involved.
-#
-# The expected values below are worked out by hand, never taken from the code
-# under test: $2^2 = 4$, and $\frac{d}{dx}x^2 = 2x$ is $6$ at $x = 3$;
-# $e^0 = 1$, and $\frac{d}{dx}e^x = e^x$ is $1$ at $x = 0$. These inputs make
-# the arithmetic exact, so `assertEqual` needs no tolerance.
+# Python's `unittest` runs the methods named `test...` of a
+# `unittest.TestCase` subclass. The expected values are worked out by hand,
+# never taken from the code under test: $2^2 = 4$, and $\frac{d}{dx}x^2 = 2x$
+# is $6$ at $x = 3$. These inputs make the arithmetic exact, so no tolerance
+# is needed. `ExpTest` is the same for $e^0 = 1$ (collapsed below).
 
 # %%
 import unittest
@@ -133,6 +124,7 @@ class SquareTest(unittest.TestCase):
         self.assertEqual(x.grad, np.array(6.0))
 
 
+# %% tags=["hide-cell"]
 class ExpTest(unittest.TestCase):
     def test_forward(self):
         y = exp(Variable(np.array(0.0)))
@@ -145,25 +137,21 @@ class ExpTest(unittest.TestCase):
 
 
 # %% [markdown]
-# Hand-worked cases are clear, but they are few, and they favour convenient
-# inputs such as 0, where some bugs are invisible: a backward pass that returned
-# just `gy`, as if the derivative of $e^x$ were 1, would pass
-# `ExpTest.test_backward`, because $e^0 = 1$.
+# Hand-worked cases are few, and they favour convenient inputs where some
+# bugs are invisible: a backward that returned just `gy`, as if $e^x$ had
+# derivative 1, would pass `ExpTest`, because $e^0 = 1$.
 #
 # ## Gradient checking
 #
-# A gradient check needs no expected values: it compares the gradient from
-# `backward` with the central difference of step 04, on any input. Agreement
-# cannot be exact. `numerical_diff` uses $h = 10^{-4}$, so its truncation error
-# is about $\frac{h^2}{6}|f'''|$, a relative error of
-# $1.7 \times 10^{-9} \cdot |f'''/f'|$, and its rounding error is of order
-# $10^{-12}$ relative (step 04). The default `rtol=1e-6` leaves room for
-# $|f'''/f'|$ up to several hundred, while a genuinely wrong derivative is
-# typically off by much more than one part in a million. `atol` covers elements
-# whose derivative is 0, where a relative tolerance means nothing.
-#
-# Because `numerical_diff` shifts all elements of `x` at once, `gradient_check`
-# is valid for element-wise functions only, which is all stage 1 has.
+# A gradient check needs no expected values: it compares `backward` with the
+# central difference of step 04 on any input. The two cannot agree exactly:
+# the difference's relative error is about $\frac{h^2}{6}|f'''/f'|$
+# (truncation) plus a rounding error of order $\varepsilon/h$
+# ($\varepsilon = 2.2 \times 10^{-16}$), for $e^x$ at $h = 10^{-4}$ about
+# $2 \times 10^{-9}$ (the picture below). A wrong derivative is
+# typically off by far more than one part in a million, so `rtol=1e-6`; `atol`
+# covers elements whose derivative is 0. `numerical_diff` shifts all elements
+# at once, so the check holds for element-wise functions, all stage 1 has.
 
 # %%
 def gradient_check(f, x, rtol=1e-6, atol=1e-8):
@@ -174,21 +162,45 @@ def gradient_check(f, x, rtol=1e-6, atol=1e-8):
     return np.allclose(x.grad, num_grad, rtol=rtol, atol=atol)
 
 
-# %%
 def composite(x):
     return square(exp(square(x)))
 
 
 rng = np.random.default_rng(0)
 for f in (square, exp, composite):
-    print(f"gradient_check({f.__name__:9}) on 5 random values:", gradient_check(f, Variable(rng.uniform(-1, 1, 5))))
+    x = Variable(rng.uniform(-1, 1, 5))
+    print(f"gradient_check({f.__name__}) on 5 random values:", gradient_check(f, x))
+
+
+# %% tags=["hide-input"]
+def central_difference_error_picture():
+    """Relative error of the central difference of exp at 0.5, against the step h."""
+    hs = np.logspace(-13, -1, 97)
+    x = 0.5
+    errors = [abs((np.exp(x + h) - np.exp(x - h)) / (2 * h) - np.exp(x)) / np.exp(x) for h in hs]
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.loglog(hs, errors, ".", ms=4, label="measured")
+    ax.loglog(hs, hs ** 2 / 6, "--", label="truncation $h^2/6$")
+    ax.loglog(hs, np.finfo(float).eps / hs, ":", label=r"rounding $\approx\varepsilon/h$")
+    ax.axvline(1e-4, color="0.5", lw=1)
+    ax.axhline(1e-6, color="C3", lw=1)
+    ax.text(1.3e-4, 1e-13, "numerical_diff's h", color="0.4")
+    ax.text(3e-9, 2e-6, "gradient_check's rtol", color="C3")
+    ax.set(xlabel="step h", ylabel="relative error", ylim=(1e-14, 1e-1),
+           title="central difference of exp at x = 0.5: wrong by far less than rtol at h = 1e-4")
+    ax.legend(loc="upper right", fontsize=8)
+    plt.show()
+
+
+central_difference_error_picture()
+
 
 # %% [markdown]
 # ### A check must be able to fail
 #
-# A test that cannot fail proves nothing, so let us break something. A classic
-# slip in a backward pass is to return the local derivative and forget to
-# multiply by the incoming gradient `gy`:
+# A test that cannot fail proves nothing, so let us break something: a
+# classic slip is to return the local derivative and forget to multiply by
+# the incoming gradient `gy`.
 
 # %%
 class ForgetfulExp(Exp):
@@ -198,21 +210,24 @@ class ForgetfulExp(Exp):
 
 
 x = Variable(rng.uniform(-1, 1, 5))
-print("ForgetfulExp(x):          ", gradient_check(lambda v: ForgetfulExp()(v), x))
-print("ForgetfulExp(square(x)):  ", gradient_check(lambda v: ForgetfulExp()(square(v)), x))
-print("square(ForgetfulExp(x)):  ", gradient_check(lambda v: square(ForgetfulExp()(v)), x))
+print("ForgetfulExp(x):        ", gradient_check(lambda v: ForgetfulExp()(v), x))
+print("ForgetfulExp(square(x)):", gradient_check(lambda v: ForgetfulExp()(square(v)), x))
+print("square(ForgetfulExp(x)):", gradient_check(lambda v: square(ForgetfulExp()(v)), x))
 
 # %% [markdown]
-# The broken function passes twice. In both cases it is the *last* function of
-# the chain, so its `gy` is the seed, all ones, and ignoring a factor of one
-# changes nothing. Only when another function follows it, so that `gy` is not
-# one, does the bug show. The lesson generalises: test every backward pass with
-# a `gy` other than one, for instance by composing it under another function.
+# The broken function passes twice: when it is the *last* function, its `gy`
+# is the seed, all ones, and ignoring a factor of one changes nothing. Only
+# when another function follows does the bug show. So test every backward
+# with a `gy` other than one, for instance under another function.
 #
-# The gradient checks become test cases like the hand-worked ones, on seeded
-# random inputs, so that a failure can be reproduced:
+# The gradient checks become test cases on seeded random inputs, so that a
+# failure can be reproduced, and a third test case compares with PyTorch
+# (collapsed below). A gradient check tests `backward` against `forward`; if
+# `forward` is wrong the two can agree on the wrong function, and a reference
+# implementation closes that gap, to `rtol=1e-14` (only `exp` may differ, in
+# its last bit).
 
-# %%
+# %% tags=["hide-cell"]
 class GradientCheckTest(unittest.TestCase):
     def test_square(self):
         x = Variable(np.random.default_rng(1).uniform(-2, 2, 10))
@@ -229,19 +244,6 @@ class GradientCheckTest(unittest.TestCase):
     def test_catches_a_forgotten_gy(self):
         x = Variable(np.random.default_rng(4).uniform(-1, 1, 10))
         self.assertFalse(gradient_check(lambda v: square(ForgetfulExp()(v)), x))
-
-
-# %% [markdown]
-# ## Testing against PyTorch
-#
-# A gradient check tests `backward` against `forward`; if `forward` itself is
-# wrong, the two can agree on the wrong function. A reference implementation
-# closes that gap, and since it should agree with ours to the last few bits,
-# the tolerance can be tight: our arithmetic is PyTorch's apart from `exp`,
-# whose last bit may differ, hence `rtol=1e-14`.
-
-# %%
-import torch
 
 
 class TorchTest(unittest.TestCase):
@@ -267,96 +269,38 @@ class TorchTest(unittest.TestCase):
 # %% [markdown]
 # ## Running the tests
 #
-# From the command line a test file is run with `python -m unittest` (or
-# `unittest.main()` at the end of the file). Neither suits a notebook: unless
-# told otherwise, `unittest.main` parses the kernel's command-line arguments
-# and exits the process when done, and it writes its report to standard error. Instead we load the test
-# cases into a suite and run it into a `TestResult`, which collects the
-# failures and errors, and print one line a test. (The runner's own report
-# would end with the time the tests took, which changes from run to run.)
+# From a terminal, `python -m unittest file.py` runs them. In a notebook we
+# run them into a `unittest.TestResult` (the runner's own report would print
+# the time taken, which changes from run to run; the collapsed cell has the
+# few lines):
 
-# %%
-loader = unittest.defaultTestLoader
-suite = unittest.TestSuite(
-    loader.loadTestsFromTestCase(case) for case in (SquareTest, ExpTest, GradientCheckTest, TorchTest)
-)
-names = [test.id() for case in suite for test in case]  # before running: the suite lets go of its tests
-result = unittest.TestResult()
-suite.run(result)
-failed = {test.id() for test, _ in result.failures + result.errors}
-for name in names:
-    print(f"{name.removeprefix('__main__.'):45} {'FAILED' if name in failed else 'ok'}")
-print(f"{result.testsRun} tests run: {len(result.failures)} failures, {len(result.errors)} errors")
-assert result.wasSuccessful()
+# %% tags=["hide-input"]
+def run_test_cases(*cases):
+    result = unittest.TestResult()
+    for case in cases:
+        ran, failed = result.testsRun, len(result.failures + result.errors)
+        unittest.defaultTestLoader.loadTestsFromTestCase(case).run(result)
+        failed = len(result.failures + result.errors) - failed
+        print(f"{case.__name__:17} {result.testsRun - ran} tests, {failed} failed")
+    return result
+
+
+assert run_test_cases(SquareTest, ExpTest, GradientCheckTest, TorchTest).wasSuccessful()
 
 # %% [markdown]
-# ## The repository's own tests: pytest and hypothesis
-#
-# The tests of this tutorial (`tests/test_step10.py` and its siblings) use
-# two tools beyond the standard library. **pytest** runs plain functions whose
-# names start with `test_`, uses the bare `assert` statement and reports the
-# values that made it fail; markers select tests, so `pytest -m step10` runs
-# this step's tests. **hypothesis** generates the inputs: instead of a few
-# chosen or seeded values, a test states what inputs are valid, and hypothesis
-# tries many of them and, when one fails, shrinks it to the simplest failing
-# example. A test in that style:
-#
-# ```python
-# from hypothesis import given, strategies as st
-#
-# @given(st.floats(-2.0, 2.0))
-# def test_composite_gradient_matches_torch(value):
-#     x = Variable(np.array(value))
-#     composite(x).backward()
-#     t = torch.tensor(value, dtype=torch.float64, requires_grad=True)
-#     torch.square(torch.exp(torch.square(t))).backward()
-#     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-14)
-# ```
-#
-# ## Known limitations of stage 1
-#
-# The framework computes correct gradients for chains of one-input,
-# one-output functions. It is not yet a general autograd engine:
-#
-# - Functions take one input and give one output, so there is no `x + y` and
-#   no `x * y`; stage 2 starts there.
-# - A gradient is *assigned*, not added. A variable used in two places (once
-#   there are two-input functions, `x + x`) would keep only one contribution,
-#   while PyTorch accumulates them (step 14).
-# - `backward()` on a variable without a creator fails, because the loop of
-#   step 08 puts `None` on its list; PyTorch sets a leaf's gradient to one, and
-#   so does step 16:
-
-# %%
-try:
-    Variable(np.array(1.0)).backward()
-except AttributeError as error:
-    print("AttributeError:", error)
-
-# %% [markdown]
-# - A `Function` object remembers only its latest call, so it must not appear
-#   twice in one graph; `square` and `exp` create a fresh one per call.
-# - `numerical_diff` and `gradient_check` shift all elements at once and hold
-#   only for element-wise functions; step 40 checks one element at a time.
-# - `numerical_diff` builds `Variable(x.data - eps)` without `as_array`. For a
-#   0-dimensional `x`, NumPy returns a scalar there, which the type check of
-#   step 09 rejects; a one-element array works, and step 11 adds the missing
-#   `as_array`:
-
-# %%
-try:
-    numerical_diff(square, Variable(np.array(0.5)))
-except TypeError as error:
-    print("TypeError:", error)
-print(f"numerical_diff(square, Variable(np.array([0.5]))) = {numerical_diff(square, Variable(np.array([0.5])))}")
+# This tutorial's own tests (`tests/test_step10.py` and its siblings) use
+# **pytest**, which runs plain `test_...` functions with bare `assert`s, and
+# **hypothesis**, which generates many valid inputs and shrinks a failing one
+# to the simplest example. Stage 1's known limitations are checked there
+# too: `backward()` on a leaf fails (step 16 fixes it), and `numerical_diff`
+# needs an input of at least one dimension (step 11 fixes it).
 #
 # ## Check against PyTorch
 #
-# For $x = 0.5$ (as a one-element array, see above) and two seeded random
-# arrays, the composite's gradient passes
-# `gradient_check` against the numerical derivative and equals PyTorch's within
-# `rtol=1e-14`. For the broken `ForgetfulExp`, `gradient_check` fails, and
-# PyTorch confirms that the broken gradient is the wrong one.
+# For $x = 0.5$ (as a one-element array) and two seeded random arrays, the
+# composite's gradient passes `gradient_check` and equals PyTorch's within
+# `rtol=1e-14`; for the broken `ForgetfulExp`, `gradient_check` fails, and
+# PyTorch confirms that its gradient is the wrong one.
 
 # %%
 rng = np.random.default_rng(6)
@@ -364,16 +308,65 @@ for array in (np.array([0.5]), rng.uniform(-1, 1, 4), rng.uniform(-1, 1, (2, 3))
     x = Variable(array)
     assert gradient_check(composite, x)
     t = torch.tensor(array, requires_grad=True)
-    ty = torch.square(torch.exp(torch.square(t)))
-    ty.backward(torch.ones_like(ty))
+    torch.square(torch.exp(torch.square(t))).backward(torch.ones_like(t))
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-14, atol=0)
-    print(f"shape {array.shape!s:6}: gradient_check passes and x.grad equals torch's")
-
 x = Variable(rng.uniform(-1, 1, 4))
 assert not gradient_check(lambda v: square(ForgetfulExp()(v)), x)
 t = torch.tensor(x.data, requires_grad=True)
 torch.square(torch.exp(t)).backward(torch.ones_like(t))
 assert not np.allclose(x.grad, t.grad.numpy(), rtol=1e-6)
-print("square(ForgetfulExp(x)): gradient_check fails, and the gradient differs from torch's")
+print("PyTorch check passed: gradient_check agrees with the numerical derivative; the gradients with torch")
 
-print("PyTorch check passed: gradient_check agrees with the numerical derivative, and the gradients with torch")
+# %% [markdown]
+# ## Recap
+#
+# - Unit tests pin down hand-worked values; choose inputs where a bug cannot
+#   hide (not only $x = 0$).
+# - A gradient check compares `backward` with the central difference on any
+#   input, with a tolerance set by the difference's own error.
+# - A check must be able to fail: break the code once and watch it fail; feed
+#   every backward a `gy` other than one.
+# - A reference (PyTorch) catches what a gradient check cannot: a wrong
+#   forward.
+#
+# ## Exercises
+#
+# **1. Backprop ninja: `Cube`.** Write `Cube` ($x^3$) and `cube(x)` with a
+# backward worked out by hand, and pass `gradient_check` with it under `exp`.
+
+# %% tags=["hide-cell"]
+class Cube(Function):
+    def forward(self, x):
+        return x ** 3
+
+    def backward(self, gy):
+        x = self.input.data
+        return 3 * x ** 2 * gy
+
+
+def cube(x):
+    return Cube()(x)
+
+
+x = Variable(rng.uniform(-1, 1, 5))
+print("gradient_check(exp(cube(x))):", gradient_check(lambda v: exp(cube(v)), x))
+
+
+# %% [markdown]
+# **2. A check with a random seed.** Write `seeded_gradient_check(f, x, gy)`:
+# seed `y.grad = gy` before `backward`. For element-wise $f$ the gradient of
+# $\sum_i g_i f(x_i)$ is $g \cdot f'(x)$, so compare with `gy` times the
+# central difference. Does it catch `ForgetfulExp` on its own?
+
+# %% tags=["hide-cell"]
+def seeded_gradient_check(f, x, gy, rtol=1e-6, atol=1e-8):
+    y = f(x)
+    y.grad = gy
+    y.backward()
+    return np.allclose(x.grad, gy * numerical_diff(f, x), rtol=rtol, atol=atol)
+
+
+x = Variable(rng.uniform(-1, 1, 5))
+gy = rng.uniform(0.5, 2, 5)
+print("exp:", seeded_gradient_check(exp, x, gy))
+print("ForgetfulExp:", seeded_gradient_check(lambda v: ForgetfulExp()(v), x, gy))

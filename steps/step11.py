@@ -1,53 +1,31 @@
 # %% [markdown]
 # # Step 11: Functions with several inputs and outputs
 #
-# Every function of stage 1 took one `Variable` and returned one: `square`,
-# `exp`, and chains of them. Most operations a network needs are not like
-# that. Addition and multiplication take two inputs; concatenation takes any
-# number; splitting an array, or `divmod`, returns several outputs.
-#
-# This step changes the calling convention of `Function` so that it accepts
-# any number of inputs and returns any number of outputs. Only the forward
-# direction is generalised here. The backward pass still handles one input and
-# one output per function; step 12 generalises it.
-#
-# ## The new calling convention
-#
-# A function with $n$ inputs and $m$ outputs computes
+# Every function of stage 1 took one `Variable` and returned one. Most
+# operations a network needs are not like that: addition and multiplication
+# take two inputs, concatenation any number; splitting an array, or `divmod`,
+# returns several outputs. This step's idea: **a `Function` takes any number
+# of inputs and returns any number of outputs**,
 #
 # $$(y_1, \dots, y_m) = f(x_1, \dots, x_n).$$
 #
-# In code, three pieces of Python syntax carry this:
-#
-# - `def __call__(self, *inputs)` packs however many positional arguments the
-#   caller passes into the tuple `inputs`;
-# - `self.forward(*xs)` does the reverse: it unpacks the list of arrays `xs`
-#   into separate arguments, so a subclass writes `forward(self, x0, x1)` with
-#   named parameters rather than indexing into a list;
-# - `forward` returns either one array (the common case) or a tuple of arrays.
-#   `__call__` wraps a single array into a 1-tuple, so the code after it deals
-#   with one shape of data only: a sequence of outputs.
-#
-# The function keeps `inputs` and `outputs` (plural now), and returns a single
-# `Variable` when there is one output and a list otherwise. The first rule keeps
-# `y = square(x)` readable; the second lets a caller unpack the outputs, as in
-# `q, r = DivMod()(a, b)` below.
-#
-# The base class's `forward` and `backward` now name the subclass that forgot
-# to implement them, which saves a search when a new function is half written.
-# And `numerical_diff` wraps its shifted inputs with `as_array`: for 0-d data,
-# `x.data - eps` is a NumPy scalar, which `Variable` rightly refuses.
-#
-# ## The framework after this step
-#
-# `Variable` is unchanged except for one line of `backward`: a function no longer
-# has `input` and `output` attributes, so the loop reads the first (and, for now,
-# only) input and output from the new lists.
+# Only the forward direction is generalised here; step 12 does the backward.
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
+from tinypytorch.utils.listing import show_change
+from tinypytorch.utils.pictures import draw_graph
 
+# %% [markdown]
+# ## The new calling convention
+#
+# The whole framework as it stands after this step is in the collapsed cell
+# below. The change is in `Function.__call__`:
+
+# %% tags=["hide-cell"]
 class Variable:
     def __init__(self, data):
         if data is not None and not isinstance(data, np.ndarray):
@@ -77,11 +55,6 @@ def as_array(x):
     return x
 
 
-# %% [markdown]
-# `Function.__call__` is where the change happens. Each output gets its own
-# `Variable`, and each of them records this function as its creator.
-
-# %%
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -102,14 +75,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %% [markdown]
-# `Square` and `Exp` keep their `forward(self, x)`: with one input, `forward(*xs)`
-# passes exactly one array. Their `backward` reads the input from `inputs[0]`.
-#
-# `Add` is the first function with two inputs. It has no `backward` yet: the
-# loop in `Variable.backward` could not deliver two gradients anyway.
-
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -128,11 +93,6 @@ class Exp(Function):
         return np.exp(x) * gy
 
 
-class Add(Function):
-    def forward(self, x0, x1):
-        return x0 + x1
-
-
 def square(x):
     return Square()(x)
 
@@ -149,40 +109,54 @@ def numerical_diff(f, x, eps=1e-4):
     return (y1.data - y0.data) / (2 * eps)
 
 
+# %%
+show_change(11, "Function.__call__")
+
 # %% [markdown]
-# ## Two inputs, one output
+# Three pieces of Python syntax carry it:
 #
-# `Add()` creates the function object; calling it with two variables runs
-# `forward(x0.data, x1.data)`. The output records `Add` as its creator, and the
-# `Add` object records both inputs.
+# - `def __call__(self, *inputs)` packs the positional arguments into the
+#   tuple `inputs`;
+# - `self.forward(*xs)` unpacks the list of arrays again, so a subclass writes
+#   `forward(self, x0, x1)` with named parameters;
+# - `forward` returns one array or a tuple of arrays; one array is wrapped into
+#   a 1-tuple, so the code after it handles one shape of data only.
+#
+# Each output gets its own `Variable` with this function as its creator. The
+# call returns a single `Variable` for one output (so `y = square(x)` still
+# reads well) and a list otherwise (so `q, r = DivMod()(a, b)` unpacks).
+# The rest follows: functions keep `inputs` and `outputs` (plural), so
+# `Variable.backward` and the `backward` of `Square` and `Exp` read
+# `inputs[0]` and `outputs[0]`; the base class's errors name the subclass
+# that forgot a method; and `numerical_diff` wraps its shifted inputs with
+# `as_array`, so it takes 0-d input again.
+#
+# ## Two inputs: `Add`
+#
+# `Add` is the first function with two inputs. It has no `backward` yet: the
+# loop in `Variable.backward` could not deliver two gradients anyway.
 
 # %%
+class Add(Function):
+    def forward(self, x0, x1):
+        return x0 + x1
+
+
 x0 = Variable(np.array(2.0))
 x1 = Variable(np.array(3.0))
 f = Add()
 y = f(x0, x1)
-print("y.data =", y.data)
-print("y.creator is f:", y.creator is f)
-print("f.inputs are x0, x1:", f.inputs[0] is x0 and f.inputs[1] is x1)
-print("number of outputs:", len(f.outputs))
+print("y.data =", y.data, "| y.creator is f:", y.creator is f, "| f.inputs are x0, x1:",
+      f.inputs[0] is x0 and f.inputs[1] is x1)
+
 
 # %% [markdown]
-# Nothing in `Add` is specific to scalars: `forward` receives NumPy arrays, so
-# two arrays of the same shape are added element by element.
-
-# %%
-a = Variable(np.array([1.0, 2.0, 3.0]))
-b = Variable(np.array([10.0, 20.0, 30.0]))
-print("Add()(a, b).data =", Add()(a, b).data)
-
-# %% [markdown]
-# ## Several outputs
+# ## Two outputs: `DivMod`
 #
 # A function returns several outputs by returning a tuple from `forward`.
-# `np.divmod` returns the quotient and the remainder as a tuple of two arrays, so
-# a function built on it needs no extra code. This function is only an
-# illustration and not part of the framework: division is not differentiable in
-# a useful way.
+# `np.divmod` returns quotient and remainder as a tuple, so a function built
+# on it needs nothing more. (An illustration only, not part of the framework:
+# floor division has no useful derivative.)
 
 # %%
 class DivMod(Function):
@@ -190,80 +164,114 @@ class DivMod(Function):
         return np.divmod(x0, x1)  # a tuple (quotient, remainder)
 
 
-q, r = DivMod()(Variable(np.array([7.0, -7.0])), Variable(np.array([2.0, 2.0])))
-print("quotient  =", q.data)
-print("remainder =", r.data)
-print("both outputs share one creator:", q.creator is r.creator)
+a, b = Variable(np.array([7.0, -7.0])), Variable(np.array([2.0, 2.0]))
+q, r = DivMod()(a, b)
+print("quotient =", q.data, "| remainder =", r.data, "| one creator:", q.creator is r.creator)
+
+
+# %% tags=["hide-input"]
+fig, (left, right) = plt.subplots(1, 2, figsize=(8, 2.8))
+draw_graph(y, names={x0: "x0 = 2", x1: "x1 = 3", y: "y = 5"}, ax=left, title="Add: two inputs, one output")
+draw_graph(q, r, names={a: "a", b: "b", q: "quotient", r: "remainder"}, ax=right,
+           title="DivMod: two inputs, two outputs")
+plt.show()
 
 # %% [markdown]
-# The remainder of $-7$ divided by $2$ is $1$, not $-1$: NumPy floors the
-# quotient ($-7 / 2 = -3.5 \to -4$), so the remainder $-7 - 2 \cdot (-4) = 1$
-# has the sign of the divisor, as Python's `%` does.
+# In both graphs the function holds a link to every input (`inputs`) and
+# every output (`outputs`), and every output's `creator` is the function.
+# The remainder of $-7$ by $2$ is $1$, not $-1$: NumPy floors the quotient
+# ($-3.5 \to -4$), so the remainder has the sign of the divisor, as Python's
+# `%` does.
 #
-# ## Stage-1 graphs still differentiate
-#
-# A chain of one-input functions runs through the same loop as before. The
-# gradient of $y = (e^{x^2})^2 = e^{2x^2}$ is $\frac{dy}{dx} = 4x\,e^{2x^2}$;
-# at $x = 0.5$ that is $2e^{0.5} \approx 3.297443$. Backpropagation and the
-# central difference of step 04 agree.
+# What is still missing: a graph with `Add` cannot be differentiated, since
+# `Add` has no `backward` and the loop would read only `f.inputs[0]`:
 
 # %%
-x = Variable(np.array(0.5))
-y = square(exp(square(x)))
-y.backward()
-print(f"backprop:       {x.grad:.6f}")
-print(f"numerical diff: {numerical_diff(lambda v: square(exp(square(v))), x):.6f}")
-print(f"4x e^(2x^2):    {4 * 0.5 * np.exp(2 * 0.5 ** 2):.6f}")
-
-# %% [markdown]
-# ## What is still missing
-#
-# The backward pass of a graph that contains `Add` fails in two places: `Add`
-# has no `backward`, and even if it had one, the loop reads only
-# `f.inputs[0]`, so the gradient for the second input would be dropped. The
-# error below is the one the base class raises for the missing method.
-
-# %%
-y = Add()(Variable(np.array(2.0)), Variable(np.array(3.0)))
 try:
-    y.backward()
+    Add()(Variable(np.array(2.0)), Variable(np.array(3.0))).backward()
 except NotImplementedError as error:
     print("NotImplementedError:", error)
 
 # %% [markdown]
-# Step 12 gives `backward` the same treatment `forward` received here: it takes
-# the gradients of all outputs and returns one gradient per input.
+# Chains of one-input functions still differentiate as before (a test checks
+# them against PyTorch).
 #
 # ## Check against PyTorch
 #
-# `Add` must compute what `torch.add` computes, for scalars and arrays. Both
-# perform one IEEE addition per element, so the results must be identical, not
-# merely close. The two outputs of `DivMod` are compared with torch's floor
-# division and `torch.remainder`, which follow the same sign convention. The
-# gradient of the stage-1 chain is compared with autograd.
+# `Add` must compute what `torch.add` computes. Both do one IEEE addition per
+# element, so the results must be identical, not merely close. `DivMod`'s
+# outputs are compared with torch's floor division and `torch.remainder`,
+# which follow the same sign convention, and the stage-1 chain's gradient
+# with autograd.
 
 # %%
-import torch
-
 rng = np.random.default_rng(0)
 for shape in [(), (3,), (2, 3)]:
     a, b = rng.standard_normal(shape), rng.standard_normal(shape)
     ours = Add()(Variable(a), Variable(b))
-    theirs = torch.add(torch.tensor(a), torch.tensor(b))
-    np.testing.assert_array_equal(ours.data, theirs.numpy())
-    print(f"shape {shape!s:7} Add forward == torch.add")
-
+    np.testing.assert_array_equal(ours.data, torch.add(torch.tensor(a), torch.tensor(b)).numpy())
 a, b = np.array([7.0, -7.0, 7.5, -7.5]), np.array([2.0, 2.0, -2.0, 0.5])
 q, r = DivMod()(Variable(a), Variable(b))
-np.testing.assert_array_equal(q.data, torch.div(torch.tensor(a), torch.tensor(b), rounding_mode="floor").numpy())
-np.testing.assert_array_equal(r.data, torch.remainder(torch.tensor(a), torch.tensor(b)).numpy())
-print("DivMod outputs == torch floor division and torch.remainder")
-
+ta, tb = torch.tensor(a), torch.tensor(b)
+np.testing.assert_array_equal(q.data, torch.div(ta, tb, rounding_mode="floor").numpy())
+np.testing.assert_array_equal(r.data, torch.remainder(ta, tb).numpy())
 x = Variable(np.array(0.5))
 square(exp(square(x))).backward()
 xt = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
 torch.square(torch.exp(torch.square(xt))).backward()
 np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
-print(f"d/dx square(exp(square(x))) at 0.5: {x.grad:.6f} == torch {xt.grad.item():.6f}")
-
 print("PyTorch check passed: Add forward equals torch.add; the stage-1 chain still backpropagates")
+
+# %% [markdown]
+# ## Recap
+#
+# - `__call__(self, *inputs)` takes any number of inputs; `forward(*xs)`
+#   receives them as named parameters.
+# - `forward` returns one array or a tuple; `__call__` makes one `Variable`
+#   per output, each with the function as its creator.
+# - A function keeps `inputs` and `outputs`, and returns a single `Variable`
+#   or a list.
+# - The backward pass is still one input, one output: step 12.
+#
+# ## Exercises
+#
+# **1. `Mul`.** Write `Mul`, the element-wise product of two inputs (forward
+# only).
+
+# %% tags=["hide-cell"]
+class Mul(Function):
+    def forward(self, x0, x1):
+        return x0 * x1
+
+
+print(Mul()(Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))).data)
+
+
+# %% [markdown]
+# **2. One input, two outputs.** Write `SinCos`, which returns $\sin x$ and
+# $\cos x$ as two outputs of one function.
+
+# %% tags=["hide-cell"]
+class SinCos(Function):
+    def forward(self, x):
+        return np.sin(x), np.cos(x)
+
+
+s, c = SinCos()(Variable(np.array([0.0, np.pi / 2])))
+print("sin:", np.round(s.data, 6), "cos:", np.round(c.data, 6))
+
+
+# %% [markdown]
+# **3. Any number of inputs.** Write `AddN`, the sum of however many inputs
+# it is given, left to right.
+
+# %% tags=["hide-cell"]
+class AddN(Function):
+    def forward(self, *xs):
+        total = xs[0]
+        for x in xs[1:]:
+            total = total + x
+        return total
+
+
+print(AddN()(*[Variable(np.array(float(k))) for k in range(1, 5)]).data)

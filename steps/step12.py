@@ -1,66 +1,43 @@
 # %% [markdown]
 # # Step 12: Backward through functions with several inputs
 #
-# Step 11 let a function take several inputs and return several outputs, but
-# only in the forward direction. This step does the same for the backward
-# pass: a function receives the gradients of all its outputs and returns one
-# gradient per input, and the loop in `Variable.backward` hands each of those
-# gradients to the right input.
+# Step 11 let a function take several inputs and return several outputs, in
+# the forward direction only. This step's idea is the same for the backward
+# pass: **a function receives the gradients of all its outputs and returns one
+# gradient per input**, and `Variable.backward` hands each gradient to its
+# input.
 #
 # ## The chain rule with several inputs
 #
-# Let $L$ be the final output (the one `backward` is called on) and
-# $y = f(x_0, x_1)$ a function somewhere in the graph. The backward pass reaches
-# $f$ carrying $g_y = \partial L / \partial y$. The chain rule gives each input
-# its own gradient, scaled by that input's partial derivative:
+# Let $L$ be the output `backward` is called on and $y = f(x_0, x_1)$ a
+# function in the graph. The backward pass reaches $f$ carrying
+# $g_y = \partial L / \partial y$, and each input gets its own share:
 #
 # $$g_{x_0} = g_y \frac{\partial y}{\partial x_0}, \qquad
 #   g_{x_1} = g_y \frac{\partial y}{\partial x_1}.$$
 #
-# For addition, $y = x_0 + x_1$, both partial derivatives are $1$, so `Add`
-# passes the incoming gradient through unchanged to both inputs:
-#
-# $$g_{x_0} = g_y, \qquad g_{x_1} = g_y.$$
-#
-# With several outputs $y_1, \dots, y_m$ the function receives one gradient per
-# output, and each input collects the contributions of all of them:
-# $g_{x_i} = \sum_j g_{y_j} \, \partial y_j / \partial x_i$. No function of this
-# stage has two outputs, but the interface already allows it.
-#
-# ## The new `backward` interface
-#
-# `backward` mirrors `forward`. Where `forward(*xs)` receives one array per input,
-# `backward(*gys)` receives one gradient per output. Where `forward` returns one
-# array or a tuple, `backward` returns one gradient (a single input) or a tuple
-# with one gradient per input, in the order of `inputs`. So `Add` reads:
-#
-# ```python
-# def backward(self, gy):
-#     return gy, gy
-# ```
-#
-# and `Square` and `Exp` need no change: one output gives them one `gy`, and
-# their single return value is one gradient for their single input.
-#
-# ## The framework after this step
-#
-# The loop collects the gradients of the function's outputs, calls
-# `backward(*gys)`, wraps a single result into a 1-tuple (the same trick as in
-# `__call__`), and then walks the inputs and their gradients in pairs.
-# `zip(..., strict=True)` raises if a `backward` returns more or fewer gradients
-# than its function has inputs; plain `zip` would stop at the shorter sequence
-# and leave an input silently without its gradient.
-#
-# Each gradient is stored with `as_array`, as outputs are in `__call__`. NumPy
-# returns a scalar type, not an array, from arithmetic on 0-d arrays:
-# `2 * np.array(3.0) * np.array(1.0)` is `np.float64(6.0)`. `Variable` already
-# refuses such scalars as `data`; wrapping gradients too means `x.grad` is
-# always an `ndarray`, whatever the shape.
+# For $y = x_0 + x_1$ both partial derivatives are 1: `Add` passes $g_y$ to
+# both inputs unchanged. With several outputs, each input collects the
+# contributions of all of them, $g_{x_i} = \sum_j g_{y_j}\,\partial y_j /
+# \partial x_i$ (exercise 3).
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
+from tinypytorch.utils.listing import show_change
+from tinypytorch.utils.pictures import draw_dag
 
+# %% [markdown]
+# ## The new `backward` interface
+#
+# `backward` mirrors `forward`: `backward(*gys)` receives one gradient per
+# output and returns one gradient (a single input) or a tuple with one per
+# input, in the order of `inputs`. `Square` and `Exp` need no change; `Add`
+# gains its backward, and `add(x0, x1)` joins `square` and `exp`:
+
+# %% tags=["hide-cell"]
 class Variable:
     def __init__(self, data):
         if data is not None and not isinstance(data, np.ndarray):
@@ -94,7 +71,6 @@ def as_array(x):
     return x
 
 
-# %%
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -115,12 +91,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %% [markdown]
-# `Add` gains its `backward`, and an `add(x0, x1)` function joins `square` and
-# `exp`, so that graphs are written as nested calls, `exp(add(x, y))`, without
-# creating function objects by hand.
-
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -139,24 +109,12 @@ class Exp(Function):
         return np.exp(x) * gy
 
 
-class Add(Function):
-    def forward(self, x0, x1):
-        return x0 + x1
-
-    def backward(self, gy):
-        return gy, gy  # dy/dx0 = dy/dx1 = 1
-
-
 def square(x):
     return Square()(x)
 
 
 def exp(x):
     return Exp()(x)
-
-
-def add(x0, x1):
-    return Add()(x0, x1)
 
 
 def numerical_diff(f, x, eps=1e-4):
@@ -167,109 +125,196 @@ def numerical_diff(f, x, eps=1e-4):
     return (y1.data - y0.data) / (2 * eps)
 
 
+# %%
+class Add(Function):
+    def forward(self, x0, x1):
+        return x0 + x1
+
+    def backward(self, gy):
+        return gy, gy  # dy/dx0 = dy/dx1 = 1
+
+
+def add(x0, x1):
+    return Add()(x0, x1)
+
+
 # %% [markdown]
-# ## Gradients of a sum
+# The loop in `Variable.backward` (the whole framework is in the collapsed
+# cell above) collects the gradients of the function's outputs, calls
+# `backward(*gys)`, wraps a single result into a 1-tuple as `__call__` does,
+# and walks inputs and gradients in pairs:
+
+# %%
+show_change(12, "Variable.backward")
+
+# %% [markdown]
+# `zip(..., strict=True)` raises a `ValueError` if a `backward` returns more
+# or fewer gradients than its function has inputs; plain `zip` would stop at
+# the shorter and leave an input silently without its gradient. `as_array`
+# keeps every gradient an `ndarray`:
+# `2 * np.array(3.0) * np.array(1.0)` is a NumPy scalar.
 #
-# For $z = x + y$ both gradients are $1$, whatever the values of $x$ and $y$.
-
-# %%
-x = Variable(np.array(2.0))
-y = Variable(np.array(3.0))
-z = add(x, y)
-z.backward()
-print("z.data =", z.data)
-print("x.grad =", x.grad, " y.grad =", y.grad)
-
-# %% [markdown]
-# With arrays, the seed gradient `np.ones_like(z.data)` has the shape of `z`,
-# and `Add` hands each input an array of ones of that shape: every element of
-# $z$ depends on exactly one element of $x$ and one of $y$, each with slope 1.
-
-# %%
-x = Variable(np.array([1.0, 2.0, 3.0]))
-y = Variable(np.array([4.0, 5.0, 6.0]))
-z = add(x, y)
-z.backward()
-print("z.data =", z.data)
-print("x.grad =", x.grad)
-print("y.grad =", y.grad)
-
-# %% [markdown]
 # ## A gradient through a sum
 #
-# When `Add` sits inside a longer chain, the gradient it passes on is no longer
-# $1$. For $z = e^{x + y}$, `Exp` receives $g_z = 1$ and returns
-# $e^{x+y}$; `Add` copies that to both inputs:
-#
-# $$\frac{\partial z}{\partial x} = \frac{\partial z}{\partial y} = e^{x+y},$$
-#
-# which at $x = 0.5$, $y = -0.25$ is $e^{0.25} \approx 1.284025$. The central
-# difference in $x$ (with $y$ held fixed) agrees.
+# For $z = e^{x + y}$, `Exp` receives $g_z = 1$ and returns $e^{x+y}$; `Add`
+# copies that to both inputs:
+# $\partial z / \partial x = \partial z / \partial y = e^{x+y}$, at
+# $x = 0.5$, $y = -0.25$ that is $e^{0.25} \approx 1.284025$.
 
 # %%
 x = Variable(np.array(0.5))
 y = Variable(np.array(-0.25))
-z = exp(add(x, y))
+s = add(x, y)
+z = exp(s)
 z.backward()
 print(f"x.grad = {x.grad:.6f}   y.grad = {y.grad:.6f}   e^0.25 = {np.exp(0.25):.6f}")
 print(f"numerical d/dx = {numerical_diff(lambda v: exp(add(v, y)), x):.6f}")
 
-# %% [markdown]
-# ## A wrong number of gradients is an error
-#
-# A `backward` that forgets a gradient is a common slip when writing a new
-# function. Because of `strict=True`, the loop reports it instead of leaving
-# `y.grad` at `None`:
 
-# %%
+# %% tags=["hide-input"]
+def gradient_flow_picture(x, y, s, z):
+    """z = exp(x + y), drawn right to left as backward runs it, each variable's gradient under it."""
+    nodes = {"z": ("output", "z"), "Exp": ("function", "Exp"), "s": ("variable", "s = x + y"),
+             "Add": ("highlight", "Add"), "x": ("leaf", "x"), "y": ("leaf", "y")}
+    positions = {"z": (6, 0), "Exp": (4.6, 0), "s": (3.1, 0), "Add": (1.5, 0), "x": (0, 0.7), "y": (0, -0.7)}
+    edges = [("z", "Exp"), ("Exp", "s"), ("s", "Add"), ("Add", "x"), ("Add", "y")]
+    notes = {"z": f"$g_z$ = {z.grad:g}", "s": f"$g_s$ = {s.grad:.4f}", "x": f"$g_x$ = {x.grad:.4f}",
+             "y": f"$g_y$ = {y.grad:.4f}", "Add": "returns gy, gy", "Exp": "returns $e^s$ gy"}
+    _, ax = plt.subplots(figsize=(8, 2.8))
+    draw_dag(nodes, edges, ax=ax, positions=positions, notes=notes,
+             title="backward of z = exp(x + y): Add hands the same gradient to both inputs")
+    plt.show()
+
+
+gradient_flow_picture(x, y, s, z)
+
+# %% [markdown]
+# Arrows point the way backward runs; under each variable, the gradient it
+# receives: `Exp` turns $g_z = 1$ into $g_s = e^{0.25}$, and `Add` hands that
+# to $x$ and to $y$. On arrays the seed has the shape of the output, and
+# `Add` hands each input that array of gradients.
+
+# %% [markdown]
+# A `backward` that forgets a gradient, caught by `strict=True`:
+
+# %% tags=["hide-cell"]
 class AddMissingAGradient(Add):
     def backward(self, gy):
         return (gy,)  # one gradient for two inputs
 
 
-x, y = Variable(np.array(1.0)), Variable(np.array(2.0))
 try:
-    AddMissingAGradient()(x, y).backward()
+    AddMissingAGradient()(Variable(np.array(1.0)), Variable(np.array(2.0))).backward()
 except ValueError as error:
     print("ValueError:", error)
 
 # %% [markdown]
-# ## What is still missing
-#
-# The loop assigns `x.grad = gx`, overwriting whatever gradient `x` held. That
-# is right as long as every variable feeds exactly one function, as in all the
-# graphs above. Step 13 combines one- and two-input functions in one graph and
-# shows when a left-over gradient causes trouble; step 14 shows what goes
-# wrong when a variable is used twice, as in `add(x, x)`.
+# Still missing: the loop *assigns* `x.grad = gx`, which is right as long as
+# every variable feeds one function. Step 14 shows what goes wrong for a
+# variable used twice, as in `add(x, x)`.
 #
 # ## Check against PyTorch
 #
-# The gradients of $x + y$ and $e^{x+y}$ with respect to both inputs are
-# compared with autograd for a scalar and two array shapes. For the sum the
-# gradients are exactly $1$, so they must be equal; for the exponential the
-# arithmetic may round differently, so they must agree to `rtol=1e-12`.
+# The gradients of $x + y$ and $e^{x+y}$ with respect to both inputs, against
+# autograd for a scalar and two array shapes. For the sum the gradients are
+# exactly 1, so they must be equal; for the exponential the arithmetic may
+# round differently, so `rtol=1e-12`.
 
 # %%
-import torch
-
 rng = np.random.default_rng(0)
 for shape in [(), (3,), (2, 3)]:
     a, b = rng.standard_normal(shape), rng.standard_normal(shape)
     at = torch.tensor(a, requires_grad=True)
     bt = torch.tensor(b, requires_grad=True)
-
     x, y = Variable(a), Variable(b)
     add(x, y).backward()
     (at + bt).backward(torch.ones_like(at))
     np.testing.assert_array_equal(x.grad, at.grad.numpy())
     np.testing.assert_array_equal(y.grad, bt.grad.numpy())
-
     at.grad = bt.grad = None
     x, y = Variable(a), Variable(b)
     exp(add(x, y)).backward()
     torch.exp(at + bt).backward(torch.ones_like(at))
     np.testing.assert_allclose(x.grad, at.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(y.grad, bt.grad.numpy(), rtol=1e-12)
-    print(f"shape {shape!s:7} grads of x + y and exp(x + y) == torch")
-
 print("PyTorch check passed: grads of x + y (and of exp(x + y)) equal torch autograd")
+
+# %% [markdown]
+# ## Recap
+#
+# - `backward(*gys)` takes one gradient per output and returns one per input,
+#   in the order of `inputs`.
+# - `Add.backward` returns `gy, gy`: both partial derivatives are 1.
+# - The loop pairs inputs with gradients using `zip(..., strict=True)`, so a
+#   missing gradient is an error, not a silent gap; `as_array` keeps
+#   gradients arrays.
+# - Gradients are still assigned, not added: a variable used twice is step
+#   14's problem.
+#
+# ## Exercises
+#
+# **1. Backprop ninja: `Mul`.** Write `Mul` and `mul(x0, x1)` with a backward
+# worked out by hand ($\partial (x_0 x_1) / \partial x_0 = x_1$), and compute
+# the gradients of $e^{x y}$ at $x = 0.5$, $y = -0.25$.
+
+# %% tags=["hide-cell"]
+class Mul(Function):
+    def forward(self, x0, x1):
+        return x0 * x1
+
+    def backward(self, gy):
+        x0, x1 = self.inputs[0].data, self.inputs[1].data
+        return gy * x1, gy * x0
+
+
+def mul(x0, x1):
+    return Mul()(x0, x1)
+
+
+x, y = Variable(np.array(0.5)), Variable(np.array(-0.25))
+exp(mul(x, y)).backward()
+print(f"x.grad = {x.grad:.6f}  y.grad = {y.grad:.6f}")
+
+
+# %% [markdown]
+# **2. `Sub`.** Write `Sub` and `sub(x0, x1)`, $x_0 - x_1$, forward and
+# backward.
+
+# %% tags=["hide-cell"]
+class Sub(Function):
+    def forward(self, x0, x1):
+        return x0 - x1
+
+    def backward(self, gy):
+        return gy, -gy
+
+
+def sub(x0, x1):
+    return Sub()(x0, x1)
+
+
+x, y = Variable(np.array(2.0)), Variable(np.array(3.0))
+square(sub(x, y)).backward()
+print("x.grad =", x.grad, " y.grad =", y.grad)
+
+
+# %% [markdown]
+# **3. Two outputs, backward.** Give step 11's `SinCos` (outputs $\sin x$ and
+# $\cos x$) a backward that combines both outputs' gradients, and
+# differentiate `add(*SinCos()(x))`, $\sin x + \cos x$. (Here both outputs'
+# gradients arrive together, from `Add`; on separate paths the loop may reach
+# `SinCos` before one of them exists: the order of the loop is step 16's.)
+
+# %% tags=["hide-cell"]
+class SinCos(Function):
+    def forward(self, x):
+        return np.sin(x), np.cos(x)
+
+    def backward(self, g_sin, g_cos):
+        x = self.inputs[0].data
+        return np.cos(x) * g_sin - np.sin(x) * g_cos
+
+
+x = Variable(np.array(0.5))
+add(*SinCos()(x)).backward()
+print(f"x.grad = {x.grad:.6f}   cos x - sin x = {np.cos(0.5) - np.sin(0.5):.6f}")

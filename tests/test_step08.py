@@ -1,3 +1,5 @@
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -81,3 +83,26 @@ def test_backward_on_a_leaf_fails_a_known_limitation_of_the_loop():
     # the loop puts self.creator (None) on its list unchecked; the step says so
     with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'input'"):
         step.Variable(np.array(1.0)).backward()
+
+
+@pytest.mark.parametrize("depth", [DEPTH, 200_000])
+def test_with_the_limit_raised_the_recursion_finishes_with_the_loops_gradient(depth):
+    # the page's claim for Python 3.11+: Python-to-Python calls no longer use the C stack, so only the limit stops
+    # the recursion; the gradient is the product of cosines either way
+    assert sys.version_info >= (3, 11)
+    x = step.Variable(np.array(1.0))
+    y = step.sin_chain(x, depth)
+    y.grad = np.array(1.0)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 1000)
+    try:
+        step.backward_recursive(y)
+    finally:
+        sys.setrecursionlimit(limit)
+    recursive = x.grad
+    y.backward()
+    assert recursive == x.grad
+    values = [1.0]
+    for _ in range(depth - 1):
+        values.append(np.sin(values[-1]))
+    np.testing.assert_allclose(recursive, np.prod(np.cos(values)), rtol=1e-9)
