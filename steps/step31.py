@@ -50,10 +50,10 @@ def product(ax, x0, parts, title):
     """Draw `a @ b = c` from (rows, cols, label, colour) triples, starting at x0; return where it ends."""
     (a, b, c) = parts
     end = matrix(ax, x0, *a)
-    ax.text(end + 0.2, 1.7, "@", fontsize=14, ha="center", va="center")
-    end = matrix(ax, end + 0.4, *b)
-    ax.text(end + 0.2, 1.7, "=", fontsize=14, ha="center", va="center")
-    end = matrix(ax, end + 0.4, *c)
+    ax.text(end + 0.3, 1.7, "@", fontsize=14, ha="center", va="center")
+    end = matrix(ax, end + 0.6, *b)
+    ax.text(end + 0.3, 1.7, "=", fontsize=14, ha="center", va="center")
+    end = matrix(ax, end + 0.6, *c)
     ax.text(x0, 2.45, title, fontsize=10, ha="left")
     return end
 
@@ -66,7 +66,7 @@ end = product(ax, end + 0.9, [(N, H, "g", "#d9ead3"), (H, D, "Wᵀ", "#fce5cd"),
               "backward: dL/dx = g @ Wᵀ")
 product(ax, end + 0.9, [(D, N, "xᵀ", "#cfe2f3"), (N, H, "g", "#d9ead3"), (D, H, "gW", "#fce5cd")],
         "backward: dL/dW = xᵀ @ g")
-ax.set(xlim=(-0.1, 17.2), ylim=(0.3, 2.6), aspect="equal")
+ax.set(xlim=(-0.1, 18.4), ylim=(0.3, 2.6), aspect="equal")
 ax.axis("off")
 plt.show()
 
