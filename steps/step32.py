@@ -32,7 +32,7 @@ from tinypytorch.utils.listing import show_code
 # collapsed cell.
 
 # %% tags=["hide-cell"]
-show_code(F.Sigmoid, F.ReLU, F.MeanSquaredError, step=32)
+show_code(F.Sigmoid, F.ReLU, step=32)
 x = Variable(np.array([-1000.0, -40.0, -1.0, 0.0, 1.0, 1000.0]))
 print("x:      ", "  ".join(f"{v:10.4g}" for v in x.data))
 print("sigmoid:", "  ".join(f"{v:10.4g}" for v in F.sigmoid(x).data))

@@ -990,7 +990,7 @@ class MeanSquaredError(Function):  # step 32
             raise ValueError(f"mean_squared_error: shapes {x0.shape} and {x1.shape} differ")
         self.save_for_backward(x0, x1)  # step 35: both gradients need x0 - x1 (PyTorch keeps both too)
         diff = x0 - x1
-        # mean, not sum / size (step 57): in float16 the sum overflows long before the mean does;
+        # step 57: mean, not sum / size: in float16 the sum overflows long before the mean does;
         # NumPy's mean adds float16 in float32, as PyTorch does, and rounds once
         return (diff * diff).mean()
 

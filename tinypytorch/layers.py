@@ -74,7 +74,8 @@ class Layer:  # step 32
             self._buffer_names.append(name)
         setattr(self, name, array)
 
-    def buffers(self):  # step 48
+    # step 48: buffers
+    def buffers(self):
         """Every buffer of this layer and its sub-layers."""
         for layer in self.modules():
             for name in layer._buffer_names:
@@ -96,17 +97,20 @@ class Layer:  # step 32
                 setattr(layer, name, cuda.to_device(getattr(layer, name), where))
         return self
 
-    def cuda(self):  # step 48
+    # step 48
+    def cuda(self):
         return self.to("cuda")
 
-    def cpu(self):  # step 48
+    # step 48
+    def cpu(self):
         return self.to("cpu")
 
     def cleargrads(self):
         for param in self.params():
             param.cleargrad()
 
-    def train(self, mode=True):  # step 41
+    # step 41: training and evaluation modes
+    def train(self, mode=True):
         """Training mode (dropout drops, batch norm uses and updates batch statistics); returns the layer."""
         if not isinstance(mode, bool):
             raise TypeError(f"train: mode must be a bool, got {type(mode).__name__}")
@@ -114,7 +118,8 @@ class Layer:  # step 32
             layer.training = mode
         return self
 
-    def eval(self):  # step 41
+    # step 41
+    def eval(self):
         """Evaluation mode: train(False)."""
         return self.train(False)
 
