@@ -13,13 +13,14 @@
 # on the same mechanism.
 
 # %%
-
+import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable, autograd
 from tinypytorch.autograd import engine, hooks
 from tinypytorch.utils.listing import show_code
+from tinypytorch.utils.pictures import draw_dag
 
 # %% [markdown]
 # ## `register_hook`
@@ -31,17 +32,26 @@ from tinypytorch.utils.listing import show_code
 # run: that is refused at once.
 
 # %%
-show_code(Variable.register_hook)
-show_code(hooks.RemovableHandle)
+show_code(Variable.register_hook, hooks.RemovableHandle, step=34)
 
 # %% [markdown]
 # The engine calls its `call_hooks` at the moment a variable's gradient is
-# complete (in `finish`, step 33). It calls the hooks in the order they were
-# registered; whatever a hook returns, unless it is `None`, becomes the
-# gradient that the next hook sees and that the pass uses from then on:
+# complete. It calls the hooks in the order they were registered; whatever a
+# hook returns, unless it is `None`, becomes the gradient that the next hook
+# sees and that the pass uses from then on:
 
 # %%
-show_code(engine.call_hooks)
+show_code(engine.call_hooks, step=34)
+
+# %% [markdown]
+# For a variable a function made, that moment is when the function leaves
+# the ready queue (step 33): `run_function` first calls `finish_output` for
+# each of its outputs, and only then the function's own backward. A hook is
+# kept by the function, under the number of its output. (For a leaf,
+# `finish_leaf` calls the hooks just before adding into `.grad`.)
+
+# %%
+show_code(engine.GraphTask.finish_output, step=34)
 
 # %% [markdown]
 # ## Looking at a gradient
@@ -52,6 +62,22 @@ show_code(engine.call_hooks)
 # the addition. A hook on `a` is called once, with their sum $5$, when every
 # contribution has arrived: in step 33's terms, when the count of `a`'s
 # creator has reached zero and the engine takes it from the ready queue.
+# The drawing follows the gradient backwards, from the seed to $x$.
+
+# %% tags=["hide-input"]
+nodes = {"seed": ("output", "seed 1"), "add": ("function", "Add"), "mul": ("function", "Mul (a * a)"),
+         "hook": ("highlight", "a's hook: sees 5"), "scale": ("function", "Mul (x * 2)"),
+         "x": ("leaf", "x.grad = 10")}
+edges = [("seed", "add"), ("add", "mul"), ("add", "hook"), ("mul", "hook"), ("hook", "scale"),
+         ("scale", "x")]
+where = {"seed": (0, 0.4), "add": (1.7, 0.4), "mul": (3.7, 1.2), "hook": (5.7, 0.4), "scale": (8.2, 0.4),
+         "x": (10.2, 0.4)}
+fig, ax = plt.subplots(figsize=(10, 3))
+draw_dag(nodes, edges, ax=ax, positions=where,
+         edge_labels={("add", "hook"): "1", ("mul", "hook"): "2 + 2", ("hook", "scale"): "5"},
+         notes={"hook": "a's count: 3 -> 0", "scale": "runs after the hook"},
+         title="backward through y = a * a + a, a = 2x: the hook runs once a's gradient is complete")
+plt.show()
 
 # %%
 x = Variable(np.array(1.0), name="x")
@@ -93,13 +119,13 @@ h = tinypytorch.sin(x)
 handle = h.register_hook(lambda grad: grad * 2.0)
 y = h + w * w
 y.backward(retain_graph=True)  # the graph is used again below (step 35)
-print(f"with the hook:    x.grad = {x.grad:.6f} (2 cos 0.5 = {2 * np.cos(0.5):.6f}),  w.grad = {w.grad:.1f}")
+print(f"with the hook: x.grad = {x.grad:.6f} (2 cos 0.5 = {2 * np.cos(0.5):.6f}), w.grad = {w.grad:.1f}")
 
 handle.remove()
 x.cleargrad()
 w.cleargrad()
 y.backward()
-print(f"hook removed:     x.grad = {x.grad:.6f} (cos 0.5 = {np.cos(0.5):.6f}),  w.grad = {w.grad:.1f}")
+print(f"hook removed:  x.grad = {x.grad:.6f} (cos 0.5 = {np.cos(0.5):.6f}), w.grad = {w.grad:.1f}")
 
 # %% [markdown]
 # Real uses of a modifying hook: clipping the gradient of one parameter
@@ -118,9 +144,11 @@ print("p.grad =", p.grad)
 
 # %% [markdown]
 # Several hooks on one variable run in registration order, each seeing the
-# result of the ones before:
+# result of the ones before; a hook that returns the wrong shape is reported
+# at once, naming the hook, and a variable that does not require grad takes
+# no hook (collapsed below).
 
-# %%
+# %% tags=["hide-cell"]
 def first(grad):
     print(f"  first hook sees  {grad:.1f}, returns 10 times it")
     return grad * 10.0
@@ -137,13 +165,6 @@ y.register_hook(second)
 y.backward()
 print(f"x.grad = {x.grad:.1f}")
 
-# %% [markdown]
-# A hook must return a gradient of its variable's shape (or `None`): a wrong
-# shape is reported at once, naming the hook and both shapes, rather than
-# turning into a broadcasting error or a wrong gradient further down. And a
-# variable that does not require grad takes no hook:
-
-# %%
 x = Variable(np.array([1.0, 2.0]), name="x")
 x.register_hook(lambda grad: grad.sum())
 try:
@@ -180,9 +201,10 @@ d = x - w
 b = tinypytorch.exp(d)
 ab = a * b
 y = ab + a
-calls = record_hook_calls([("x", x), ("w", w), ("s", s), ("a", a), ("d", d), ("b", b), ("ab", ab), ("y", y)])
+named = [("x", x), ("w", w), ("s", s), ("a", a), ("d", d), ("b", b), ("ab", ab), ("y", y)]
+calls = record_hook_calls(named)
 y.backward()
-print(" -> ".join(f"{name} {grad:.6f}" for name, grad in calls))
+print(" -> ".join(f"{name} {grad:.4f}" for name, grad in calls))
 
 # %% [markdown]
 # Every gradient arrives once and complete: `a` (used by `a * b` and by the
@@ -197,11 +219,11 @@ print(" -> ".join(f"{name} {grad:.6f}" for name, grad in calls))
 # as it is for leaves: after the hooks have run, the engine adds the
 # gradient into `y.grad`. PyTorch implements `retain_grad` as a hook that it
 # always runs after the user's hooks; the package checks a flag at the same
-# point (see `finish` in step 33). Either way `.grad` holds the gradient as
+# point (in `finish_output` above). Either way `.grad` holds the gradient as
 # the hooks left it, whenever they were registered:
 
 # %%
-show_code(Variable.retain_grad)
+show_code(Variable.retain_grad, step=34)
 x = Variable(np.array(2.0), name="x")
 h = x * x
 h.retain_grad()
@@ -241,13 +263,15 @@ print(f"autograd.grad(x * x, x) with a hook that multiplies by 10: {gx:.1f}  (2x
 # $\times (-0.5)$), `a` has `retain_grad()`, and there are two passes, the
 # second after removing the hook on `w`. The lists of hook calls (name and
 # gradient, in order), the leaves' gradients and `a.grad` must be equal.
-# Then the same with `autograd.grad` with respect to `x` and `w`.
+# Then the same with `autograd.grad` with respect to `x` and `w`. The
+# collapsed cell builds the example for either framework.
 
-# %%
-import torch
+# %% tags=["hide-input"]
+import torch  # noqa: E402
 
 
 def run(m, make, backward):
+    """The hooked branching example in framework m: (hook calls, [results of both passes..., a.grad])."""
     x, w = make(0.5), make(1.5)
     s = m.sin(x)
     a = s * w
@@ -269,30 +293,92 @@ def run(m, make, backward):
     return calls, [float(r.item()) for r in results] + [float(a.grad.item())]
 
 
-def ours_backward(y, x, w):
+def by_backward(y, x, w):
     y.backward(retain_graph=True)
     return [x.grad.clone(), w.grad.clone()]  # .grad adds up in place, in both frameworks
 
 
-def torch_backward(y, x, w):
-    y.backward(retain_graph=True)
-    return [x.grad.clone(), w.grad.clone()]
+def by_grad(m):
+    return lambda y, x, w: list(m.autograd.grad(y, [x, w], retain_graph=True))
 
 
-calls, values = run(tinypytorch, lambda v: Variable(np.array(v)), ours_backward)
-calls_t, values_t = run(torch, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True), torch_backward)
-assert [name for name, _ in calls] == [name for name, _ in calls_t], (calls, calls_t)
-np.testing.assert_allclose([g for _, g in calls], [g for _, g in calls_t], rtol=1e-14)
-np.testing.assert_allclose(values, values_t, rtol=1e-14)
-print(f"backward: {len(calls)} hook calls in torch's order with torch's gradients;",
-      "x.grad, w.grad and retained a.grad equal torch's")
+def same(ours, theirs):
+    """Equal hook calls (names in order, gradients) and equal results."""
+    (calls, values), (calls_t, values_t) = ours, theirs
+    assert [name for name, _ in calls] == [name for name, _ in calls_t], (calls, calls_t)
+    np.testing.assert_allclose([g for _, g in calls], [g for _, g in calls_t], rtol=1e-14)
+    np.testing.assert_allclose(values, values_t, rtol=1e-14)
+    return len(calls)
 
-calls, values = run(tinypytorch, lambda v: Variable(np.array(v)),
-                    lambda y, x, w: list(autograd.grad(y, [x, w], retain_graph=True)))
-calls_t, values_t = run(torch, lambda v: torch.tensor(v, dtype=torch.float64, requires_grad=True),
-                        lambda y, x, w: list(torch.autograd.grad(y, [x, w], retain_graph=True)))
-assert [name for name, _ in calls] == [name for name, _ in calls_t], (calls, calls_t)
-np.testing.assert_allclose([g for _, g in calls], [g for _, g in calls_t], rtol=1e-14)
-np.testing.assert_allclose(values, values_t, rtol=1e-14)
-print(f"autograd.grad: {len(calls)} hook calls in torch's order with torch's gradients; results equal torch's")
+
+def ours(v):
+    return Variable(np.array(v))
+
+
+def theirs(v):
+    return torch.tensor(v, dtype=torch.float64, requires_grad=True)
+
+
+# %%
+n = same(run(tinypytorch, ours, by_backward), run(torch, theirs, by_backward))
+m = same(run(tinypytorch, ours, by_grad(tinypytorch)), run(torch, theirs, by_grad(torch)))
+print(f"backward: {n} hook calls, autograd.grad: {m}, in torch's order with torch's gradients")
 print("PyTorch check passed: hook call order, hook-modified grads and retain_grad equal torch's")
+
+# %% [markdown]
+# ## Recap
+#
+# - `register_hook(hook)` attaches a function to a variable; the engine calls
+#   it once per pass with the variable's complete gradient, and
+#   `handle.remove()` detaches it.
+# - A hook that returns a gradient replaces it: everything behind the
+#   variable gets the new one.
+# - A non-leaf's hooks run when its creator leaves the ready queue, before
+#   its backward; a leaf's just before `.grad` is added to. So the order of
+#   hooks is the engine's, which is PyTorch's.
+# - `retain_grad()` keeps a non-leaf's gradient in `.grad`, as the hooks
+#   left it.
+#
+# ## Exercises
+#
+# **1.** A *gradient reversal layer*: write `reverse_gradient(x)`, which
+# returns a variable equal to `x` whose gradient, on its way back to `x`, is
+# negated by a hook. Check it on $\sum \sin(x)$ against PyTorch with the same
+# hook.
+
+# %% tags=["hide-cell"]
+def reverse_gradient(x):
+    y = x * 1.0  # a new variable, so that the hook is on it and not on x
+    y.register_hook(lambda grad: -grad)
+    return y
+
+
+x = Variable(np.array([0.0, 1.0, 2.0]))
+tinypytorch.sin(reverse_gradient(x)).sum().backward()
+xt = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+torch.sin(reverse_gradient(xt)).sum().backward()
+print("x.grad =", x.grad, " equals torch's:", np.allclose(x.grad.data, xt.grad.numpy(), rtol=1e-15, atol=0))
+
+# %% [markdown]
+# **2.** Write `clip_norm_hook(max_norm)`, a hook that rescales a gradient
+# whose Euclidean norm exceeds `max_norm` to that norm and leaves a smaller
+# one alone. Put it on a parameter vector and compare its `.grad` with
+# PyTorch's, the same hook on a tensor.
+
+# %% tags=["hide-cell"]
+def clip_norm_hook(max_norm):
+    def hook(grad):
+        norm = float((grad * grad).sum().item()) ** 0.5
+        return grad * (max_norm / norm) if norm > max_norm else None
+
+    return hook
+
+
+q = Variable(np.array([0.5, -2.0, 3.0]))
+q.register_hook(clip_norm_hook(1.0))
+(q * q * q).sum().backward()  # gradient 3 p^2, norm about 29.6
+pt = torch.tensor([0.5, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+pt.register_hook(clip_norm_hook(1.0))
+(pt * pt * pt).sum().backward()
+print(f"|q.grad| = {np.linalg.norm(q.grad.data):.6f}, equals torch's:",
+      np.allclose(q.grad.data, pt.grad.numpy(), rtol=1e-14, atol=0))

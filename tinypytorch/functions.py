@@ -864,7 +864,7 @@ class GetItem(Function):  # step 31
     def __init__(self, key):
         self.key = key
 
-    def view_fn(self):
+    def view_fn(self):  # step 37: basic indexing makes a view, remade from its base by this function
         key = self.key
         return lambda t: get_item(t, key)
 
@@ -874,6 +874,7 @@ class GetItem(Function):  # step 31
             y = x[self.key]
         except IndexError as error:
             raise IndexError(f"getitem: {error} (key {self.key!r}, shape {x.shape})") from None
+        # step 37: a view of one element
         if not isinstance(y, type(x)):  # x[1, 2] is a number: x[1, 2, ...] is the same element, as a 0-d view
             y = x[(self.key if isinstance(self.key, tuple) else (self.key,)) + (Ellipsis,)]
         self.save_for_backward(*_index_arrays(self.key, get_array_module(x)))  # step 35: as PyTorch does

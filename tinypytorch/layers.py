@@ -74,6 +74,7 @@ class Layer:  # step 32
             self._buffer_names.append(name)
         setattr(self, name, array)
 
+    # step 48: buffers
     def buffers(self):
         """Every buffer of this layer and its sub-layers."""
         for layer in self.modules():
@@ -96,9 +97,11 @@ class Layer:  # step 32
                 setattr(layer, name, cuda.to_device(getattr(layer, name), where))
         return self
 
+    # step 48
     def cuda(self):
         return self.to("cuda")
 
+    # step 48
     def cpu(self):
         return self.to("cpu")
 
@@ -106,6 +109,7 @@ class Layer:  # step 32
         for param in self.params():
             param.cleargrad()
 
+    # step 41: training and evaluation modes
     def train(self, mode=True):
         """Training mode (dropout drops, batch norm uses and updates batch statistics); returns the layer."""
         if not isinstance(mode, bool):
@@ -114,6 +118,7 @@ class Layer:  # step 32
             layer.training = mode
         return self
 
+    # step 41
     def eval(self):
         """Evaluation mode: train(False)."""
         return self.train(False)

@@ -86,7 +86,7 @@ class Optimizer:  # step 32
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        with no_grad():  # step 36: in-place changes of leaves that require grad are allowed here
+        with no_grad():  # in-place changes of leaves that require grad are allowed here (step 36)
             for group in self.param_groups:
                 for param in group["params"]:
                     if param.grad is not None:  # a parameter the loss did not reach keeps its value and state

@@ -12,6 +12,7 @@ Function, which receives one gradient per output, or a leaf Variable, which rece
 one. So the buffers are kept per node, and the intermediate variables need not exist
 any more: only the functions and what they saved.
 """
+import functools
 import heapq
 import itertools
 import threading
@@ -300,13 +301,18 @@ class GraphTask:
         gys = [finish_output(f, nr, gy) for nr, gy in enumerate(self.buffers.pop(f))]
         if self.capture and f not in self.leading:
             return  # reached only to hand back the gradient of a target it created
-        gxs = call_backward(f, gys) if not anomaly.enabled() else anomaly.checked_backward(f, gys, call_backward)
+        call = call_backward
+        if anomaly.enabled():  # step 39: the backward runs under anomaly mode's checks
+            call = functools.partial(anomaly.checked_backward, call_backward=call_backward)
+        gxs = call(f, gys)
         if not self.retain_graph:
             f.release_saved()  # step 35: this pass was the last to need them
-        early = self.sent.pop(f, ()) if self.sent else ()
+        early = self.sent.pop(f, ()) if self.sent else ()  # step 46: gradients already sent during backward
         capture, receive = self.capture, self.receive  # (read once: every edge of every function passes here)
         for i, (edge, gx) in enumerate(zip(f.edges, gxs)):
-            if edge[0] is not None and (not capture or self.wanted(edge)) and i not in early:
+            if i in early:  # step 46: sent already
+                continue
+            if edge[0] is not None and (not capture or self.wanted(edge)):
                 receive(*edge, gx)
 
     def wanted(self, edge):
