@@ -1,24 +1,22 @@
 # %% [markdown]
 # # Step 25: Drawing the computational graph
 #
-# Step 24 found 38 functions, nine generations deep, behind the
-# Goldstein–Price function. A count says how big a graph is, not what it
-# looks like: which function feeds which, where $x$ is used again, where the
-# numbers of the formula come in. A picture shows all of that at a glance, and
-# it is the first thing to look at when a gradient comes out wrong.
+# Step 24 found 38 functions behind the Goldstein–Price function. A count says
+# how big a graph is, not what it looks like: which function feeds which, where
+# $x$ is used again, where the numbers of the formula come in. A picture shows
+# that at a glance, and it is the first thing to look at when a gradient comes
+# out wrong.
 #
-# This step adds two functions to `tinypytorch.utils`, written in its module
-# `tinypytorch/utils/drawing.py`: `get_dot_graph(y)` describes the graph that
-# computed `y` in Graphviz's DOT language, and `plot_dot_graph(y)` has
-# Graphviz draw it. PyTorch users do the same with the `torchviz` package; we
-# borrow its colours.
+# The idea of this step: **walk the graph from the output, as `backward` does,
+# and write down every node and every arrow** in Graphviz's DOT language.
+# `get_dot_graph(y)` returns that text; `plot_dot_graph(y)` has Graphviz draw
+# it. PyTorch users do the same with the `torchviz` package; we borrow its
+# colours.
 
 # %%
 import re
-import tempfile
-import unittest.mock
-import warnings
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
@@ -26,28 +24,16 @@ from tinypytorch import Variable
 from tinypytorch.testfunctions import goldstein_price
 from tinypytorch.utils import DotGraph, drawing, get_dot_graph, plot_dot_graph
 from tinypytorch.utils.listing import show_code
+from tinypytorch.utils.pictures import draw_dag
 
 # %% [markdown]
-# ## Graphviz and the DOT language
+# ## The DOT language
 #
-# [Graphviz](https://graphviz.org) lays out graphs. You describe the nodes and
-# edges in a small text language, DOT, and its program `dot` places the nodes
-# in ranks so that every edge points the same way (down, by default) and as few
-# edges cross as it can manage. A directed graph is `digraph <name> { ... }`
-# holding one statement per line:
-#
-# - `n0 [label="x", shape=ellipse]` declares node `n0` with attributes;
-# - `n0 -> n1` is an edge from `n0` to `n1`;
-# - `node [...]` sets defaults for every node after it.
-#
-# Two pieces of software are involved: the `dot` program, which comes with the
-# operating system's `graphviz` package (`apt install graphviz`,
-# `brew install graphviz`), and the Python package `graphviz`
-# (`pip install graphviz`), which holds DOT text and runs `dot` on it.
-#
-# Here is a graph written by hand. It is also the legend of every drawing in
-# this tutorial. `DotGraph`, the package's holder for DOT text (more on it
-# below), draws it when it is the last expression of a notebook cell:
+# [Graphviz](https://graphviz.org) lays out graphs. You describe nodes and
+# edges in a small text language, DOT, and its program `dot` places them so
+# that every arrow points the same way. `n0 [label="x", shape=ellipse]`
+# declares a node, `n0 -> n1` draws an arrow. Here is one written by hand; it
+# is also the legend of every drawing in this tutorial:
 
 # %%
 legend = r"""digraph legend {
@@ -67,78 +53,32 @@ legend = r"""digraph legend {
 DotGraph(legend)
 
 # %% [markdown]
-# (A plain `python steps/step25.py` shows no pictures; open the notebook to
-# see them. Without Graphviz's `dot` program the notebook shows each graph's
-# DOT text where the picture would be.)
-#
-# | node | drawn as | what it is |
-# |---|---|---|
-# | leaf | light-blue ellipse | a `Variable` no `Function` made, such as an input $x$; backward fills its `.grad` |
-# | constant | dashed white ellipse | a leaf that needs no gradient: a number of the formula, such as the 2 in `2 * x` |
-# | `Function` | grey box, labelled with its class | one recorded operation |
-# | intermediate | white ellipse | a `Variable` made by a `Function` |
-# | output | green ellipse | the `Variable` the drawing starts from |
-#
-# The shapes are DeZero's, the colours `torchviz`'s. Arrows point the way the
-# forward pass runs, from inputs to function to output; the backward pass
-# walks them in reverse.
-#
-# A number such as the 2 in `2 * x` reaches `Mul` as a plain Python number,
-# and `Function.__call__` wraps it in a `Variable` created with
-# `requires_grad=False`: a flag, borrowed from PyTorch and explained in step
-# 33, that tells the backward pass no gradient needs to flow there. The
-# drawing shows the flag by the dashed outline. `torchviz` leaves such inputs
-# out altogether; we keep them, because they show where each number of a
-# formula enters.
+# Arrows point the way the forward pass runs; the backward pass walks them in
+# reverse. A number such as the 2 in `2 * x` becomes a constant: a `Variable`
+# with `requires_grad=False` (step 33), drawn dashed, to which no gradient
+# flows. Graphviz is two installs: the `dot` program (`apt install graphviz`,
+# `brew install graphviz`) and the Python package (`pip install graphviz`).
+# Without them the notebook shows each graph's DOT text where the picture would
+# be, and a plain `python steps/step25.py` shows no pictures at all.
 #
 # ## From a graph to DOT: `get_dot_graph`
 #
-# The graph lives in the objects themselves: a `Variable` knows its `creator`,
-# a `Function` its `outputs` (weak references, step 17) and, for each input,
-# where the input came from: the function that made it, or the input itself
-# if it is a leaf (the function's `edges`; step 35 explains why a function
-# keeps these rather than the input Variables). `get_dot_graph` walks these
-# links from the output, much as `backward` does, and writes one line per
-# node and one per arrow. A few decisions make the text easy to read and the
-# same on every run:
-#
-# - **Node ids.** DeZero names each node by `id(obj)`, its memory address,
-#   which changes from run to run. We number nodes `n0, n1, ...` in the order
-#   the walk meets them, so the same graph always gives the same text, and a
-#   test can compare it with a stored copy.
-# - **A fixed order.** The walk is first in, first out: take a function from
-#   the queue, write its outputs and its inputs in their order, and queue the
-#   inputs' creators. The order never depends on memory addresses or on the
-#   order of a `set`; the set is only asked "seen it already?".
-# - **Each node once.** A function with several consumers, or a variable used
-#   by many functions (like $x$ in Goldstein–Price), is declared once; each
-#   use gets its own arrow, so `add(x, x)` shows two arrows from `x`.
-# - **Outputs are weak references.** An intermediate variable that nothing
-#   holds any more, such as each partial result of a long formula, has been
-#   freed. It is still drawn, unnamed, from what its creator recorded of it
-#   (its shape and dtype), when another function used it; an unused output
-#   that was freed is skipped.
-# - **Labels.** A variable is labelled with its `name`. A nameless 0-d leaf is
-#   almost always a number from the formula (the 14 in `14 * x`) and is
-#   labelled with its value; other nameless variables get an empty label. With
-#   `verbose=True` the label adds the shape and dtype.
-#
-# `get_dot_graph` reads from top to bottom and leaves the work to three
-# pieces, shown after it: `_functions_first_in_first_out` is the walk,
-# `_draw_function` writes one function's box and its arrows, and `_DotNodes`
-# gives each node its id the first time it is met, with the line that
-# declares it.
+# The graph lives in the objects: a `Variable` knows its `creator`, a
+# `Function` its `outputs` and, for each input, where that input came from
+# (its `edges`, step 35). `get_dot_graph` walks these links first in, first
+# out, from the output, and numbers each node `n0, n1, ...` the first time it
+# meets it. Numbering by the walk, not by memory address (DeZero uses
+# `id(obj)`), makes the text the same on every run, so a test can compare it
+# with a stored copy. A node used many times is declared once and gets one
+# arrow per use.
 
 # %%
-for kind, style in drawing.GRAPH_STYLE.items():
-    print(f"{kind:>12}: {style}")
-print()
-show_code(drawing._variable_label)
-show_code(get_dot_graph, drawing._functions_first_in_first_out, drawing._draw_function, drawing._DotNodes)
+show_code(get_dot_graph, drawing._functions_first_in_first_out, drawing._draw_function, step=25)
 
 # %% [markdown]
-# A small example first, step 16's graph: $a = x^2$ and $y = a^2 + a^2$, with
-# $a$ feeding two `Square` functions.
+# (`_DotNodes`, not shown, gives each node its id and its declaring line; a
+# nameless 0-d constant is labelled with its value.) Step 16's graph is small
+# enough to read: $a = x^2$ and $y = a^2 + a^2$.
 
 # %%
 x = Variable(np.array(2.0), name="x")
@@ -146,92 +86,48 @@ a = tinypytorch.square(x)
 a.name = "a"
 y = tinypytorch.square(a) + tinypytorch.square(a)
 y.name = "y"
-print(get_dot_graph(y))
+dot_text = get_dot_graph(y)
+print(dot_text)
+
+
+# %% tags=["hide-input"]
+def dot_to_dag(text):
+    """The nodes and arrows of DOT text, in draw_dag's form, each node noted with its id."""
+    nodes, notes = {}, {}
+    for node, label, rest in re.findall(r'^  (n\d+) \[label="([^"]*)", (.*)\]$', text, flags=re.MULTILINE):
+        kind = ("function" if "shape=box" in rest else "leaf" if "lightblue" in rest
+                else "output" if "darkolivegreen1" in rest else "variable")
+        nodes[node], notes[node] = (kind, label or " "), node
+    return nodes, re.findall(r"^  (n\d+) -> (n\d+)$", text, flags=re.MULTILINE), notes
+
+
+nodes, arrows, notes = dot_to_dag(dot_text)
+fig, ax = plt.subplots(figsize=(8, 3))
+draw_dag(nodes, arrows, notes=notes, ax=ax,
+         title="the DOT text above, laid out: each node's id is the order in which the walk from y met it")
+plt.show()
 
 # %% [markdown]
-# Read it from the top: `n0` is the output `y`, made by the `Add` box `n1`
-# from two nameless intermediates, `n2` and `n3`. The walk then takes the two
-# `Square` boxes `n4` and `n6` in that order; both read `a` (`n5`), which is
-# declared once and gets two arrows. Last comes the `Square` that made `a`
-# from the leaf `x`. Five variables, four functions, nine arrows. Drawn:
+# Read it with the ids: the walk starts at `y` (`n0`) and its `Add` (`n1`),
+# meets that `Add`'s two nameless inputs (`n2`, `n3`), then takes their
+# creators in the queue's order, the two `Square`s `n4` and `n6`. Both read
+# `a` (`n5`): declared once, two arrows. Last the `Square` that made `a`, and
+# the leaf `x`. Graphviz draws the same text:
 
 # %%
 plot_dot_graph(y)
 
 # %% [markdown]
-# ### Shapes and dtypes: `verbose=True`
-#
-# For arrays the shape and dtype of each variable matter. Here $y = 2e^{x}$
-# for a vector $x$:
+# With `verbose=True` every label adds the variable's shape and dtype, and
+# `plot_dot_graph(y, to_file="graph.png")` also writes the drawing to a file
+# in the format its suffix names (without `dot` it warns and writes nothing).
+# What `plot_dot_graph` returns, a `DotGraph`, always offers Jupyter the DOT
+# text and adds the picture only where `dot` is installed; that is why this
+# page reads the same on either machine. `tests/test_step25.py` checks the
+# files, the warnings and both ways of showing.
 
-# %%
-x = Variable(np.array([0.0, 0.5, 1.0]), name="x")
-y = tinypytorch.exp(x) * 2
-print(get_dot_graph(y, verbose=True))
-
-# %% [markdown]
-# The labels are two lines (DOT's `\n`). They show a detail that is easy to
-# miss: `Mul` wrapped the Python `2` in a constant `Variable` holding a 0-d
-# array, and gave it the dtype of `x`, `float64`, as NumPy's and PyTorch's
-# promotion rules do for a Python number (with `float32` data it would be
-# `float32`).
-#
-# ## Drawing: `plot_dot_graph`
-
-# %%
-show_code(plot_dot_graph)
-show_code(drawing.missing_drawing_tools)
-show_code(DotGraph)
-
-# %% [markdown]
-# `plot_dot_graph` returns a `DotGraph`, a `graphviz.Source` holding the DOT
-# text. Nothing is drawn until someone asks: Jupyter asks for a picture when the
-# object is the last expression of a cell, and `graphviz` pipes the text
-# through `dot -Tsvg`. It runs `dot` as a subprocess with an argument list,
-# never through a shell, and writes no temporary files. (DeZero writes the
-# DOT text to `~/.dezero/` and runs `dot` through the shell, so a file name
-# with a space breaks it.)
-#
-# The subclass changes two things. The `repr` of a `graphviz.Source` contains
-# its memory address, which changes on every run; `DotGraph`'s counts the
-# nodes and edges instead. And what it hands Jupyter (`_repr_mimebundle_`, a
-# dictionary from a kind of output to the output) always holds the DOT text as
-# plain text, with the SVG picture added only when `dot` is installed. Jupyter
-# shows the richest kind it has, so a machine with Graphviz shows the picture
-# and one without shows the text, in the same place. The notebook tests
-# compare the plain text and skip pictures, so they pass on both.
-#
-# With `to_file` the drawing is also written to a file, in the format its
-# suffix names. Here it goes to a temporary directory, and the first bytes
-# show what was written. This is the one cell whose output depends on the
-# machine: without `dot`, no file can be written, and the cell says so.
-
-# %% tags=["nbval-ignore-output"]
-if drawing.missing_drawing_tools() is not None:
-    print("Graphviz cannot draw on this machine:", drawing.missing_drawing_tools())
-else:
-    with tempfile.TemporaryDirectory() as folder:
-        for suffix, magic in [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")]:
-            path = f"{folder}/graph{suffix}"
-            plot_dot_graph(y, to_file=path)
-            with open(path, "rb") as file:
-                start = file.read(len(magic))
-            print(f"graph{suffix}: starts with {start}, the signature of a {suffix[1:].upper()} file: {start == magic}")
-
-# %% [markdown]
-# Here is what a machine without `dot` sees. `shutil.which`, which looks a
-# program up on the `PATH`, is made to report that `dot` is missing. Asked
-# for a file, `plot_dot_graph` warns, saying what to install; the graph it
-# returns offers Jupyter only its text:
-
-# %%
-with unittest.mock.patch("shutil.which", return_value=None), warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    graph = plot_dot_graph(y, to_file="graph.png")
-    shown = graph._repr_mimebundle_()
-print(f"{caught[0].category.__name__}: {caught[0].message}")
-print("returned:", repr(graph), "holding get_dot_graph(y):", graph.source == get_dot_graph(y))
-print("what Jupyter is offered:", list(shown), "equal to the DOT text:", shown["text/plain"] == graph.source)
+# %% tags=["hide-cell"]
+show_code(plot_dot_graph, drawing.missing_drawing_tools, DotGraph)
 
 # %% [markdown]
 # ## The graph of Goldstein–Price
@@ -245,20 +141,13 @@ z.name = "z"
 plot_dot_graph(z)
 
 # %% [markdown]
-# The picture reads like the formula turned upside down. $x$ and $y$ sit at
-# the top with an arrow into every function that uses them; the last `Mul`
-# multiplies the two big factors into $z$ at the bottom; each dashed number
-# enters exactly where the formula writes it. `Pow` boxes carry no
-# exponent: the exponent is an attribute of the `Pow` function (step 22), not
-# an input, so it is not a node.
-#
-# The sizes can be checked against the formula without looking at the
-# picture. Its operators are 10 `+`, 5 `-`, 17 `*` and 6 `**`: 38 functions,
-# each with one output. It holds 17 numbers other than exponents, and each
-# becomes a `Variable` of its own. So there are $2 + 17 + 38 = 57$ variables
-# and $57 + 38 = 95$ nodes. Each function has one arrow to its output and one
-# from each input, two for the 32 binary operators and one for the 6 powers:
-# $38 + 64 + 6 = 108$ arrows.
+# The picture reads like the formula upside down: $x$ and $y$ at the top
+# with an arrow into every function that uses them, the last `Mul` making $z$
+# at the bottom, each dashed number entering where the formula writes it.
+# `Pow` carries its exponent as an attribute (step 22), not as an input. The
+# sizes follow from the formula: 10 `+`, 5 `-`, 17 `*` and 6 `**` make 38
+# functions with one output each; with its 17 numbers and $x$, $y$ that is
+# $2 + 17 + 38 = 57$ variables, and $38 + 2 \cdot 32 + 6 = 108$ arrows.
 
 # %%
 dot_text = get_dot_graph(z)
@@ -266,32 +155,24 @@ boxes = re.findall(r'^  n\d+ \[label="(\w+)", shape=box', dot_text, flags=re.MUL
 ellipses = re.findall(r"^  n\d+ \[.*shape=ellipse", dot_text, flags=re.MULTILINE)
 arrows = re.findall(r"^  n\d+ -> n\d+$", dot_text, flags=re.MULTILINE)
 print(f"{len(boxes)} functions:", ", ".join(f"{boxes.count(n)} {n}" for n in sorted(set(boxes))))
-print(f"{len(ellipses)} variables, {len(boxes) + len(ellipses)} nodes, {len(arrows)} arrows")
+print(f"{len(ellipses)} variables, {len(arrows)} arrows")
 
 # %% [markdown]
-# Only $x$ and $y$ are light blue: they are the leaves whose gradients
-# `backward` computes. The 17 numbers are nodes in our graph but carry
-# `requires_grad=False`, so no gradient is sent to them. PyTorch records no
-# node at all for a Python number: its graph of Goldstein–Price has 38
-# backward nodes plus one for each of $x$ and $y$ (`AccumulateGrad`, the node
-# that adds a gradient into a leaf's `.grad`).
+# PyTorch records no node for a Python number: its graph of Goldstein–Price
+# has the same 38 operations plus one `AccumulateGrad` for each of $x$ and $y$
+# (the node that adds a gradient into a leaf's `.grad`).
 #
 # ## Check against PyTorch
 #
-# Three things are compared. The gradients at $(1, 1)$ and at five seeded
-# random points equal PyTorch's. The DOT text describes the graph PyTorch
-# records: walking PyTorch's backward nodes (`grad_fn` and its
-# `next_functions`) in the same first-in, first-out order gives the same 38
-# operations, of the same kinds, wired to the same producers or to $x$ and $y$;
-# numbers, which PyTorch does not record, are left out of our side. And the
-# DOT text of a graph built a second time is identical, character for
-# character. In the list printed below, each operation is its kind and, per
-# input, the position in the list of the operation that made that input, or
-# the name of the leaf: `('Mul', [1, 2])` is the final `Mul`, fed by the two
-# `Add`s that follow it in the walk.
+# The gradients at $(1, 1)$ and at five seeded random points equal PyTorch's;
+# walking PyTorch's backward nodes (`grad_fn`, `next_functions`) first in,
+# first out gives the same 38 operations as our DOT text, of the same kinds,
+# each fed by the same producers or by $x$ and $y$ (the collapsed cell reads
+# both into lists of `(kind, [producer's position or leaf name])`); and the
+# DOT text of a graph built twice is identical.
 
-# %%
-import torch
+# %% tags=["hide-cell"]
+import torch  # noqa: E402
 
 TORCH_KIND = {"AddBackward0": "Add", "SubBackward0": "Sub", "RsubBackward1": "Sub", "MulBackward0": "Mul",
               "PowBackward0": "Pow"}
@@ -321,24 +202,69 @@ def operations_in_torch(output, names):
             for f in functions]
 
 
+def both(a, b):
+    """Goldstein–Price at (a, b), ours and torch's, after backward."""
+    x, y = Variable(np.array(a), name="x"), Variable(np.array(b), name="y")
+    xt, yt = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (a, b))
+    z, zt = goldstein_price(x, y), goldstein_price(xt, yt)
+    z.backward()
+    zt.backward()
+    return (x, y, z), (xt, yt, zt)
+
+
+# %%
 points = [(1.0, 1.0)] + [tuple(p) for p in np.random.default_rng(0).uniform(-2.0, 2.0, (5, 2))]
 for a, b in points:
-    x, y = Variable(np.array(a), name="x"), Variable(np.array(b), name="y")
-    z = goldstein_price(x, y)
-    z.backward()
-    xt, yt = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (a, b))
-    zt = goldstein_price(xt, yt)
-    zt.backward()
-    np.testing.assert_allclose([z.data, x.grad, y.grad], [zt.item(), xt.grad.item(), yt.grad.item()], rtol=1e-12)
-    print(f"({a:+.6f}, {b:+.6f}): grad ({x.grad:14.6f}, {y.grad:14.6f}),",
-          f"torch ({xt.grad.item():14.6f}, {yt.grad.item():14.6f})")
-
+    (x, y, z), (xt, yt, zt) = both(a, b)
+    ours, theirs = [z.data, x.grad.data, y.grad.data], [zt.item(), xt.grad.item(), yt.grad.item()]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    print(f"({a:+.3f}, {b:+.3f}): grad ({ours[1]:11.3f}, {ours[2]:11.3f}) equals torch's")
 ours, theirs = operations_in_dot(get_dot_graph(z)), operations_in_torch(zt, {id(xt): "x", id(yt): "y"})
 assert ours == theirs
-print(f"DOT text: {len(ours)} operations, the same kinds and wiring as torch's graph; the first three: {ours[:3]}")
+print(f"DOT text: {len(ours)} operations, kinds and wiring as torch's; first two: {ours[:2]}")
+assert get_dot_graph(both(1.0, 1.0)[0][2]) == get_dot_graph(both(1.0, 1.0)[0][2])
+print("PyTorch check passed: Goldstein–Price grads; the DOT graph has torch's operations and wiring")
 
-first = get_dot_graph(goldstein_price(Variable(np.array(1.0), name="x"), Variable(np.array(1.0), name="y")))
-again = get_dot_graph(goldstein_price(Variable(np.array(1.0), name="x"), Variable(np.array(1.0), name="y")))
-assert first == again
-print(f"DOT text of two separately built graphs: identical ({len(first.splitlines())} lines)")
-print("PyTorch check passed: Goldstein–Price grads and the DOT graph's operations and wiring equal torch's graph")
+# %% [markdown]
+# ## Recap
+#
+# - The graph is in the objects; drawing it is a walk from the output, first
+#   in, first out, like the backward pass.
+# - DOT text is one line per node and one per arrow; numbering nodes in the
+#   order the walk meets them makes the text the same on every run.
+# - A variable used many times is one node with one arrow per use; a number
+#   of the formula is a dashed constant that receives no gradient.
+# - `plot_dot_graph` hands the text to Graphviz; without it the page shows the
+#   text instead of the picture.
+#
+# ## Exercises
+#
+# **1. Count by kind.** Write `function_counts(y)`, a dict from each function's
+# class name to how many boxes of that kind `get_dot_graph(y)` holds, and
+# apply it to `goldstein_price` at $(1, 1)$. (The test compares it with the
+# kinds of PyTorch's backward nodes.)
+
+# %% tags=["hide-cell"]
+def function_counts(y):
+    kinds = re.findall(r'^  n\d+ \[label="(\w+)", shape=box', get_dot_graph(y), flags=re.MULTILINE)
+    return {kind: kinds.count(kind) for kind in sorted(set(kinds))}
+
+
+print(function_counts(goldstein_price(Variable(np.array(1.0)), Variable(np.array(1.0)))))
+
+
+# %% [markdown]
+# **2. How often is $x$ used?** Write `uses(y, name)`, the number of arrows
+# that leave the node labelled `name` in `get_dot_graph(y)`. How many
+# functions of Goldstein–Price read $x$, and how many read $y$? (The test
+# counts how often PyTorch's graph reaches $x$'s and $y$'s `AccumulateGrad`.)
+
+# %% tags=["hide-cell"]
+def uses(y, name):
+    text = get_dot_graph(y)
+    ids = re.findall(rf'^  (n\d+) \[label="{re.escape(name)}"', text, flags=re.MULTILINE)
+    return len(re.findall(rf"^  {ids[0]} -> n\d+$", text, flags=re.MULTILINE))
+
+
+z = goldstein_price(Variable(np.array(1.0), name="x"), Variable(np.array(1.0), name="y"))
+print("x is read by", uses(z, "x"), "functions, y by", uses(z, "y"))

@@ -1,104 +1,72 @@
 # %% [markdown]
 # # Step 27: Higher-order derivatives
 #
-# `backward` gives the first derivative. Many methods need more: Newton's
-# method divides by the second derivative (step 28), a Hessian-vector product
-# differentiates a gradient, and a loss may contain a gradient as one of its
-# terms (double backprop, step 28). This step makes the derivative itself
-# differentiable: the backward pass is recorded as a graph of its own, and
-# `backward` is called on that graph.
+# `backward` gives the first derivative. Newton's method (step 28) needs the
+# second, and a loss may contain a gradient as one of its terms. The idea of
+# this step: **a derivative is a computation too**. For $y = \sin x$ the
+# backward pass computes $g_x = g_y \cos x$, a `cos` and a multiplication. If
+# the framework records that computation as it records the forward pass, $g_x$
+# has a creator, and `gx.backward()` gives
 #
-# ## The idea: a derivative is a computation too
+# $$\frac{\partial g_x}{\partial x} = \frac{\partial^2 y}{\partial x^2} = -\sin x.$$
 #
-# For $y = \sin x$ the backward pass computes $g = \frac{\partial y}{\partial x} = g_y \cos x$,
-# with $g_y = 1$ the seed. That is an ordinary computation, a `cos` and a
-# multiplication, so if the framework records it the way it records the
-# forward pass, the result $g$ has a creator, and `g.backward()` gives
-#
-# $$\frac{\partial g}{\partial x} = \frac{\partial^2 y}{\partial x^2} = -\sin x.$$
-#
-# Repeat, and each pass adds one order. Two things are needed: backward
-# methods that compute with `Variable` operations (which are recorded), not
-# with raw arrays (which are not); and a switch to record them only when a
-# higher derivative is wanted.
+# Each further pass adds one order. Two things are needed: backward methods
+# that compute with `Variable` operations (recorded), not raw arrays (not
+# recorded); and a switch, `create_graph`, to record them only when a higher
+# derivative is wanted.
 
 # %%
+import math
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
 from tinypytorch import Variable
-from tinypytorch.functions import Sin, Tanh
+from tinypytorch.functions import Sin
 from tinypytorch.utils import functions_in_graph, plot_dot_graph
 from tinypytorch.utils.listing import show_code
+from tinypytorch.utils.pictures import draw_dag
 
 # %% [markdown]
 # ## Backward methods compute with Variables
 #
-# Through step 22 a gradient was a NumPy array: `Square.backward` computed
-# `2 * x * gy` with `x = self.inputs[0].data`, arithmetic on arrays, which
-# leaves no trace to differentiate. In the package every backward method works
-# on Variables: the input Variables it needs (`self.saved_tensors`, which
-# forward kept for it; step 35 explains the mechanism, read it as "the
-# inputs" for now), `gy`, a Variable, and `cos` below, the package's
-# differentiable `cos`, not NumPy's:
+# Through step 22 `Square.backward` computed `2 * x * gy` on NumPy arrays,
+# which leaves no trace. In the package every backward method works on
+# Variables: `gy` is a Variable, the inputs it needs come from
+# `self.saved_tensors` (step 35; read it as "the inputs" for now), and `cos`
+# is the package's differentiable `cos`:
 
 # %%
-show_code(Sin.backward)
-show_code(tinypytorch.core.Mul.backward)
-show_code(Tanh.backward)
+show_code(Sin.backward, tinypytorch.core.Mul.backward, step=27)
 
 # %% [markdown]
-# `Mul.backward` returns $\partial y/\partial x_0 = g_y x_1$ and
-# $\partial y/\partial x_1 = g_y x_0$, each a product of Variables
-# (`sum_to_inputs` undoes broadcasting, step 30), and `None` for an input
-# that is a constant, whose gradient would be thrown away. `Tanh.backward` uses
-# $\tanh'(x) = 1 - \tanh^2 x$ and reads $\tanh x$ from the function's own
-# output, which forward saved, rather than computing it again. Since the
-# output's creator is this `Tanh`, a graph of the derivative passes through
-# the forward `Tanh` once more: exactly what the chain rule needs when the
-# derivative is differentiated.
-#
-# So gradients are Variables. They behave like numbers where it matters:
-# `f"{x.grad:.4f}"` formats a 0-d Variable, and `np.asarray(x.grad)` (what
-# `np.testing.assert_allclose` calls) gives its array.
+# (`sum_to_inputs` undoes broadcasting, step 30; a constant input gets `None`,
+# step 33.) So a gradient is a Variable. By default it has no creator, since
+# nothing was recorded:
 
 # %%
 x = Variable(np.array(1.0), name="x")
 y = tinypytorch.sin(x)
 y.backward()
-print("type(x.grad):", type(x.grad).__name__)
-print(f"x.grad = {x.grad:.6f}   cos(1) = {np.cos(1.0):.6f}")
-print("x.grad.creator:", x.grad.creator)
+print(f"x.grad = {x.grad:.6f} (cos 1 = {np.cos(1.0):.6f})")
+print(f"a {type(x.grad).__name__}, creator {x.grad.creator}")
 
 # %% [markdown]
 # ## Recording the backward pass: `create_graph`
 #
-# The last line shows that the gradient above has no creator: nothing was
-# recorded. That is the default, and here is where it is decided:
+# A backward method records a graph exactly when a forward computation
+# would: when `Config.enable_backprop` is on (step 18). `run_backward` sets it
+# to `create_graph` for the length of the pass:
 
 # %%
-show_code(Variable.backward)
-show_code(tinypytorch.autograd.engine.run_backward)
+show_code(tinypytorch.autograd.engine.run_backward, step=27)
 
 # %% [markdown]
-# The first lines check the input and make the seed (step 33 explains the
-# check); `run_backward` runs the backward methods in a valid order (step
-# 16's idea, which step 33 rebuilds the way PyTorch does it). What matters
-# here is the `with` block in it, around the pass. A backward method records a
-# graph exactly when a forward computation would: when
-# `Config.enable_backprop` is on (step 18). `run_backward` sets it to
-# `create_graph` for the length of the pass, so
-#
-# - `backward()` (the default, `create_graph=False`) computes gradients as
-#   plain values. Nothing of the backward pass is kept, which saves the memory
-#   of every intermediate of the derivative and the time to record it; a first
-#   derivative needs no more, and training needs only first derivatives.
-# - `backward(create_graph=True)` records the backward pass: every gradient
-#   has a creator, and can be differentiated.
-#
-# PyTorch has the same keyword with the same meaning: `loss.backward(create_graph=True)`.
+# `backward()` (`create_graph=False`) computes gradients as plain values and
+# keeps nothing of the pass: training needs only first derivatives.
+# `backward(create_graph=True)`, PyTorch's keyword with the same meaning,
+# records the pass, and every gradient can be differentiated.
 
 # %%
 x = Variable(np.array(1.0), name="x")
@@ -107,61 +75,46 @@ y.backward(create_graph=True)
 gx = x.grad
 print(f"gx = {gx:.6f}, creator: {type(gx.creator).__name__}")
 
-# %% [markdown]
-# Now `gx` is the output of a `Mul` (of the seed and $\cos x$). Its graph,
-# drawn with step 25's `plot_dot_graph`, goes back to `x` through the `Cos`
-# that `Sin.backward` created:
-
-# %%
-plot_dot_graph(gx)
-
-# %% [markdown]
-# ## The second derivative, and why `cleargrad` comes first
-#
-# `gx.backward()` now differentiates $g_x = \cos x$ with respect to `x`. But
-# `x.grad` still holds $g_x$, and a backward pass *adds* into `.grad` (step
-# 14: a variable used in several places sums its gradients, and two losses
-# backpropagated one after the other sum theirs). Without clearing it first,
-# `x.grad` would end up as $\cos x - \sin x$, the first derivative plus the
-# second:
-
-# %%
-gx.backward()
-print(f"without cleargrad: x.grad = {x.grad:.6f}   cos(1) - sin(1) = {np.cos(1.0) - np.sin(1.0):.6f}")
+# %% tags=["hide-input"]
+nodes = {"x": ("leaf", "x"), "Sin": ("function", "Sin"), "y": ("variable", "y"),
+         "seed": ("variable", "1 (seed)"), "Cos": ("function", "Cos"), "c": ("variable", "cos x"),
+         "Mul": ("function", "Mul"), "gx": ("output", "gx")}
+edges = [("x", "Sin"), ("Sin", "y"), ("x", "Cos"), ("Cos", "c"), ("c", "Mul"), ("seed", "Mul"), ("Mul", "gx")]
+where = {"x": (0, 0), "Sin": (1, 0.8), "y": (2, 0.8), "Cos": (1, -0.5), "c": (2, -0.5), "seed": (2, -1.5),
+         "Mul": (3, -1), "gx": (4, -1)}
+fig, ax = plt.subplots(figsize=(8, 3))
+draw_dag(nodes, edges, ax=ax, positions=where,
+         notes={"Sin": "forward", "Cos": "recorded by Sin.backward", "Mul": "gx = 1 · cos x"},
+         title="backward(create_graph=True): the derivative gets a graph of its own, back to x")
+plt.show()
 
 # %% [markdown]
-# So the recipe for each further order is: keep the current derivative in a
-# Python variable, clear `x.grad`, backpropagate from the kept derivative.
-# Clearing `x.grad` drops only `x`'s reference to $g_x$; the name `gx` keeps
-# it, and its graph, alive.
+# The derivative's graph reaches `x` through the `Cos` that `Sin.backward`
+# created, so `gx.backward()` differentiates $\cos x$. One catch: a backward
+# pass *adds* into `.grad` (step 14), and `x.grad` still holds $g_x$. So each
+# further order is: keep the current derivative in a Python name, clear
+# `x.grad`, backpropagate from the kept derivative.
 
 # %%
-x = Variable(np.array(1.0), name="x")
-y = tinypytorch.sin(x)
-y.backward(create_graph=True)
-gx = x.grad
 x.cleargrad()
 gx.backward()
-print(f"with cleargrad:    x.grad = {x.grad:.6f}   -sin(1) = {-np.sin(1.0):.6f}")
+print(f"second derivative: x.grad = {x.grad:.6f}   -sin(1) = {-np.sin(1.0):.6f}")
 
 # %% [markdown]
-# Clearing has a second use. After `backward(create_graph=True)`, `x.grad`
-# is the output of a graph whose inputs include `x` itself, so `x` refers to
-# its gradient, which refers (through creators and edges) back to `x`: a
-# reference cycle, the kind step 17 removed from the forward graph. Reference
-# counting cannot free it, only Python's slower cycle collector can.
-# `x.cleargrad()` breaks the cycle. PyTorch has the same cycle, and warns
-# about it when `backward` is called with `create_graph=True`.
-#
-# Step 33 adds `tinypytorch.autograd.grad`, PyTorch's function that returns
-# gradients instead of adding them into `.grad`: no clearing, and no cycle.
+# Without `cleargrad`, `x.grad` would end up as $\cos 1 - \sin 1$, first and
+# second derivative summed. Clearing also breaks a reference cycle: after
+# `backward(create_graph=True)`, `x` holds its gradient, whose graph leads
+# back to `x` (step 17's kind of cycle; PyTorch warns about it). Step 33's
+# `autograd.grad` returns gradients instead of adding them: no clearing, no
+# cycle.
 #
 # ## Any order, in a loop
 #
-# `derivatives(f, x0, n)` returns $f(x_0), f'(x_0), \ldots, f^{(n)}(x_0)$. Each
-# pass uses `create_graph=True`, so its result can be differentiated by the
-# next. The last pass could do without the graph; keeping the loop uniform
-# costs one unneeded recording.
+# `derivatives(f, x0, n)` returns $f(x_0), f'(x_0), \ldots, f^{(n)}(x_0)$.
+# For $x^4$ at $1.5$ they are $5.0625, 13.5, 27, 36, 24, 0$ (`Pow.backward`
+# lowers the exponent by one each time, down to $x^0$, step 22); for $\sin$ at
+# $\pi/4$ they cycle through $\pm 1/\sqrt 2$; for $t = \tanh x$,
+# $t' = 1 - t^2$, $t'' = -2t(1 - t^2)$.
 
 # %%
 def derivatives(f, x0, n):
@@ -177,54 +130,20 @@ def derivatives(f, x0, n):
     return values
 
 
-def show(name, values, exact):
-    for order, (value, expected) in enumerate(zip(values, exact)):
-        print(f"{name} order {order}: {value:12.6f}   exact {expected:12.6f}")
-
-
-# %% [markdown]
-# ### $x^4$
-#
-# $f = x^4$, $f' = 4x^3$, $f'' = 12x^2$, $f''' = 24x$, $f'''' = 24$, and every
-# higher derivative is $0$. At $x = 1.5$: $5.0625$, $13.5$, $27$, $36$, $24$, $0$.
-# `Pow.backward` computes $c\,x^{c-1} g_y$ with a `Pow` of exponent $c - 1$, so
-# each order lowers the exponent by one until $x^0$, whose derivative the
-# package knows to be $0$ (step 22).
-
-# %%
-show("x**4", derivatives(lambda x: x**4, 1.5, 5), [1.5**4, 4 * 1.5**3, 12 * 1.5**2, 24 * 1.5, 24.0, 0.0])
-
-# %% [markdown]
-# ### $\sin x$
-#
-# The derivatives of $\sin$ cycle with period four: $\cos x$, $-\sin x$,
-# $-\cos x$, $\sin x$. At $x = \pi/4$ all of them have size $1/\sqrt 2 \approx 0.707107$:
-
-# %%
-x0 = np.pi / 4
-show("sin", derivatives(tinypytorch.sin, x0, 4), [np.sin(x0), np.cos(x0), -np.sin(x0), -np.cos(x0), np.sin(x0)])
-
-# %% [markdown]
-# ### $\tanh x$
-#
-# With $t = \tanh x$, $t' = 1 - t^2$, and by the chain rule
-#
-# $$t'' = -2t\,(1 - t^2), \qquad t''' = -2(1 - t^2)(1 - 3t^2).$$
-
-# %%
 t = np.tanh(1.0)
-exact = [t, 1 - t**2, -2 * t * (1 - t**2), -2 * (1 - t**2) * (1 - 3 * t**2)]
-show("tanh", derivatives(tinypytorch.tanh, 1.0, 3), exact)
+for name, f, x0, exact in [("x**4", lambda x: x**4, 1.5, [5.0625, 13.5, 27.0, 36.0, 24.0, 0.0]),
+                           ("sin", tinypytorch.sin, np.pi / 4, np.sqrt(0.5) * np.array([1, 1, -1, -1, 1])),
+                           ("tanh", tinypytorch.tanh, 1.0, [t, 1 - t**2, -2 * t * (1 - t**2)])]:
+    values = derivatives(f, x0, len(exact) - 1)
+    np.testing.assert_allclose(values, exact, rtol=1e-12, atol=1e-15)
+    print(f"{name:4} at {x0:.4f}:", "  ".join(f"{v:8.4f}" for v in values), "  (equal the exact values)")
 
 # %% [markdown]
-# ## Derivatives of arrays
-#
-# $\tanh$ works element by element, so on an array $x$ the backward pass of
-# $\sum_i \tanh x_i$ computes $\partial \sum_i \tanh x_i / \partial x_j = \tanh'(x_j)$
-# for every $j$ at once: the derivative *function* sampled on a grid. The
-# same loop then draws the first three derivatives:
+# On an array $x$, the backward pass of $\sum_i \tanh x_i$ gives $\tanh'(x_j)$
+# for every $j$ at once: the derivative *function* sampled on a grid. The same
+# loop draws three orders:
 
-# %%
+# %% tags=["hide-input"]
 grid = np.linspace(-4.0, 4.0, 201)
 x = Variable(grid, name="x")
 g = tinypytorch.tanh(x)
@@ -234,22 +153,21 @@ for _ in range(3):
     g.sum().backward(create_graph=True)
     g = x.grad
     curves.append(g.data)
-
+fig, ax = plt.subplots(figsize=(8, 3))
 for order, curve in enumerate(curves):
-    plt.plot(grid, curve, label="tanh" + "'" * order)
-plt.xlabel("x")
-plt.legend()
-plt.title("tanh and its first three derivatives")
+    ax.plot(grid, curve, label="tanh" + "'" * order)
+ax.set(xlabel="x", title="tanh and its first three derivatives, each from a backward pass over the last")
+ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# ## Each order's graph is bigger
-#
-# Every pass differentiates the previous pass's graph, so the graphs grow:
-# the derivative of a product is a sum of two products, and so on. Counting
-# the functions in the graph of each derivative of $\tanh$:
+# Every pass differentiates the previous pass's graph, and nothing simplifies
+# expressions, so the graphs grow: from the third order on each derivative of
+# $\tanh$ has about 2.6 times the functions of the one before (the collapsed
+# cell counts them and draws the second derivative's graph). High orders get
+# expensive; in practice one rarely needs more than the second.
 
-# %%
+# %% tags=["hide-cell"]
 x = Variable(np.array(1.0), name="x")
 g = tinypytorch.tanh(x)
 for order in range(1, 7):
@@ -257,24 +175,8 @@ for order in range(1, 7):
     g.backward(create_graph=True)
     g = x.grad
     print(f"order {order}: {len(functions_in_graph(g)):4d} functions   value {g.data:12.6f}")
-
-# %% [markdown]
-# From the third order on, each graph is about 2.6 times the one before.
-# Nothing in the framework simplifies expressions (a computer-algebra system
-# would), so high orders of complicated functions get expensive; in practice
-# one rarely needs more than the second.
-#
-# The graph of the second derivative (`x` in light blue, the result in
-# green) shows $t'' = -2t(1 - t^2)$ in the form the chain rule produced it:
-# $\big((-1)\,t + (-1)\,t\big)\,(1 - t\,t)$. The two $(-1)\,t$ terms come from the
-# two uses of $t$ in $t\,t$, one per arrow into that `Mul`. The $-1$ is what
-# `Sub.backward` passed to its second input, minus the incoming gradient $1$;
-# it is a constant, a leaf, because nothing it was computed from requires grad.
-
-# %%
 x = Variable(np.array(1.0), name="x")
-y = tinypytorch.tanh(x)
-y.backward(create_graph=True)
+tinypytorch.tanh(x).backward(create_graph=True)
 gx = x.grad
 x.cleargrad()
 gx.backward(create_graph=True)
@@ -283,16 +185,14 @@ plot_dot_graph(x.grad)
 # %% [markdown]
 # ## Check against PyTorch
 #
-# PyTorch computes higher derivatives the same way: `torch.autograd.grad(y, x,
-# create_graph=True)` returns $\partial y/\partial x$ with its own graph,
-# which `autograd.grad` differentiates again. For $\sin$, $\tanh$ and $x^4$ at
-# seeded random points, our first three derivatives (computed as above, with
-# `backward` and `cleargrad`) equal PyTorch's. The arithmetic differs only in
-# the order of a few operations, so the relative tolerance is $10^{-12}$, with an
-# absolute one of $10^{-14}$ for derivatives that pass through $0$.
+# PyTorch computes higher derivatives the same way:
+# `torch.autograd.grad(y, x, create_graph=True)` returns $\partial y/\partial x$
+# with its own graph, which `autograd.grad` differentiates again (the
+# collapsed cell). For $\sin$, $\tanh$ and $x^4$ at five seeded random points
+# our first three derivatives equal PyTorch's.
 
-# %%
-import torch
+# %% tags=["hide-cell"]
+import torch  # noqa: E402
 
 
 def torch_derivatives(f, x0, n):
@@ -305,12 +205,58 @@ def torch_derivatives(f, x0, n):
     return values
 
 
+# %%
 points = np.random.default_rng(0).uniform(-2.0, 2.0, 5)
 cases = {"sin": (tinypytorch.sin, torch.sin), "tanh": (tinypytorch.tanh, torch.tanh),
          "x**4": (lambda x: x**4, lambda x: x**4)}
 for name, (ours, theirs) in cases.items():
     for x0 in points:
-        np.testing.assert_allclose(derivatives(ours, x0, 3), torch_derivatives(theirs, x0, 3), rtol=1e-12, atol=1e-14)
-    print(f"{name:4}: f, f', f'', f''' equal torch.autograd.grad(create_graph=True) at {len(points)} points")
+        expected = torch_derivatives(theirs, x0, 3)
+        np.testing.assert_allclose(derivatives(ours, x0, 3), expected, rtol=1e-12, atol=1e-14)
+    print(f"{name:4}: f, f', f'', f''' equal torch.autograd.grad's at {len(points)} points")
+print("PyTorch check passed: 2nd and 3rd derivatives of sin, tanh and x**4 equal torch's (create_graph)")
 
-print("PyTorch check passed: 2nd and 3rd derivatives of sin, tanh and x**4 equal torch's create_graph derivatives")
+# %% [markdown]
+# ## Recap
+#
+# - Backward methods compute with Variables, so the backward pass is an
+#   ordinary computation that can be recorded.
+# - `backward(create_graph=True)` records it: the gradient has a creator, and
+#   its own `backward` gives the next derivative.
+# - `.grad` accumulates: keep the derivative in a name and `cleargrad()`
+#   before each further pass (which also breaks the cycle `x → x.grad → x`).
+# - Each order's graph is larger than the last; the second derivative is what
+#   methods usually need.
+#
+# ## Exercises
+#
+# **1. A mixed derivative.** For $f(x, y) = x^2 y^3$, compute
+# $\frac{\partial^2 f}{\partial y\,\partial x}$ at $(x, y) = (1.5, -0.5)$: one
+# `backward(create_graph=True)`, then backpropagate from `x.grad` and read
+# `y.grad`. Maths says $6xy^2$.
+
+# %% tags=["hide-cell"]
+def mixed_derivative(x0, y0):
+    x, y = Variable(np.array(x0)), Variable(np.array(y0))
+    (x**2 * y**3).backward(create_graph=True)
+    gx = x.grad
+    x.cleargrad()
+    y.cleargrad()
+    gx.backward()
+    return float(y.grad.data)
+
+
+print(f"d2f/dydx at (1.5, -0.5) = {mixed_derivative(1.5, -0.5):.6f}   6xy^2 = {6 * 1.5 * 0.25:.6f}")
+
+
+# %% [markdown]
+# **2. Taylor coefficients.** With `derivatives`, compute the first six
+# Taylor coefficients $f^{(k)}(0)/k!$ of $\tanh$ at $0$. (They are
+# $0, 1, 0, -\tfrac13, 0, \tfrac{2}{15}$.)
+
+# %% tags=["hide-cell"]
+def taylor_coefficients(f, n):
+    return [d / math.factorial(k) for k, d in enumerate(derivatives(f, 0.0, n - 1))]
+
+
+print("tanh:", "  ".join(f"{c:+.6f}" for c in taylor_coefficients(tinypytorch.tanh, 6)))

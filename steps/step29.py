@@ -1,329 +1,168 @@
 # %% [markdown]
 # # Step 29: Tensors: element-wise functions, `reshape` and `transpose`
 #
-# Until now almost every variable held a single number. The data a neural
-# network works with are arrays: a batch of inputs is a matrix, a layer's
-# weights are a matrix, an image is a 3-dimensional array. PyTorch calls an
-# array with a gradient a *tensor*; in this tutorial it is still a `Variable`
-# that holds an `ndarray`.
+# Until now almost every variable held a single number. A neural network
+# works on arrays: a batch of inputs is a matrix, an image a 3-dimensional
+# array. PyTorch calls an array with a gradient a *tensor*; here it is still a
+# `Variable` holding an `ndarray`.
 #
-# This step starts the move to tensors. First it shows that the element-wise
-# functions of the earlier steps already work on arrays, and why. Then it adds
-# the first functions that change an array's *shape* rather than its values:
-# `reshape`, and `transpose` with its general form `permute`, both under
-# PyTorch's names and with PyTorch's arguments.
+# The element-wise functions of the earlier steps already work on arrays.
+# What is new are functions that change an array's *shape*, not its values:
+# `reshape`, and `transpose` with its general form `permute`. The idea of
+# this step: **such a function only moves elements, so its backward moves
+# each gradient back to where its element came from**, the inverse move.
 
 # %%
-
+import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
 import tinypytorch.functions as F
-from tinypytorch import Variable
+from tinypytorch import Function, Variable
 from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
 # ## Element-wise functions already work on arrays
 #
-# An element-wise function applies the same scalar function $f$ to every
-# element: $y_i = f(x_i)$. Each output element depends on one input element
-# only, so the Jacobian $\partial y_i / \partial x_j$ is diagonal: $f'(x_i)$
-# when $i = j$, zero otherwise. Backward receives $g_i = \partial L / \partial y_i$
-# for some final scalar $L$ and returns
+# An element-wise $y_i = f(x_i)$ has a diagonal Jacobian, so backward returns
+# $\partial L/\partial x_j = g_j\, f'(x_j)$: stage 1's chain rule, element by
+# element. `Sin.backward` returns `gy * cos(x)`, and `*` on arrays multiplies
+# element by element: nothing assumed a 0-d array. It never builds the
+# $6 \times 6$ Jacobian either; every backward computes the
+# *vector-Jacobian product* $g^\top J$ directly.
 #
-# $$
-# \frac{\partial L}{\partial x_j} = \sum_i g_i \frac{\partial y_i}{\partial x_j} = g_j\, f'(x_j).
-# $$
-#
-# That is the scalar chain rule of stage 1, applied element by element. And
-# that is exactly what the code already does: `Sin.backward` returns
-# `gy * cos(x)`, and `*` on arrays multiplies element by element. Nothing in
-# `sin`, `exp`, `tanh` or the arithmetic operators assumed a 0-d array.
-
-# %%
-show_code(F.Sin)
-
-# %% [markdown]
-# So a whole array goes through a formula in one call, and the gradient has
-# the shape of the input. For $y = \sin(x)\,x + x^2$ the derivative is
-# $\cos(x)\,x + \sin(x) + 2x$, element by element (the seed of ones is
-# explained just below):
+# A gradient is defined for a scalar $L$. For an array `y`, the seed
+# $\partial L/\partial y$ is shaped like `y`; ones are the gradient of
+# $L = \sum_i y_i$. Steps 09–22 seeded ones silently; PyTorch refuses to guess
+# for more than one element, and so does the package: give the seed, or take
+# the sum first. For $y = \sin(x)\,x + x^2$:
 
 # %%
 x = Variable(np.array([[0.0, 0.5, 1.0], [1.5, 2.0, 2.5]]))
 y = tinypytorch.sin(x) * x + x**2
+try:
+    y.backward()
+except RuntimeError as error:
+    print("RuntimeError:", error)
 y.backward(np.ones_like(y.data))
-print("y.shape =", y.shape, "  x.grad.shape =", x.grad.shape)
-print("x.grad =", x.grad)
 formula = np.cos(x.data) * x.data + np.sin(x.data) + 2 * x.data
-print(f"largest difference from the formula: {np.abs(x.grad - formula).max():.1e}")
+assert np.abs(x.grad.data - formula).max() < 1e-12
+print("x.grad.shape =", x.grad.shape, "  equal to cos(x) x + sin(x) + 2x within 1e-12")
 
 # %% [markdown]
-# ### What `backward` of an array means
-#
-# A gradient is defined for a *scalar* $L$. When `y` is an array, the seed
-# $g = \partial L / \partial y$ is an array shaped like `y`, and ones are exactly
-# the gradient of $L = \sum_i y_i$, since $\partial L / \partial y_i = 1$. So
-# `y.backward(np.ones_like(y.data))` computes the gradient of the sum of its
-# elements, as `y.sum().backward()` does.
-#
-# Steps 09–22 seeded ones whenever no seed was given. PyTorch refuses to guess,
-# and the package follows PyTorch: for an output of more than one element,
-# `backward()` needs the seed spelt out, or the sum taken first.
-
-# %%
-import torch
-
-t = torch.tensor(x.data, requires_grad=True)
-yt = torch.sin(t) * t + t**2
-for name, output in [("tinypytorch", y), ("torch", yt)]:
-    try:
-        output.backward()
-    except RuntimeError as error:
-        print(f"{name:11} RuntimeError: {error}")
-yt.backward(gradient=torch.ones_like(yt))
-print("with an explicit seed of ones, the same grad:", np.allclose(x.grad, t.grad.numpy(), rtol=1e-12))
-
-# %% [markdown]
-# Notice also what backward did *not* do: it never built the $6 \times 6$
-# Jacobian. It multiplied the incoming gradient by the diagonal, which costs
-# one operation per element. Every backward method in this framework computes
-# such a *vector-Jacobian product* $g^\top J$ directly, without forming $J$;
-# for an input of a million elements, $J$ would have $10^{12}$ entries.
-#
 # ## `reshape`: the same elements in a new shape
 #
-# `reshape` arranges the elements of an array into another shape with the
-# same number of elements. NumPy reads and writes them in row-major order
-# (the last index changes fastest), so a $2 \times 3$ matrix reshaped to
-# $(6,)$ lists the first row, then the second.
-#
-# No value changes: each element of $y$ *is* one element of $x$. The
-# gradient of each $x$ element is therefore the gradient of the $y$ element it
-# became, and those sit in the same row-major order. Backward reshapes the
-# incoming gradient back to the input's shape, which forward remembered:
+# `reshape` lays the elements out again in row-major order (the last index
+# changes fastest). No value changes: each element of $y$ *is* one element of
+# $x$, so backward reshapes the incoming gradient back to the input's shape,
+# which forward remembered. (One entry of the shape may be $-1$, worked out
+# from the size; a reshape to the same shape returns `x` itself.)
 
 # %%
-show_code(F.Reshape)
-show_code(F.reshape)
-
-# %% [markdown]
-# Two details. Like NumPy and PyTorch, one entry of the new shape may be $-1$:
-# it is worked out from the size. And a reshape to the shape the variable
-# already has returns the variable itself, recording nothing.
-#
-# To see that the gradient lands in the right places, the example multiplies
-# the reshaped variable by a vector of distinct weights $w$: the gradient of
-# $\sum_k w_k y_k$ with respect to $y$ is $w$, so `x.grad` must be $w$ laid
-# out as a $2 \times 3$ matrix.
-
-# %%
-x = Variable(np.arange(6.0).reshape(2, 3))
-y = F.reshape(x, (6,))
-w = np.array([10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
-(y * w).sum().backward()
-print("y      =", y)
-print("x.grad =", x.grad)
-print("reshape to the same shape returns x itself:", F.reshape(x, (2, 3)) is x)
-
-# %% [markdown]
-# ### The method `x.reshape(...)`
-#
-# NumPy and PyTorch also offer `reshape` as a method that takes the shape as a
-# tuple or as separate numbers. `Variable` gets the same method; it calls
-# `tinypytorch.functions.reshape`. The method is not written inside the
-# `Variable` class in `core.py`: `functions.py` imports `core.py`, so `core.py`
-# cannot import it back without an import circle. It lives in
-# `tensor_methods.py`, with every method of `Variable` that calls a module
-# above the core, and `import tinypytorch` wires them onto `Variable` once
-# (`wire_tensor_methods`; DeZero's `setup_variable` does the same for its
-# operators). For the user it is a method like any other.
-
-# %%
-show_code(Variable.reshape)
-
-x = Variable(np.arange(6.0).reshape(2, 3))
-calls = {
-    "x.reshape(3, 2)": x.reshape(3, 2),
-    "x.reshape((3, 2))": x.reshape((3, 2)),
-    "x.reshape(-1, 2)": x.reshape(-1, 2),
-    "x.reshape(6)": x.reshape(6),
-}
-for code, y in calls.items():
-    print(f"{code:18} {y.data.tolist()}")
+show_code(F.Reshape, step=29)
 
 # %% [markdown]
 # ## `transpose` and `permute`: moving dimensions
 #
-# The transpose of a matrix swaps its two dimensions: $y_{ij} = x_{ji}$.
-# PyTorch generalises it to arrays of any number of dimensions in two ways.
-#
-# - `transpose(x, dim0, dim1)` swaps two dimensions and leaves the others
-#   where they are. For a stack of matrices of shape $(B, N, M)$,
-#   `transpose(x, -2, -1)` transposes every matrix (negative dims count from
-#   the end); step 31 needs exactly that.
-# - `permute(x, dims)` reorders all of them: with `dims` $= (p_0, p_1, \ldots)$,
-#   dimension $k$ of $y$ is dimension $p_k$ of $x$, so $y$ has shape
-#   $(n_{p_0}, n_{p_1}, \ldots)$ and
-#
-# $$ y[i_0, i_1, \ldots] = x[j_0, j_1, \ldots] \quad\text{with } j_{p_k} = i_k. $$
-#
-# A swap of two dimensions is one particular permutation, so a single
-# `Function`, `Transpose`, holding a permutation, records both. Its forward
-# pass is NumPy's `ndarray.transpose(perm)`, which, despite the name, is a
-# full permutation.
-#
-# Again no value changes, only where each element sits, so the gradient must
-# be moved back to where each element came from. That is the *inverse*
-# permutation: dimension $i$ of $x$ went to position $k$ with $p_k = i$, that
-# is, position `perm.index(i)`. A worked example with a $2 \times 3 \times 4$
-# array and `dims = (1, 2, 0)`: $y$ has shape $(3, 4, 2)$. Dimension 0 of $x$
-# is now dimension 2 of $y$, dimension 1 is dimension 0, dimension 2 is
-# dimension 1, so the inverse is $(2, 0, 1)$, and permuting $y$ by it gives
-# back $x$'s shape and $x$:
+# `permute(x, dims)` reorders the dimensions: dimension $k$ of $y$ is
+# dimension $p_k$ of $x$. `transpose(x, dim0, dim1)` swaps two of them
+# (for a stack of matrices, `transpose(x, -2, -1)` transposes each; step 31
+# needs that), and `x.T` reverses them all. Each is one permutation, so one
+# `Function`, `Transpose`, records all three. Its backward applies the
+# *inverse* permutation: dimension $i$ of $x$ went to position
+# `perm.index(i)` of $y$.
 
 # %%
-show_code(F.Transpose)
-
-x = Variable(np.arange(24.0).reshape(2, 3, 4))
-y = F.permute(x, (1, 2, 0))
-perm = y.creator.perm
-inverse = tuple(perm.index(i) for i in range(len(perm)))
-print("y.shape =", y.shape, "  inverse permutation:", inverse)
-print("permute(y, inverse) equals x:", np.array_equal(F.permute(y, inverse).data, x.data))
+show_code(F.Transpose, step=29)
 
 # %% [markdown]
-# `permute` and `transpose` only work out the permutation; `transpose` builds
-# it by swapping two entries of $(0, 1, \ldots, n - 1)$. A permutation that
-# moves nothing returns the variable itself, as a reshape to the same shape
-# does.
+# The picture follows the elements. Each of $x$'s six elements has its own
+# colour; forward moves it, and backward sends the gradient arriving at that
+# place in $y$ back to the same cell of $x$:
 
-# %%
-show_code(F._apply_permutation)
-show_code(F.permute)
-show_code(F.transpose)
+# %% tags=["hide-input"]
+def cells(ax, values, origin, title):
+    """A grid of coloured cells, one colour per element of the original x (values: its index 0-5)."""
+    rows, cols = values.shape
+    colours = plt.cm.tab10(np.arange(6))
+    for (r, c), v in np.ndenumerate(values):
+        ax.add_patch(plt.Rectangle((origin[0] + c, origin[1] - r), 1, 1, facecolor=colours[int(v)], alpha=0.55,
+                                   edgecolor="black"))
+        ax.text(origin[0] + c + 0.5, origin[1] - r + 0.5, f"{int(v)}", ha="center", va="center", fontsize=9)
+    ax.text(origin[0] + cols / 2, origin[1] + 1.35, title, ha="center", fontsize=9)
 
-x = Variable(np.zeros((5, 2, 3)))
-print("transpose(x, -2, -1).shape  =", F.transpose(x, -2, -1).shape)
-print("transpose(x, 0, 2).shape    =", F.transpose(x, 0, 2).shape)
-print("permute(x, (2, 0, 1)).shape =", F.permute(x, (2, 0, 1)).shape)
-print("transpose(x, 1, 1) is x:", F.transpose(x, 1, 1) is x)
+
+def arrow(ax, start, end, text, colour, dy, dx=0.0):
+    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.4))
+    ax.text((start[0] + end[0]) / 2 + dx, (start[1] + end[1]) / 2 + dy, text, ha="center", va="center", fontsize=8,
+            color=colour)
+
+
+index = np.arange(6).reshape(2, 3)
+fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), gridspec_kw={"width_ratios": [1, 1]})
+cells(left, index, (1.5, 0), "x (2, 3)")
+cells(left, index.reshape(1, 6), (0, -3.6), "x.reshape(6)")
+arrow(left, (1.2, -0.9), (1.2, -2.0), "forward:\nreshape", "black", 0, -0.9)
+arrow(left, (5.1, -2.0), (5.1, -0.9), "backward:\nreshape(2, 3)", "#b22222", 0, 1.1)
+left.set(xlim=(-1.2, 7.2), ylim=(-3.9, 2.6))
+cells(right, index, (0, 0.5), "x (2, 3)")
+cells(right, index.T, (5, 1), "x.T (3, 2)")
+arrow(right, (3.2, 1.2), (4.8, 1.2), "forward:\ntranspose", "black", 0.55)
+arrow(right, (4.8, -0.1), (3.2, -0.1), "backward:\ntranspose", "#b22222", -0.55)
+right.set(xlim=(-0.3, 7.3), ylim=(-2.4, 3.1))
+for ax in (left, right):
+    ax.set_aspect("equal")
+    ax.axis("off")
+fig.suptitle("a gradient goes back where its element came from: the inverse move", fontsize=10)
+plt.show()
 
 # %% [markdown]
-# The gradient follows its element. Multiplying $y = x^\top$ by a matrix $w$
-# of distinct weights gives $\partial L / \partial y = w$, so
-# $\partial L / \partial x = w^\top$:
+# To see the gradients land in the right places, weight each output element
+# differently: the gradient of $\sum_k w_k y_k$ with respect to $y$ is $w$,
+# so `x.grad` must be $w$ moved back, reshaped to $2 \times 3$ for `reshape`
+# and transposed for the transpose.
 
 # %%
 x = Variable(np.arange(6.0).reshape(2, 3))
-w = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-(F.transpose(x, 0, 1) * w).sum().backward()
-print("x.grad =", x.grad)
-print("w.T    =", w.T.tolist())
+w = np.array([10.0, 20.0, 30.0, 40.0, 50.0, 60.0])
+(x.reshape(6) * w).sum().backward()
+print("reshape:   x.grad =", x.grad.data.tolist())
+x.cleargrad()
+(x.T * w.reshape(3, 2)).sum().backward()
+print("transpose: x.grad =", x.grad.data.tolist())
+print("   w.reshape(3, 2).T =", w.reshape(3, 2).T.tolist())
 
 # %% [markdown]
-# Before anything is moved, each dim is checked the way PyTorch checks it: an
-# int in $[-n, n - 1]$ for $n$ dimensions, negative values counting from the
-# end. Out of range is an `IndexError`, the type PyTorch raises. (PyTorch
-# lets a 0-d tensor use dim $0$ and $-1$, as if it had one dimension; so does
-# `_dim`.) `permute` also needs each of the $n$ dims exactly once.
+# The methods take PyTorch's arguments: `x.reshape(3, 2)` or
+# `x.reshape((3, 2))`, `x.transpose(0, 2)`, `x.permute(2, 0, 1)`. They live in
+# `tensor_methods.py`, wired onto `Variable` as `import tinypytorch` runs,
+# since `core.py` cannot import `functions.py` back. Mind one clash of names:
+# NumPy's `ndarray.transpose(axes)` is PyTorch's `permute`, so for a matrix
+# `m.transpose(0, 1)` is the identity in NumPy but the transpose in PyTorch
+# and here. Dims are checked as PyTorch checks them (an `IndexError` out of
+# range; `permute` needs each dim once); `tests/test_step29.py` holds those
+# cases. The collapsed cell shows the helpers.
 
-# %%
-show_code(F._dim)
-show_code(F._permutation)
-
-# %% [markdown]
-# ### The methods `x.transpose`, `x.permute` and `x.T`
-#
-# The methods take PyTorch's arguments: `x.transpose(dim0, dim1)`, and
-# `x.permute(2, 0, 1)` or `x.permute((2, 0, 1))`. The property `x.T` reverses
-# all the dimensions, as NumPy's `.T` does; for a matrix, that is its
-# transpose. (PyTorch's `.T` does the same, but warns that it is deprecated
-# for anything but a matrix; its `x.mT` transposes the last two dimensions.)
-
-# %%
-show_code(Variable.transpose)
-show_code(Variable.permute)
-show_code(Variable.T.fget)
-
-x, t = Variable(np.zeros((2, 3, 4))), torch.zeros(2, 3, 4)
-print("x.transpose(0, 2).shape  =", x.transpose(0, 2).shape, " torch:", tuple(t.transpose(0, 2).shape))
-print("x.permute(2, 0, 1).shape =", x.permute(2, 0, 1).shape, " torch:", tuple(t.permute(2, 0, 1).shape))
-print("x.T.shape                =", x.T.shape)
-
-# %% [markdown]
-# ### NumPy's `transpose` is `permute`
-#
-# NumPy uses the name differently: `ndarray.transpose(axes)` and
-# `np.transpose(a, axes)` take a whole permutation, PyTorch's `permute`
-# (NumPy's two-dimension swap is `np.swapaxes`). The same call can mean two
-# things. For a matrix, `m.transpose(0, 1)` is the transpose in PyTorch and
-# here, but the identity permutation in NumPy:
-
-# %%
+# %% tags=["hide-cell"]
+show_code(F.reshape, Variable.reshape, F.permute, F.transpose, F._dim, F._permutation, step=29)
 a = np.zeros((2, 3))
+import torch  # noqa: E402
+
 for kind, m in [("numpy.ndarray", a), ("torch.Tensor", torch.from_numpy(a)), ("Variable", Variable(a))]:
     print(f"{kind:13}  m.transpose(0, 1).shape = {tuple(m.transpose(0, 1).shape)}")
 
 # %% [markdown]
-# ## Bad input
+# Both backward methods are written with `reshape` and `permute` themselves,
+# functions of Variables, so with `create_graph=True` (step 27) they can be
+# differentiated again.
 #
-# A reshape must keep the number of elements; a dim must exist; and the dims
-# of a permutation must name each dimension once. The errors say so before
-# NumPy is reached, naming the operation and what was wrong.
-
-# %%
-x = Variable(np.zeros((2, 3)))
-attempts = {
-    "x.reshape(4)": lambda: x.reshape(4),
-    "x.reshape(4, -1)": lambda: x.reshape(4, -1),
-    "x.reshape(2.0, 3.0)": lambda: x.reshape(2.0, 3.0),
-    "x.transpose(0, 2)": lambda: x.transpose(0, 2),
-    "x.transpose(0, 1.0)": lambda: x.transpose(0, 1.0),
-    "x.permute(0, 0)": lambda: x.permute(0, 0),
-    "x.permute(1, 0, 2)": lambda: x.permute(1, 0, 2),
-    "x.permute(-3, 0)": lambda: x.permute(-3, 0),
-}
-for code, attempt in attempts.items():
-    try:
-        attempt()
-    except (TypeError, ValueError, IndexError) as error:
-        print(f"{code:20} {type(error).__name__}: {error}")
-
-# %% [markdown]
-# ## Higher derivatives come for free
-#
-# Both backward methods are written with `reshape` and `permute`
-# themselves, functions of Variables, so with `create_graph=True` (step 27) the
-# backward pass records a graph that can be differentiated again. For
-# $L = \sum \tanh(x^\top)^2 \cdot w$, summed after weighting by $w$, the gradient
-# flows through a transpose twice: once forwards and once in the backward pass.
-# The second derivative of $\tanh^2$ is $2(1 - \tanh^2)(1 - 3\tanh^2)$ element by element:
-
-# %%
-x = Variable(np.array([[0.1, -0.4, 0.7], [1.2, -0.9, 0.3]]))
-w = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
-(tinypytorch.tanh(x.T) ** 2 * w).sum().backward(create_graph=True)
-gx = x.grad
-x.cleargrad()
-gx.sum().backward()  # the gradient of sum(x.grad): here the diagonal second derivative, weighted
-th = np.tanh(x.data)
-formula = w.T * 2 * (1 - th**2) * (1 - 3 * th**2)
-print("second derivative: x.grad =", x.grad)
-print(f"largest difference from the formula: {np.abs(x.grad - formula).max():.1e}")
-
-# %% [markdown]
 # ## Check against PyTorch
 #
-# The same expressions in PyTorch, for the three shapes of the curriculum:
-# $()$, $(3,)$ and $(2, 3)$. Each result is multiplied by fixed random weights
-# before the backward pass, so a gradient sent to the wrong element would
-# show. Both frameworks accept the same `reshape`, `transpose` and `permute`
-# calls, so each expression is written once, for the module `m` (`torch` or
-# `tinypytorch`); the reversal of all dims is spelt with `permute`, since
-# PyTorch's `.T` warns on anything but a matrix. Then a 3-dimensional array
-# goes through `permute` and `transpose`. The arithmetic is identical element
-# by element, so the tolerance is $10^{-12}$, and moving elements is exact.
+# The same expressions, written once for the module `m` (`torch` or
+# `tinypytorch`), for the curriculum's shapes $()$, $(3,)$ and $(2, 3)$. Each
+# result is multiplied by random weights before the backward pass, so a
+# gradient sent to the wrong element would show. (PyTorch's `.T` warns on
+# anything but a matrix, so reversing all dims is spelt with `permute`.)
 
 # %%
 def reverse_dims(x):
@@ -348,20 +187,56 @@ for shape in [(), (3,), (2, 3)]:
         weights = rng.uniform(-1.0, 1.0, y.shape)
         (y * weights).sum().backward()
         (yt * torch.tensor(weights)).sum().backward()
-        assert y.shape == tuple(yt.shape) and x.grad.shape == tuple(t.grad.shape)
         np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
-        np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12)
-    print(f"shape {shape!s:7}: values and grads == torch for {len(cases)} expressions")
+        np.testing.assert_allclose(x.grad.data, t.grad.numpy(), rtol=1e-12)
+    print(f"shape {shape!s:7}: values and grads equal torch's for {len(cases)} expressions")
+print("PyTorch check passed: grads of element-wise ops, reshape and transpose for shapes (), (3,), (2, 3)")
 
-moves = {"permute(1, 2, 0)": lambda x: x.permute(1, 2, 0), "transpose(0, 2)": lambda x: x.transpose(0, 2)}
-for code, move in moves.items():
-    x = Variable(np.arange(24.0).reshape(2, 3, 4))
-    t = torch.arange(24.0, dtype=torch.float64).reshape(2, 3, 4).requires_grad_()
-    y, yt = move(x), move(t)
-    weights = np.arange(24.0).reshape(y.shape)
-    (y * weights).sum().backward()
-    (yt * torch.tensor(weights)).sum().backward()
-    np.testing.assert_array_equal(y.data, yt.detach().numpy())
-    np.testing.assert_array_equal(x.grad, t.grad.numpy())
-    print(f"shape (2, 3, 4): {code:16} values and grads == torch, exactly")
-print("PyTorch check passed: grads of element-wise ops, reshape, transpose and permute for shapes (), (3,), (2, 3)")
+# %% [markdown]
+# ## Recap
+#
+# - Element-wise functions work on arrays unchanged: their backward multiplies
+#   the gradient by $f'$ element by element, never forming the Jacobian.
+# - `backward()` of more than one element needs its seed, as in PyTorch; ones
+#   are the gradient of the sum.
+# - `reshape`, `transpose`, `permute` and `.T` move elements without changing
+#   them; backward applies the inverse move: reshape back, permute by the
+#   inverse permutation.
+# - Written with Variable operations, these backward passes can be
+#   differentiated again.
+#
+# ## Exercises
+#
+# **1. Backprop ninja: `Flip`.** Write a `Function` `Flip` that reverses an
+# array along its last dimension (`np.flip(x, -1)`), with its backward by hand,
+# written with `Flip` itself so that it stays differentiable. Compare with
+# `torch.flip(x, (-1,))`.
+
+# %% tags=["hide-cell"]
+class Flip(Function):
+    def forward(self, x):
+        return np.flip(x, -1).copy()
+
+    def backward(self, gy):
+        return Flip()(gy)  # reversing is its own inverse: the gradient goes back to its element
+
+
+x = Variable(np.arange(6.0).reshape(2, 3))
+(Flip()(x) * np.array([1.0, 10.0, 100.0])).sum().backward()
+print("x.grad =", x.grad.data.tolist())
+
+
+# %% [markdown]
+# **2. `mT`.** Write `mT(x)`, PyTorch's `x.mT`: each matrix of a stack
+# transposed (the last two dimensions swapped), with `transpose`. Check the
+# shape and gradient for a $(4, 2, 3)$ array.
+
+# %% tags=["hide-cell"]
+def mT(x):
+    return x.transpose(-2, -1)
+
+
+x = Variable(np.arange(24.0).reshape(4, 2, 3))
+y = mT(x)
+(y * np.arange(24.0).reshape(y.shape)).sum().backward()
+print("mT(x).shape =", y.shape, " x.grad[0] =", x.grad.data[0].tolist())

@@ -1,179 +1,122 @@
 # %% [markdown]
 # # Step 30: `sum`, broadcasting and `sum_to`
 #
-# Step 29's functions moved elements around: every output element was exactly
-# one input element. This step is about functions that *combine* elements and
-# functions that *copy* them. `sum` adds many elements into one;
-# `broadcast_to` copies one element into many places. Each is the other's
-# backward pass, and together they make NumPy's broadcasting in `+ - * /`
+# Step 29's functions moved elements: every output element was exactly one
+# input element. This step's functions *combine* and *copy* them. `sum` adds
+# many elements into one; `broadcast_to` copies one element into many places.
+# The idea: **each is the other's backward**. A sum's gradient is copied back
+# to every element it added; a copied element's gradient is the sum of its
+# copies' gradients. Together they make NumPy's broadcasting in `+ - * /`
 # differentiable, which a layer needs as soon as it adds one bias vector to a
 # whole batch of rows.
 
 # %%
-
+import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch
 import tinypytorch.core
 import tinypytorch.functions as F
-from tinypytorch import Variable
+from tinypytorch import Function, Variable
 from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
-# ## `sum`
+# ## `sum`: the gradient is copied back
 #
-# For $y = \sum_i x_i$, every element enters with coefficient 1:
-# $\partial y / \partial x_i = 1$. By the chain rule
-# $\partial L / \partial x_i = \partial L / \partial y \cdot 1$: the one number
-# $g = \partial L / \partial y$ is *copied* into every position of $x$.
-#
-# Summing along an axis works the same way, one sum per output element. For a
-# matrix summed over its rows (axis 0), $y_j = \sum_i x_{ij}$, and
-# $\partial L / \partial x_{ij} = g_j$: column $j$ of the gradient is $g_j$,
-# copied down the column.
-#
-# `keepdims=True` keeps each summed axis with length 1 ($(2, 3) \to (1, 3)$
-# instead of $(3,)$), so the result still lines up with the input. The
-# backward pass needs exactly that: it first puts the summed axes back as
-# length-1 axes with `reshape`, then copies the gradient along them with
-# `broadcast_to` (below). Without the reshape the copy goes wrong, because
-# NumPy lines a shorter shape up with the *last* axes. A sum over axis 1 of a
-# $2 \times 3$ matrix has shape $(2,)$; broadcast to $(2, 3)$, its two numbers
-# would have to fill rows of length 3, and NumPy refuses. Worse, for a
-# $3 \times 3$ matrix the broadcast succeeds and copies $g$ along the wrong
-# axis: a silently wrong gradient. Reshaped to $(3, 1)$, $g_i$ fills row $i$,
-# as it should.
+# For $y = \sum_i x_i$, $\partial y/\partial x_i = 1$, so the one number
+# $g = \partial L/\partial y$ is *copied* into every position of $x$. Summed
+# along an axis, one sum per output element: for $y_j = \sum_i x_{ij}$,
+# column $j$ of the gradient is $g_j$ copied down the column. Backward first
+# puts the summed axes back as length-1 axes (`reshape`), then copies along
+# them (`broadcast_to`). Without the reshape NumPy would line the shorter
+# shape up with the *last* axes: for a $3 \times 3$ matrix summed over axis
+# 1 that copies $g$ along the wrong axis, a silently wrong gradient.
 
 # %%
-show_code(F.Sum)
-show_code(F.sum)
-show_code(Variable.sum)
-
-# %%
-try:
-    np.broadcast_to(np.ones(2), (2, 3))
-except ValueError as error:
-    print("broadcast (2,) to (2, 3):", error)
-g = np.array([1.0, 2.0, 3.0])  # dL/dy for y = x.sum(axis=1), x of shape (3, 3)
-print("broadcast (3,) to (3, 3):  ", np.broadcast_to(g, (3, 3)).tolist(), " wrong")
-print("broadcast (3, 1) to (3, 3):", np.broadcast_to(g.reshape(3, 1), (3, 3)).tolist(), " right")
+show_code(F.Sum, step=30)
 
 # %% [markdown]
-# `axis` may be `None` (every axis), an int, or a tuple of ints, negative ones
-# counting from the end, as in NumPy and PyTorch (PyTorch names the arguments
-# `dim` and `keepdim`, and accepts NumPy's `axis` and `keepdims` as well). A
-# helper checks `axis` before NumPy sees it:
-
-# %%
-show_code(F._normalize_axis)
-
-# %% [markdown]
-# In each example below, $L = \sum_j w_j y_j$ with distinct weights $w$, so
-# $\partial L / \partial y = w$ and the gradient shows where each weight was
-# copied:
+# `axis` may be `None` (every axis), an int or a tuple, negative ones counting
+# from the end; PyTorch's `dim=`, `keepdim=` are accepted too. With weights
+# $w$ on the output, $\partial L/\partial y = w$, and `x.grad` shows where
+# each weight was copied:
 
 # %%
 x = Variable(np.arange(6.0).reshape(2, 3))
-for axis, keepdims in [(None, False), (0, False), (1, False), (1, True), ((0, 1), True)]:
+for axis, keepdims in [(None, False), (0, False), (1, True)]:
     x.cleargrad()
     y = x.sum(axis=axis, keepdims=keepdims)
     w = np.arange(1.0, y.numel() + 1).reshape(y.shape)
     (y * w).sum().backward()
-    print(f"axis={axis!s:6} keepdims={keepdims!s:5}  y = {y.data.tolist()!s:16}"
-          f"  w = {w.tolist()!s:18}  x.grad = {x.grad.data.tolist()}")
+    print(f"axis={axis!s:4} keepdims={keepdims!s:5} w = {w.tolist()!s:16} x.grad = {x.grad.data.tolist()}")
 
 # %% [markdown]
-# ## `broadcast_to`
+# ## `broadcast_to` and `sum_to`: copies summed back
 #
-# Broadcasting is NumPy's rule for combining arrays of different shapes.
-# Compare the shapes from the right. Two lengths are compatible when they
-# are equal or one of them is 1. A length 1 is *stretched*: its single element
-# is reused along that axis. An array with fewer axes gets length-1 axes in
-# front. So $(3,)$ broadcasts to $(2, 3)$ (one row, reused for both rows),
-# $(2, 1)$ to $(2, 3)$ (one column, reused three times), and $(3,)$ does not
-# broadcast to $(3, 2)$.
-#
-# `broadcast_to(x, shape)` makes that explicit. Every element of $x$ appears in
-# several places of $y$, so its gradient is the sum of the gradients of all its
-# copies: the backward pass is a sum, `sum_to(gy, x.shape)`.
+# NumPy broadcasts by comparing shapes from the right: lengths that are
+# equal or 1 are compatible, a length 1 is *stretched* (its element reused
+# along the axis), and missing axes are *prepended*. So $(3,)$ broadcasts to
+# $(2, 3)$ and so does $(2, 1)$. Every element of $x$ then appears in several
+# places of $y$, and its gradient is the sum over its copies:
+# `BroadcastTo.backward` is `sum_to(gy, x.shape)` (PyTorch's
+# `Tensor.sum_to_size`), and `SumTo.backward` is `broadcast_to`.
 
-# %%
-show_code(F.BroadcastTo)
+# %% tags=["hide-input"]
+def grid(ax, values, origin, title, colours):
+    rows, cols = values.shape
+    for (r, c), v in np.ndenumerate(values):
+        ax.add_patch(plt.Rectangle((origin[0] + c, origin[1] - r), 1, 1, facecolor=colours[r, c], alpha=0.6,
+                                   edgecolor="black"))
+        ax.text(origin[0] + c + 0.5, origin[1] - r + 0.5, f"{v:g}", ha="center", va="center", fontsize=9)
+    ax.text(origin[0] + cols / 2, origin[1] + 1.3, title, ha="center", fontsize=9)
 
-x = Variable(np.array([1.0, 2.0, 3.0]))
-y = F.broadcast_to(x, (2, 3))
-w = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
-(y * w).sum().backward()
-print("y =", y.data.tolist())
-print("x.grad =", x.grad.data.tolist(), " (column sums of w)")
+
+g = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])  # a gradient of shape (2, 3) arriving at x + b
+palette = plt.cm.tab10(np.arange(3))
+by_column, by_row = palette[[[0, 1, 2], [0, 1, 2]]], palette[[[0, 0, 0], [1, 1, 1]]]
+fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3))
+for ax, colours, target, title in ((left, by_column, (3,), "b of shape (3,): one row, reused"),
+                                   (right, by_row, (2, 1), "b of shape (2, 1): one column, reused")):
+    grid(ax, g, (0, 0), "gradient (2, 3)", colours)
+    summed = F.sum_to_array(g, target).reshape(-1, 3) if target == (3,) else F.sum_to_array(g, target)
+    where = (5, -0.5) if target == (3,) else (5.5, 0)
+    grid(ax, summed, where, f"sum_to {target}", colours[:1] if target == (3,) else colours[:, :1])
+    ax.annotate("", xy=(where[0] - 0.3, 0.5), xytext=(3.3, 0.5), arrowprops=dict(arrowstyle="-|>", lw=1.4))
+    ax.text(4.15, -0.1, "add up\nthe copies", ha="center", va="top", fontsize=8, color="#b22222")
+    ax.set(xlim=(-0.3, 8.4), ylim=(-2.3, 2.6), aspect="equal", title=title)
+    ax.title.set_fontsize(9)
+    ax.axis("off")
+fig.suptitle("backward of a broadcast: each element of b gets the sum of its copies' gradients", fontsize=10)
+plt.show()
 
 # %% [markdown]
-# ## `sum_to`: summing a broadcast away
-#
-# `sum_to(x, shape)` is the inverse bookkeeping of `broadcast_to`: given an
-# array whose shape is a broadcast of `shape`, it adds up the elements that
-# were copies of one element. PyTorch has the same operation as
-# `Tensor.sum_to_size`. The algorithm follows from the two ways in which a
-# broadcast makes an array bigger:
-#
-# 1. it *prepends* axes: if `x` has $k$ more axes than `shape`, sum over the
-#    first $k$ axes;
-# 2. it *stretches* axes of length 1: sum over every axis where `shape` has a
-#    1 and `x` does not, keeping it (`keepdims=True`) with length 1.
-#
-# A worked example. Let `shape` $= (2, 1)$ and let the gradient have shape
-# $(4, 2, 3)$. Aligned from the right, $(2, 1)$ sits under the last two axes of
-# $(4, 2, 3)$; there is $k = 1$ prepended axis (axis 0), and one stretched
-# axis, axis 2 (1 in `shape`, 3 in `x`). Summing over axes $(0, 2)$ with
-# `keepdims=True` gives shape $(1, 2, 1)$, and a final reshape drops the
-# prepended axis: $(2, 1)$.
+# `sum_to(x, shape)` follows from the two ways a broadcast enlarges an array:
+# it sums over the *prepended* leading axes, then over every *stretched* axis
+# (1 in `shape`, more in `x`), keeping it with length 1. For `shape` $(2, 1)$
+# and a gradient of shape $(4, 2, 3)$: axis 0 was prepended, axis 2
+# stretched; summing over $(0, 2)$ with `keepdims` gives $(1, 2, 1)$, reshaped
+# to $(2, 1)$.
 
 # %%
-show_code(F.sum_to_array)
-
-g = np.arange(24.0).reshape(4, 2, 3)
-print("sum_to_array:", F.sum_to_array(g, (2, 1)).tolist())
-print("by hand:     ", g.sum(axis=(0, 2)).reshape(2, 1).tolist())
-
-# %% [markdown]
-# As a differentiable function, `SumTo` first checks that its input really
-# is a broadcast of the target shape, and its backward pass is `broadcast_to`:
-# the two functions are each other's backward, just as `sum` and
-# `broadcast_to` are.
-
-# %%
-show_code(F.SumTo)
-show_code(F.sum_to)
+show_code(F.sum_to_array, F.BroadcastTo, F.SumTo, step=30)
 
 # %% [markdown]
 # ## Broadcasting in `+`, `-`, `*` and `/`
 #
-# NumPy broadcasts in arithmetic by itself, so the *forward* passes of the four
-# operators always could compute `x + b` for `x` of shape $(4, 3)$ and `b` of
-# shape $(3,)$. Until now the package refused those shapes, because the
-# *backward* pass got them wrong: the gradient with respect to `b` arrives
-# with the output's shape $(4, 3)$, not `b`'s.
-#
-# The fix is the rule of this step. `x + b` is `x + broadcast_to(b, (4, 3))`
-# in disguise, so `b`'s gradient must pass through the backward of
-# `broadcast_to`, which is `sum_to`. Each binary operation therefore checks in
-# its forward pass that the shapes broadcast, keeping the two shapes when they
-# differ, and its backward pass sums each input's gradient to that input's
-# shape. The four operations share this in a base class, `_Binary`. That is
-# why `broadcast_to` and `sum_to` live in `core.py`, beside the arithmetic
-# that needs them (`tinypytorch.functions` offers them too). (The
-# lines of `Mul` marked step 35 choose what forward keeps for backward; until
-# then, read `self.saved_tensors` as "the inputs".)
+# NumPy broadcasts in arithmetic by itself, so `x + b` for `x` of shape
+# $(4, 3)$ and `b` of shape $(3,)$ always computed. The package refused those
+# shapes until now because the *backward* got them wrong: `b`'s gradient
+# arrives with the output's shape $(4, 3)$. But `x + b` is
+# `x + broadcast_to(b, (4, 3))` in disguise, so `b`'s gradient must go
+# through `sum_to`. The four operators share that in a base class: forward
+# keeps the two shapes when they differ, backward sums each gradient to its
+# input's shape.
 
 # %%
-show_code(tinypytorch.core._check_broadcast)
-show_code(tinypytorch.core._Binary)
-show_code(tinypytorch.core.Mul)
+show_code(tinypytorch.core._Binary, step=30)
 
 # %% [markdown]
-# A bias added to every row gets the column sums of the incoming gradient; in
-# an outer product $a_i b_j$ built from shapes $(2, 1)$ and $(1, 3)$, $a$ gets the
-# row sums of $g_{ij} b_j$ and $b$ the column sums of $g_{ij} a_i$:
+# A bias added to every row gets the column sums of the incoming gradient:
 
 # %%
 x = Variable(np.zeros((4, 3)))
@@ -182,84 +125,25 @@ w = np.arange(12.0).reshape(4, 3)
 ((x + b) * w).sum().backward()
 print("b.grad =", b.grad.data.tolist(), " column sums of w:", w.sum(axis=0).tolist())
 
-a = Variable(np.array([[1.0], [2.0]]))
-c = Variable(np.array([[1.0, 10.0, 100.0]]))
-(a * c).sum().backward()
-print("a.grad =", a.grad.data.tolist(), " c.grad =", c.grad.data.tolist())
-
 # %% [markdown]
-# ### What goes wrong without `sum_to`
+# Without `sum_to` nothing would fail on the spot. NumPy would broadcast the
+# output-shaped gradient into whatever came next: one step of gradient descent,
+# `b - lr * g`, would silently turn a $(1, 3)$ bias into a $4 \times 3$ matrix,
+# one row per example. Errors for shapes that do not broadcast, and second
+# derivatives through broadcasting (the backward passes are written with
+# each other, so step 27 applies), are in `tests/test_step30.py`.
 #
-# A backward pass that returned the output-shaped gradient for `b` would not
-# fail on the spot. NumPy would broadcast it into whatever came next. Take a
-# bias of shape $(1, 3)$ and one step of gradient descent with a gradient of
-# shape $(4, 3)$: the update `b - lr * g` broadcasts too, and the bias silently
-# turns into a $4 \times 3$ matrix, one row per example of the batch. DeZero's
-# issue #20 is a discussion of exactly where `sum_to` is needed.
-
-# %%
-b_data = np.zeros((1, 3))
-g_wrong = np.ones((4, 3))  # dL/d(x + b), not yet summed to b's shape
-print("bias shape after a step with the wrong gradient:", (b_data - 0.1 * g_wrong).shape)
-print("with sum_to:", (b_data - 0.1 * F.sum_to_array(g_wrong, (1, 3))).shape)
-
-# %% [markdown]
-# ## Bad input
-#
-# Each function checks its shapes and axes and names itself, instead of
-# failing inside NumPy (NumPy's own `AxisError` would not say which operation
-# went wrong):
-
-# %%
-x = Variable(np.zeros((2, 3)))
-attempts = {
-    "broadcast_to(x, (3,))": lambda: F.broadcast_to(x, (3,)),
-    "broadcast_to(x, (3, 3))": lambda: F.broadcast_to(x, (3, 3)),
-    "x.sum(axis=2)": lambda: x.sum(axis=2),
-    "x.sum(axis=(0, -2))": lambda: x.sum(axis=(0, -2)),
-    "x.sum(axis=1.0)": lambda: x.sum(axis=1.0),
-    "sum_to(x, (2,))": lambda: F.sum_to(x, (2,)),
-    "x + np.zeros((3, 2))": lambda: x + np.zeros((3, 2)),
-    "x * np.zeros(2)": lambda: x * np.zeros(2),
-}
-for code, attempt in attempts.items():
-    try:
-        attempt()
-    except (TypeError, ValueError) as error:
-        print(f"{code:23} {type(error).__name__}: {error}")
-
-# %% [markdown]
-# ## Higher derivatives
-#
-# `Sum.backward` is written with `reshape` and `broadcast_to`, `BroadcastTo`'s
-# and `SumTo`'s with each other, so gradients through broadcasting can be
-# differentiated again (step 27). For $L = \sum_{ij} (x_{ij} + b_j)^3$ the
-# gradient is $\partial L / \partial b_j = \sum_i 3 (x_{ij} + b_j)^2$ and its
-# derivative $\partial / \partial b_j$ of $\sum_j \partial L / \partial b_j$
-# is $\sum_i 6 (x_{ij} + b_j)$:
-
-# %%
-x = Variable(np.array([[0.5, 1.0], [1.5, -2.0], [0.0, 0.25]]))
-b = Variable(np.array([1.0, -1.0]))
-((x + b) ** 3).sum().backward(create_graph=True)
-gb = b.grad
-b.cleargrad()
-gb.sum().backward()
-print(f"dL/db           = {gb.data.tolist()!s:16} formula: {(3 * (x.data + b.data) ** 2).sum(axis=0).tolist()}")
-print(f"d(sum dL/db)/db = {b.grad.data.tolist()!s:16} formula: {(6 * (x.data + b.data)).sum(axis=0).tolist()}")
-
-# %% [markdown]
 # ## Check against PyTorch
 #
-# `sum` with every kind of `axis`, `broadcast_to`, `sum_to` (PyTorch's
-# `sum_to_size`) and the four operators on pairs of shapes that broadcast in
-# the different ways: a vector against a matrix, a column against a row,
-# prepended and stretched axes at once, a 0-d array against a matrix. Each
-# result is weighted by fixed random numbers before the backward pass. Sums
-# may add in a different order than PyTorch, so the tolerance is $10^{-12}$.
+# `sum` with every kind of `axis`, `broadcast_to`, `sum_to` (`sum_to_size`)
+# and the four operators on shape pairs that broadcast in different ways: a
+# vector against a matrix, a column against a row, prepended and stretched
+# axes at once, a 0-d array against a matrix. `check` (collapsed) weights each
+# result by random numbers before the backward pass and compares values and
+# gradients, and that each gradient has its input's shape.
 
-# %%
-import torch
+# %% tags=["hide-cell"]
+import torch  # noqa: E402
 
 rng = np.random.default_rng(0)
 
@@ -276,26 +160,87 @@ def check(f, g, *arrays):
     np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
     for x, t in zip(xs, ts):
         assert x.grad.shape == x.shape
-        np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(x.grad.data, t.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
+# %%
 data = rng.uniform(-1.0, 1.0, (2, 3, 4))
 for axis in [None, 0, 2, -1, (0, 2), (1, -1), (0, 1, 2)]:
     for keepdims in (False, True):
-        check(lambda x: x.sum(axis=axis, keepdims=keepdims), lambda t: t.sum(dim=axis, keepdim=keepdims), data)
-print("sum over (2, 3, 4): 7 axis choices x keepdims == torch")
-
+        check(lambda x: x.sum(axis, keepdims=keepdims), lambda t: t.sum(axis, keepdim=keepdims), data)
+print("sum over (2, 3, 4): 7 axis choices, keepdims or not: equal torch's")
 for shape, target in [((3,), (2, 3)), ((2, 1), (2, 3)), ((), (2, 3)), ((1, 3, 1), (2, 4, 3, 5))]:
-    x_data = rng.uniform(-1.0, 1.0, shape)
+    x_data, y_data = rng.uniform(-1.0, 1.0, shape), rng.uniform(-1.0, 1.0, target)
     check(lambda x: F.broadcast_to(x, target), lambda t: torch.broadcast_to(t, target), x_data)
-    check(lambda x: F.sum_to(x, shape), lambda t: t.sum_to_size(shape), rng.uniform(-1.0, 1.0, target))
-print("broadcast_to and sum_to (torch: sum_to_size) == torch for 4 shape pairs")
-
-operators = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
-pairs = [((2, 3), (3,)), ((3,), (2, 3)), ((2, 1), (1, 3)), ((4, 1, 3), (2, 1)), ((), (2, 3)), ((2, 3), (1, 1))]
+    check(lambda x: F.sum_to(x, shape), lambda t: t.sum_to_size(shape), y_data)
+print("broadcast_to and sum_to (torch: sum_to_size): equal torch's for 4 shape pairs")
+operators = {"+": lambda a, b: a + b, "-": lambda a, b: a - b,
+             "*": lambda a, b: a * b, "/": lambda a, b: a / b}
+pairs = [((2, 3), (3,)), ((3,), (2, 3)), ((2, 1), (1, 3)), ((4, 1, 3), (2, 1)),
+         ((), (2, 3)), ((2, 3), (1, 1))]
 for shape0, shape1 in pairs:
     a, b = rng.uniform(0.5, 2.0, shape0), rng.uniform(0.5, 2.0, shape1)
     for op in operators.values():
         check(op, op, a, b)
-    print(f"{shape0!s:9} with {shape1!s:7}: values and grads of + - * / == torch")
+print(f"+ - * / on {len(pairs)} pairs of shapes that broadcast: values and grads equal torch's")
 print("PyTorch check passed: grads of sum, broadcast_to, sum_to and broadcasting + - * / equal torch")
+
+# %% [markdown]
+# ## Recap
+#
+# - `sum`'s backward copies the gradient back to every element it added
+#   (reshape the summed axes back to length 1, then `broadcast_to`).
+# - `broadcast_to`'s backward sums the gradients of the copies: `sum_to`,
+#   over the prepended axes and the stretched ones.
+# - `sum` and `broadcast_to`, like `broadcast_to` and `sum_to`, are each
+#   other's backward.
+# - `+ - * /` broadcast as NumPy does, and sum each input's gradient back to
+#   its shape; without that a bias would silently grow into a matrix.
+#
+# ## Exercises
+#
+# **1. Backprop ninja: broadcasting's backward by hand.** Write a `Function`
+# `MyBroadcastTo(shape)` whose forward is `np.broadcast_to` and whose
+# backward you write yourself, without `sum_to`: sum over the leading axes the
+# broadcast prepended, then over the stretched ones with `keepdims=True`
+# (`gy.sum(axis=..., keepdims=...)`), and reshape to the input's shape.
+# Compare with `torch.broadcast_to` for $(2, 1) \to (4, 2, 3)$.
+
+# %% tags=["hide-cell"]
+class MyBroadcastTo(Function):
+    def __init__(self, shape):
+        self.shape = shape
+
+    def forward(self, x):
+        self.x_shape = x.shape
+        return np.broadcast_to(x, self.shape).copy()
+
+    def backward(self, gy):
+        lead = len(self.shape) - len(self.x_shape)
+        if lead:
+            gy = gy.sum(axis=tuple(range(lead)))
+        stretched = tuple(i for i, n in enumerate(self.x_shape) if n == 1 and self.shape[lead + i] != 1)
+        if stretched:
+            gy = gy.sum(axis=stretched, keepdims=True)
+        return gy.reshape(self.x_shape)
+
+
+x = Variable(np.array([[1.0], [2.0]]))
+y = MyBroadcastTo((4, 2, 3))(x)
+(y * np.arange(24.0).reshape(4, 2, 3)).sum().backward()
+print("y.shape =", y.shape, " x.grad =", x.grad.data.tolist())
+
+
+# %% [markdown]
+# **2. Centring.** Write `center(x)`, each row of a matrix minus its mean,
+# `x - x.sum(axis=1, keepdims=True) / n`, and look at the gradient of
+# $\sum w \cdot \mathrm{center}(x)$: what do its rows sum to?
+
+# %% tags=["hide-cell"]
+def center(x):
+    return x - x.sum(axis=1, keepdims=True) / x.shape[1]
+
+
+x = Variable(np.array([[1.0, 2.0, 6.0], [0.0, -1.0, 4.0]]))
+(center(x) * np.array([[1.0, 2.0, 3.0], [4.0, 0.0, -1.0]])).sum().backward()
+print("x.grad =", x.grad.data.tolist(), " row sums:", x.grad.data.sum(axis=1).tolist())

@@ -237,7 +237,7 @@ class Reshape(Function):  # step 29
     def __init__(self, shape):
         self.shape = as_shape("reshape", shape)
 
-    def view_fn(self):
+    def view_fn(self):  # step 36: how a view of the result is remade from its base
         shape = self.shape
         return lambda t: reshape(t, shape)
 
@@ -292,7 +292,7 @@ class Transpose(Function):  # step 29: the one node of permute, transpose and .T
     def __init__(self, perm):
         self.perm = perm  # dimension i of y is dimension perm[i] of x
 
-    def view_fn(self):
+    def view_fn(self):  # step 36: how a view of the result is remade from its base
         perm = self.perm
         return lambda t: _apply_permutation(t, perm)
 

@@ -191,11 +191,11 @@ def get_dot_graph(y, verbose=False, show_saved=False):
     functions = []
     for f in _functions_first_in_first_out(outputs):
         f_id = _draw_function(nodes, f)
-        if show_saved:
+        if show_saved:  # step 35: the tensors each function saved
             _draw_saved(nodes, f, f_id)
         functions.append(f)
     header = ['  node [style=filled, fontname="Helvetica", fontsize=10, height=0.3]']
-    if show_saved:
+    if show_saved:  # step 35: the bytes the saved tensors hold
         header.append(_saved_summary(functions))
     return "\n".join(["digraph g {", *header, *nodes.lines, "}"]) + "\n"
 
