@@ -74,7 +74,7 @@ class Layer:  # step 32
             self._buffer_names.append(name)
         setattr(self, name, array)
 
-    # step 48: buffers
+    # step 48: buffers (running statistics) move with the layer too
     def buffers(self):
         """Every buffer of this layer and its sub-layers."""
         for layer in self.modules():
@@ -97,11 +97,11 @@ class Layer:  # step 32
                 setattr(layer, name, cuda.to_device(getattr(layer, name), where))
         return self
 
-    # step 48
+    # step 48: a layer moves to a device as a whole
     def cuda(self):
         return self.to("cuda")
 
-    # step 48
+    # step 48: and back to the host
     def cpu(self):
         return self.to("cpu")
 
@@ -118,7 +118,7 @@ class Layer:  # step 32
             layer.training = mode
         return self
 
-    # step 41
+    # step 41: evaluation mode
     def eval(self):
         """Evaluation mode: train(False)."""
         return self.train(False)
