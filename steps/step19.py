@@ -9,8 +9,8 @@
 # its length), carries an optional name, and prints its data.
 #
 # Nothing in the engine changes; only `Variable` gains a few methods. The
-# whole framework as it stands after this step is in the collapsed cells just
-# below: expand them to read it all.
+# whole framework as it stands after this step is in the collapsed cell just
+# below: expand it to read it all.
 
 # %% tags=["hide-cell"]
 import contextlib
@@ -42,7 +42,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %% tags=["hide-cell"]
 class Variable:
     def __init__(self, data, name=None):
         if data is not None and not isinstance(data, np.ndarray):
@@ -126,7 +125,6 @@ def as_array(x):
     return x
 
 
-# %% tags=["hide-cell"]
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -149,7 +147,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %% tags=["hide-cell"]
 class Square(Function):
     def forward(self, x):
         return x ** 2

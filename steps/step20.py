@@ -12,7 +12,7 @@
 # precedence and associativity stay Python's, so `a * b + c` means $(ab) + c$
 # without any work on our side.
 #
-# The whole framework after this step is in the collapsed cells below.
+# The whole framework after this step is in the collapsed cell below.
 
 # %% tags=["hide-cell"]
 import contextlib
@@ -44,7 +44,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %% tags=["hide-cell"]
 class Variable:
     def __init__(self, data, name=None):
         if data is not None and not isinstance(data, np.ndarray):
@@ -134,7 +133,6 @@ def as_array(x):
     return x
 
 
-# %% tags=["hide-cell"]
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -157,7 +155,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %% tags=["hide-cell"]
 class Square(Function):
     def forward(self, x):
         return x ** 2

@@ -12,7 +12,7 @@
 # - `__array_priority__` makes an array on the left, `np.array(2.0) + x`,
 #   step aside for `Variable`.
 #
-# The whole framework after this step is in the collapsed cells below.
+# The whole framework after this step is in the collapsed cell below.
 
 # %% tags=["hide-cell"]
 import contextlib
@@ -44,7 +44,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %% tags=["hide-cell"]
 class Variable:
     __array_priority__ = 200  # above ndarray's 0.0: `ndarray + Variable` calls Variable.__radd__
 
@@ -150,7 +149,6 @@ def as_variable(obj, op="as_variable"):
     raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
 
 
-# %% tags=["hide-cell"]
 class Function:
     def __call__(self, *inputs):
         op = type(self).__name__.lower()  # names the operation in error messages: "add", "mul", ...
@@ -175,7 +173,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %% tags=["hide-cell"]
 class Square(Function):
     def forward(self, x):
         return x ** 2

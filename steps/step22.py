@@ -15,7 +15,7 @@
 #
 # Each `backward` multiplies the incoming gradient $g_y$ by these partial
 # derivatives. This is the last snapshot: the whole framework of stage 2 is
-# in the collapsed cells below, and step 23 moves it into a package.
+# in the collapsed cell below, and step 23 moves it into a package.
 
 # %% tags=["hide-cell"]
 import contextlib
@@ -47,7 +47,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %% tags=["hide-cell"]
 class Variable:
     __array_priority__ = 200  # above ndarray's 0.0: `ndarray + Variable` calls Variable.__radd__
 
@@ -171,7 +170,6 @@ def as_variable(obj, op="as_variable"):
     raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
 
 
-# %% tags=["hide-cell"]
 class Function:
     def __call__(self, *inputs):
         op = type(self).__name__.lower()  # names the operation in error messages: "add", "mul", ...
@@ -201,7 +199,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %% tags=["hide-cell"]
 class Square(Function):
     def forward(self, x):
         return x ** 2
