@@ -105,9 +105,8 @@ plt.show()
 #
 # $$
 # \begin{aligned}
-# \partial_x A &= 2u\,p + u^2 (-14 + 6x + 6y) = 18 - 18 = 0, &
-# \partial_y A &= 2u\,p + u^2 (-14 + 6x + 6y) = 0, \\
-# \partial_x B &= 4v\,q + v^2 (-32 + 24x - 36y) = -148 - 44 = -192, &
+# \partial_x A = \partial_y A &= 2u\,p + u^2 (-14 + 6x + 6y) = 18 - 18 = 0, \\
+# \partial_x B &= 4v\,q + v^2 (-32 + 24x - 36y) = -148 - 44 = -192, \\
 # \partial_y B &= -6v\,q + v^2 (48 - 36x + 54y) = 222 + 66 = 288,
 # \end{aligned}
 # $$
