@@ -1,76 +1,24 @@
 # %% [markdown]
 # # Step 19: Making `Variable` pleasant to use
 #
-# The engine is complete for this stage: variadic functions, accumulation,
-# generation order, weak references, configuration. The next four steps make
-# `Variable` comfortable to work with. This one lets a `Variable` answer the
-# questions one asks an `ndarray` (its shape, its type, its length), gives it
-# an optional name, and makes it print as something readable.
-#
-# ## A transparent box
-#
 # A `Variable` is a box around an array, and the user mostly cares about the
-# array. Until now every question about it went through `.data`:
-# `x.data.shape`, `x.data.dtype`. Read-only properties forward the common
-# ones, so that a `Variable` can be used where code expects an array-like
-# object:
+# array. Until now every question about it went through `.data`
+# (`x.data.shape`, `x.data.dtype`), and `print(x)` showed a memory address.
+# This step makes the box transparent: a `Variable` answers the questions one
+# asks an `ndarray` (its shape, its number of axes and of elements, its type,
+# its length), carries an optional name, and prints its data.
 #
-# | attribute | meaning | for a $2 \times 3$ array |
-# |---|---|---|
-# | `shape` | size along each axis | `(2, 3)` |
-# | `ndim` | number of axes | `2` |
-# | `size` | number of elements, the product of `shape` | `6` |
-# | `dtype` | element type | `float64` |
-#
-# `@property` turns a method into an attribute that is computed when read, so
-# `x.shape` always reflects the current `x.data`, even after `x.data` has been
-# replaced.
-#
-# `len(x)` is the length of the first axis, as for an `ndarray`. A 0-d variable
-# has no first axis; NumPy reports that as `len() of unsized object`, which
-# does not say what was wrong. We raise a `TypeError` that names the problem,
-# with the same message PyTorch uses for a 0-d tensor (with `Variable` for
-# `tensor`).
-#
-# ## A name
-#
-# `Variable(data, name="x")` attaches a label. The framework does not use it
-# for computing; it shows up in `repr` and, in step 25, in drawings of the
-# graph, where a graph with a dozen unnamed boxes is hard to read.
-#
-# ## A readable, stable `repr`
-#
-# Python's default `repr` of an object shows its class and its memory address,
-# which says nothing about the contents and changes on every run. We define
-# `__repr__` so that `print(x)` and the notebook show the data:
-#
-# ```
-# variable([[1.0000, 2.0000],
-#           [3.0000, 4.0000]])
-# ```
-#
-# It is built with `np.array2string`:
-#
-# - `precision=4, floatmode="fixed"` prints every float with exactly four
-#   decimals, so columns line up and the output does not depend on how many
-#   digits a value happens to need;
-# - `separator=", "` puts commas between elements, as in PyTorch's `tensor(...)`
-#   and a Python list, which makes the output easy to copy back into code;
-# - `prefix="variable("` tells NumPy how far the opening bracket is indented,
-#   so the second and later rows of a matrix line up under the first.
-#
-# A name, when set, is appended as `name='x'`, and a variable without data
-# prints as `variable(None)`.
-#
-# ## The framework after this step
-#
-# Only `Variable` changes.
+# Nothing in the engine changes; only `Variable` gains a few methods. The
+# whole framework as it stands after this step is in the collapsed cell just
+# below: expand it to read it all.
 
-# %%
+# %% tags=["hide-cell"]
 import contextlib
 import weakref
 
 import numpy as np
+
+from tinypytorch.utils.listing import show_change
 
 
 class Config:
@@ -94,7 +42,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %%
 class Variable:
     def __init__(self, data, name=None):
         if data is not None and not isinstance(data, np.ndarray):
@@ -178,7 +125,6 @@ def as_array(x):
     return x
 
 
-# %%
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -201,7 +147,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -249,98 +194,153 @@ def numerical_diff(f, x, eps=1e-4):
 
 
 # %% [markdown]
-# ## The properties
+# ## What changes in `Variable`
 #
-# The example from the source material, with a float array:
+# The lines marked `+` are new since step 18:
 
 # %%
-x = Variable(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
-print("shape =", x.shape)
-print("ndim  =", x.ndim)
-print("size  =", x.size)
-print("dtype =", x.dtype)
-print("len   =", len(x))
+show_change(19, "Variable")
 
 # %% [markdown]
-# `len` of a 0-d variable is an error, and says which:
+# - `@property` turns a method into an attribute computed when it is read, so
+#   `x.shape` always follows the current `x.data`, even after `x.data` has
+#   been replaced.
+# - `len(x)` is the length of the first axis, as for an `ndarray`. A 0-d
+#   variable has none; NumPy would say `len() of unsized object`, so we raise
+#   a `TypeError` that says what was wrong, in PyTorch's words for a 0-d
+#   tensor.
+# - `name` is a label the framework never computes with; it shows in `repr`
+#   and, from step 25, in drawings of the graph.
+# - `__repr__` prints the data with `np.array2string`: four fixed decimals
+#   (`precision=4, floatmode="fixed"`), so the text does not change from run
+#   to run; commas between elements, as in a Python list; and
+#   `prefix="variable("`, so the later rows of a matrix line up under the
+#   first.
+#
+# For a $2 \times 3$ array the new attributes mean this:
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt  # noqa: E402  (the picture of this page)
+
+data = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+fig, ax = plt.subplots(figsize=(8, 3))
+for (i, j), value in np.ndenumerate(data):
+    ax.add_patch(plt.Rectangle((j, -i), 1, 1, facecolor="#cfe2f3" if i == 0 else "#fff2cc", edgecolor="0.3"))
+    ax.text(j + 0.5, -i + 0.5, f"{value:.1f}", ha="center", va="center", fontsize=11)
+ax.annotate("", xy=(3, 1.25), xytext=(0, 1.25), arrowprops=dict(arrowstyle="<->", color="0.3"))
+ax.text(1.5, 1.4, "axis 1: 3 columns", ha="center", fontsize=10)
+ax.annotate("", xy=(-0.2, -1), xytext=(-0.2, 1), arrowprops=dict(arrowstyle="<->", color="0.3"))
+ax.text(-0.35, 0, "axis 0:\n2 rows", ha="right", va="center", fontsize=10)
+notes = ["x.shape = (2, 3)  each axis's length", "x.ndim  = 2       how many axes",
+         "x.size  = 6       how many elements", "x.dtype = float64 each element's type",
+         "len(x)  = 2       rows: x.data[0] is blue"]
+for k, note in enumerate(notes):
+    ax.text(3.5, 1.3 - 0.58 * k, note, fontsize=10, family="monospace", va="center")
+ax.set_xlim(-1.7, 9.2)
+ax.set_ylim(-1.3, 1.7)
+ax.set_aspect("equal")
+ax.axis("off")
+ax.set_title("What a Variable now says about the array it holds", fontsize=11)
+plt.show()
+
+# %% [markdown]
+# ## Using them
 
 # %%
+x = Variable(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), name="x")
+print("shape", x.shape, " ndim", x.ndim, " size", x.size, " dtype", x.dtype, " len", len(x))
+print(x)
 try:
     len(Variable(np.array(1.0)))
 except TypeError as error:
     print("TypeError:", error)
 
 # %% [markdown]
-# ## The `repr`
-#
-# 0-d, 1-d, 2-d and 3-d data, integer data, a name, and no data:
+# Negative numbers get a column for their sign, so the values still line up,
+# and a variable without data says so. Names help when several variables are
+# printed together; a gradient stays a plain `ndarray` and prints as one (`z`
+# has none left: step 18 released it).
 
 # %%
-print(Variable(np.array(1.5)))
-print(Variable(np.array([1.0, 2.0])))
-print(Variable(np.array([[1.0, 2.0], [3.0, 4.0]])))
-print(Variable(np.arange(8.0).reshape(2, 2, 2)))
-print(Variable(np.array([1, 2, 3])))
-print(Variable(np.array(2.0), name="x"))
-print(Variable(None))
-
-# %% [markdown]
-# Each row of the matrix starts under the first, and the blocks of the 3-d
-# array are separated by a blank line, as NumPy prints them. Negative numbers
-# get a column for their sign, and very large or small values switch to
-# scientific notation for the whole array, still with four decimals:
-
-# %%
-print(Variable(np.array([-1.0, 0.5, 2.0])))
-print(Variable(np.array([1e-8, 1.0, 1e8])))
-
-# %% [markdown]
-# The gradient is a plain `ndarray` and prints as one. Naming the inputs helps
-# when several are printed together. `z` has no gradient left: as every output
-# of a function, it gave up its seed once the backward pass had used it
-# (step 18).
-
-# %%
-x = Variable(np.array(3.0), name="x")
-y = Variable(np.array(4.0), name="y")
-z = add(square(x), square(y))
+print(Variable(np.array([-1.0, 0.5, 2.0])), " ", Variable(None))
+a = Variable(np.array(3.0), name="a")
+b = Variable(np.array(4.0), name="b")
+z = add(square(a), square(b))
 z.backward()
-for v in (x, y, z):
-    print(f"{v!r:28} grad = {v.grad}")
+for v in (a, b, z):
+    print(f"{v!r:26} grad = {v.grad}")
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# The properties must agree with the corresponding attributes of a torch tensor
-# (`shape`, `dim()`, `numel()`, `dtype`, `len`), and `len` of a 0-d variable
-# must fail with a `TypeError`, as it does for a 0-d tensor. The check also
-# fixes the `repr` of 0-d, 1-d, 2-d and named variables to the exact strings
-# above: they are part of the framework's interface, and notebooks rely on
-# them not changing.
+# The attributes must equal those of a torch tensor holding the same array
+# (`shape`, `dim()`, `numel()`, `dtype`, `len`), for 0-d to 3-d arrays and
+# two dtypes; `len` of a 0-d one fails with a `TypeError` for both. The tests
+# also fix the `repr` strings, which later pages rely on.
+
+# %% tags=["hide-input"]
+import torch  # noqa: E402
+
+
+def len_error(obj):
+    """The TypeError message of len(obj), or None when len works."""
+    try:
+        len(obj)
+    except TypeError as error:
+        return str(error)
+    return None
+
 
 # %%
-import torch
-
-for array in (np.array(1.5), np.array([1.0, 2.0, 3.0]), np.arange(6.0).reshape(2, 3), np.zeros((2, 3, 4), dtype=np.float32)):
+for array in (np.array(1.5), np.arange(3.0), np.ones((2, 3)), np.zeros((2, 3, 4), np.float32)):
     v, t = Variable(array), torch.tensor(array)
-    assert v.shape == tuple(t.shape) and v.ndim == t.dim() and v.size == t.numel()
+    assert (v.shape, v.ndim, v.size) == (tuple(t.shape), t.dim(), t.numel())
     assert str(t.dtype) == f"torch.{v.dtype}"
-    if v.ndim:
-        assert len(v) == len(t)
-    else:
-        for obj in (v, t):
-            try:
-                len(obj)
-                raise AssertionError("len() of a 0-d object should fail")
-            except TypeError as error:
-                assert "len() of a 0-d" in str(error)
-    print(f"shape {v.shape!s:10} ndim {v.ndim}  size {v.size:2}  dtype {v.dtype!s:7} == torch")
+    assert (len(v) == len(t)) if v.ndim else ("0-d" in len_error(v) and "0-d" in len_error(t))
+    print(f"shape {v.shape!s:10} ndim {v.ndim}  size {v.size:2}  dtype {v.dtype!s:7} len: as torch")
+print("PyTorch check passed: shape, ndim, size, dtype and len equal the torch tensor's")
 
-assert repr(Variable(np.array(1.5))) == "variable(1.5000)"
-assert repr(Variable(np.array([1.0, 2.0]))) == "variable([1.0000, 2.0000])"
-assert repr(Variable(np.array([[1.0, 2.0], [3.0, 4.0]]))) == "variable([[1.0000, 2.0000],\n          [3.0000, 4.0000]])"
-assert repr(Variable(np.array(2.0), name="x")) == "variable(2.0000, name='x')"
-assert repr(Variable(None)) == "variable(None)"
-print("repr of 0-d, 1-d, 2-d, named and empty variables: as specified")
+# %% [markdown]
+# ## Recap
+#
+# - A `Variable` forwards `shape`, `ndim`, `size` and `dtype` to its array with
+#   read-only properties, which follow `x.data` when it is replaced.
+# - `len(x)` is the first axis's length; for a 0-d variable it is a
+#   `TypeError` that says so, as in PyTorch.
+# - `name` labels a variable for people: `repr` and, later, graph drawings.
+# - `repr` prints the data with four fixed decimals and no address, so
+#   outputs are the same on every run.
+#
+# ## Exercises
+#
+# 1. Give `Variable` PyTorch's `item()`: the single value as a Python number,
+#    for a variable of exactly one element (of any shape); otherwise a
+#    `RuntimeError` like torch's `a Tensor with 6 elements cannot be converted
+#    to Scalar`.
 
-print("PyTorch check passed: shape, ndim, size, dtype and len equal the torch tensor's; repr is stable")
+# %% tags=["hide-cell"]
+def item(self):
+    if self.size != 1:
+        raise RuntimeError(f"a Variable with {self.size} elements cannot be converted to Scalar")
+    return self.data.item()  # ndarray.item gives a Python float (or int)
+
+
+Variable.item = item
+print(Variable(np.array([[2.5]])).item(), type(Variable(np.array(7)).item()).__name__)
+
+# %% [markdown]
+# 2. PyTorch's `repr` says how a tensor was made:
+#    `tensor(25., grad_fn=<AddBackward0>)`. Write `repr_with_creator(v)`,
+#    which appends `creator=Add` (the creator's class name) to our `repr`
+#    when the variable has a creator, and leaves a leaf's `repr` as it is.
+
+# %% tags=["hide-cell"]
+def repr_with_creator(v):
+    text = repr(v)
+    if v.creator is None:
+        return text
+    return f"{text[:-1]}, creator={type(v.creator).__name__})"  # before the closing parenthesis
+
+
+a = Variable(np.array(3.0), name="a")
+print(repr_with_creator(add(square(a), a)), " ", repr_with_creator(a))

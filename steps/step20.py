@@ -3,42 +3,24 @@
 #
 # Writing $y = ab + c$ as `add(mul(a, b), c)` works, but it reads inside out,
 # and a longer formula becomes a thicket of parentheses. This step adds
-# multiplication and lets the two arithmetic operators of Python build the
-# graph: `y = a * b + c`.
+# multiplication and lets Python's own operators build the graph:
+# `y = a * b + c`.
 #
-# ## Multiplication and its gradient
+# An operator is a method call in disguise. For `a * b` Python calls
+# `type(a).__mul__(a, b)`, for `a + b` `type(a).__add__(a, b)`. So two
+# methods on `Variable` that forward to `mul` and `add` are all it takes;
+# precedence and associativity stay Python's, so `a * b + c` means $(ab) + c$
+# without any work on our side.
 #
-# For $y = x_0 x_1$ the partial derivatives are the *other* factor:
-#
-# $$\frac{\partial y}{\partial x_0} = x_1, \qquad \frac{\partial y}{\partial x_1} = x_0,$$
-#
-# so `Mul.backward` returns $(g_y\,x_1,\; g_y\,x_0)$. Unlike `Add`, it needs the
-# input values, which it reads from `self.inputs`. For arrays of the same shape
-# the products are element-wise, and so are the gradients.
-#
-# ## How Python evaluates `a * b`
-#
-# An operator is a method call in disguise. For `a * b`, Python calls
-# `type(a).__mul__(a, b)`; for `a + b`, `type(a).__add__(a, b)`. Defining these
-# two methods on `Variable` is enough to make `*` and `+` build the graph:
-# `a * b + c` evaluates `a.__mul__(b)`, a new `Variable`, and then that
-# variable's `__add__(c)`. Precedence and associativity are Python's own, so
-# `a * b + c` means $(ab) + c$ without any work on our side.
-#
-# The methods only forward to `mul` and `add`. DeZero attaches the functions
-# to the class after it is defined (`Variable.__mul__ = mul`); methods written
-# inside the class body do the same, and a reader finds every operator of
-# `Variable` in one place.
-#
-# ## The framework after this step
-#
-# `Variable` gains `__add__` and `__mul__`; `Mul` and `mul` join the functions.
+# The whole framework after this step is in the collapsed cell below.
 
-# %%
+# %% tags=["hide-cell"]
 import contextlib
 import weakref
 
 import numpy as np
+
+from tinypytorch.utils.listing import show_change
 
 
 class Config:
@@ -62,7 +44,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %%
 class Variable:
     def __init__(self, data, name=None):
         if data is not None and not isinstance(data, np.ndarray):
@@ -152,7 +133,6 @@ def as_array(x):
     return x
 
 
-# %%
 class Function:
     def __call__(self, *inputs):
         xs = [x.data for x in inputs]  # unwrap: forward works on plain ndarrays
@@ -175,7 +155,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -236,11 +215,34 @@ def numerical_diff(f, x, eps=1e-4):
 
 
 # %% [markdown]
-# ## $y = ab + c$
+# ## Multiplication and its gradient
 #
-# The example from the source material. With $a = 3$, $b = 2$, $c = 1$:
-# $y = 7$, $\partial y / \partial a = b = 2$, $\partial y / \partial b = a = 3$
-# and $\partial y / \partial c = 1$.
+# For $y = x_0 x_1$ each partial derivative is the *other* factor,
+# $\partial y / \partial x_0 = x_1$ and $\partial y / \partial x_1 = x_0$, so
+# `Mul.backward` returns $(g_y x_1, g_y x_0)$. Unlike `Add`, it needs the
+# input values, which it reads from `self.inputs`. On arrays of one shape the
+# products, and so the gradients, are element-wise. `Mul` and `mul` are new:
+
+# %%
+show_change(20, "Mul", "mul")
+
+# %% [markdown]
+# ## The operators
+#
+# `Variable` gains two methods. DeZero attaches the functions to the class
+# after it is defined (`Variable.__mul__ = mul`); writing them in the class
+# body does the same and keeps every operator of `Variable` in one place.
+
+# %%
+show_change(20, "Variable")
+
+# %% [markdown]
+# Python evaluates `a * b + c` in two calls, and each call adds one function
+# to the graph: first `a.__mul__(b)` makes a `Mul` and a new variable, then
+# that variable's `__add__(c)` makes an `Add`. The example from the source
+# material, with $a = 3$, $b = 2$, $c = 1$: $y = 7$ and
+# $\partial y/\partial a = b = 2$, $\partial y/\partial b = a = 3$,
+# $\partial y/\partial c = 1$.
 
 # %%
 a = Variable(np.array(3.0), name="a")
@@ -248,35 +250,28 @@ b = Variable(np.array(2.0), name="b")
 c = Variable(np.array(1.0), name="c")
 y = a * b + c
 y.backward()
-print(y)
-print("a.grad =", a.grad, " b.grad =", b.grad, " c.grad =", c.grad)
+print(y, "  a.grad =", a.grad, " b.grad =", b.grad, " c.grad =", c.grad)
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt  # noqa: E402  (the picture of this page)
+
+from tinypytorch.utils.pictures import draw_dag, graph_of  # noqa: E402
+
+ab = y.creator.inputs[0]  # the variable a * b, made by the first call
+nodes, edges = graph_of(y, names={ab: "a * b", y: "y"})  # the graph behind the variables above
+where = {"a": (0, 1.0), "b": (0, 0.2), "Mul": (1, 0.6), "a * b": (2, 0.6), "c": (2, 1.4), "Add": (3, 0.6),
+         "y": (4, 0.6)}
+ids = {label: node for node, (kind, label) in nodes.items()}
+fig, ax = plt.subplots(figsize=(8, 3))
+draw_dag(nodes, edges, ax=ax, positions={ids[label]: xy for label, xy in where.items()},
+         notes={ids["Mul"]: "1st call: a.__mul__(b)", ids["Add"]: "2nd call: (a * b).__add__(c)"},
+         title="y = a * b + c: each operator Python calls adds one function to the graph")
+plt.show()
 
 # %% [markdown]
-# The operators build exactly the graph the nested calls would:
-
-# %%
-print("y.creator:", type(y.creator).__name__, " its first input's creator:", type(y.creator.inputs[0].creator).__name__)
-
-# %% [markdown]
-# Element-wise on arrays:
-
-# %%
-a = Variable(np.array([1.0, 2.0, 3.0]))
-b = Variable(np.array([4.0, 5.0, 6.0]))
-c = Variable(np.array([0.5, 0.5, 0.5]))
-y = a * b + c
-y.backward()
-print("y      =", y.data)
-print("a.grad =", a.grad, "  (= b)")
-print("b.grad =", b.grad, "  (= a)")
-
-# %% [markdown]
-# ## A variable times itself
-#
-# `x * x` passes the same variable twice to one `Mul`. Its backward returns
-# $(g_y x, g_y x)$, two contributions to the same variable, and step 14's
-# accumulation adds them: $2x$, the derivative of $x^2$. The result equals
-# `square`'s:
+# `x * x` passes one variable twice to a `Mul`, whose backward returns two
+# contributions $g_y x$ to it; step 14's accumulation adds them into $2x$,
+# the derivative of $x^2$, as `square` gives it:
 
 # %%
 x = Variable(np.array(3.0))
@@ -287,55 +282,82 @@ square(x).backward()
 print("d square(x)/dx =", x.grad)
 
 # %% [markdown]
-# ## What is still missing
-#
-# Both operands must be `Variable`s. A Python number on the right reaches
-# `Function.__call__`, which asks it for `.data`; a number on the left makes
-# Python look for `__rmul__` on `Variable`, which does not exist yet:
-
-# %%
-x = Variable(np.array(3.0))
-try:
-    x * 2.0
-except AttributeError as error:
-    print("x * 2.0:  AttributeError:", error)
-try:
-    2.0 * x
-except TypeError as error:
-    print("2.0 * x:  TypeError:", error)
-
-# %% [markdown]
-# Step 21 fixes both, and makes the second error, for operands that really
-# cannot be used, say which operation failed.
+# Both operands must still be `Variable`s: `x * 2.0` asks the number for
+# `.data` inside `Function.__call__`, and `2.0 * x` finds no `__rmul__`.
+# Step 21 makes numbers and arrays welcome on either side. (The tests check
+# both errors.)
 #
 # ## Check against PyTorch
 #
-# The gradients of $ab + c$ with respect to all three inputs are compared with
-# autograd, for scalars and arrays, and so is the gradient of $x \cdot x$.
-# PyTorch's `Mul` backward multiplies the same numbers as ours, so the results
-# agree to `rtol=1e-12` (in practice exactly).
+# The value of $ab + c$ and the gradients with respect to all three inputs
+# must equal autograd's, for a scalar and an array; PyTorch's backward of a
+# product multiplies the same numbers, so they agree to the last bit.
 
 # %%
 import torch
 
 rng = np.random.default_rng(0)
-for shape in [(), (3,), (2, 3)]:
+for shape in [(), (2, 3)]:
     va, vb, vc = (rng.standard_normal(shape) for _ in range(3))
     a, b, c = Variable(va), Variable(vb), Variable(vc)
     y = a * b + c
     y.backward()
     at, bt, ct = (torch.tensor(v, requires_grad=True) for v in (va, vb, vc))
-    yt = at * bt + ct
-    yt.backward(torch.ones_like(yt))
-    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-15)
+    (at * bt + ct).sum().backward()
+    np.testing.assert_array_equal(y.data, (at * bt + ct).detach().numpy())
     for ours, theirs in [(a, at), (b, bt), (c, ct)]:
-        np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=1e-12)
+        np.testing.assert_array_equal(ours.grad, theirs.grad.numpy())
+    print(f"shape {shape!s:7} a*b + c and its grads == torch")
+print("PyTorch check passed: grads of a*b + c equal torch")
 
-    x = Variable(va)
-    (x * x).backward()
-    xt = torch.tensor(va, requires_grad=True)
-    (xt * xt).backward(torch.ones_like(xt))
-    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
-    print(f"shape {shape!s:7} grads of a*b + c and of x*x == torch")
+# %% [markdown]
+# ## Recap
+#
+# - `Mul` computes $x_0 x_1$; its backward returns each input's gradient as
+#   $g_y$ times the *other* input.
+# - Python turns `a * b` into `a.__mul__(b)` and `a + b` into `a.__add__(b)`;
+#   methods that call `mul` and `add` let formulas build graphs.
+# - Each operator evaluated adds one function to the graph, in Python's order
+#   of evaluation.
+# - `x * x` gives two contributions to `x`, added by step 14's accumulation.
+#
+# ## Exercises
+#
+# 1. Evaluate the polynomial $p(x) = c_3 x^3 + c_2 x^2 + c_1 x + c_0$ with
+#    Horner's rule, $((c_3 x + c_2)\,x + c_1)\,x + c_0$, using only `*` and
+#    `+` on `Variable`s. Backward gives $dp/dx$ and the gradient with respect
+#    to each coefficient, $\partial p/\partial c_k = x^k$.
 
-print("PyTorch check passed: grads of a*b + c (and x*x) equal torch")
+# %% tags=["hide-cell"]
+def horner(coefficients, x):
+    """coefficients: [c0, c1, ..., cn] as Variables; returns p(x) built from * and + only."""
+    p = coefficients[-1]
+    for c in reversed(coefficients[:-1]):
+        p = p * x + c
+    return p
+
+
+cs = [Variable(np.array(v)) for v in (1.0, -2.0, 0.5, 3.0)]
+x = Variable(np.array(2.0))
+horner(cs, x).backward()
+print("dp/dx =", x.grad, " dp/dc_k =", [float(c.grad) for c in cs])
+
+# %% [markdown]
+# 2. A fused multiply-add: write `MulAdd`, one `Function` with three inputs
+#    whose forward is $x_0 x_1 + x_2$ and whose backward returns all three
+#    gradients at once. Its gradients must equal those of `a * b + c`, and of
+#    PyTorch's `torch.addcmul(c, a, b)`.
+
+# %% tags=["hide-cell"]
+class MulAdd(Function):
+    def forward(self, x0, x1, x2):
+        return x0 * x1 + x2
+
+    def backward(self, gy):
+        x0, x1 = self.inputs[0].data, self.inputs[1].data
+        return gy * x1, gy * x0, gy
+
+
+a, b, c = Variable(np.array(3.0)), Variable(np.array(2.0)), Variable(np.array(1.0))
+MulAdd()(a, b, c).backward()
+print("MulAdd grads:", a.grad, b.grad, c.grad)

@@ -1,78 +1,26 @@
 # %% [markdown]
 # # Step 21: Mixing variables with arrays and numbers
 #
-# After step 20, `a * b + c` works when all three are `Variable`s. Formulas are
-# full of constants, though: $3x + 1$, $0.5\,x^2$, or an array of weights that
-# is not being trained. This step lets a Python number, a NumPy scalar or an
-# `ndarray` appear on either side of `+` and `*`, and makes every other kind of
-# operand fail with a message that names the operation.
+# After step 20, `a * b + c` works when all three are `Variable`s. Formulas
+# are full of constants, though: $3x + 1$, $0.5\,x^2$, an array of weights
+# that is not being trained. This step lets a Python number, a NumPy scalar
+# or an `ndarray` stand on either side of `+` and `*`. Three pieces do it:
 #
-# ## Converting the operands
+# - `as_variable` turns such an operand into a `Variable` (a constant leaf of
+#   the graph), and `Function.__call__` applies it to every input;
+# - `__radd__` and `__rmul__` handle a number on the *left*, `3.0 * x`;
+# - `__array_priority__` makes an array on the left, `np.array(2.0) + x`,
+#   step aside for `Variable`.
 #
-# `Function.__call__` now passes each input through `as_variable`:
-#
-# - a `Variable` is returned as it is;
-# - an `ndarray`, a Python `int` or `float`, or a NumPy scalar becomes a new
-#   `Variable` (numbers through `as_array`, as 0-d arrays);
-# - anything else raises
-#   `TypeError("<op>: unsupported operand type <type>")`, where `<op>` is the
-#   operation's name, taken from the class (`Add` gives `add`). The error comes
-#   from the operation the user wrote, not from deep inside NumPy.
-#
-# The constant becomes a leaf of the graph like any other input. The backward
-# pass computes a gradient for it too, which nobody reads; PyTorch avoids that
-# work for tensors with `requires_grad=False`, a distinction step 33 introduces.
-#
-# Because the conversion happens in `__call__`, it covers every function,
-# including the one-input ones: `square(2.0)` works as well.
-#
-# ## A number on the left: the reflected operators
-#
-# For `x * 3.0` Python calls `x.__mul__(3.0)`, which now works. For `3.0 * x` it
-# first calls `float.__mul__(3.0, x)`. A `float` does not know what a
-# `Variable` is, so it returns the special value `NotImplemented`, and Python
-# then tries the *reflected* method of the right operand:
-# `x.__rmul__(3.0)`. `__radd__` and `__rmul__` pass the operands on in their
-# written order, `add(other, self)` and `mul(other, self)`, so the graph
-# records `3.0 * x` as `Mul(3.0, x)`. Addition and multiplication commute, but
-# step 22's subtraction and division do not, and there the order matters.
-#
-# ## An array on the left: `__array_priority__`
-#
-# An `ndarray` on the left is different: it does not give up. NumPy's
-# `ndarray.__add__` accepts almost anything as its right operand. It treats an
-# unknown object as a single element, adds it to every element of the array,
-# and collects the results in a new array of `dtype=object`. Each of those
-# element-wise sums calls `Variable.__radd__` with one number, so the result is
-# an array of separate variables rather than one `Variable`.
-#
-# NumPy has a rule for stepping aside: if the right operand has a higher
-# `__array_priority__` than the array (an `ndarray`'s own is $0.0$) and
-# defines the reflected method, `ndarray.__add__` returns `NotImplemented`, and
-# Python calls `Variable.__radd__` with the whole array. We set
-# `__array_priority__ = 200`, as DeZero does. (Newer NumPy code can get the
-# same effect with `__array_ufunc__ = None`, which tells NumPy's ufuncs to
-# refuse the operand altogether.)
-#
-# ## Errors instead of `NotImplemented`
-#
-# The operator methods raise the `TypeError` themselves instead of returning
-# `NotImplemented`. With `NotImplemented`, Python would go on to try the other
-# operand and finally report its own generic error; raising directly keeps the
-# operation name in the message. The price is that a third type cannot take
-# part in `Variable`'s arithmetic by defining its own reflected methods, which
-# this framework does not need.
-#
-# ## The framework after this step
-#
-# `Variable` gets `__array_priority__`, `__radd__` and `__rmul__`; a new
-# function `as_variable` converts operands; `Function.__call__` calls it.
+# The whole framework after this step is in the collapsed cell below.
 
-# %%
+# %% tags=["hide-cell"]
 import contextlib
 import weakref
 
 import numpy as np
+
+from tinypytorch.utils.listing import show_change
 
 
 class Config:
@@ -96,7 +44,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %%
 class Variable:
     __array_priority__ = 200  # above ndarray's 0.0: `ndarray + Variable` calls Variable.__radd__
 
@@ -202,7 +149,6 @@ def as_variable(obj, op="as_variable"):
     raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
 
 
-# %%
 class Function:
     def __call__(self, *inputs):
         op = type(self).__name__.lower()  # names the operation in error messages: "add", "mul", ...
@@ -227,7 +173,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -288,34 +233,82 @@ def numerical_diff(f, x, eps=1e-4):
 
 
 # %% [markdown]
-# ## Numbers and arrays on either side
+# ## Converting the operands
 #
-# $y = 3x + 1$ has $dy/dx = 3$, whichever side the constants are written on:
+# A `Variable` passes through `as_variable` unchanged; an `ndarray`, a Python
+# `int` or `float` or a NumPy scalar becomes a new `Variable` (numbers through
+# `as_array`, as 0-d arrays); anything else is a `TypeError` that names the
+# operation, taken from the class name (`Add` gives `add`), rather than an
+# error from deep inside NumPy. Because the conversion sits in
+# `Function.__call__`, every function gets it, `square(2.0)` included.
+
+# %%
+show_change(21, "as_variable", "Function.__call__")
+
+# %% [markdown]
+# The constant is a leaf like any other, and the backward pass computes a
+# gradient for it too, which nobody reads. PyTorch skips that work for tensors
+# with `requires_grad=False`, which step 33 introduces.
+#
+# ## Which method Python calls
+#
+# For `x * 3.0` Python calls `x.__mul__(3.0)`, which now works. For `3.0 * x`
+# it first calls `float.__mul__(3.0, x)`. A `float` does not know `Variable`
+# and returns the special value `NotImplemented`, so Python tries the
+# *reflected* method of the right operand, `x.__rmul__(3.0)`.
+#
+# An `ndarray` on the left does not give up so easily: `ndarray.__add__`
+# accepts almost anything, treating an unknown object as one element. NumPy
+# steps aside only for an object with a higher `__array_priority__` than the
+# array's ($0.0$) that defines the reflected method. `Variable` sets it to
+# 200, as DeZero does.
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt  # noqa: E402  (the picture of this page)
+
+rows = [(0.72, ["3.0 * x", "(3.0).__mul__(x)", "x.__rmul__(3.0)", "mul(3.0, x)"], "NotImplemented"),
+        (0.22, ["a + x\n(a = np.array(2.0))", "a.__add__(x)", "x.__radd__(a)", "add(a, x)"],
+         "NotImplemented:\npriority 200 > 0.0")]
+colours = ["lightblue", "lightgrey", "#ffcc80", "#caff70"]
+fig, ax = plt.subplots(figsize=(8, 3))
+for y, labels, refusal in rows:
+    boxes = [ax.text(x, y, label, ha="center", va="center", fontsize=9, transform=ax.transAxes,
+                     bbox=dict(boxstyle="round,pad=0.4", facecolor=colour, edgecolor="0.3"))
+             for x, label, colour in zip([0.09, 0.37, 0.64, 0.9], labels, colours)]
+    for k, (start, end) in enumerate(zip(boxes, boxes[1:])):
+        ax.annotate("", xy=(0, 0.5), xycoords=end, xytext=(1, 0.5), textcoords=start,
+                    arrowprops=dict(arrowstyle="-|>", color="0.35", shrinkA=4, shrinkB=4))
+    ax.text(0.505, y - 0.1, refusal, ha="center", va="top", fontsize=8, color="#b22222", transform=ax.transAxes)
+ax.text(0.37, 0.98, "Python asks the left operand", ha="center", va="top", fontsize=9, transform=ax.transAxes)
+ax.text(0.64, 0.98, "then the Variable", ha="center", va="top", fontsize=9, transform=ax.transAxes)
+ax.axis("off")
+ax.set_title("A constant on the left of an operator", fontsize=11)
+plt.show()
+
+# %% [markdown]
+# The reflected methods pass the operands on in their written order,
+# `mul(other, self)`, so the graph records `3.0 * x` as `Mul(3.0, x)`. For `+`
+# and `*` the order does not matter; for step 22's `-` and `/` it will.
+
+# %%
+show_change(21, "Variable")
+
+# %% [markdown]
+# $y = 3x + 1$ has $dy/dx = 3$ whichever side the constants are written on:
 
 # %%
 x = Variable(np.array(2.0), name="x")
-for text, build in [("3.0 * x + 1.0", lambda v: 3.0 * v + 1.0),
-                    ("x * 3.0 + 1.0", lambda v: v * 3.0 + 1.0),
-                    ("1.0 + 3 * x", lambda v: 1.0 + 3 * v),
-                    ("np.array(3.0) * x + np.float64(1.0)", lambda v: np.array(3.0) * v + np.float64(1.0))]:
+for text, build in [("3.0 * x + 1.0", lambda v: 3.0 * v + 1.0), ("x * 3.0 + 1.0", lambda v: v * 3.0 + 1.0),
+                    ("np.array(3.0) * x + 1", lambda v: np.array(3.0) * v + 1)]:
     x.cleargrad()
     y = build(x)
     y.backward()
-    print(f"{text:37} y = {y!r:18} dy/dx = {x.grad}")
-
-# %% [markdown]
-# With an array on the left of an array-valued variable, the result is one
-# `Variable` holding the element-wise sum:
-
-# %%
-x = Variable(np.array([10.0, 20.0]))
-y = np.array([1.0, 2.0]) + x
-print("type:", type(y).__name__, "  ", y)
+    print(f"{text:22} y = {y!r:18} dy/dx = {x.grad}")
 
 # %% [markdown]
 # ## Without `__array_priority__`
 #
-# A subclass that sets the priority back to $0.0$, NumPy's own, shows what the
+# A subclass that sets the priority back to NumPy's $0.0$ shows what the
 # attribute prevents:
 
 # %%
@@ -326,47 +319,33 @@ class VariableWithoutPriority(Variable):
 x = VariableWithoutPriority(np.array([10.0, 20.0]))
 y = np.array([1.0, 2.0]) + x
 print("type:", type(y).__name__, " dtype:", y.dtype, " shape:", y.shape)
-print("y[0] =", y[0])
-print("y[1] =", y[1])
+print("y[0] =", y[0], "  y[1] =", y[1])
 
 # %% [markdown]
 # NumPy added the whole variable to each element separately: `y[0]` is
-# $1 + x$, `y[1]` is $2 + x$, each a full-size `Variable`. The result is not a
-# `Variable`, cannot be backpropagated through, and has the wrong values.
+# $1 + x$ and `y[1]` is $2 + x$, each a full-size `Variable`. The result is
+# not a `Variable`, cannot be backpropagated through, and has the wrong
+# values. With the priority, `__radd__` gets the whole array and the result
+# is one `Variable`, $(11, 22)$.
 #
-# With a 0-d array on the left, the damage happens to cancel out: NumPy unwraps
-# the single object of a 0-d result, so `np.array(2.0) + x` returns the
-# `Variable` that `__radd__` made from the number $2.0$. That is luck, not
-# design; the priority makes both cases go through `__radd__` with the whole
-# array.
-
-# %%
-y = np.array(2.0) + x
-print("type:", type(y).__name__, " ", y)
-
-# %% [markdown]
-# ## Operands that cannot be converted
-#
-# Strings, lists, dictionaries, `None` are not numbers. The error names the
-# operation and the offending type, whichever side it is on:
+# The operator methods raise the `TypeError` themselves instead of returning
+# `NotImplemented`, so the message names the operation whichever side the bad
+# operand is on:
 
 # %%
 x = Variable(np.array(2.0))
-for text, build in [('x + "abc"', lambda: x + "abc"), ('"abc" + x', lambda: "abc" + x),
-                    ("x * {}", lambda: x * {}), ("[1, 2] * x", lambda: [1, 2] * x),
-                    ("x + None", lambda: x + None), ('square("2")', lambda: square("2"))]:
+for text, build in [('x + "abc"', lambda: x + "abc"), ("[1, 2] * x", lambda: [1, 2] * x)]:
     try:
         build()
     except TypeError as error:
-        print(f"{text:12} TypeError: {error}")
+        print(f"{text:10} TypeError: {error}")
 
 # %% [markdown]
 # ## Check against PyTorch
 #
 # `np.array(2.0) + x` and `3.0 * x` must give PyTorch's values and gradients
-# for a scalar and an array `x` (PyTorch's counterpart of the 0-d array is a
-# 0-d float64 tensor), and both results must be `Variable`s. So must an array
-# on the left of an array-valued variable.
+# for a scalar and an array `x`, and both results must be `Variable`s.
+# (PyTorch's counterpart of the 0-d array is a 0-d float64 tensor.)
 
 # %%
 import torch
@@ -374,32 +353,69 @@ import torch
 rng = np.random.default_rng(0)
 for shape in [(), (3,)]:
     value = rng.standard_normal(shape)
-    for text, ours, theirs in [
-        ("np.array(2.0) + x", lambda v: np.array(2.0) + v, lambda t: torch.tensor(2.0, dtype=torch.float64) + t),
-        ("3.0 * x", lambda v: 3.0 * v, lambda t: 3.0 * t),
-        ("x * 3.0 + 1.0", lambda v: v * 3.0 + 1.0, lambda t: t * 3.0 + 1.0),
-    ]:
-        x = Variable(value)
-        y = ours(x)
+    for text, ours, theirs in [("np.array(2.0) + x", lambda v: np.array(2.0) + v,
+                                lambda t: torch.tensor(2.0, dtype=torch.float64) + t),
+                               ("3.0 * x", lambda v: 3.0 * v, lambda t: 3.0 * t)]:
+        x, xt = Variable(value), torch.tensor(value, requires_grad=True)
+        y, yt = ours(x), theirs(xt)
         y.backward()
-        xt = torch.tensor(value, requires_grad=True)
-        yt = theirs(xt)
-        yt.backward(torch.ones_like(yt))
+        yt.sum().backward()
         assert isinstance(y, Variable)
         np.testing.assert_array_equal(y.data, yt.detach().numpy())
         np.testing.assert_array_equal(x.grad, xt.grad.numpy())
-        print(f"shape {shape!s:5} {text:18} value and grad == torch")
-
-left = np.array([1.0, 2.0, 3.0])
-x = Variable(np.array([10.0, 20.0, 30.0]))
-y = left * x + left
-y.backward()
-xt = torch.tensor([10.0, 20.0, 30.0], dtype=torch.float64, requires_grad=True)
-yt = torch.tensor(left) * xt + torch.tensor(left)
-yt.backward(torch.ones_like(yt))
-assert isinstance(y, Variable)
-np.testing.assert_array_equal(y.data, yt.detach().numpy())
-np.testing.assert_array_equal(x.grad, xt.grad.numpy())
-print("ndarray * x + ndarray: a Variable; value and grad == torch")
-
+        print(f"shape {shape!s:5} {text:18} a Variable; value and grad == torch")
 print("PyTorch check passed: np.array(2.0) + x and 3.0 * x give torch's values and grads")
+
+# %% [markdown]
+# ## Recap
+#
+# - `Function.__call__` passes every input through `as_variable`: numbers and
+#   arrays become constant leaves; other types are a `TypeError` naming the
+#   operation.
+# - For `3.0 * x` Python tries `float.__mul__` first, gets `NotImplemented`,
+#   then calls `x.__rmul__(3.0)`, which keeps the written order.
+# - An `ndarray` on the left steps aside only for an operand with a higher
+#   `__array_priority__` (ours: 200); without it NumPy makes an object array
+#   of separate variables.
+#
+# ## Exercises
+#
+# 1. NumPy has a second way to step aside: a class that sets
+#    `__array_ufunc__ = None` makes every NumPy ufunc, `np.add` behind `+`
+#    included, refuse it, so `ndarray + x` goes to `x.__radd__`. Write
+#    `VariableUfuncNone`, a subclass of `VariableWithoutPriority` that does
+#    this, and check that `np.array([1.0, 2.0]) + x` is one `Variable` again.
+
+# %% tags=["hide-cell"]
+class VariableUfuncNone(VariableWithoutPriority):
+    __array_ufunc__ = None  # NumPy's ufuncs refuse this operand: ndarray.__add__ returns NotImplemented
+
+
+x = VariableUfuncNone(np.array([10.0, 20.0]))
+y = np.array([1.0, 2.0]) * x + np.array([1.0, 2.0])
+y.backward()
+print(type(y).__name__, y, " x.grad =", x.grad)
+
+# %% [markdown]
+# 2. In `3.0 * x` the constant becomes a leaf that receives a gradient
+#    nobody reads. Write `Scale`, a one-input `Function` that keeps the
+#    constant as an attribute (`Scale(3.0)(x)`), so that the graph has one
+#    input and the backward computes one gradient, and check it against
+#    PyTorch's `3.0 * x`.
+
+# %% tags=["hide-cell"]
+class Scale(Function):
+    def __init__(self, c):
+        self.c = c  # a constant, not an input: it gets no gradient
+
+    def forward(self, x):
+        return self.c * x
+
+    def backward(self, gy):
+        return self.c * gy
+
+
+x = Variable(np.array([1.0, -2.0]))
+y = Scale(3.0)(x)
+y.backward()
+print(y, " inputs:", len(y.creator.inputs), " x.grad =", x.grad)

@@ -1,13 +1,10 @@
 # %% [markdown]
 # # Step 22: Negation, subtraction, division and powers
 #
-# With `+` and `*` in place, the remaining arithmetic operators follow the same
-# pattern: a `Function` with its derivative, a plain function, and a method on
-# `Variable`. This step adds unary minus, `-`, `/` and `**`, and settles what
-# happens when the two operands of a binary operation have different shapes.
-# After it, formulas are written as formulas: `y = (x + 3) ** 2 / 2`.
-#
-# ## The derivatives
+# With `+` and `*` in place, the remaining arithmetic operators follow the
+# same pattern: a `Function` with its derivative, a plain function, and a
+# method on `Variable`. This step adds unary minus, `-`, `/` and `**`; after
+# it, formulas are written as formulas: `y = (x + 3) ** 2 / 2`.
 #
 # | operation | forward | $\partial y / \partial x_0$ | $\partial y / \partial x_1$ |
 # |---|---|---|---|
@@ -17,58 +14,16 @@
 # | `Pow` | $y = x^c$ | $c\,x^{c-1}$ | |
 #
 # Each `backward` multiplies the incoming gradient $g_y$ by these partial
-# derivatives.
-#
-# In `Pow` the exponent $c$ is a constant number stored on the function
-# (`Pow(c)`), not an input variable, so it receives no gradient. $x^y$ with a
-# variable exponent would need $\partial y / \partial c = x^c \ln x$ and is not
-# part of this stage. For $c = 0$ the function is constant and its derivative
-# is $0$, but the formula $c\,x^{c-1}$ gives $0 \cdot \infty = $ NaN at $x = 0$;
-# `Pow.backward` returns zeros directly in that case, as PyTorch does.
-#
-# ## Reflected operators that do not commute
-#
-# `2.0 - x` makes Python call `x.__rsub__(2.0)`: the variable that runs the
-# method is the *right* operand. `rsub(x0, x1)` therefore computes
-# `Sub()(x1, x0)`, swapping the operands back into the written order; `rdiv`
-# does the same for `/`. Getting this backwards would compute $x - 2$ instead
-# of $2 - x$, and the gradient's sign with it. There is no `__rpow__`: an
-# exponent that is a variable is not supported, and `2 ** x` fails with
-# Python's own `TypeError`.
-#
-# ## Shapes
-#
-# Until stage 3 teaches broadcasting, a binary operation accepts two operands
-# of the same shape, or a 0-d operand with anything. Other combinations raise a
-# `ValueError` in `Function.__call__`, before NumPy gets a chance to broadcast
-# them: NumPy would happily add shapes `(2, 3)` and `(3,)`, and the backward
-# pass, which does not know about broadcasting yet, would hand back gradients
-# of the wrong shape.
-#
-# The 0-d case has a rule of its own. In $y = c\,x$ with a 0-d $c$ and an
-# array $x$, the one number $c$ is used at every element: $y_i = c\,x_i$. It
-# reaches the output along as many paths as $x$ has elements, and, as in
-# step 14, the contributions add up:
-#
-# $$\frac{\partial L}{\partial c} = \sum_i \frac{\partial L}{\partial y_i}\,\frac{\partial y_i}{\partial c} = \sum_i g_i\, x_i.$$
-#
-# So the gradient of a 0-d operand is the *sum* of the element-wise gradient,
-# and it has the operand's shape, `()`. `sum_to(gx, shape)` does this in the
-# backward of every binary operation; it is the special case of the function
-# that stage 3 generalises to all broadcasts. (Until now, the gradient of a
-# number such as the `3.0` in `3.0 * x` came out with the shape of `x`. Nobody
-# read it, but a 0-d variable with a 3-element gradient was wrong.)
-#
-# ## The framework after this step
-#
-# This is the complete framework of stage 2. Step 23 moves it into the
-# `tinypytorch` package.
+# derivatives. This is the last snapshot: the whole framework of stage 2 is
+# in the collapsed cell below, and step 23 moves it into a package.
 
-# %%
+# %% tags=["hide-cell"]
 import contextlib
 import weakref
 
 import numpy as np
+
+from tinypytorch.utils.listing import show_change
 
 
 class Config:
@@ -92,7 +47,6 @@ def no_grad():
     return using_config("enable_backprop", False)
 
 
-# %%
 class Variable:
     __array_priority__ = 200  # above ndarray's 0.0: `ndarray + Variable` calls Variable.__radd__
 
@@ -216,7 +170,6 @@ def as_variable(obj, op="as_variable"):
     raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
 
 
-# %%
 class Function:
     def __call__(self, *inputs):
         op = type(self).__name__.lower()  # names the operation in error messages: "add", "mul", ...
@@ -225,7 +178,8 @@ class Function:
         arrays = [x for x in xs if x.ndim > 0]  # a 0-d operand combines with any shape
         for other in arrays[1:]:
             if other.shape != arrays[0].shape:
-                raise ValueError(f"{op}: shapes {arrays[0].shape} and {other.shape} do not match (broadcasting comes in stage 3)")
+                raise ValueError(f"{op}: shapes {arrays[0].shape} and {other.shape} do not match "
+                                 "(broadcasting comes in stage 3)")
         ys = self.forward(*xs)
         if not isinstance(ys, tuple):  # one array: treat it as a 1-tuple from here on
             ys = (ys,)
@@ -245,7 +199,6 @@ class Function:
         raise NotImplementedError(f"{type(self).__name__}.backward is not implemented")
 
 
-# %%
 class Square(Function):
     def forward(self, x):
         return x ** 2
@@ -382,10 +335,60 @@ def numerical_diff(f, x, eps=1e-4):
 
 
 # %% [markdown]
-# ## Each operator
+# ## The four functions
 #
-# At $x = 2$: $-x$, $x - 1$, $1 - x$, $x / 4$, $4 / x$ and $x^3$, with their
-# derivatives $-1$, $1$, $-1$, $1/4$, $-4/x^2 = -1$ and $3x^2 = 12$:
+# In `Pow` the exponent $c$ is a constant number kept on the function
+# (`Pow(c)`), not an input, so it gets no gradient. For $c = 0$ the function
+# is constant and its derivative $0$, but the formula $c\,x^{c-1}$ would give
+# $0 \cdot \infty$ = NaN at $x = 0$, so `backward` returns zeros there, as
+# PyTorch does. (`sum_to`, in the binary ones, comes below.)
+
+# %%
+show_change(22, "Neg", "Sub", "Div", "Pow")
+
+# %% [markdown]
+# Each backward, run by the framework on 200 points, against its formula:
+
+# %% tags=["hide-input"]
+import matplotlib.pyplot as plt  # noqa: E402  (the picture of this page)
+
+cases = [("Neg: y = -x", lambda v: -v, lambda t: -np.ones_like(t), (-2.0, 2.0)),
+         ("Sub: y = x - 1", lambda v: v - 1, lambda t: np.ones_like(t), (-2.0, 2.0)),
+         ("Div: y = 1 / x", lambda v: 1 / v, lambda t: -1 / t**2, (0.4, 3.0)),
+         ("Pow: y = x ** 3", lambda v: v ** 3, lambda t: 3 * t**2, (-1.5, 1.5))]
+fig, axes = plt.subplots(1, 4, figsize=(9, 3))
+for ax, (title, f, formula, (low, high)) in zip(axes, cases):
+    x = Variable(np.linspace(low, high, 200))
+    y = f(x)
+    y.backward()  # the seed is ones: x.grad is dy/dx at every point
+    ax.plot(x.data, y.data, color="0.6", label="y")
+    ax.plot(x.data, x.grad, color="tab:blue", linewidth=3, label="backward")
+    ax.plot(x.data, formula(x.data), "--", color="tab:orange", label="formula")
+    ax.set_title(title, fontsize=10)
+    ax.axhline(0, color="0.85", linewidth=0.8, zorder=0)
+axes[2].set_ylim(-7, 3)
+axes[0].legend(fontsize=8, loc="upper right")
+fig.suptitle("dy/dx from each new backward (blue) on the formula of the table (dashed)", fontsize=11)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## Operators that do not commute
+#
+# `2.0 - x` makes Python call `x.__rsub__(2.0)`: the variable that runs the
+# method is the *right* operand. `rsub(x0, x1)` therefore computes
+# `Sub()(x1, x0)`, swapping the operands back into the written order, and
+# `rdiv` does the same for `/`. Getting this backwards would compute $x - 2$
+# instead of $2 - x$, and flip the gradient's sign. There is no `__rpow__`: a
+# variable exponent is not part of this stage, and `2 ** x` fails with
+# Python's own `TypeError`.
+
+# %%
+show_change(22, "rsub", "rdiv", "Variable")
+
+# %% [markdown]
+# At $x = 2$ the derivatives are $-1$, $1$, $-1$, $1/4$, $-4/x^2 = -1$ and
+# $3x^2 = 12$:
 
 # %%
 for text, build in [("-x", lambda v: -v), ("x - 1", lambda v: v - 1), ("1 - x", lambda v: 1 - v),
@@ -396,11 +399,7 @@ for text, build in [("-x", lambda v: -v), ("x - 1", lambda v: v - 1), ("1 - x", 
     print(f"{text:6}  y = {y.data:6.2f}   dy/dx = {x.grad:6.2f}")
 
 # %% [markdown]
-# ## A formula
-#
-# The example that closes the source material's discussion of operators:
-#
-# $$y = \frac{(x + 3)^2}{2}, \qquad \frac{dy}{dx} = x + 3.$$
+# And a formula, $y = (x + 3)^2 / 2$ with $dy/dx = x + 3$:
 
 # %%
 x = Variable(np.array(1.0), name="x")
@@ -409,100 +408,124 @@ y.backward()
 print(y, "  dy/dx =", x.grad)
 
 # %% [markdown]
-# And two variables, $z = x^2 / y - y / x$, with
-# $\partial z / \partial x = 2x / y + y / x^2$ and
-# $\partial z / \partial y = -x^2 / y^2 - 1 / x$; at $(x, y) = (2, 4)$ that is
-# $(2, -0.75)$:
+# ## Shapes: a 0-d operand and an array
+#
+# Until stage 3 teaches broadcasting, a binary operation takes two operands
+# of one shape, or a 0-d operand with anything; `Function.__call__` refuses
+# other pairs with a `ValueError`, since NumPy would broadcast them and the
+# backward pass would hand back gradients of the wrong shape. In $y = c\,x$
+# with a 0-d $c$, the one number $c$ reaches every $y_i$, and as in step 14
+# the contributions add up: $\partial L / \partial c = \sum_i g_i\,x_i$, of
+# shape `()`. `sum_to(gx, shape)` does that sum in every binary backward.
 
 # %%
-x = Variable(np.array(2.0))
-y = Variable(np.array(4.0))
-z = x ** 2 / y - y / x
-z.backward()
-print("z =", z.data, "  dz/dx =", x.grad, "  dz/dy =", y.grad)
-
-# %% [markdown]
-# ## A 0-d operand and an array
-#
-# $y = c\,x$ with $c = 2$ and $x = (1, 2, 3)$. `x.grad` is $c$ at each element,
-# and `c.grad` is $\sum_i x_i = 6$, a 0-d array like `c`:
+show_change(22, "Function.__call__", "sum_to")
 
 # %%
 c = Variable(np.array(2.0), name="c")
 x = Variable(np.array([1.0, 2.0, 3.0]), name="x")
-y = c * x
-y.backward()
-print("x.grad =", x.grad)
-print("c.grad =", c.grad, " shape", c.grad.shape)
-
-# %% [markdown]
-# Two arrays of different shapes are refused, with the operation's name and
-# both shapes, whichever operator and side:
-
-# %%
-x = Variable(np.ones((2, 3)))
-for text, build in [("x + ones(3)", lambda: x + np.ones(3)), ("ones(3) - x", lambda: np.ones(3) - x),
-                    ("x * ones((3, 2))", lambda: x * np.ones((3, 2))), ("x / ones(2)", lambda: x / np.ones(2))]:
-    try:
-        build()
-    except ValueError as error:
-        print(f"{text:17} ValueError: {error}")
-
-# %% [markdown]
-# Unsupported operands are reported as in step 21, and so is an exponent that
-# is not a number:
-
-# %%
-x = Variable(np.array(2.0))
-for text, build in [('x - "a"', lambda: x - "a"), ("[1.0] / x", lambda: [1.0] / x), ("x ** x", lambda: x ** x)]:
-    try:
-        build()
-    except TypeError as error:
-        print(f"{text:9} TypeError: {error}")
+(c * x).backward()
+print("x.grad =", x.grad, "  c.grad =", c.grad, " shape", c.grad.shape)
+try:
+    Variable(np.ones((2, 3))) + np.ones(3)
+except ValueError as error:
+    print("ValueError:", error)
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# For every new operator, and both argument orders where they differ, the
-# value and the gradients with respect to both operands must equal PyTorch's:
-# for two scalars, for two arrays of the same shape, and for a 0-d variable
-# combined with an array, where the 0-d gradient must be the sum, of shape
-# `()`, as in PyTorch. `/` and `**` compute their gradients with the same
-# operations as PyTorch but not always in the same order, so all comparisons
-# use `rtol=1e-12`.
+# For every new operator, in both orders where they differ, the value and the
+# gradients of both operands must equal PyTorch's, for two scalars, two
+# arrays of one shape and a 0-d operand with an array (its gradient summed to
+# shape `()`). `/` and `**` do the same operations as PyTorch, not always in
+# the same order, so the comparison allows `rtol=1e-12`.
+
+# %% tags=["hide-input"]
+import torch  # noqa: E402
+
+
+def same_as_torch(fn, *values):
+    """fn on Variables and on float64 tensors holding `values`: equal values and grads (shapes too)."""
+    xs, ts = [Variable(v) for v in values], [torch.tensor(v, requires_grad=True) for v in values]
+    y, yt = fn(*xs), fn(*ts)
+    y.backward()
+    yt.sum().backward()
+    np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
+    for x, t in zip(xs, ts):
+        assert x.grad.shape == tuple(t.grad.shape)
+        np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-12)
+
 
 # %%
-import torch
-
+binary = [lambda a, b: a - b, lambda a, b: a / b, lambda a, b: 2.0 - a / b]  # x0 - x1, x0 / x1, 2 - x0 / x1
+unary = [lambda a: -a, lambda a: a ** 3, lambda a: a ** -1.5, lambda a: 1 / a]  # -x, x**3, x**-1.5, 1/x
 rng = np.random.default_rng(0)
-binary = {"x0 - x1": lambda a, b: a - b, "x0 / x1": lambda a, b: a / b,
-          "x0 * x1 + x0": lambda a, b: a * b + a, "2 - x0 / x1": lambda a, b: 2.0 - a / b}
-unary = {"-x": lambda a: -a, "x ** 3": lambda a: a ** 3, "x ** -1.5": lambda a: a ** -1.5, "1 / x": lambda a: 1.0 / a}
-
 for shapes in [((), ()), ((2, 3), (2, 3)), ((), (2, 3)), ((2, 3), ())]:
-    v0, v1 = (rng.uniform(0.5, 2.0, shape) for shape in shapes)  # positive: powers and divisions stay defined
-    for name, fn in binary.items():
-        x0, x1 = Variable(v0), Variable(v1)
-        y = fn(x0, x1)
-        y.backward()
-        t0, t1 = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
-        yt = fn(t0, t1)
-        yt.backward(torch.ones_like(yt))
-        np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-12)
-        for ours, theirs in [(x0, t0), (x1, t1)]:
-            assert ours.grad.shape == tuple(theirs.grad.shape)
-            np.testing.assert_allclose(ours.grad, theirs.grad.numpy(), rtol=1e-12)
-    print(f"shapes {shapes[0]!s:6} and {shapes[1]!s:6}: {', '.join(binary)}: values and grads == torch")
+    v0, v1 = (rng.uniform(0.5, 2.0, shape) for shape in shapes)  # positive: powers, quotients defined
+    for fn in binary:
+        same_as_torch(fn, v0, v1)
+    for fn in unary:
+        same_as_torch(fn, v1)
+    print(f"shapes {shapes[0]!s:6} and {shapes[1]!s:6}: values and grads == torch")
+print("PyTorch check passed: grads of neg, sub, rsub, div, rdiv and pow equal torch (0-d operands summed)")
 
-for shape in [(), (2, 3)]:
-    v = rng.uniform(0.5, 2.0, shape)
-    for name, fn in unary.items():
-        x = Variable(v)
-        fn(x).backward()
-        xt = torch.tensor(v, requires_grad=True)
-        yt = fn(xt)
-        yt.backward(torch.ones_like(yt))
-        np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
-    print(f"shape  {shape!s:6}: {', '.join(unary)}: grads == torch")
+# %% [markdown]
+# ## Recap
+#
+# - `Neg`, `Sub`, `Div` and `Pow` each multiply $g_y$ by their partial
+#   derivatives; `Pow`'s exponent is a constant on the function, with no
+#   gradient.
+# - `__rsub__` and `__rtruediv__` run on the right operand, so `rsub` and
+#   `rdiv` swap the operands back into the written order.
+# - Until broadcasting, operands have one shape or one is 0-d; a 0-d
+#   operand's gradient is the sum over the elements it met (`sum_to`).
+#
+# ## Exercises
+#
+# 1. Backprop by hand: write the backward of `DivByHand`, whose forward is
+#    $x_0 / x_1$, from the derivatives of the table, without looking at
+#    `Div`, and compare its gradients with PyTorch's on arrays.
 
-print("PyTorch check passed: grads of neg, sub, rsub, div, rdiv and pow equal torch, with 0-d operands summed")
+# %% tags=["hide-cell"]
+class DivByHand(Function):
+    def forward(self, x0, x1):
+        return x0 / x1
+
+    def backward(self, gy):
+        x0, x1 = self.inputs[0].data, self.inputs[1].data
+        return gy / x1, -gy * x0 / x1**2  # d/dx0 = 1/x1, d/dx1 = -x0/x1^2
+
+
+v0, v1 = np.array([1.0, 2.0, 3.0]), np.array([0.5, -4.0, 2.0])
+x0, x1 = Variable(v0), Variable(v1)
+DivByHand()(x0, x1).backward()
+t0, t1 = torch.tensor(v0, requires_grad=True), torch.tensor(v1, requires_grad=True)
+(t0 / t1).sum().backward()
+np.testing.assert_allclose([x0.grad, x1.grad], [t0.grad.numpy(), t1.grad.numpy()], rtol=1e-12)
+print("x0.grad =", x0.grad, " x1.grad =", x1.grad, " == torch")
+
+# %% [markdown]
+# 2. A constant base: write `RPow(c)`, whose forward is $c^x$ for a constant
+#    $c > 0$, with $d(c^x)/dx = c^x \ln c$, and `rpow(c, x)`. (The page leaves
+#    `Variable.__rpow__` out on purpose; `rpow(2.0, x)` is the function call.)
+
+# %% tags=["hide-cell"]
+class RPow(Function):
+    def __init__(self, c):
+        self.c = c  # the constant base: no gradient
+
+    def forward(self, x):
+        return self.c ** x
+
+    def backward(self, gy):
+        y = self.outputs[0]().data  # c**x, which forward computed (the output is a weak reference)
+        return gy * y * np.log(self.c)
+
+
+def rpow(c, x):
+    return RPow(c)(x)
+
+
+x = Variable(np.array([0.0, 1.0, 3.0]))
+rpow(2.0, x).backward()
+print("d(2**x)/dx =", np.round(x.grad, 4), "  (2**x ln 2)")

@@ -555,7 +555,7 @@ class Function:
             requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
-        # forward saves only what the gradients of these inputs need (step 35)
+        # step 35: forward saves only what the gradients of these inputs need
         self.needs_input_grad = tuple([x._requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
         # as_array: a 0-d result may come back a scalar (step 09)
@@ -573,7 +573,7 @@ class Function:
             self.record(inputs, ys, outputs)
         if forward_ad_state.open_dual_levels:  # step 61: under a dual level the tangents go forward with the values
             self.push_tangents(inputs, ys, outputs)
-        self._to_save = ()
+        self._to_save = ()  # step 35: record has packed what forward saved; hold it no longer
         return outputs if len(outputs) > 1 else outputs[0]
 
     def push_tangents(self, inputs, ys, outputs):  # step 61

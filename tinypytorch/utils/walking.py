@@ -11,7 +11,7 @@ def functions_in_graph(y):
         if isinstance(f, Function) and f not in seen:
             seen.add(f)
             found.append(f)
-            todo.extend(node for node, _ in f.edges)  # step 35: a leaf or None ends the walk there
+            todo.extend(node for node, _ in f.edges)  # a leaf or None ends the walk there (edges: step 35)
     return found
 
 
