@@ -5,13 +5,15 @@ on it lives here, in modules:
 
     grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
     autocast_state  autocast's state beside them: on or off per device and thread, what Function.__call__ asks (58)
+    forward_ad_state  forward mode's state beside them: the open dual level and each Variable's tangent (step 61)
     core        Variable, Function and the arithmetic operators: the floor every other module stands on
     views       version counters and views' records (steps 36-37), asked by every operation
     tensor_methods  x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
     utils       numerical gradients (utils.numerical), walking and drawing the graph (utils.walking, utils.drawing);
-                utils.checkpoint (steps 42-44, selective checkpointing 60), utils.data (step 51)
+                utils.checkpoint (steps 42-44, selective checkpointing 60), utils.data (step 51), utils.memory
+                (steps 63-64), the book's listings and pictures (utils.listing, utils.pictures)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
@@ -19,7 +21,9 @@ on it lives here, in modules:
                 their hooks, anomaly detection, gradcheck (steps 35-40)
     inplace     in-place operations, on views too (steps 36-37)
     random      the default random generator, its state, fork_rng (step 41); the device's generator (step 48)
+    recomputation  running a forward computation again for backward: checkpointing's and reversible blocks' replays
     reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 46-47)
+    normalization  layer_norm, one node with its own backward (step 54)
     classification  softmax, log_softmax, cross_entropy, accuracy (step 50)
     datasets    a spiral and handwritten digits, offline (step 51); utils.data: Dataset, DataLoader (step 51)
 
