@@ -354,23 +354,19 @@ for change in (None, "one op fewer", "float32"):
 #
 # The reentrant checkpoint is one node that runs a backward pass of its own.
 # The hook-based one leaves the graph as it was and only changes where the
-# saved tensors come from, so whatever works on an ordinary graph works here.
-# The hidden cell below checks each line; `tests/test_step43.py` checks each
+# saved tensors come from, so whatever works on an ordinary graph works here:
+# parameters get their gradients when no input requires grad, `autograd.grad`
+# with `create_graph=True` gives second derivatives (the function then runs
+# three times), checkpoints nest, an input changed in place raises step 36's
+# error, a third backward raises step 35's, and dropout draws the same masks
+# again. Only two things differ: a custom `backward` that reads
+# `saved_tensors` twice gets a `CheckpointError` (each holder is unpacked once
+# a pass), and under `no_grad` the function is simply called, once. The
+# hidden cell below checks each case; `tests/test_step43.py` checks each
 # against PyTorch.
-#
-# | situation | what happens |
-# |---|---|
-# | no input requires grad (the first segment of a network) | the parameters inside still get their gradients, bitwise the plain run's |
-# | `autograd.grad`, then `create_graph=True` and a second derivative | works; the function runs three times (forward, and once per backward pass) |
-# | a checkpoint nested inside another | the plain gradient; the outer function runs 2 times, the inner 3 |
-# | a checkpoint's input changed in place after forward | backward raises step 36's "modified by an inplace operation" |
-# | backward twice with `retain_graph=True`, then a third time | every pass recomputes; the third raises step 35's "backward through the graph a second time" |
-# | a custom `backward` that reads `saved_tensors` twice | `CheckpointError`: each holder is unpacked once per pass |
-# | under `no_grad` | nothing is saved: the function is simply called, once |
-# | dropout inside, `preserve_rng_state=True` (the default) | the same masks are drawn again: gradients bitwise the plain run's |
 
 # %% tags=["hide-cell"]
-from tinypytorch import Function, autograd  # noqa: E402  (the table's lines, checked)
+from tinypytorch import Function, autograd  # noqa: E402  (the cases above, checked)
 from tinypytorch import functions as F  # noqa: E402
 from tinypytorch.layers import MLP  # noqa: E402
 
