@@ -7,8 +7,9 @@ on the 8 x 8 digits. For each technique the tutorial built:
   (tinypytorch.utils.memory.peak_memory; it counts the arrays and the graph's Python objects), PyTorch from its
   profiler's CPU allocation events (the allocator's bytes; its C++ graph nodes are not counted);
 - time per epoch (the median of a few epochs) and the test accuracy after those epochs, seeded;
-- the search: for a budget (what plain training of depth 16 needs, in each framework), the deepest network the
-  technique trains within it (doubling, then bisection, up to a cap).
+- the search: for a budget (3.4 MB in both frameworks, about what plain training of depth 16 needs), the
+  deepest network the technique trains within it (doubling, then bisection, up to a cap), and how far that
+  verdict stands from changing (its margin).
 Writes bench/results/capstone.md and capstone.png.  `python bench/capstone.py [--quick]`.
 """
 import argparse
@@ -41,6 +42,7 @@ from tinypytorch.utils.memory import peak_memory  # noqa: E402
 from timing import collector_off  # noqa: E402
 
 WIDTH, BATCH, LR, BUDGET_DEPTH = 64, 256, 3e-3, 16
+BUDGET = 3_400_000  # bytes, for both frameworks: about what plain training of depth BUDGET_DEPTH needs
 TECHNIQUES = ("plain", "√N checkpointing", "selective checkpointing", "save_on_cpu", "reversible blocks",
               "mixed precision", "optimizer in backward", "checkpointing + optimizer in backward")
 TORCH_HAS = {t for t in TECHNIQUES if t != "reversible blocks"}
@@ -330,6 +332,13 @@ def deepest(peak_at, budget, cap):
     return low
 
 
+def margin(peak_at, budget, depth, cap):
+    """How far the verdict `depth` stands from changing: the nearer of its own peak below the budget and the next
+    depth's above it. tinypytorch's count of Python objects varies by a few KiB, so a small margin is a soft one."""
+    gaps = ([budget - peak_at(depth)] if depth >= 1 else []) + ([peak_at(depth + 1) - budget] if depth < cap else [])
+    return min(gaps)
+
+
 def measure(settings):
     xtr, ytr, _, _ = digits()
     x, y = xtr[:BATCH], ytr[:BATCH]
@@ -341,18 +350,24 @@ def measure(settings):
             if (technique, depth) not in memo:
                 memo[technique, depth] = peak_fn(technique, depth, x, y)
             return memo[technique, depth]
-        budget = peak_at("plain", BUDGET_DEPTH)
+        budget = BUDGET
         for technique in TECHNIQUES:
             if framework == "torch" and technique not in TORCH_HAS:
                 continue
             accuracy, seconds = train(framework, technique, BUDGET_DEPTH, settings["epochs"])
+            depth = deepest(functools.partial(peak_at, technique), budget, settings["cap"])
             rows[framework, technique] = {
                 "peak": peak_at(technique, BUDGET_DEPTH), "epoch": statistics.median(seconds), "accuracy": accuracy,
-                "deepest": deepest(functools.partial(peak_at, technique), budget, settings["cap"])}
+                "deepest": depth, "capped": depth == settings["cap"],
+                "margin": margin(functools.partial(peak_at, technique), budget, depth, settings["cap"])}
             curves[framework, technique] = [(d, peak_at(technique, d)) for d in settings["depths"]]
             print(framework, technique, rows[framework, technique], flush=True)
         rows[framework, "budget"] = budget
     return rows, curves
+
+
+def verdict(row):
+    return f"{row['deepest']} (the cap)" if row["capped"] else f"{row['deepest']} ({row['margin'] / 1024:.0f} KiB)"
 
 
 def report(rows, curves, settings, out):
@@ -368,26 +383,29 @@ def report(rows, curves, settings, out):
              "with tracemalloc (arrays and the graph's Python objects), PyTorch from its "
              "profiler's CPU allocation events (its allocator's bytes; its C++ graph nodes are not counted). "
              f"Time: the median epoch of {settings['epochs']}; accuracy on the 360 test digits after them "
-             f"(seeded). Budget: what plain training of depth {BUDGET_DEPTH} needs in that framework; deepest: the "
-             f"deepest network (up to {settings['cap']}) whose step fits it. On a CPU save_on_cpu moves nothing "
+             f"(seeded). Budget: {BUDGET / 1e6:.1f} MB in both frameworks, about what plain training of depth "
+             f"{BUDGET_DEPTH} needs; deepest: the deepest network (up to {settings['cap']}) whose step fits it. On a CPU save_on_cpu moves nothing "
              "(the saved tensors are already in host memory): its row is plain's, as it is in PyTorch.", "",
              *machine_lines(memory=True), "",
              *header("technique", "tinypytorch peak (KiB)", "PyTorch peak (KiB)", "tinypytorch time / epoch",
                     "PyTorch time / epoch", "tinypytorch accuracy", "PyTorch accuracy",
-                    f"deepest within budget, tinypytorch ({rows['tinypytorch', 'budget'] / kib:.0f} KiB)",
-                    f"deepest within budget, PyTorch ({rows['torch', 'budget'] / kib:.0f} KiB)")]
+                    f"deepest within {BUDGET / 1e6:.1f} MB, tinypytorch (margin)",
+                    f"deepest within {BUDGET / 1e6:.1f} MB, PyTorch (margin)")]
     for t in TECHNIQUES:
         a, b = rows["tinypytorch", t], rows.get(("torch", t))
         lines.append(f"| {t} | {a['peak'] / kib:.0f} | {b['peak'] / kib:.0f} | {a['epoch'] * 1e3:.0f} ms | "
-                     f"{b['epoch'] * 1e3:.0f} ms | {a['accuracy']:.3f} | {b['accuracy']:.3f} | {a['deepest']} | "
-                     f"{b['deepest']} |" if b else
+                     f"{b['epoch'] * 1e3:.0f} ms | {a['accuracy']:.3f} | {b['accuracy']:.3f} | {verdict(a)} | "
+                     f"{verdict(b)} |" if b else
                      f"| {t} | {a['peak'] / kib:.0f} | — | {a['epoch'] * 1e3:.0f} ms | — | "
                      f"{a['accuracy']:.3f} | — | "
-                     f"{a['deepest']} | — |")
+                     f"{verdict(a)} | — |")
     lines += ["", f"Peaks at depth {BUDGET_DEPTH}; time and accuracy at depth {BUDGET_DEPTH}. "
               "Times are of this machine, under whatever else ran on it (see the load average): single epochs of "
               "tinypytorch vary by several times under load, so re-run on a quiet machine before reading ratios "
-              "between techniques; peaks, accuracies and depths do not depend on the load.", ""]
+              "between techniques; peaks, accuracies and depths do not depend on the load. The margin: how far "
+              "the deepest depth's peak lies below the budget, or the next depth's above it, whichever is nearer; "
+              "tinypytorch's count of the Python objects beside its arrays varies by a few KiB between runs, so a "
+              "verdict with a margin under 10 KiB could move by one layer in another run.", ""]
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=False)
     for ax, framework in zip(axes, FRAMEWORKS):

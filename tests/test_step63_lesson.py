@@ -72,8 +72,9 @@ def test_checkpointing_under_autocast_gives_torchs_gradients():
 
 
 def test_every_depth_around_each_verdict_lies_far_from_the_budget():
-    """The page's search compares measured peaks with a round budget; tracemalloc's count of Python objects varies
-    by a few KiB between runs, so a peak within 16 KiB of the budget would make a verdict depend on the run."""
+    """The page's search compares measured peaks with a round budget. tracemalloc's count of the Python objects
+    beside the arrays varies by up to 3 KiB between runs and shifts by up to 6 KiB between a script, a notebook
+    and this test's process: a peak within 8 KiB of the budget could make a verdict depend on where it ran."""
     for technique, deepest in step.depths.items():
         for depth in {1, deepest, deepest + 1} - {0}:
-            assert abs(step.peak(technique, depth) - step.budget) >= 16 * 1024, (technique, depth)
+            assert abs(step.peak(technique, depth) - step.budget) >= 8 * 1024, (technique, depth)
