@@ -47,19 +47,21 @@ def draw_dag(nodes, edges, ax=None, title=None, positions=None, notes=None, edge
         columns = max(_layers(list(nodes), edges).values(), default=0) + 1
         _, ax = plt.subplots(figsize=(min(2.0 + 1.6 * columns, 11), 2.6))
     where = positions or _positions(list(nodes), edges)
-    for a, b in edges:
-        ax.annotate("", xy=where[b], xytext=where[a],
-                    arrowprops=dict(arrowstyle="-|>", color="0.35", shrinkA=20, shrinkB=20, lw=1.2))
-        if edge_labels and (a, b) in edge_labels:
-            (xa, ya), (xb, yb) = where[a], where[b]
-            ax.text((xa + xb) / 2, (ya + yb) / 2 + 0.12, edge_labels[a, b], ha="center", fontsize=9, color="0.25")
+    boxes = {}
     for node, (kind, label) in nodes.items():
         boxstyle, colour = STYLE[kind]
-        ax.text(*where[node], label, ha="center", va="center", fontsize=10,
-                bbox=dict(boxstyle=boxstyle, facecolor=colour, edgecolor="0.3"))
+        boxes[node] = ax.text(*where[node], label, ha="center", va="center", fontsize=10, zorder=3,
+                              bbox=dict(boxstyle=boxstyle, facecolor=colour, edgecolor="0.3"))
         if notes and node in notes:
             ax.text(where[node][0], where[node][1] - 0.36, notes[node], ha="center", va="top", fontsize=9,
                     color="#b22222")
+    for a, b in edges:  # each arrow clipped at the two boxes' edges, however wide their labels
+        ax.annotate("", xy=where[b], xytext=where[a], arrowprops=dict(
+            arrowstyle="-|>", color="0.35", lw=1.2, shrinkA=3, shrinkB=3,
+            patchA=boxes[a].get_bbox_patch(), patchB=boxes[b].get_bbox_patch()))
+        if edge_labels and (a, b) in edge_labels:
+            (xa, ya), (xb, yb) = where[a], where[b]
+            ax.text((xa + xb) / 2, (ya + yb) / 2 + 0.12, edge_labels[a, b], ha="center", fontsize=9, color="0.25")
     xs, ys = [x for x, _ in where.values()], [y for _, y in where.values()]
     ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.6)
