@@ -135,26 +135,7 @@ show_change(13, "Variable.cleargrad")
 import matplotlib.pyplot as plt  # noqa: E402  (harness: the pictures of this page)
 
 from tinypytorch.utils.pictures import draw_graph  # noqa: E402
-
-
-def ordinal(n):
-    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
-
-
-def backward_order(y):
-    """y.backward(), noting the functions in the order their backward ran: [function]."""
-    ran, todo, wrapped = [], [y.creator], []
-    while todo:
-        f = todo.pop()
-        if f is None or any(f is g for g in wrapped):
-            continue
-        wrapped.append(f)
-        f.backward = lambda *gys, f=f, original=f.backward: ran.append(f) or original(*gys)
-        todo.extend(x.creator for x in f.inputs)
-    y.backward()
-    for f in wrapped:
-        del f.backward  # the instance's wrapper goes; the class's backward is back
-    return ran
+from tinypytorch.utils.tracing import backward_order, ordinal  # noqa: E402
 
 
 def order_notes(ran):

@@ -330,26 +330,26 @@ for n in range(2, 6):
     print(f"n = {n}: x.grad = {x.grad}")
 
 # %% [markdown]
-# **2.** Write `Sub(Function)`, $y = x_0 - x_1$, whose backward returns
-# $(g_y, -g_y)$, and `sub(x0, x1)`. What is the gradient of $x - x$? And of
-# $(x + x) - x$? Accumulation must add a negative contribution as well.
+# **2.** Write `Neg(Function)`, $y = -x$, whose backward returns $-g_y$,
+# and `neg(x)`. What is the gradient of $x + (-x)$? And of
+# $(x + x) + (-x)$? Accumulation must add a negative contribution as well.
 
 # %% tags=["hide-cell"]
-class Sub(Function):
-    def forward(self, x0, x1):
-        return x0 - x1
+class Neg(Function):
+    def forward(self, x):
+        return -x
 
     def backward(self, gy):
-        return gy, -gy
+        return -gy
 
 
-def sub(x0, x1):
-    return Sub()(x0, x1)
+def neg(x):
+    return Neg()(x)
 
 
 x = Variable(np.array(3.0))
-sub(x, x).backward()
-print("x - x:        x.grad =", x.grad)
+add(x, neg(x)).backward()
+print("x + (-x):        x.grad =", x.grad)
 x = Variable(np.array(3.0))
-sub(add(x, x), x).backward()
-print("(x + x) - x:  x.grad =", x.grad)
+add(add(x, x), neg(x)).backward()
+print("(x + x) + (-x):  x.grad =", x.grad)

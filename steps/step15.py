@@ -139,26 +139,7 @@ show_change(15, "Variable.backward")
 import matplotlib.pyplot as plt  # noqa: E402  (harness: the pictures and the trace of this page)
 
 from tinypytorch.utils.pictures import draw_graph  # noqa: E402
-
-
-def ordinal(n):
-    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
-
-
-def backward_order(y):
-    """y.backward(), noting the functions in the order their backward ran: [function]."""
-    ran, todo, wrapped = [], [y.creator], []
-    while todo:
-        f = todo.pop()
-        if f is None or any(f is g for g in wrapped):
-            continue
-        wrapped.append(f)
-        f.backward = lambda *gys, f=f, original=f.backward: ran.append(f) or original(*gys)
-        todo.extend(x.creator for x in f.inputs)
-    y.backward()
-    for f in wrapped:
-        del f.backward  # the instance's wrapper goes; the class's backward is back
-    return ran
+from tinypytorch.utils.tracing import Traced, backward_order, ordinal  # noqa: E402
 
 
 def order_notes(ran, labels):
@@ -167,19 +148,6 @@ def order_notes(ran, labels):
     for n, f in enumerate(ran, 1):
         runs[id(f)][1].append(ordinal(n))
     return [(f, f"{label}: " + ", ".join(runs[id(f)][1])) for f, label in labels]
-
-
-class Traced:
-    """Mix-in for a Function subclass: print each backward call as the loop makes it."""
-
-    def __init__(self, label):
-        self.label = label
-
-    def backward(self, *gys):
-        gxs = super().backward(*gys)
-        shown = ", ".join(f"{float(g):.0f}" for g in (gxs if isinstance(gxs, tuple) else (gxs,)))
-        print(f"{self.label:<12} gy = {float(gys[0]):>4.0f}   sends back {shown}")
-        return gxs
 
 
 class TracedSquare(Traced, Square):

@@ -173,26 +173,7 @@ show_change(16, "Variable.__init__", "Variable.set_creator", "Function.__call__"
 import matplotlib.pyplot as plt  # noqa: E402  (harness: the pictures and the trace of this page)
 
 from tinypytorch.utils.pictures import draw_dag, graph_of  # noqa: E402
-
-
-def ordinal(n):
-    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
-
-
-def backward_order(y):
-    """y.backward(), noting the functions in the order their backward ran: [function]."""
-    ran, todo, wrapped = [], [y.creator], []
-    while todo:
-        f = todo.pop()
-        if f is None or any(f is g for g in wrapped):
-            continue
-        wrapped.append(f)
-        f.backward = lambda *gys, f=f, original=f.backward: ran.append(f) or original(*gys)
-        todo.extend(x.creator for x in f.inputs)
-    y.backward()
-    for f in wrapped:
-        del f.backward  # the instance's wrapper goes; the class's backward is back
-    return ran
+from tinypytorch.utils.tracing import Traced, backward_order, ordinal  # noqa: E402
 
 
 def draw_numbered(ax, y, names, ran, raised=(), title=None):
@@ -215,19 +196,6 @@ def draw_numbered(ax, y, names, ran, raised=(), title=None):
     up = {node_of[label] for label in raised} | {made[node_of[label]] for label in raised}
     positions = {n: (column[n], 0.9 if n in up else 0) for n in nodes} if raised else None
     draw_dag(nodes, edges, ax=ax, positions=positions, notes=notes, title=title)
-
-
-class Traced:
-    """Mix-in for a Function subclass: print each backward call as the loop makes it."""
-
-    def __init__(self, label):
-        self.label = label
-
-    def backward(self, *gys):
-        gxs = super().backward(*gys)
-        shown = ", ".join(f"{float(g):.0f}" for g in (gxs if isinstance(gxs, tuple) else (gxs,)))
-        print(f"{self.label:<12} gy = {float(gys[0]):>4.0f}   sends back {shown}")
-        return gxs
 
 
 class TracedSquare(Traced, Square):

@@ -261,17 +261,24 @@ def flags(m, make, make_constant):
     return [(v.requires_grad, v.is_leaf, v.grad_fn is not None) for v in (x, c, x * c, c * 4.0, w)]
 
 
-def torch_order(yt):
-    """The names of torch's nodes behind yt in the order its engine runs them (pre-hooks record it)."""
-    calls, todo, seen = [], [yt.grad_fn], set()
+def torch_run_order(output):
+    """(the names recorded, a function giving them without AccumulateGrad): pre-hooks on torch's nodes behind
+    `output` note each node as torch's engine runs it, in whatever pass runs next."""
+    calls, todo, seen = [], [output.grad_fn], set()
     while todo:
         node = todo.pop()
         if node is not None and node not in seen:
             seen.add(node)
             node.register_prehook(lambda grads, node=node: calls.append(node.name()))
             todo.extend(next_node for next_node, _ in node.next_functions)
+    return calls, lambda: [name.removesuffix("Backward0") for name in calls if "AccumulateGrad" not in name]
+
+
+def torch_order(yt):
+    """The names of torch's nodes behind yt in the order yt.backward() runs them."""
+    _, names = torch_run_order(yt)
     yt.backward()
-    return [name.removesuffix("Backward0") for name in calls if "AccumulateGrad" not in name]
+    return names()
 
 
 def first_and_second(m, x):

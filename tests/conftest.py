@@ -46,3 +46,14 @@ def xp(request):
         import cupy
 
         yield cupy
+
+
+@pytest.fixture
+def no_collector():
+    """Switch the cycle collector off, so that only reference counting can free objects (steps 17 on)."""
+    import gc
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+    gc.collect()

@@ -46,3 +46,20 @@ def test_columns_follow_the_longest_path_and_notes_find_their_boxes():
     assert "1st" in [t.get_text() for t in ax.texts]
     with pytest.raises(KeyError):
         draw_dag({0: ("no such kind", "x")}, [])
+
+
+def test_backward_order_notes_each_run_and_leaves_the_functions_as_they_were():
+    """Step 16's diamond a = x**2, y = a**2 + a**2: Add runs first, the two squares of a next, x's square last
+    (generations 2, 1, 1, 0); step 15's depth-first loop runs x's square twice, once per branch."""
+    from tinypytorch.utils.tracing import backward_order
+    for number, runs in [(16, 4), (15, 5)]:
+        s = load_step(number)
+        x = s.Variable(np.array(2.0))
+        a = s.square(x)
+        y = s.add(s.square(a), s.square(a))
+        ran = backward_order(y)
+        assert len(ran) == runs and type(ran[0]).__name__ == "Add" and ran[-1] is a.creator
+        assert all("backward" not in vars(f) for f in ran)  # the wrappers are gone
+        # step 16: y = 2 x**4, so dy/dx = 8 x**3 = 64. Step 15 runs A after C alone (a.grad = 8, x gets
+        # 2x * 8 = 32), then after B (a.grad = 16, x gets 64 more): 96
+        assert x.grad == (64.0 if number == 16 else 96.0)

@@ -58,10 +58,5 @@ def test_clear_graph_clears_every_variable_and_the_second_question_matches_torch
     y.backward()
     step.clear_graph(y)
     assert x.grad is None and a.grad is None and y.grad is None
-    a.backward()
-    xt = torch.tensor(value, dtype=torch.float64, requires_grad=True)
-    at = xt**2
-    (at**2).backward(retain_graph=True)
-    xt.grad = None
-    at.backward()
-    np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
+    a.backward()  # cleared, a second pass from a = x**2 leaves exactly da/dx = 2x: nothing of the first pass
+    np.testing.assert_allclose(x.grad, 2 * np.asarray(value), rtol=1e-15)

@@ -13,16 +13,6 @@ pytestmark = [pytest.mark.step17, pytest.mark.torch]
 step = load_step(17)
 
 
-@pytest.fixture
-def no_collector():
-    """Switch the cycle collector off, so that only reference counting can free objects."""
-    gc.collect()
-    gc.disable()
-    yield
-    gc.enable()
-    gc.collect()
-
-
 def test_outputs_are_weak_references_to_the_output_variables():
     x = step.Variable(np.array(1.0))
     y = step.square(x)

@@ -1,7 +1,6 @@
 """Step 17's lesson: what the picture reads (strong rings in step 16's arrangement, weak outputs now), no stray
 output on the page, and the exercises' solutions (a tree with weak parent links, weak inputs) checked with the
 collector off and against PyTorch."""
-import gc
 import json
 import pathlib
 import weakref
@@ -15,15 +14,6 @@ from steploader import load_step
 pytestmark = [pytest.mark.step17, pytest.mark.torch]
 step = load_step(17)
 NOTEBOOK = pathlib.Path(__file__).resolve().parent.parent / "notebooks" / "step17.ipynb"
-
-
-@pytest.fixture
-def no_collector():
-    gc.collect()
-    gc.disable()
-    yield
-    gc.enable()
-    gc.collect()
 
 
 def test_the_picture_reads_rings_for_step16_and_weak_outputs_now():

@@ -126,29 +126,16 @@ def test_rosenbrock_gradient_equals_torch_and_the_formula(a, b):
     np.testing.assert_allclose([x0.grad, x1.grad], formula, rtol=1e-10, atol=1e-10)
 
 
-def torch_descent(start, iterations, lr=0.001):
-    x0, x1 = (torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in start)
-    path = [start]
-    for _ in range(iterations):
-        (100 * (x1 - x0**2) ** 2 + (1 - x0) ** 2).backward()
-        with torch.no_grad():
-            x0 -= lr * x0.grad
-            x1 -= lr * x1.grad
-        x0.grad = x1.grad = None
-        path.append((x0.item(), x1.item()))
-    return np.array(path)
-
-
 @given(a=st.floats(-0.8, 0.8), b=st.floats(-0.5, 1.5), lr=st.sampled_from([0.0005, 0.001]))
 def test_gradient_descent_iterates_equal_torch_from_random_starts(a, b, lr):
     path = step.gradient_descent((a, b), lr=lr, tolerance=0.0, max_iterations=50)
     assert path.shape == (51, 2)
-    np.testing.assert_allclose(path, torch_descent((a, b), 50, lr), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(path, step.torch_descent((a, b), lr, 50), rtol=1e-12, atol=1e-15)
 
 
 def test_the_steps_descent_equals_torch_for_1000_iterations_and_stops_near_the_minimum():
     path = step.path
-    np.testing.assert_allclose(path[:1001], torch_descent((0.0, 2.0), 1000), rtol=1e-12)
+    np.testing.assert_allclose(path[:1001], step.torch_descent((0.0, 2.0), 0.001, 1000), rtol=1e-12)
     np.testing.assert_array_equal(path[1], [0.002, 1.6])  # (0, 2) - 0.001 * (-2, 400)
 
     def grad_norm(p):
@@ -163,7 +150,7 @@ def test_the_steps_descent_equals_torch_for_1000_iterations_and_stops_near_the_m
 def test_gradient_descent_stops_after_max_iterations():
     path = step.gradient_descent((0.0, 2.0), max_iterations=7)
     assert path.shape == (8, 2)
-    np.testing.assert_allclose(path, torch_descent((0.0, 2.0), 7), rtol=1e-12)
+    np.testing.assert_allclose(path, step.torch_descent((0.0, 2.0), 0.001, 7), rtol=1e-12)
 
 
 def test_the_hessian_in_the_step_is_torchs_at_the_minimum():

@@ -50,18 +50,6 @@ def both(graph):
     return ours, theirs
 
 
-def torch_run_order(output):
-    """Names of the nodes behind `output` in the order torch runs them (AccumulateGrad left out)."""
-    calls, todo, seen = [], [output.grad_fn], set()
-    while todo:
-        node = todo.pop()
-        if node is not None and node not in seen:
-            seen.add(node)
-            node.register_prehook(lambda grads, node=node: calls.append(node.name()))
-            todo.extend(next_node for next_node, _ in node.next_functions)
-    return calls, lambda: [name.removesuffix("Backward0") for name in calls if "AccumulateGrad" not in name]
-
-
 def close(ours, theirs):
     scale = max([1.0] + [abs(t) for t in theirs if t is not None])
     for a, b in zip(ours, theirs):
@@ -83,7 +71,7 @@ def test_random_graphs_backward_grads_and_run_order_equal_torch(graph):
     ours, theirs = both(graph)
     assume(ours[-1].requires_grad and all(bool(torch.isfinite(t)) for t in theirs))
     calls = step.record_backward_calls(ours[-1])
-    _, torch_calls = torch_run_order(theirs[-1])
+    _, torch_calls = step.torch_run_order(theirs[-1])
     ours[-1].backward()
     theirs[-1].backward()
     assert calls == torch_calls()  # same functions, each once, in the same order
@@ -102,7 +90,7 @@ def test_random_graphs_autograd_grad_equals_torch_and_runs_the_same_functions(gr
     assume(candidates)
     picked = data.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3))
     calls = step.record_backward_calls(ours[-1])
-    _, torch_calls = torch_run_order(theirs[-1])
+    _, torch_calls = step.torch_run_order(theirs[-1])
     result = autograd.grad(ours[-1], [ours[i] for i in picked], allow_unused=True)
     expected = torch.autograd.grad(theirs[-1], [theirs[i] for i in picked], allow_unused=True)
     assert calls == torch_calls()  # only the functions that lead to the inputs run, in torch's order

@@ -8,6 +8,7 @@
     memory      peak_memory (step 63); memory_timeline: memory held over a training step, drawn (step 64)
     listing     show_code, show_change: the book's listings of package code and of the snapshots' changes
     pictures    draw_dag, draw_graph: small graphs drawn in matplotlib for the pages of stages 1-3
+    tracing     backward_order, Traced: which functions a snapshot's backward ran, in what order (steps 13-16)
 """
 from tinypytorch.utils.drawing import GRAPH_STYLE, DotGraph, get_dot_graph, missing_drawing_tools, plot_dot_graph
 from tinypytorch.utils.numerical import gradient_check, numerical_diff
