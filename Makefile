@@ -4,8 +4,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+# One worker per CPU, each taking whole files: a notebook's cells share one kernel, so they must stay together.
+PARALLEL := -n auto --dist loadfile
 
-.PHONY: run test check-without-dot check-other-cpu notebooks book check-book pages bench bench-gpu bench-changes mutants lab clean
+.PHONY: run test fuzz check-without-dot check-other-cpu check-last-ulp notebooks book check-book pages bench bench-gpu \
+	bench-changes mutants lab clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -18,23 +21,39 @@ $(STAMP): requirements.txt pyproject.toml
 run: $(STAMP)
 	$(PY) tools/run_steps.py
 
-## test: unit and PyTorch reference tests, then every notebook re-executed and compared (nbval)
+## test: unit and PyTorch reference tests, then every notebook re-executed and compared (nbval); hypothesis draws
+## the same examples on every machine and every run
 test: $(STAMP)
-	$(PY) -m pytest tests notebooks $(NBVAL)
+	$(PY) -m pytest $(PARALLEL) tests notebooks $(NBVAL)
+
+## fuzz: the unit tests with new hypothesis examples on every run, five times as many (failures are kept in
+## .hypothesis/ and tried first next time): for whoever looks for the next input that breaks a test
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest $(PARALLEL) tests
 
 ## check-without-dot: the steps that draw graphs, as a machine without Graphviz runs them (dot hidden
 ## from PATH): their scripts, their tests, and their notebooks compared by nbval
 GRAPH_STEPS := $(sort $(basename $(notdir $(shell grep -l -E 'plot_dot_graph|DotGraph' steps/step[0-9][0-9].py))))
 check-without-dot: $(STAMP)
 	$(PY) tools/without_dot.py $(PY) tools/run_steps.py $(GRAPH_STEPS)
-	$(PY) tools/without_dot.py $(PY) -m pytest -q $(GRAPH_STEPS:%=tests/test_%.py) $(GRAPH_STEPS:%=notebooks/%.ipynb) $(NBVAL)
+	$(PY) tools/without_dot.py $(PY) -m pytest $(PARALLEL) -q $(GRAPH_STEPS:%=tests/test_%.py) $(GRAPH_STEPS:%=notebooks/%.ipynb) $(NBVAL)
 
 ## check-other-cpu: every notebook re-executed and compared (nbval) with the arithmetic kernels of an
-## older CPU: OpenBLAS's Sandy Bridge kernels on one thread, NumPy without its AVX2 and AVX-512 code.
+## older CPU: OpenBLAS's Sandy Bridge kernels on one thread, NumPy without its AVX2 and AVX-512 code, torch's
+## plainest kernels (those of processors other than x86 too) and MKL's most compatible matrix products.
 ## Outputs that depend on summation order or on the last bit of exp, pow or a matrix product show here.
-OTHER_CPU := OPENBLAS_CORETYPE=Sandybridge OPENBLAS_NUM_THREADS=1 NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL"
+OTHER_CPU := OPENBLAS_CORETYPE=Sandybridge OPENBLAS_NUM_THREADS=1 NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL" \
+	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
 check-other-cpu: $(STAMP)
-	$(OTHER_CPU) $(PY) -m pytest -q -p no:cacheprovider notebooks $(NBVAL)
+	$(OTHER_CPU) $(PY) -m pytest $(PARALLEL) -q -p no:cacheprovider notebooks $(NBVAL)
+
+## check-last-ulp: the tests and notebooks again with torch's last bit as another CPU's kernels may round it
+## (tools/last_ulp.py moves every other element of sqrt, exp, tanh, ... by one ulp): finds comparisons of two
+## libraries that only hold on the CPU where they were written
+check-last-ulp: $(STAMP)
+	PYTHONPATH=tools $(PY) -m pytest $(PARALLEL) -q -p last_ulp tests
+	$(PY) tools/last_ulp.py $(PY) -m pytest $(PARALLEL) -q -p no:cacheprovider notebooks $(NBVAL) \
+		--ignore notebooks/step42.ipynb  # torch checked against itself after a recomputation the mode cannot reach
 
 ## notebooks: regenerate notebooks/stepNN.ipynb from steps/stepNN.py and execute them
 notebooks: $(STAMP)

@@ -241,6 +241,9 @@ print("g_c, g_b, g_x =", np.array2string(np.array(ours), precision=6), "equal to
 # one.
 
 # %% tags=["hide-cell"]
+import warnings  # noqa: E402
+
+
 def forward_mode(x):
     a = x ** 2
     b = np.exp(a)
@@ -256,6 +259,9 @@ def torch_chain(t):
     return ta, tb, torch.square(tb)
 
 
+with warnings.catch_warnings():  # torch 2.13's forward AD loads its rules with torch.jit.script, which warns
+    warnings.simplefilter("ignore", DeprecationWarning)  # that it is deprecated: torch's affair, not the page's
+    torch.func.jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))  # (loaded once, here)
 array = np.array([-1.0, 0.0, 0.5, 1.5])
 _, tangents = torch.func.jvp(torch_chain, (torch.tensor(array),), (torch.ones(4, dtype=torch.float64),))
 for mine, theirs in zip(forward_mode(array), tangents):

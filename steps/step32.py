@@ -154,7 +154,7 @@ def train(optimizer_class, lr, steps=10_000):
     optimizer = optimizer_class(model.params(), lr=lr)
     losses = []
     bar = tqdm(range(steps), desc=f"{optimizer_class.__name__:4}", file=sys.stdout,
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}", mininterval=0, miniters=1000)
+               bar_format="{l_bar}{bar:10}| {n_fmt}/{total_fmt}", mininterval=0, miniters=1000)
     for _ in bar:
         loss = F.mean_squared_error(model(x), y)
         model.cleargrads()

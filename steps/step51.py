@@ -216,7 +216,7 @@ digits_model = MLP((64, 64, 10), activation=tinypytorch.tanh, rng=np.random.defa
 tinypytorch.manual_seed(1)
 first_epoch = train_loader.batches()
 tinypytorch.manual_seed(1)
-bar = tqdm(total=EPOCHS, desc="epochs", file=sys.stdout, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt}",
+bar = tqdm(total=EPOCHS, desc="epochs", file=sys.stdout, bar_format="{l_bar}{bar:10}| {n_fmt}/{total_fmt}",
            mininterval=0)
 train(digits_model, train_loader, EPOCHS, lr=0.005, on_epoch=lambda epoch, model: (measure(epoch, model),
                                                                                    bar.update()))

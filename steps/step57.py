@@ -380,15 +380,14 @@ for name, share in flushed(g16, g32).items():
     assert share == theirs[name], name
     assert np.all(np.abs(g16[name].astype(np.float32) - t16[name]) <= 2.0**-24), name
 t_scaled = torch_gradients(torch.float16, scale=SCALE)
-# torch's float16 matrix product adds in another order: a few entries differ by a step or so
+# torch's float16 matrix product adds in its own order, which depends on the CPU's kernels: some entries
+# differ by a step or so (0.5 % here with AVX-512 kernels, 3 % with the plainest ones)
 for name in scaled:
     assert float16_steps(scaled[name], t_scaled[name]).max() <= 4, name
-same = np.mean(np.concatenate([(scaled[n] == t_scaled[n]).ravel() for n in scaled]))
-assert same > 0.99
 print("finfo: float16 and float32 equal np.finfo's; "
       "all three equal their bit counts' (bfloat16's gaps too)")
 print("flushed shares, 6 parameters:", ", ".join(f"{s:.1%}" for s in theirs.values()), "in both")
-print("scaled-loss gradients: over 99% equal bit for bit, the rest at most 4 float16 steps apart")
+print("scaled-loss gradients: each at most 4 float16 steps from torch's")
 print("PyTorch check passed: float16 limits and flushed shares equal torch's; scaled-loss gradients agree")
 
 # %% [markdown]

@@ -235,9 +235,10 @@ print(f"linear output: float32 {plain.data.nbytes:,} bytes, under autocast {mixe
 # %%
 for device, dtype in (("xla", None), ("cpu", "float64"), ("cpu", None)):
     try:
-        with warnings.catch_warnings(record=True) as caught, tp.autocast(device, dtype=dtype):
-            warnings.simplefilter("always")
-            print(f"{device}, {dtype}: autocast on:", tp.amp.is_autocast_enabled(device))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # before autocast starts: its constructor warns
+            with tp.autocast(device, dtype=dtype):
+                print(f"{device}, {dtype}: autocast on:", tp.amp.is_autocast_enabled(device))
         for warning in caught:
             print("   UserWarning:", str(warning.message).splitlines()[0])
     except RuntimeError as error:

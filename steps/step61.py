@@ -232,8 +232,14 @@ print("gradcheck, forward mode:",
 # a rule must raise.
 
 # %% tags=["hide-input"]
+import warnings  # noqa: E402
+
 import torch  # noqa: E402
 import torch.autograd.forward_ad as tfwAD  # noqa: E402
+
+with warnings.catch_warnings():  # torch 2.13's forward AD loads its rules with torch.jit.script, which warns
+    warnings.simplefilter("ignore", DeprecationWarning)  # that it is deprecated: torch's affair, not the page's
+    torch.func.jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))  # (loaded once, here)
 
 _spec = importlib.util.spec_from_file_location(
     "operations", pathlib.Path(tp.__file__).resolve().parents[1] / "tests" / "operations.py")

@@ -245,9 +245,15 @@ except RuntimeError as error:
 # `torch.autograd.functional`; float64, `rtol=1e-10`.
 
 # %% tags=["hide-input"]
+import warnings  # noqa: E402
+
 import torch  # noqa: E402
 import torch.autograd.functional as TF  # noqa: E402
 import torch.func as tfunc  # noqa: E402
+
+with warnings.catch_warnings():  # torch 2.13's forward AD loads its rules with torch.jit.script, which warns
+    warnings.simplefilter("ignore", DeprecationWarning)  # that it is deprecated: torch's affair, not the page's
+    torch.func.jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))  # (loaded once, here)
 
 
 def t_layer(a):

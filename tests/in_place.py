@@ -5,6 +5,7 @@ import torch
 from hypothesis import strategies as st
 
 from tinypytorch import Variable, cuda
+from reference import floats
 
 OPS = ["add_", "sub_", "mul_", "div_"]
 OPERANDS = ["w", "number", "array"]  # what a random operation takes: another leaf, a float, a NumPy scalar
@@ -35,7 +36,7 @@ def assert_table_has_cases_of_both_kinds(step):
     assert 3 <= sum(kinds) <= len(kinds) - 3
 
 
-leaf_values = st.lists(st.floats(0.5, 2.0), min_size=4, max_size=4)
+leaf_values = st.lists(floats(0.5, 2.0), min_size=4, max_size=4)
 
 
 def operand(name, w):

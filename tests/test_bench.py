@@ -22,6 +22,7 @@ import speed_autograd
 import speed_changes
 import speed_grad_modes
 import timing
+from reference import floats
 
 pytestmark = [pytest.mark.torch]
 
@@ -49,7 +50,7 @@ def test_goldstein_price_gradient_at_1_1_is_minus_5376_8064(gp):
 
 
 @pytest.mark.parametrize("gp", GP, ids=lambda f: f.__name__)
-@given(a=st.floats(-2.0, 2.0), b=st.floats(-2.0, 2.0))
+@given(a=floats(-2.0, 2.0), b=floats(-2.0, 2.0))
 def test_goldstein_price_gradient_equals_torch(gp, a, b):
     expected = goldstein_price_grad_torch(a, b)
     # the hand-written gradient groups the terms differently: rounding at the scale of the largest term
@@ -134,7 +135,8 @@ def test_mlp_workload_is_the_issues_network():
 @pytest.mark.parametrize("recorded", [True, False])
 def test_one_operation_computes_sin_and_records_only_when_asked(framework, recorded):
     y = workloads.one_operation(framework, recorded)()
-    assert float(y.item() if hasattr(y, "item") else y) == math.sin(0.5)
+    # the C library's sin, NumPy's and torch's may each round the last bit otherwise, by CPU
+    np.testing.assert_array_max_ulp(float(y.item() if hasattr(y, "item") else y), math.sin(0.5), maxulp=1)
     if framework == "tinypytorch":
         assert (y.creator is not None) == recorded == y.requires_grad
     elif framework == "torch":

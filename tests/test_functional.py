@@ -206,7 +206,11 @@ def test_at_zero_and_at_the_bounds_values_and_gradients_are_torchs(name, ours, t
     values = np.abs(EDGES) if name == "sqrt" else EDGES
     with np.errstate(divide="ignore"):
         (y, (g,)), (yt, (gt,)) = run(ours, values), run_torch(theirs, values)
-    np.testing.assert_array_equal(y, yt, name)
+    if name == "sqrt":  # NumPy's sqrt is correctly rounded; torch's (MKL's) is within an ulp, on some CPUs off by one
+        np.testing.assert_array_max_ulp(y, yt, maxulp=1)
+        np.testing.assert_array_max_ulp(g, gt, maxulp=2)  # w / (2 sqrt(x)): that ulp, and one more rounding
+        return
+    np.testing.assert_array_equal(y, yt, name)  # abs and clamp copy or choose: every CPU gives the same bits
     np.testing.assert_array_equal(g, gt, name)
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from operations import OPERATIONS, operands
-from reference import assert_close_to_torch
+from reference import assert_close_to_torch, floats
 from tinypytorch import Variable, autograd, cuda
 from tinypytorch import functions as F
 from tinypytorch.autograd import engine
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.torch]
 
 def drawn_operands(operation, data, dtype=np.float64):
     low, high = operation.domain
-    return [data.draw(arrays(dtype, shape, elements=st.floats(low, high, width=64 if dtype == np.float64 else 32)))
+    return [data.draw(arrays(dtype, shape, elements=floats(low, high, width=64 if dtype == np.float64 else 32)))
             for shape in operation.shapes]
 
 

@@ -25,7 +25,7 @@ from hypothesis.extra.numpy import arrays, mutually_broadcastable_shapes
 import tinypytorch
 from memory import assert_graph_freed_by_reference_counting
 from reference import (
-    assert_close_to_torch, evaluate, operation_lists, torch_derivatives, torch_grad_after_reusing_the_output,
+    assert_close_to_torch, evaluate, floats, operation_lists, torch_derivatives, torch_grad_after_reusing_the_output,
 )
 from tinypytorch import Config, Function, Variable, cuda, no_grad, using_config
 from tinypytorch.utils import gradient_check, numerical_diff
@@ -395,7 +395,7 @@ def expression_graphs(draw):
     shapes = [shape] * count
     if draw(st.booleans()):
         shapes[-1] = ()  # a 0-d input mixed with arrays
-    inputs = [draw(arrays(np.float64, s, elements=st.floats(0.5, 2.0))) for s in shapes]
+    inputs = [draw(arrays(np.float64, s, elements=floats(0.5, 2.0))) for s in shapes]
     return inputs, draw(operation_lists(UNARY, BINARY, max_size=12))
 
 
@@ -496,8 +496,8 @@ def test_adding_a_variable_to_itself_does_not_share_one_grad_array():
 # ----- a 0-d operand with an array -----------------------------------------------------
 
 @given(
-    s=st.floats(0.5, 2.0),
-    a=arrays(np.float64, st.sampled_from([(3,), (2, 3)]), elements=st.floats(0.5, 2.0)),
+    s=floats(0.5, 2.0),
+    a=arrays(np.float64, st.sampled_from([(3,), (2, 3)]), elements=floats(0.5, 2.0)),
     op=st.sampled_from(sorted(BINARY)),
     scalar_first=st.booleans(),
 )
@@ -515,7 +515,7 @@ def test_0d_operand_with_an_array_gets_the_summed_gradient_like_torch(s, a, op, 
     np.testing.assert_allclose(av.grad, at.grad.numpy(), rtol=1e-12)
 
 
-@given(a=arrays(np.float64, (3,), elements=st.floats(-3.0, 3.0)), c=st.sampled_from([0, 1, 2, 3, -1, -2, 0.5, 2.5]))
+@given(a=arrays(np.float64, (3,), elements=floats(-3.0, 3.0)), c=st.sampled_from([0, 1, 2, 3, -1, -2, 0.5, 2.5]))
 def test_pow_gradient_equals_torch_including_exponent_zero(a, c):
     if c != int(c):
         a = np.abs(a) + 0.1  # a fractional power of a negative number is nan in both
@@ -575,7 +575,7 @@ def test_broadcasting_values_and_grads_equal_torch_for_fixed_shape_pairs(name, s
     data=st.data(),
 )
 def test_broadcasting_values_and_grads_equal_torch_for_random_shape_pairs(shapes, name, data):
-    v0, v1 = (data.draw(arrays(np.float64, shape, elements=st.floats(0.5, 2.0))) for shape in shapes.input_shapes)
+    v0, v1 = (data.draw(arrays(np.float64, shape, elements=floats(0.5, 2.0))) for shape in shapes.input_shapes)
     compare_broadcast_with_torch(BROADCAST_EXPRESSIONS[name], v0, v1)
 
 
@@ -591,7 +591,7 @@ UNARY_SMOOTH = {
 }
 
 
-@given(name=st.sampled_from(sorted(UNARY_SMOOTH)), value=st.floats(0.3, 2.0))
+@given(name=st.sampled_from(sorted(UNARY_SMOOTH)), value=floats(0.3, 2.0))
 def test_create_graph_gives_second_and_third_derivatives_equal_to_torch(name, value):
     expression = UNARY_SMOOTH[name]
     x = Variable(np.array(value))
@@ -643,7 +643,7 @@ def test_double_backprop_through_a_gradient_equals_torch():
 def test_second_derivatives_through_broadcasting_equal_torch(shapes, data):
     # the gradients of a broadcast are sums (SumTo); differentiating them again runs
     # SumTo.backward (broadcast_to) and BroadcastTo.backward (sum_to) on a second graph
-    v0, v1 = (data.draw(arrays(np.float64, shape, elements=st.floats(0.5, 2.0))) for shape in shapes.input_shapes)
+    v0, v1 = (data.draw(arrays(np.float64, shape, elements=floats(0.5, 2.0))) for shape in shapes.input_shapes)
 
     def f(a, b):
         return a * a * b + a / b

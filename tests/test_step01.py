@@ -2,15 +2,15 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step01, pytest.mark.torch]
 step = load_step(1)
 
-float_arrays = arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=st.floats(-1e6, 1e6))
+float_arrays = arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=floats(-1e6, 1e6))
 
 
 @given(float_arrays)

@@ -2,9 +2,8 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from reference import float_arrays, torch_value_and_grads
+from reference import float_arrays, floats, torch_value_and_grads
 from steploader import load_step
 
 pytestmark = [pytest.mark.step04, pytest.mark.torch]
@@ -48,7 +47,7 @@ def test_central_difference_of_square_is_exact_up_to_rounding(array):
     assert np.all(np.abs(numerical - grad) <= bound)
 
 
-@given(st.floats(-1.0, 1.0))
+@given(floats(-1.0, 1.0))
 def test_composite_error_is_within_the_taylor_bound(value):
     # error <= max|f'''| h^2/6 over [x-h, x+h] + rounding; |f'''| grows with |x|, so its
     # maximum is at |x| + h. Evaluating f rounds about 7 times; 20 u (|f| + |x f'|)/h covers it.

@@ -4,16 +4,21 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
 
-from reference import float_arrays
+from reference import floats
 from steploader import load_step
 
 pytestmark = [pytest.mark.step04, pytest.mark.torch]
 step = load_step(4)
 
 
-@given(float_arrays(-2.0, 2.0, min_dims=1, max_dims=2, max_side=4))
+# Factors of magnitude 0 or at least 1e-3: the product of 16 stays far from underflow (1e-48). Torch's backward
+# divides the product by each factor, so once it underflows, prod([1e-200, 1e-200, 0.5]) gets the gradient 0.
+factors = floats(-2.0, 2.0).filter(lambda v: v == 0 or abs(v) >= 1e-3)
+
+
+@given(arrays(np.float64, array_shapes(min_dims=1, max_dims=2, max_side=4), elements=factors))
 def test_numerical_gradient_of_prod_is_torchs(array):
     t = torch.tensor(array, requires_grad=True)
     torch.prod(t).backward()
@@ -29,7 +34,7 @@ def test_numerical_gradient_moves_one_element_at_a_time_where_numerical_diff_can
     np.testing.assert_array_equal(x.data, [0.5, 2.0, 3.0])
 
 
-@given(st.floats(-3.0, 3.0))
+@given(floats(-3.0, 3.0))
 def test_sin_central_difference_error_is_h_squared_over_6_cos(value):
     # sin''' = -cos: numerical - exact = -h^2/6 cos x (next term h^4/120), plus rounding ~ u/h
     t = torch.tensor(value, dtype=torch.float64, requires_grad=True)

@@ -2,10 +2,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from reference import square_exp_square, torch_square_exp_square_grads
+from reference import floats, square_exp_square, torch_square_exp_square_grads
 from steploader import load_step
 
 pytestmark = [pytest.mark.step05, pytest.mark.torch]
@@ -15,7 +14,7 @@ step = load_step(5)
 RTOL = 1e-14
 
 
-@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=st.floats(-3.0, 3.0)))
+@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=floats(-3.0, 3.0)))
 def test_backward_by_hand_equals_torch_for_every_intermediate(array):
     a = array ** 2  # the forward values the sweep needs, computed here independently
     b = np.exp(a)
@@ -46,7 +45,7 @@ def test_the_worked_examples_forward_values_equal_torch():
                                rtol=RTOL, atol=0)
 
 
-@given(st.floats(-1.0, 1.0))
+@given(floats(-1.0, 1.0))
 def test_backprop_agrees_with_the_central_difference(value):
     # independent of torch: the central difference with eps=1e-5 is within ~1e-8 of f' on
     # [-1, 1] (|f'''| <= 112 e^2 ~ 830, so h^2/6 |f'''| <= 1.4e-8; rounding ~1e-10)

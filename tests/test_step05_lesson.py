@@ -4,16 +4,15 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from reference import float_arrays
+from reference import float_arrays, floats
 from steploader import load_step
 
 pytestmark = [pytest.mark.step05, pytest.mark.torch]
 step = load_step(5)
 
 
-@given(st.floats(-2.0, 1.0))
+@given(floats(-2.0, 1.0))
 def test_reverse_sweep_of_exp_square_exp_equals_torch(value):
     t = torch.tensor(value, dtype=torch.float64, requires_grad=True)
     tb = torch.exp(t)

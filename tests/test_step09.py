@@ -6,13 +6,14 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step09, pytest.mark.torch]
 step = load_step(9)
 
 RTOL = 1e-14  # same multiplications as torch; only exp may differ in the last bit
 OPS = {"square": (step.square, torch.square), "exp": (step.exp, torch.exp)}
-float_arrays = arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=st.floats(-1.5, 1.5))
+float_arrays = arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=floats(-1.5, 1.5))
 
 
 def composite(x):
@@ -35,7 +36,7 @@ def test_implicit_seed_gives_torchs_gradient(array):
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=RTOL, atol=0)
 
 
-@given(float_arrays, st.floats(-10.0, 10.0))
+@given(float_arrays, floats(-10.0, 10.0))
 def test_an_explicit_seed_is_respected(array, seed):
     x = step.Variable(array)
     y = composite(x)
@@ -46,7 +47,7 @@ def test_an_explicit_seed_is_respected(array, seed):
     np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=RTOL, atol=0)
 
 
-@given(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3), st.floats(-1.0, 1.0))
+@given(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=3), floats(-1.0, 1.0))
 def test_every_output_of_a_zero_dim_chain_is_an_ndarray_and_equals_torch(names, value):
     x = step.Variable(np.array(value))
     t = torch.tensor(value, dtype=torch.float64, requires_grad=True)

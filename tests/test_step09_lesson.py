@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from reference import assert_close_to_torch
 from steploader import load_step
 
 pytestmark = [pytest.mark.step09, pytest.mark.torch]
@@ -20,7 +21,7 @@ def test_tanh_backward_gives_torchs_gradient_under_another_function(values):
     ty = torch.exp(torch.tanh(torch.square(t)))
     ty.sum().backward()
     np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-14)
-    np.testing.assert_allclose(x.grad, t.grad.numpy(), rtol=1e-13)
+    assert_close_to_torch(x.grad, t.grad.numpy())  # 1 - tanh(4)^2 = 0.0013 makes tanh's last ulp 750 times larger
 
 
 @pytest.mark.parametrize("value", [3, -2.5, [1, 2.5], [[1, 2], [3, 4]], True, np.float32(0.1)])

@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from reference import torch_grad
+from reference import floats, torch_grad
 from steploader import load_step
 
 pytestmark = [pytest.mark.step10, pytest.mark.torch]
@@ -16,7 +15,7 @@ step = load_step(10)
 
 RTOL = 1e-14  # same multiplications as torch; only exp may differ in the last bit
 # gradient_check shifts x by eps, and a 0-d x meets the type check there (a known limitation)
-float_arrays = arrays(np.float64, array_shapes(min_dims=1, max_dims=3), elements=st.floats(-2.0, 2.0))
+float_arrays = arrays(np.float64, array_shapes(min_dims=1, max_dims=3), elements=floats(-2.0, 2.0))
 STEP_CASES = ("SquareTest", "ExpTest", "GradientCheckTest", "TorchTest")
 
 

@@ -2,16 +2,15 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from reference import same_shape_arrays
+from reference import floats, same_shape_arrays
 from steploader import load_step
 
 pytestmark = [pytest.mark.step11, pytest.mark.torch]
 step = load_step(11)
 
-pairs = same_shape_arrays(2, st.floats(-1e6, 1e6))
+pairs = same_shape_arrays(2, floats(-1e6, 1e6))
 
 
 @given(pairs)
@@ -34,8 +33,8 @@ def test_add_records_its_inputs_and_output():
 
 
 @given(
-    arrays(np.float64, 5, elements=st.floats(-100, 100)),
-    arrays(np.float64, 5, elements=st.floats(0.5, 10) | st.floats(-10, -0.5)),
+    arrays(np.float64, 5, elements=floats(-100, 100)),
+    arrays(np.float64, 5, elements=floats(0.5, 10) | floats(-10, -0.5)),
 )
 def test_a_tuple_from_forward_gives_a_list_of_outputs_equal_to_torch(a, b):
     outputs = step.DivMod()(step.Variable(a), step.Variable(b))
@@ -52,7 +51,7 @@ def test_a_scalar_forward_result_is_wrapped_as_a_0d_array():
     assert isinstance(y.data, np.ndarray) and y.data.shape == ()
 
 
-@given(st.floats(-1.5, 1.5))
+@given(floats(-1.5, 1.5))
 def test_one_input_chains_still_backpropagate_like_torch(value):
     x = step.Variable(np.array(value))
     step.square(step.exp(step.square(x))).backward()

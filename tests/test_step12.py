@@ -2,15 +2,14 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from reference import same_shape_arrays, torch_value_and_grads
+from reference import floats, same_shape_arrays, torch_value_and_grads
 from steploader import load_step
 
 pytestmark = [pytest.mark.step12, pytest.mark.torch]
 step = load_step(12)
 
-pairs = same_shape_arrays(2, st.floats(-5, 5))
+pairs = same_shape_arrays(2, floats(-5, 5))
 
 
 @given(pairs)

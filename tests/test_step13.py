@@ -2,15 +2,14 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from reference import same_shape_arrays
+from reference import floats, same_shape_arrays
 from steploader import load_step
 
 pytestmark = [pytest.mark.step13, pytest.mark.torch]
 step = load_step(13)
 
-pairs = same_shape_arrays(2, st.floats(-100, 100))
+pairs = same_shape_arrays(2, floats(-100, 100))
 
 
 @given(pairs)
@@ -55,7 +54,7 @@ def test_cleargrad_forgets_the_gradient():
     assert x.grad is None
 
 
-@given(st.floats(-10, 10))
+@given(floats(-10, 10))
 def test_a_stale_seed_answers_the_first_question_again(value):
     x = step.Variable(np.array(value))
     a = step.square(x)
@@ -64,7 +63,7 @@ def test_a_stale_seed_answers_the_first_question_again(value):
     np.testing.assert_allclose(x.grad, 4 * value**3, rtol=1e-12, atol=1e-12)  # dy/dx of y = x^4, not da/dx
 
 
-@given(st.floats(-10, 10))
+@given(floats(-10, 10))
 def test_after_cleargrad_the_second_question_matches_torch(value):
     x = step.Variable(np.array(value))
     a = step.square(x)

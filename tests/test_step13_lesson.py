@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step13, pytest.mark.torch]
 step = load_step(13)
@@ -30,7 +30,7 @@ def test_every_variable_keeps_its_gradient_after_the_pass():
     assert (y.grad, a.grad, x.grad) == (1.0, 2 * 4.0, 4 * 2.0**3)
 
 
-@given(st.floats(-10, 10), st.floats(-10, 10))
+@given(floats(-10, 10), floats(-10, 10))
 def test_cube_plus_square_grads_equal_torch(u, v):
     x, y = step.Variable(np.array(u)), step.Variable(np.array(v))
     step.add(step.cube(x), step.square(y)).backward()
@@ -50,7 +50,7 @@ def test_cube_on_arrays_equals_torch():
     np.testing.assert_allclose(x.grad, xt.grad.numpy(), rtol=1e-12)
 
 
-@given(st.floats(-10, 10))
+@given(floats(-10, 10))
 def test_clear_graph_clears_every_variable_and_the_second_question_matches_torch(value):
     x = step.Variable(np.array(value))
     a = step.square(x)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step14, pytest.mark.torch]
 step = load_step(14)
@@ -33,7 +33,7 @@ def test_repeat_add_gives_n_as_torch_does(n):
     np.testing.assert_array_equal(x.grad, np.full(2, float(n)))
 
 
-@given(st.floats(-100, 100))
+@given(floats(-100, 100))
 def test_neg_forward_and_grad_equal_torch(u):
     x = step.Variable(np.array(u))
     y = step.neg(x)

@@ -7,15 +7,14 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from reference import backward_through_traced_branches, torch_branching_grad
+from reference import backward_through_traced_branches, floats, torch_branching_grad
 from steploader import load_step
 
 pytestmark = [pytest.mark.step15, pytest.mark.torch]
 step = load_step(15)
 
-nonzero = st.floats(-5, 5).filter(lambda v: abs(v) > 1e-3)
+nonzero = floats(-5, 5).filter(lambda v: abs(v) > 1e-3)
 
 
 def lifo_schedule(x):
@@ -71,7 +70,7 @@ def test_the_trace_shows_a_running_twice(capsys):
     assert x.grad == 96.0
 
 
-@given(st.floats(-5, 5))
+@given(floats(-5, 5))
 def test_a_reused_leaf_is_still_right_because_order_does_not_matter_for_leaves(value):
     x = step.Variable(np.array(value))
     step.add(step.add(step.square(x), x), step.exp(x)).backward()

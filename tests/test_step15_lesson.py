@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step15, pytest.mark.torch]
 step = load_step(15)
 
-nonzero = st.floats(-3, 3).filter(lambda v: abs(v) > 1e-2)
-away_from_0 = st.floats(-3, 3).filter(lambda v: abs(v) > 0.5)  # where the long branch's 8x^7 is not negligible
+nonzero = floats(-3, 3).filter(lambda v: abs(v) > 1e-2)
+away_from_0 = floats(-3, 3).filter(lambda v: abs(v) > 0.5)  # where the long branch's 8x^7 is not negligible
 
 
 def branching(value):

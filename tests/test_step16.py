@@ -2,10 +2,11 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
-from reference import (ADD_SQUARE_EXP, add_square_exp_grads, assert_grads_equal_torch, backward_through_traced_branches,
-                       programs, torch_branching_grad)
+from reference import (
+    ADD_SQUARE_EXP, add_square_exp_grads, assert_grads_equal_torch, backward_through_traced_branches, floats,
+    programs, torch_branching_grad,
+)
 from steploader import load_step
 
 pytestmark = [pytest.mark.step16, pytest.mark.torch]
@@ -28,7 +29,7 @@ def test_x_grad_is_64_at_2_as_in_torch():
     np.testing.assert_array_equal(x.grad, expected)
 
 
-@given(st.floats(-5, 5))
+@given(floats(-5, 5))
 def test_the_branching_graph_gives_8x3_like_torch(value):
     x, *_, y = step15_graph(value)
     y.backward()

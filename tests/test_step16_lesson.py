@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step16, pytest.mark.torch]
 step = load_step(16)
@@ -24,7 +24,7 @@ def test_the_picture_numbers_add_first_and_a_last_once():
     assert x.grad == 64.0
 
 
-@given(st.floats(-2, 2))
+@given(floats(-2, 2))
 def test_gradients_by_hand_equal_torchs_node_by_node(value):
     xt = torch.tensor(value, dtype=torch.float64, requires_grad=True)
     at = xt**2

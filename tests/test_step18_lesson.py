@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step18, pytest.mark.torch]
 step = load_step(18)
@@ -43,7 +43,7 @@ def test_a_seed_kept_on_y_would_be_stale_when_y_is_reused():
     assert xt.grad.item() == 8.0
 
 
-@given(st.floats(-3, 3), st.floats(-3, 3))
+@given(floats(-3, 3), floats(-3, 3))
 def test_backward_keeping_keeps_t_as_torchs_retain_grad_does(u, v):
     x0, x1 = step.Variable(np.array(u)), step.Variable(np.array(v))
     t = step.square(step.add(x0, x1))
@@ -69,7 +69,7 @@ def test_backward_keeping_nothing_is_the_default():
     assert (y.grad, t.grad, float(x0.grad), float(x1.grad)) == (None, None, 2.0, 1.0)
 
 
-@given(st.floats(-5, 5))
+@given(floats(-5, 5))
 def test_enable_grad_inside_no_grad_records_as_torch_does(value):
     x = step.Variable(np.array(value))
     xt = torch.tensor(value, dtype=torch.float64, requires_grad=True)

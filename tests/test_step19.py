@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from reference import torch_grad_after_reusing_the_output
+from reference import floats, torch_grad_after_reusing_the_output
 from steploader import load_step
 
 pytestmark = [pytest.mark.step19, pytest.mark.torch]
@@ -76,7 +76,7 @@ def test_repr_of_a_3d_array_aligns_every_block_under_the_parenthesis():
     ]
 
 
-@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=3, max_side=5), elements=st.floats(-1e6, 1e6)))
+@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=3, max_side=5), elements=floats(-1e6, 1e6)))
 def test_repr_keeps_four_fixed_decimals_whatever_the_global_precision_and_has_no_address(array):
     x = step.Variable(array)
     before = repr(x)
@@ -85,7 +85,7 @@ def test_repr_keeps_four_fixed_decimals_whatever_the_global_precision_and_has_no
     assert "0x" not in before and before.startswith("variable(") and before.endswith(")")
 
 
-@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=2, max_side=4), elements=st.floats(-10, 10)))
+@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=2, max_side=4), elements=floats(-10, 10)))
 def test_graph_code_is_unchanged_grads_equal_torch(array):
     x = step.Variable(array)
     step.add(step.square(x), step.exp(x)).backward()

@@ -2,16 +2,15 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import assume, given
-from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from reference import assert_grads_equal_torch, programs, same_shape_arrays, torch_grad_after_reusing_the_output
+from reference import assert_grads_equal_torch, floats, programs, same_shape_arrays, torch_grad_after_reusing_the_output
 from steploader import load_step
 
 pytestmark = [pytest.mark.step20, pytest.mark.torch]
 step = load_step(20)
 
-moderate = st.floats(-10, 10)
+moderate = floats(-10, 10)
 triples = same_shape_arrays(3, moderate)
 
 

@@ -7,10 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from steploader import load_step
+from reference import floats
 
 pytestmark = [pytest.mark.step20, pytest.mark.torch]
 step = load_step(20)
-moderate = st.floats(-3, 3)
+moderate = floats(-3, 3)
 
 
 def test_the_picture_shows_a_mul_feeding_an_add():

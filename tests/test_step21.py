@@ -7,13 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from reference import same_shape_arrays, torch_grad_after_reusing_the_output
+from reference import floats, same_shape_arrays, torch_grad_after_reusing_the_output
 from steploader import load_step
 
 pytestmark = [pytest.mark.step21, pytest.mark.torch]
 step = load_step(21)
 
-moderate = st.floats(-10, 10)
+moderate = floats(-10, 10)
 values = arrays(np.float64, array_shapes(min_dims=0, max_dims=3, max_side=4), elements=moderate)
 numbers = st.one_of(moderate, st.integers(-10, 10), moderate.map(np.float64), st.integers(-10, 10).map(np.int64))
 OPS = {"+": operator.add, "*": operator.mul}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from reference import torch_branching_grad
+from reference import floats, torch_branching_grad
 from steploader import load_step
 from tinypytorch import Variable
 from tinypytorch.utils import functions_in_graph
@@ -18,7 +18,7 @@ from tinypytorch.utils import functions_in_graph
 pytestmark = [pytest.mark.step23, pytest.mark.torch]
 step = load_step(23)
 
-positive = st.floats(0.5, 2.0)
+positive = floats(0.5, 2.0)
 
 
 @given(
@@ -53,7 +53,7 @@ def compare_with_torch(expression, values):
         np.testing.assert_allclose(variable.grad.data, tensor.grad.numpy(), rtol=1e-12, atol=atol)
 
 
-@given(st.floats(0.0, 5.0))
+@given(floats(0.0, 5.0))
 def test_the_opening_example_has_the_derivative_worked_out_by_hand(value):
     x = Variable(np.array(value))
     y = x**3 - 2 * x / (x + 1)

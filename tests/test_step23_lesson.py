@@ -14,6 +14,7 @@ import tinypytorch
 from steploader import load_step
 from tinypytorch import Variable
 from tinypytorch.utils.listing import source_at_step
+from reference import floats
 
 pytestmark = [pytest.mark.step23, pytest.mark.torch]
 step = load_step(23)
@@ -44,7 +45,7 @@ def test_the_call_listing_at_step_23_holds_no_later_machinery():
     assert "needs_input_grad" in source_at_step(tinypytorch.Function.__call__, 35)
 
 
-@given(arrays(np.float64, st.integers(1, 6), elements=st.floats(0.0, 4.0)))
+@given(arrays(np.float64, st.integers(1, 6), elements=floats(0.0, 4.0)))
 def test_exercise_1_backward_equals_the_numerical_gradient_and_the_derivative(values):
     x = Variable(values.copy())
     step.f(x).backward(np.ones_like(values))
@@ -53,7 +54,7 @@ def test_exercise_1_backward_equals_the_numerical_gradient_and_the_derivative(va
     np.testing.assert_allclose(x.grad.data, 3 * values**2 - 2 / (values + 1) ** 2, rtol=1e-12, atol=1e-12)
 
 
-@given(arrays(np.float64, st.integers(1, 6), elements=st.floats(-20.0, 20.0)))
+@given(arrays(np.float64, st.integers(1, 6), elements=floats(-20.0, 20.0)))
 def test_exercise_2_sigmoid_equals_torchs_value_and_grad(values):
     x = Variable(values.copy())
     y = step.sigmoid(x)

@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 import tinypytorch
-from reference import torch_value_and_grads
+from reference import floats, torch_value_and_grads
 from steploader import load_step
 from tinypytorch import Variable, no_grad
 from tinypytorch.utils import gradient_check
@@ -16,7 +15,7 @@ from tinypytorch.utils import gradient_check
 pytestmark = [pytest.mark.step24, pytest.mark.torch]
 step = load_step(24)
 
-coordinate = st.floats(-2.0, 2.0)
+coordinate = floats(-2.0, 2.0)
 FUNCTIONS = [step.sphere, step.matyas, step.goldstein_price]
 
 

@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 from steploader import load_step
 from tinypytorch import Variable
+from reference import floats
 
 pytestmark = [pytest.mark.step24, pytest.mark.torch]
 step = load_step(24)
-coordinate = st.floats(-2.0, 2.0)
+coordinate = floats(-2.0, 2.0)
 
 
 def test_the_pictures_arrows_point_down_the_hill():

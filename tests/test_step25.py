@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from reference import TwoOutputs, evaluate, operation_lists
+from reference import TwoOutputs, evaluate, floats, operation_lists
 from steploader import load_step
 from tinypytorch import Variable, utils
 from tinypytorch.utils import DotGraph, get_dot_graph, plot_dot_graph
@@ -172,7 +172,7 @@ BINARY = {"add": lambda m, a, b: a + b, "sub": lambda m, a, b: a - b, "mul": lam
 def expression_graphs(draw):
     """2-3 named leaves and operations that pick their operands among all earlier nodes (shared, reused)."""
     count = draw(st.integers(2, 3))
-    inputs = [draw(arrays(np.float64, (2,), elements=st.floats(0.5, 2.0))) for _ in range(count)]
+    inputs = [draw(arrays(np.float64, (2,), elements=floats(0.5, 2.0))) for _ in range(count)]
     return inputs, draw(operation_lists(UNARY, BINARY, max_size=12))
 
 

@@ -12,6 +12,7 @@ import tinypytorch
 from steploader import load_step
 from tinypytorch import Variable
 from tinypytorch.utils import get_dot_graph
+from reference import floats
 
 pytestmark = [pytest.mark.step26, pytest.mark.torch]
 step = load_step(26)
@@ -34,7 +35,7 @@ def sin_and_cos_polynomials(x, n):
     return value, derivative
 
 
-@given(x=st.floats(-5.0, 5.0), threshold=thresholds)
+@given(x=floats(-5.0, 5.0), threshold=thresholds)
 def test_my_sin_value_and_grad_equal_torch(x, threshold):
     v = Variable(np.array(x))
     y = step.my_sin(v, threshold)
@@ -45,7 +46,7 @@ def test_my_sin_value_and_grad_equal_torch(x, threshold):
     np.testing.assert_allclose([y.data, v.grad], [yt.item(), t.grad.item()], rtol=1e-12, atol=1e-300)
 
 
-@given(x=st.floats(-5.0, 5.0), threshold=thresholds)
+@given(x=floats(-5.0, 5.0), threshold=thresholds)
 def test_my_sin_is_the_truncated_series_and_its_grad_the_truncated_cos_series(x, threshold):
     n = taylor_terms(abs(x), threshold)
     value, derivative = sin_and_cos_polynomials(x, n)
@@ -57,7 +58,7 @@ def test_my_sin_is_the_truncated_series_and_its_grad_the_truncated_cos_series(x,
     assert get_dot_graph(y).count("shape=box") == 3 * n - 1  # Pow, Mul per term; an Add joins each new term
 
 
-@given(a=arrays(np.float64, st.integers(1, 5), elements=st.floats(-3.0, 3.0)), threshold=thresholds)
+@given(a=arrays(np.float64, st.integers(1, 5), elements=floats(-3.0, 3.0)), threshold=thresholds)
 def test_my_sin_on_an_array_sums_until_every_element_has_converged(a, threshold):
     n = taylor_terms(float(np.abs(a).max()), threshold)
     value, derivative = sin_and_cos_polynomials(a, n)
@@ -94,7 +95,7 @@ def test_my_sin_rounding_error_for_large_x_is_of_the_size_of_the_largest_term(x)
     assert 0.01 * largest * eps < abs(y.data - math.sin(x)) <= n * largest * eps
 
 
-@given(a=arrays(np.float64, st.integers(0, 2).map(lambda d: (3,) * d), elements=st.floats(-10.0, 10.0)))
+@given(a=arrays(np.float64, st.integers(0, 2).map(lambda d: (3,) * d), elements=floats(-10.0, 10.0)))
 def test_exact_sin_and_cos_values_and_grads_equal_torch(a):
     for ours, theirs in [(tinypytorch.sin, torch.sin), (tinypytorch.cos, torch.cos)]:
         x, t = Variable(a.copy()), torch.tensor(a, requires_grad=True)
@@ -115,7 +116,7 @@ def test_exact_sin_is_one_function_and_its_grad_is_cos():
 
 # ----- Rosenbrock and gradient descent --------------------------------------------------------
 
-@given(a=st.floats(-2.0, 2.0), b=st.floats(-1.0, 3.0))
+@given(a=floats(-2.0, 2.0), b=floats(-1.0, 3.0))
 def test_rosenbrock_gradient_equals_torch_and_the_formula(a, b):
     x0, x1 = Variable(np.array(a)), Variable(np.array(b))
     step.rosenbrock(x0, x1).backward()
@@ -126,7 +127,7 @@ def test_rosenbrock_gradient_equals_torch_and_the_formula(a, b):
     np.testing.assert_allclose([x0.grad, x1.grad], formula, rtol=1e-10, atol=1e-10)
 
 
-@given(a=st.floats(-0.8, 0.8), b=st.floats(-0.5, 1.5), lr=st.sampled_from([0.0005, 0.001]))
+@given(a=floats(-0.8, 0.8), b=floats(-0.5, 1.5), lr=st.sampled_from([0.0005, 0.001]))
 def test_gradient_descent_iterates_equal_torch_from_random_starts(a, b, lr):
     path = step.gradient_descent((a, b), lr=lr, tolerance=0.0, max_iterations=50)
     assert path.shape == (51, 2)

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from reference import torch_derivatives
+from reference import floats, torch_derivatives
 from steploader import load_step
 from tinypytorch import Config, Variable, no_grad
 
 pytestmark = [pytest.mark.step27, pytest.mark.torch]
 step = load_step(27)
 
-point = st.floats(-2.0, 2.0)
+point = floats(-2.0, 2.0)
 CASES = {
     "sin": (tinypytorch.sin, torch.sin),
     "tanh": (tinypytorch.tanh, torch.tanh),

@@ -13,11 +13,12 @@ import tinypytorch.functions as F
 from steploader import load_step
 from tinypytorch import Variable
 from tinypytorch.utils import numerical_diff
+from reference import floats
 
 pytestmark = [pytest.mark.step29, pytest.mark.torch]
 step = load_step(29)
 
-values = st.floats(-2.0, 2.0)
+values = floats(-2.0, 2.0)
 shapes = array_shapes(min_dims=0, max_dims=4, min_side=1, max_side=4)
 
 

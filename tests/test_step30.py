@@ -10,7 +10,7 @@ from hypothesis.extra.numpy import array_shapes, arrays, mutually_broadcastable_
 
 import tinypytorch
 import tinypytorch.functions as F
-from reference import compare_weighted_sum
+from reference import compare_weighted_sum, floats
 from steploader import load_step
 from tinypytorch import Variable
 from tinypytorch.utils import numerical_diff
@@ -25,7 +25,7 @@ OPERATORS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b:
 @st.composite
 def sums(draw):
     """An array, an axis argument (None, an int or a tuple, possibly negative) and keepdims."""
-    data = draw(arrays(np.float64, shapes, elements=st.floats(-2.0, 2.0)))
+    data = draw(arrays(np.float64, shapes, elements=floats(-2.0, 2.0)))
     ndim = data.ndim
     if ndim == 0:
         return data, None, draw(st.booleans())

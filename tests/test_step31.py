@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import arrays, basic_indices, mutually_broadcastable
 
 import tinypytorch
 import tinypytorch.functions as F
-from reference import compare_weighted_sum
+from reference import compare_weighted_sum, floats
 from steploader import load_step
 from tinypytorch import Variable
 from tinypytorch.utils import functions_in_graph, numerical_diff
@@ -146,7 +146,7 @@ def test_fancy_indexing_with_repeats_accumulates_like_torch(n, m, picks, seed):
     compare_weighted_sum(lambda x: x[:, [0, 0, m - 1]], lambda t: t[:, [0, 0, m - 1]], uniform(seed, (n, m)), seed=seed)
 
 
-@given(arrays(np.float64, (3, 4), elements=st.floats(-1.0, 1.0)))
+@given(arrays(np.float64, (3, 4), elements=floats(-1.0, 1.0)))
 def test_boolean_mask_indexing_equals_torch(data):
     mask = data > 0
     compare_weighted_sum(lambda x: x[mask], lambda t: t[torch.as_tensor(mask)], data)

@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 import tinypytorch
 import tinypytorch.functions as F
-from reference import train_twins
+from reference import floats, train_twins
 from steploader import load_step
 from tinypytorch import Parameter, Variable
 from tinypytorch.layers import MLP, Layer, Linear
@@ -31,7 +31,7 @@ def uniform(seed, shape, low=-1.0, high=1.0):
 
 # ----- activations and the loss ----------------------------------------------------------------
 
-@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=st.floats(-50.0, 50.0)), seeds)
+@given(arrays(np.float64, array_shapes(min_dims=0, max_dims=3), elements=floats(-50.0, 50.0)), seeds)
 def test_sigmoid_and_relu_values_and_grads_equal_torch(data, seed):
     for ours, theirs in [(F.sigmoid, torch.sigmoid), (F.relu, torch.relu)]:
         x, t = Variable(data.copy()), torch.tensor(data, requires_grad=True)
@@ -265,14 +265,14 @@ def run_twins(our_class, torch_class, kwargs, steps, seed, sizes=(2, 4, 1)):
     return model, twin
 
 
-@given(lr=st.floats(0.001, 1.0), steps=st.integers(1, 5), seed=seeds)
+@given(lr=floats(0.001, 1.0), steps=st.integers(1, 5), seed=seeds)
 def test_sgd_steps_equal_torch_optim_sgd(lr, steps, seed):
     model, twin = run_twins(SGD, torch.optim.SGD, {"lr": lr}, steps, seed)
     for p, pt in zip(model.params(), twin.parameters(), strict=True):
         np.testing.assert_allclose(p.data, pt.detach().numpy(), rtol=1e-11, atol=1e-14)
 
 
-@given(lr=st.floats(0.0001, 0.1), beta1=st.floats(0.0, 0.99), beta2=st.floats(0.5, 0.9999),
+@given(lr=floats(0.0001, 0.1), beta1=floats(0.0, 0.99), beta2=floats(0.5, 0.9999),
        eps=st.sampled_from([1e-8, 1e-6, 1e-3]), steps=st.integers(1, 6), seed=seeds)
 def test_adam_steps_equal_torch_optim_adam(lr, beta1, beta2, eps, steps, seed):
     kwargs = {"lr": lr, "betas": (beta1, beta2), "eps": eps}

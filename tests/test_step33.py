@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import tinypytorch
 from memory import assert_graph_freed_by_reference_counting
-from reference import BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, operation_lists
+from reference import BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, floats, operation_lists
 from steploader import load_step
 from tinypytorch import Function, Variable, autograd, no_grad
 from tinypytorch.autograd import engine
@@ -35,7 +35,7 @@ BINARY = expressions(BINARY_EXPRESSIONS, "add", "sub", "mul", "div")
 def graphs(draw):
     """Leaf values, which leaves require grad, and operations picking operands among all earlier nodes."""
     count = draw(st.integers(1, 4))
-    values = draw(st.lists(st.floats(-1.5, 1.5), min_size=count, max_size=count))
+    values = draw(st.lists(floats(-1.5, 1.5), min_size=count, max_size=count))
     requires = draw(st.lists(st.booleans(), min_size=count, max_size=count))
     requires[draw(st.integers(0, count - 1))] = True  # at least one leaf requires grad
     return values, requires, draw(operation_lists(UNARY, BINARY, max_size=14))
@@ -162,7 +162,7 @@ def test_sequence_numbers_follow_creation_order():
     assert a.creator.sequence_nr < b.creator.sequence_nr < c.creator.sequence_nr
 
 
-@given(st.floats(-3.0, 3.0))
+@given(floats(-3.0, 3.0))
 def test_detach_cuts_the_gradient_path_like_torch(value):
     x = Variable(np.array(value))
     y = x * x
@@ -308,7 +308,7 @@ def test_backward_of_a_function_without_backward_raises_not_implemented():
 
 # ----- seeds and autograd.grad -------------------------------------------------------------
 
-@given(st.lists(st.floats(-2.0, 2.0), min_size=3, max_size=3), st.lists(st.floats(-2.0, 2.0), min_size=3, max_size=3))
+@given(st.lists(floats(-2.0, 2.0), min_size=3, max_size=3), st.lists(floats(-2.0, 2.0), min_size=3, max_size=3))
 def test_backward_with_a_gradient_equals_torch_and_without_one_seeds_ones(values, seed):
     x = Variable(np.array(values))
     y = tinypytorch.sin(x) * x
@@ -354,7 +354,7 @@ def test_autograd_grad_with_respect_to_the_output_itself_is_the_seed():
     assert autograd.grad(y, [y, x])[1].item() == 3.0
 
 
-@given(st.floats(-2.0, 2.0))
+@given(floats(-2.0, 2.0))
 def test_autograd_grad_create_graph_gives_second_derivatives_like_torch(value):
     x = Variable(np.array(value))
     (g,) = autograd.grad(tinypytorch.tanh(x) ** 3, x, create_graph=True)

@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import tinypytorch
-from reference import BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, operation_lists
+from reference import BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, floats, operation_lists
 from steploader import load_step
 from tinypytorch import Variable, autograd
 
@@ -24,7 +24,7 @@ SCALES = [None, None, 2.0, -0.5]  # what a hook does: None only looks, a number 
 @st.composite
 def hooked_graphs(draw):
     count = draw(st.integers(1, 3))
-    values = draw(st.lists(st.floats(-1.5, 1.5), min_size=count, max_size=count))
+    values = draw(st.lists(floats(-1.5, 1.5), min_size=count, max_size=count))
     operations = draw(operation_lists(UNARY, BINARY, max_size=12))
     total = count + len(operations)
     # per node: a list of hooks (each a scale or None), and whether retain_grad() is called
@@ -180,7 +180,7 @@ def test_a_hook_may_return_an_array():
     np.testing.assert_array_equal(x.grad, [1.0, -1.0])
 
 
-@given(st.floats(-2.0, 2.0))
+@given(floats(-2.0, 2.0))
 def test_hooks_are_recorded_under_create_graph_like_torch(value):
     # the hook turns y's gradient 1 into x, so g = 3x^2 * x = 3x^3 and, with the hook recorded, g' = 9x^2
     x = Variable(np.array(value))

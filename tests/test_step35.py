@@ -16,6 +16,7 @@ from operations import OPERATIONS, operands, package_functions
 from tinypytorch import Function, Variable, autograd, utils
 from tinypytorch.autograd.graph import BACKWARD_TWICE, SavedTensor
 from tinypytorch.layers import MLP
+from reference import floats
 
 pytestmark = [pytest.mark.step35, pytest.mark.torch]
 
@@ -113,7 +114,7 @@ def test_a_saved_output_makes_no_reference_cycle():
         gc.enable()
 
 
-@given(st.lists(st.floats(-2.0, 2.0), min_size=1, max_size=4))
+@given(st.lists(floats(-2.0, 2.0), min_size=1, max_size=4))
 def test_backward_twice_raises_torchs_error_and_retain_graph_doubles_the_gradients_as_in_torch(values):
     x, xt = Variable(np.array(values)), torch.tensor(values, dtype=torch.float64, requires_grad=True)
     y, yt = (tinypytorch.tanh(x) * x).sum(), (torch.tanh(xt) * xt).sum()

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import tinypytorch
-from reference import (BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, float_arrays, operation_lists,
-                       torch_leaf)
+from reference import (
+    BINARY_EXPRESSIONS, UNARY_EXPRESSIONS, evaluate, expressions, float_arrays, floats, operation_lists, torch_leaf,
+)
 from steploader import load_step
 from tinypytorch import Config, Variable, autograd, cuda, no_grad
 from tinypytorch import functions as F
@@ -70,7 +71,7 @@ def hooked_programs(draw):
     """Leaves (some constants), their shape, and a list of operations on them."""
     count = draw(st.integers(1, 3))
     shape = draw(st.sampled_from([(), (3,)]))
-    values = [draw(arrays(np.float64, shape, elements=st.floats(-1.5, 1.5))) for _ in range(count)]
+    values = [draw(arrays(np.float64, shape, elements=floats(-1.5, 1.5))) for _ in range(count)]
     requires = draw(st.lists(st.booleans(), min_size=count, max_size=count).filter(any))
     return values, requires, draw(operation_lists(UNARY, BINARY, max_size=10))
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given
-from hypothesis import strategies as st
 
 import tinypytorch
 from reference import float_arrays

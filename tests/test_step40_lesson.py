@@ -8,7 +8,7 @@ from hypothesis.extra.numpy import arrays
 from torch.autograd.functional import jacobian
 
 import tinypytorch
-from reference import torch_function_of_x
+from reference import floats, torch_function_of_x
 from steploader import load_step
 from tinypytorch import Variable, autograd
 from tinypytorch.autograd import gradcheck, gradgradcheck
@@ -17,7 +17,7 @@ from tinypytorch.autograd.gradcheck import numerical_jacobian
 pytestmark = [pytest.mark.step40, pytest.mark.torch]
 step = load_step(40)
 
-away_from_zero = arrays(np.float64, st.integers(1, 4), elements=st.floats(0.2, 2.0)).map(
+away_from_zero = arrays(np.float64, st.integers(1, 4), elements=floats(0.2, 2.0)).map(
     lambda a: a * np.where(np.arange(a.size) % 2, -1.0, 1.0))
 
 
@@ -50,7 +50,7 @@ def test_cube_on_arrays_passes_gradcheck_and_fails_gradgradcheck_as_torchs_detac
 
 
 @settings(max_examples=15, deadline=None)
-@given(arrays(np.float64, st.integers(1, 4), elements=st.floats(-3.0, 3.0)))
+@given(arrays(np.float64, st.integers(1, 4), elements=floats(-3.0, 3.0)))
 def test_second_derivative_is_8x_for_cube_and_2x_for_cube_on_arrays(values):
     t = torch.tensor(values, requires_grad=True)
     (g,) = torch.autograd.grad((t ** 3).sum(), t, create_graph=True)
@@ -64,7 +64,7 @@ def test_second_derivative_is_8x_for_cube_and_2x_for_cube_on_arrays(values):
 # ----- exercise 2: Norm ----------------------------------------------------------------------------------------
 
 @settings(max_examples=15, deadline=None)
-@given(arrays(np.float64, st.integers(1, 5), elements=st.floats(-3.0, 3.0)).filter(
+@given(arrays(np.float64, st.integers(1, 5), elements=floats(-3.0, 3.0)).filter(
     lambda a: np.linalg.norm(a) > 0.1))
 def test_norm_equals_torchs_in_value_gradient_and_second_derivative(values):
     x = Variable(values.copy())

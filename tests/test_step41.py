@@ -13,6 +13,7 @@ import tinypytorch
 from tinypytorch import Variable, random
 from tinypytorch import functions as F
 from tinypytorch.layers import Dropout, Layer, Linear
+from reference import floats
 
 pytestmark = [pytest.mark.step41, pytest.mark.torch]
 
@@ -123,13 +124,13 @@ def test_set_rng_state_refuses_what_get_rng_state_did_not_give(state):
 
 # ----- dropout -----------------------------------------------------------------------------------------
 
-probabilities = st.floats(0.05, 0.95)
+probabilities = floats(0.05, 0.95)
 shapes = st.sampled_from([(1,), (5,), (3, 4), (2, 3, 2)])
 
 
 @given(seeds, probabilities, shapes, st.data())
 def test_dropout_keeps_where_the_generators_draw_is_at_least_p_and_scales_by_one_over_1_minus_p(seed, p, shape, data):
-    values = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
+    values = data.draw(arrays(np.float64, shape, elements=floats(-10, 10)))
     tinypytorch.manual_seed(seed)
     y = F.dropout(Variable(values), p=p)
     keep = pcg64(seed).random(shape) >= p
@@ -139,8 +140,8 @@ def test_dropout_keeps_where_the_generators_draw_is_at_least_p_and_scales_by_one
 
 @given(seeds, probabilities, shapes, st.data())
 def test_dropout_output_and_gradient_equal_torchs_formula_with_the_same_mask_bitwise(seed, p, shape, data):
-    values = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
-    weights = data.draw(arrays(np.float64, shape, elements=st.floats(-10, 10)))
+    values = data.draw(arrays(np.float64, shape, elements=floats(-10, 10)))
+    weights = data.draw(arrays(np.float64, shape, elements=floats(-10, 10)))
     tinypytorch.manual_seed(seed)
     x = Variable(values.copy())
     y = F.dropout(x, p=p)
@@ -183,7 +184,7 @@ def test_dropout_keeps_a_fraction_close_to_1_minus_p_and_the_mean(p):
     assert abs(y.data.mean() - 1.0) < 5 * sigma / (1 - p)
 
 
-@given(arrays(np.float64, (3, 4), elements=st.floats(-10, 10)), arrays(np.float64, (3, 4), elements=st.floats(-2, 2)))
+@given(arrays(np.float64, (3, 4), elements=floats(-10, 10)), arrays(np.float64, (3, 4), elements=floats(-2, 2)))
 def test_p_zero_and_evaluation_mode_pass_the_input_through_and_draw_nothing_like_torch(values, weights):
     for p, training in [(0.0, True), (0.5, False), (1.0, False)]:
         tinypytorch.manual_seed(4)

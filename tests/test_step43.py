@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 
 import tinypytorch
 from memory import counting_saved
-from reference import assert_close_to_torch, float_arrays
+from reference import assert_close_to_torch, float_arrays, floats
 from steploader import load_step
 from tinypytorch import Function, Variable, autograd, no_grad
 from tinypytorch import functions as F
@@ -295,7 +295,7 @@ def test_one_op_more_raises_only_without_early_stop_like_torch():
         np.testing.assert_allclose(after_change(m, "one op more"), right_gradient([0.5, 1.0, 2.0]), rtol=1e-14)
 
 
-@given(arrays(np.float64, 3, elements=st.floats(0.2, 1.4)))
+@given(arrays(np.float64, 3, elements=floats(0.2, 1.4)))
 def test_an_extra_op_before_the_last_save_is_hidden_by_early_stop_and_wrong_like_torch(x0):
     ours, theirs = after_change(tinypytorch, "extra sin", x0), after_change(torch, "extra sin", x0)
     np.testing.assert_allclose(ours, theirs, rtol=1e-13)
@@ -515,7 +515,7 @@ def test_under_no_grad_nothing_is_saved():
 
 
 @given(float_arrays(-1.5, 1.5, min_dims=1, max_dims=1, max_side=3).flatmap(
-    lambda a: st.tuples(st.just(a), arrays(np.float64, a.shape, elements=st.floats(-1.5, 1.5)))))
+    lambda a: st.tuples(st.just(a), arrays(np.float64, a.shape, elements=floats(-1.5, 1.5)))))
 def test_tuple_outputs_give_torchs_gradients(ab):
     a0, b0 = ab
     results = []

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import tinypytorch
 from memory import counting_saved, tracing_numpy
-from reference import assert_close_to_torch
+from reference import assert_close_to_torch, floats
 from steploader import load_step
 from tinypytorch import Parameter, Variable, autograd, random, recomputation
 from tinypytorch.layers import Layer, Linear
@@ -344,7 +344,7 @@ def revcol_clamp_abs(data, value):
         data *= sign
 
 
-@given(values=st.lists(st.floats(-3.0, 3.0).filter(lambda v: v != 0.0), min_size=1, max_size=8))
+@given(values=st.lists(floats(-3.0, 3.0).filter(lambda v: v != 0.0), min_size=1, max_size=8))
 def test_clamp_alpha_keeps_the_sign_and_lifts_abs_alpha_to_1e_3_like_revcol(values):
     alpha = Parameter(np.array(values))
     expected = torch.tensor(values, dtype=torch.float64)

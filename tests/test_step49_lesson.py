@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from reference import torch_function_of_x
+from reference import floats, torch_function_of_x
 from steploader import load_step
 from tinypytorch import Variable, autograd
 
@@ -18,7 +18,7 @@ step = load_step(49)
 TorchSign = torch_function_of_x("TorchSign", torch.sign, lambda x, grad: grad * (x.abs() <= 1.0))
 
 
-@given(arrays(np.float64, st.integers(1, 8), elements=st.floats(-3, 3)), st.integers(0, 100))
+@given(arrays(np.float64, st.integers(1, 8), elements=floats(-3, 3)), st.integers(0, 100))
 def test_sign_gives_sign_forward_and_passes_the_gradient_only_where_x_is_within_1_as_the_torch_twin(values, seed):
     w = np.random.default_rng(seed).uniform(-1, 1, values.shape)
     x, xt = Variable(values.copy()), torch.tensor(values, requires_grad=True)
@@ -30,7 +30,7 @@ def test_sign_gives_sign_forward_and_passes_the_gradient_only_where_x_is_within_
     np.testing.assert_array_equal(x.grad.data, np.where(np.abs(values) <= 1.0, w, 0.0))  # worked out: w or 0
 
 
-@given(arrays(np.float64, st.integers(1, 6), elements=st.floats(-30, 30)), st.integers(0, 100))
+@given(arrays(np.float64, st.integers(1, 6), elements=floats(-30, 30)), st.integers(0, 100))
 def test_custom_softmax_values_and_gradients_equal_torch_softmax(values, seed):
     w = np.random.default_rng(seed).uniform(-1, 1, values.shape)
     x, xt = Variable(values.copy()), torch.tensor(values, requires_grad=True)

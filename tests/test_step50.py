@@ -12,10 +12,11 @@ import tinypytorch
 from tinypytorch import Variable, autograd
 from tinypytorch import classification as C
 from tinypytorch import functions as F
+from reference import floats
 
 pytestmark = [pytest.mark.step50, pytest.mark.torch]
 
-scores = arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 6)), elements=st.floats(-1e3, 1e3))
+scores = arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 6)), elements=floats(-1e3, 1e3))
 
 
 def value_and_grad(fn, values, weights):
@@ -55,7 +56,7 @@ def test_values_and_gradients_equal_torch_for_scores_up_to_1e3(name, values, see
     np.testing.assert_allclose(g, gt, rtol=1e-10, atol=1e-12)
 
 
-@given(values=arrays(np.float64, st.integers(1, 6), elements=st.floats(-50, 50)))
+@given(values=arrays(np.float64, st.integers(1, 6), elements=floats(-50, 50)))
 def test_softmax_backward_is_the_jacobian_si_delta_ij_minus_sj_times_the_gradient(values):
     g = np.linspace(-1.0, 1.0, values.size)
     x = Variable(values.copy())
@@ -97,7 +98,7 @@ def test_the_max_shares_the_gradient_among_ties_like_torch_amax():
 @given(data=st.data())
 def test_cross_entropy_equals_torchs_for_each_reduction_and_ignore_index(reduction, ignore_index, data):
     n, classes = data.draw(st.integers(1, 6)), data.draw(st.integers(2, 5))
-    values = data.draw(arrays(np.float64, (n, classes), elements=st.floats(-1e3, 1e3)))
+    values = data.draw(arrays(np.float64, (n, classes), elements=floats(-1e3, 1e3)))
     target = np.array(data.draw(st.lists(st.sampled_from(list(range(classes)) + [ignore_index]), min_size=n,
                                          max_size=n)))
     x, xt = Variable(values.copy()), torch.tensor(values, requires_grad=True)

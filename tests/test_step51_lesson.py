@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import tinypytorch
 from steploader import load_step
 from tinypytorch.utils.data import DataLoader, TensorDataset
+from reference import floats
 
 pytestmark = [pytest.mark.step51, pytest.mark.torch]
 step = load_step(51)
@@ -47,7 +48,7 @@ def test_a_loader_serves_the_augmented_dataset():
     assert [x.shape for x, _ in batches] == [(1000, 64)] * 3
 
 
-@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=6), test_fraction=st.floats(0.0, 1.0),
+@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=6), test_fraction=floats(0.0, 1.0),
        seed=st.integers(0, 2**32))
 def test_a_stratified_split_keeps_each_class_in_proportion_and_covers_the_indices_once(counts, test_fraction, seed):
     targets = np.random.default_rng(seed).permutation(np.repeat(np.arange(len(counts)), counts))

@@ -17,6 +17,7 @@ from tinypytorch import Variable, autograd, cuda, no_grad
 from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tinypytorch.autograd.graph import saved_tensors_hooks
 from tinypytorch.utils.data import DataLoader, default_collate
+from reference import floats
 
 pytestmark = pytest.mark.torch
 
@@ -216,7 +217,7 @@ SHARING = {  # what unpack returns is the saved tensor, or shares its counter: t
     "a detached alias": ((lambda t: t.detach(), lambda t: t), (lambda v: v.detach(), lambda v: v)),
 }
 
-x_values = st.lists(st.floats(-3.0, 3.0), min_size=1, max_size=4).map(np.array)
+x_values = st.lists(floats(-3.0, 3.0), min_size=1, max_size=4).map(np.array)
 
 
 @pytest.mark.parametrize("hooks", COPYING.values(), ids=COPYING.keys())
