@@ -144,9 +144,9 @@ print("p.grad =", p.grad)
 
 # %% [markdown]
 # Several hooks on one variable run in registration order, each seeing the
-# result of the ones before; a hook that returns the wrong shape is reported
-# at once, naming the hook, and a variable that does not require grad takes
-# no hook (collapsed below).
+# result of the ones before; a hook that returns another shape or dtype is
+# refused at once, naming the hook, in PyTorch's words, and a variable that
+# does not require grad takes no hook (collapsed below).
 
 # %% tags=["hide-cell"]
 def first(grad):
@@ -169,8 +169,8 @@ x = Variable(np.array([1.0, 2.0]), name="x")
 x.register_hook(lambda grad: grad.sum())
 try:
     (x * x).sum().backward()
-except ValueError as error:
-    print("ValueError:", error)
+except RuntimeError as error:
+    print("RuntimeError:", error)
 try:
     Variable(np.array(1.0), requires_grad=False).register_hook(print)
 except RuntimeError as error:

@@ -155,7 +155,7 @@ wrapping_picture()
 # shapes (else PyTorch's errors).
 
 # %%
-show_code(module_hooks._BackwardHookFunction, module_hooks.BackwardHook.on_output,
+show_code(module_hooks.BackwardHookFunction, module_hooks.BackwardHook.on_output,
           module_hooks.BackwardHook.on_input)
 
 # %%

@@ -6,6 +6,7 @@ on it lives here, in modules:
     grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
     autocast_state  autocast's state beside them: on or off per device and thread, what Function.__call__ asks (58)
     forward_ad_state  forward mode's state beside them: the open dual level and each Variable's tangent (step 61)
+    dtypes      PyTorch's dtype rules in one place: the default dtype, type promotion, casting
     core        Variable, Function and the arithmetic operators: the floor every other module stands on
     views       version counters and views' records (steps 36-37), asked by every operation
     tensor_methods  x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
@@ -38,8 +39,8 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 62)
 """
 from tinypytorch import (
-    amp, autograd, classification, cuda, datasets, factories, func, functions, inplace, layers, nn, optim, optimizers,
-    random, reversible, serialization, testfunctions, utils, views,
+    amp, autograd, classification, cuda, datasets, dtypes, factories, func, functions, inplace, layers, nn, optim,
+    optimizers, random, reversible, serialization, testfunctions, utils, views,
 )
 from tinypytorch.tensor_methods import wire_tensor_methods
 wire_tensor_methods()  # x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
@@ -47,7 +48,8 @@ import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.check
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
 from tinypytorch.amp import autocast
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
-from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, pow, rdiv, rsub, sub
+from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, rdiv, rsub, sub
+from tinypytorch.dtypes import can_cast, get_default_dtype, promote_types, result_type, set_default_dtype
 from tinypytorch.grad_mode import (
     Config, enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
     using_config,
@@ -57,9 +59,9 @@ from tinypytorch.factories import (
     linspace, long, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like,
 )
 from tinypytorch.functions import (
-    abs, amax, amin, argmax, argmin, broadcast_to, clamp, concatenate, cos, exp, expand, flatten, get_item, linear, log,
-    logsumexp, matmul, max, mean, mean_squared_error, min, norm, permute, relu, reshape, sigmoid, sin, sqrt, square,
-    squeeze, sum, sum_to, t, tanh, transpose, unsqueeze,
+    abs, amax, amin, argmax, argmin, broadcast_to, clamp, concatenate, cos, exp, expand, flatten, floor_divide,
+    get_item, linear, log, logsumexp, matmul, max, maximum, mean, mean_squared_error, min, minimum, norm, permute, pow,
+    relu, remainder, reshape, sigmoid, sin, sqrt, square, squeeze, sum, sum_to, t, tanh, transpose, unsqueeze, where,
 )
 from tinypytorch.cuda import device
 from tinypytorch.layers import Parameter
@@ -86,4 +88,6 @@ __all__ = [
     "float16", "float32", "float64", "half", "float", "double", "int32", "int64", "long", "bool",
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
+    "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
+    "where", "maximum", "minimum", "floor_divide", "remainder",
 ]

@@ -10,11 +10,17 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda
+from tinypytorch import cuda, dtypes
 from tinypytorch.autocast_state import autocast_composite
 from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import GetItemGrad, _dim, _ndim, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
+
+
+def _floating(op, x):
+    """Refuse an integer or bool input, as PyTorch's softmax kernels do (they exist for floating dtypes only)."""
+    if x.dtype.kind not in "fc":
+        raise NotImplementedError(f'"{op}_lastdim_kernel_impl" not implemented for \'{dtypes.torch_name(x.dtype)}\'')
 
 
 def _axis(op, axis, ndim):
@@ -31,6 +37,7 @@ class Softmax(Function):  # step 50
         self.axis = axis
 
     def forward(self, x):
+        _floating("softmax", x)
         xp = get_array_module(x)
         self.axis = _axis("softmax", self.axis, x.ndim)
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))  # the largest is exp(0) = 1: no overflow
@@ -54,6 +61,7 @@ class LogSoftmax(Function):  # step 50
         self.axis = axis
 
     def forward(self, x):
+        _floating("log_softmax", x)
         xp = get_array_module(x)
         self.axis = _axis("log_softmax", self.axis, x.ndim)
         shifted = x - x.max(axis=self.axis, keepdims=True)

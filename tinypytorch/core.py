@@ -9,6 +9,7 @@ methods that are operations of the floors above (x.reshape, x.sum, x.add_, x.to)
 tinypytorch.tensor_methods, which wires them onto Variable. Of the floors above it
 imports only the autograd kernel, which makes Variables in turn: see the end of the module.
 """
+import copy
 import functools
 import itertools
 import numbers
@@ -16,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from tinypytorch import autocast_state, cuda, forward_ad_state, grad_mode, views
+from tinypytorch import autocast_state, cuda, dtypes, forward_ad_state, grad_mode, views
 from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
 
@@ -280,6 +281,23 @@ class Variable:
         """A copy with its own memory, differentiable (PyTorch's CloneBackward0)."""
         return Clone()(self)
 
+    def __deepcopy__(self, memo):
+        """A leaf with its own copy of the data and the gradient, without the hooks (PyTorch's deepcopy): a copied
+        model's parameters do not call the original's hooks (an optimizer's step in backward, say)."""
+        if self.creator is not None:  # PyTorch's refusal and words
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may be "
+                               "because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        copied = object.__new__(type(self))
+        memo[id(self)] = copied
+        for name, value in vars(self).items():  # a Parameter's own attributes too
+            setattr(copied, name, copy.deepcopy(value, memo))
+        copied.data = None if self.data is None else self.data.copy()
+        copied._backward_hooks = copied._post_accumulate_grad_hooks = copied._constant = copied.view_record = None
+        copied.version_counter = VersionCounter()
+        return copied
+
     def set_creator(self, func, output_nr=0):
         self.creator = func
         self.generation = func.generation + 1  # step 16: one more than the function that made it
@@ -404,18 +422,24 @@ scalar_types = (int, float, complex, np.number)
 
 
 def compare(op, x, other):
-    """x <op> other element-wise (op: "equal", "less", ...): a bool Variable that requires no grad, as PyTorch's."""
-    if isinstance(other, Variable):
-        other = other.data
-    elif not isinstance(other, (*cuda.array_types, *scalar_types, np.bool_)):
+    """x <op> other element-wise (op: "equal", "less", ...): a bool Variable that requires no grad, as PyTorch's.
+
+    Both sides in their promoted dtype first, as PyTorch compares: float32 0.1 equals a 0-d float64 0.1.
+    """
+    if not isinstance(other, (Variable, *cuda.array_types, *scalar_types, np.bool_)):
         return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
+    dtype = dtypes.result_type(x, other)
+    other = other.data if isinstance(other, Variable) else other
     xp = cuda.get_array_module(x.data)
-    return Variable(xp.asarray(getattr(xp, op)(x.data, other)), requires_grad=False)
+    if not isinstance(other, cuda.array_types):
+        other = xp.asarray(other, dtype=dtype)
+    return Variable(xp.asarray(getattr(xp, op)(dtypes.cast(x.data, dtype), dtypes.cast(other, dtype))),
+                    requires_grad=False)
 
 
 def as_array(x, xp=np):
     """A Python or NumPy number becomes a 0-d array of module `xp`; anything else is returned as is (step 09)."""
-    if isinstance(x, scalar_types):
+    if isinstance(x, (*scalar_types, np.bool_)):  # (NumPy's bool is no np.number)
         return xp.array(x)
     return x
 
@@ -423,9 +447,9 @@ def as_array(x, xp=np):
 def as_variable(obj, op="as_variable", xp=np, like=None):
     """Return `obj` as a Variable; `op` names the operation in the error message (step 21).
 
-    A Python number meeting an array (`like`) takes the dtype NumPy would give it, so
-    float32 data times 2.0 stays float32, as in NumPy and PyTorch: a 0-d float64 array
-    would otherwise promote the result to float64.
+    A Python number meeting an array (`like`) takes the dtype of their result (PyTorch's result_type, which
+    speaks for the number's rank), so that a formula running on arrays keeps the dtype: float32 data times 2.0
+    stays float32, and an int64 array times 0.5 gives the default float32, where NumPy gives float64.
     """
     if isinstance(obj, Variable):
         return obj
@@ -435,7 +459,8 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
     if isinstance(obj, cuda.array_types):
         return Variable(obj, requires_grad=False)
     if isinstance(obj, (int, float, complex)) and like is not None:
-        number = Variable(xp.asarray(obj, dtype=_number_dtype(like.dtype, type(obj))), requires_grad=False)
+        number = Variable(xp.asarray(obj, dtype=_number_dtype(like.dtype, type(obj), dtypes.get_default_dtype())),
+                          requires_grad=False)
     elif isinstance(obj, scalar_types):
         number = Variable(as_array(obj, xp), requires_grad=False)
     else:
@@ -445,14 +470,13 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
 
 
 @functools.cache
-def _number_dtype(dtype, kind):
-    """The dtype NumPy gives a Python number of type `kind` meeting an array of `dtype`.
+def _number_dtype(dtype, kind, default):
+    """The dtype of a Python number of type `kind` meeting an array of `dtype`: their result_type.
 
-    Speed: np.result_type takes about 1 µs, and constants such as the 14 in 14 * x meet an
-    array at nearly every operation of a formula. NumPy 2 treats a Python number as "weak":
-    the result depends on its type, not its value, so one answer per pair serves every call.
+    Speed: constants such as the 14 in 14 * x meet an array at nearly every operation of a formula; the
+    answer depends on the number's type, not its value (and on the default dtype), so one serves every call.
     """
-    return np.result_type(dtype, kind(0))
+    return dtypes.result_type(np.empty(1, dtype), kind(0))
 
 
 # step 33: every recorded Function gets the next number (PyTorch's sequence_nr)
@@ -523,6 +547,7 @@ class Function:
     output_hooks = None  # step 35: {output index: the hooks of that output variable}
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
     is_view = False  # step 37: True for functions whose output may share its input's memory
+    promotes = False  # element-wise operations of several inputs compute in PyTorch's result_type (self.dtype)
     dispatch_mode = None  # step 60: set while a selective-checkpoint region is open: it runs every operation
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
@@ -541,6 +566,8 @@ class Function:
                 break
         if autocast_state.open_autocast_blocks:  # step 58: autocast casts the inputs of the operations it lists
             inputs = autocast_state.autocast_inputs(self, inputs)
+        if self.promotes:  # PyTorch's type promotion, not NumPy's: forward casts to it
+            self.dtype = dtypes.result_type(*inputs)
         # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
         # flow to some input (step 33). Only then do the outputs require grad.
         requires_grad = False
@@ -550,8 +577,10 @@ class Function:
             if x._requires_grad:
                 requires_grad = True
         requires_grad = requires_grad and Config.enable_backprop
-        # step 56: inference mode records nothing, even under enable_grad
+        # step 56: inference mode records nothing, even under enable_grad; nor does a view of an inference tensor
         if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
+            requires_grad = False
+        if requires_grad and self.is_view and inputs[0].version_counter is None:  # (an inference tensor, PyTorch's)
             requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
@@ -569,6 +598,11 @@ class Function:
                 output._requires_grad = output.data.dtype.kind == "f"  # an integer output has no gradient
         if self.is_view:
             views.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
+        else:  # an input handed back as it is (a custom Function's `return x`) is a view of it, as in PyTorch
+            for nr, y in enumerate(ys):
+                for x in inputs:
+                    if y is x.data:
+                        views.track_returned_input(self, nr, x, outputs[nr])
         if requires_grad:
             self.record(inputs, ys, outputs)
         if forward_ad_state.open_dual_levels:  # step 61: under a dual level the tangents go forward with the values
@@ -607,6 +641,8 @@ class Function:
     def on_arrays(self, arrays):
         """The operation on bare arrays, inside a backward formula that runs on arrays: no Variable, no graph."""
         self.needs_input_grad = (False,) * len(arrays)
+        if self.promotes:
+            self.dtype = dtypes.result_type(*arrays)
         return self.forward(*arrays)
 
     def op_name(self):
@@ -716,9 +752,15 @@ def _check_broadcast(op, x0, x1):
 
 
 class _Binary(Function):
-    """A binary operation that broadcasts: forward keeps the input shapes when they differ (step 30)."""
+    """A binary operation that broadcasts: forward keeps the input shapes when they differ (step 30), and computes
+    in the inputs' promoted dtype."""
 
     shapes = None  # (shape of x0, shape of x1), only when broadcasting made them differ
+    promotes = True
+
+    def promoted(self, x0, x1):
+        """The inputs in the dtype the operation computes in (Function.__call__ set it: PyTorch's result_type)."""
+        return dtypes.cast(x0, self.dtype), dtypes.cast(x1, self.dtype)
 
     def keep_shapes(self, op, x0, x1):
         _check_broadcast(op, x0, x1)
@@ -741,6 +783,7 @@ def sum_tangents(t0, t1):  # step 61
 class Add(_Binary):  # step 11
     def forward(self, x0, x1):
         self.keep_shapes("add", x0, x1)
+        x0, x1 = self.promoted(x0, x1)
         return x0 + x1
 
     def backward(self, gy):
@@ -756,6 +799,7 @@ class Mul(_Binary):  # step 20
         # d(x0 x1)/dx0 = x1 and d(x0 x1)/dx1 = x0: keep each only if the other input needs a gradient
         needs = self.needs_input_grad
         self.save_for_backward(x0 if needs[1] else None, x1 if needs[0] else None)
+        x0, x1 = self.promoted(x0, x1)
         return x0 * x1
 
     def backward(self, gy):
@@ -785,6 +829,7 @@ class Neg(Function):  # step 22
 class Sub(_Binary):  # step 22
     def forward(self, x0, x1):
         self.keep_shapes("sub", x0, x1)
+        x0, x1 = self.promoted(x0, x1)
         return x0 - x1
 
     def backward(self, gy):
@@ -800,6 +845,8 @@ class Div(_Binary):  # step 22
         # d(x0/x1)/dx0 = 1/x1 needs x1; d(x0/x1)/dx1 = -x0/x1^2 needs both (PyTorch keeps the same)
         needs = self.needs_input_grad
         self.save_for_backward(x0 if needs[1] else None, x1)
+        self.dtype = dtypes.floating(self.dtype)  # true division: integers give the default float, as PyTorch's
+        x0, x1 = self.promoted(x0, x1)
         return x0 / x1
 
     def backward(self, gy):
@@ -823,6 +870,10 @@ class Pow(Function):  # step 22
 
     def forward(self, x):
         self.save_for_backward(x)  # d(x^c)/dx = c x^(c-1) needs x
+        if x.dtype.kind not in "fc":  # integers and bools: PyTorch's result dtype (int ** 2.5 is float32)
+            if isinstance(self.c, numbers.Integral) and self.c < 0 and x.dtype.kind != "b":
+                raise RuntimeError("Integers to negative integer powers are not allowed.")
+            x = dtypes.cast(x, dtypes.result_type(x, self.c))
         return x ** self.c
 
     def backward(self, gy):

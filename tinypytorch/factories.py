@@ -4,7 +4,7 @@
     x = tinypytorch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)   # float32, as torch.tensor
     w = tinypytorch.randn(3, 2, dtype=tinypytorch.float64)
 
-As in PyTorch, floating point data is float32 (PyTorch's default dtype), Python integers int64
+As in PyTorch, floating point data is the default dtype (float32; `set_default_dtype` changes it), Python integers int64
 and bools bool; a made tensor does not require grad unless asked (a `Variable` made directly
 does, step 33). dtypes are NumPy's under PyTorch's names: `tinypytorch.float32` is `numpy.float32`.
 `device` is "cpu" (the default) or "cuda" (CuPy, when a GPU is usable).
@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch import cuda, random
+from tinypytorch import cuda, dtypes, random
 from tinypytorch.core import Variable
 
 # PyTorch's dtype names, as NumPy dtypes
@@ -27,10 +27,7 @@ int32 = np.int32
 int64 = long = np.int64
 bool = np.bool_  # noqa: A001 (PyTorch's name)
 
-DEFAULT_DTYPE = np.dtype(np.float32)  # PyTorch's default floating point dtype
-_COMPLEX_DEFAULT = np.dtype(np.complex64)
 _KINDS = "biufc"  # bool, integers, floating point, complex: what a tensor holds
-_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 _SEQUENCES = (list, tuple, range)
 REQUIRES_FLOAT = "Only Tensors of floating point and complex dtype can require gradients"
 
@@ -108,8 +105,8 @@ def _gather(data, shape, depth, flat, op):
     dtype = None
     for item in data:
         item_dtype = _gather(item, shape, depth + 1, flat, op)
-        dtype = item_dtype if dtype is None else _promote(dtype, item_dtype)
-    return DEFAULT_DTYPE if dtype is None else dtype  # an empty list is float32, as in PyTorch
+        dtype = item_dtype if dtype is None else dtypes.promote_types(dtype, item_dtype)
+    return dtypes.get_default_dtype() if dtype is None else dtype  # an empty list is float32, as in PyTorch
 
 
 def _number(value, op):
@@ -124,16 +121,10 @@ def _number(value, op):
 
 
 def _python_dtype(value, op):
-    """The dtype PyTorch gives a Python number: bool, int64, float32 (the default) or complex64."""
-    if isinstance(value, (builtins.bool, np.bool_)):
-        return np.dtype(np.bool_)
-    if isinstance(value, numbers.Integral):
-        return np.dtype(np.int64)
-    if isinstance(value, numbers.Real):
-        return DEFAULT_DTYPE
-    if isinstance(value, numbers.Complex):
-        return _COMPLEX_DEFAULT
-    raise TypeError(f"{op}: could not infer dtype of {type(value).__name__}")
+    """The dtype PyTorch gives a Python number: bool, int64, the default float (float32) or complex (complex64)."""
+    if not isinstance(value, (numbers.Complex, np.bool_)):
+        raise TypeError(f"{op}: could not infer dtype of {type(value).__name__}")
+    return dtypes.number_dtype(value)
 
 
 def _array_dtype(array, op):
@@ -142,17 +133,6 @@ def _array_dtype(array, op):
         raise TypeError(f"{op}: can't convert an array of dtype {array.dtype}: the supported kinds are bool, "
                         "integers, floating point and complex")
     return array.dtype
-
-
-def _promote(a, b):
-    """torch.promote_types: within a category (bool, integer, floating, complex) as NumPy; across, the higher
-
-    category's dtype, so int64 and float32 give float32 (NumPy: float64), and complex widens to a float's precision.
-    """
-    ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
-    if ca == cb or {ca, cb} == {2, 3}:
-        return np.promote_types(a, b)
-    return a if ca > cb else b
 
 
 def _widest(dtype):
@@ -226,7 +206,7 @@ def _finish(array, device, requires_grad, op):
 
 def _float_dtype(op, dtype):
     """The dtype of a random factory: floating point only (PyTorch has no random integers from rand)."""
-    result = _dtype(op, dtype, DEFAULT_DTYPE)
+    result = _dtype(op, dtype, dtypes.get_default_dtype())
     if result.kind != "f":
         raise TypeError(f"{op}: dtype must be a floating point dtype, got {result}")
     return result
@@ -236,13 +216,13 @@ def _float_dtype(op, dtype):
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
     """A Variable of zeros of shape `size` (PyTorch's `torch.zeros`): `zeros(2, 3)` or `zeros((2, 3))`, float32."""
-    shape, dtype = _size("zeros", size), _dtype("zeros", dtype, DEFAULT_DTYPE)
+    shape, dtype = _size("zeros", size), _dtype("zeros", dtype, dtypes.get_default_dtype())
     return _finish(_module("zeros", device).zeros(shape, dtype=dtype), device, requires_grad, "zeros")
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
     """A Variable of ones of shape `size` (PyTorch's `torch.ones`): `ones(2, 3)` or `ones((2, 3))`, float32."""
-    shape, dtype = _size("ones", size), _dtype("ones", dtype, DEFAULT_DTYPE)
+    shape, dtype = _size("ones", size), _dtype("ones", dtype, dtypes.get_default_dtype())
     return _finish(_module("ones", device).ones(shape, dtype=dtype), device, requires_grad, "ones")
 
 
@@ -268,7 +248,7 @@ def _fill_dtype(op, value):
     if not isinstance(value, (numbers.Number, np.bool_)):
         raise TypeError(f"{op}(): argument 'fill_value' must be Number, not {type(value).__name__}")
     if isinstance(value, np.bool_):
-        return DEFAULT_DTYPE
+        return dtypes.get_default_dtype()
     if isinstance(value, np.complexfloating):
         raise TypeError(f"{op}: a NumPy complex fill_value loses its imaginary part in PyTorch; pass complex(value)")
     return _python_dtype(value, op)
@@ -285,7 +265,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
             raise TypeError(f"eye(): argument '{name}' must be int, not {type(k).__name__}")
         if k < 0:
             raise ValueError(f"eye: {name} must be greater or equal to 0, got {k}")
-    dtype = _dtype("eye", dtype, DEFAULT_DTYPE)
+    dtype = _dtype("eye", dtype, dtypes.get_default_dtype())
     array = _module("eye", device).eye(int(n), None if m is None else int(m), dtype=dtype)
     return _finish(array, device, requires_grad, "eye")
 
@@ -302,7 +282,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         if not isinstance(value, (numbers.Real, np.bool_)):
             raise TypeError(f"arange(): argument '{name}' must be Number, not {type(value).__name__}")
     integral = all(isinstance(v, (numbers.Integral, np.bool_)) for v in (start, end, step))
-    dtype = _dtype("arange", dtype, np.int64 if integral else DEFAULT_DTYPE)
+    dtype = _dtype("arange", dtype, np.int64 if integral else dtypes.get_default_dtype())
     if dtype.kind == "b":
         raise TypeError("arange: dtype bool is not supported")
     if not (math.isfinite(start) and math.isfinite(end)):
@@ -337,7 +317,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     if steps < 0:
         raise ValueError("linspace: number of steps must be non-negative")
     is_complex = any(isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real) for v in (start, end))
-    dtype = _dtype("linspace", dtype, _COMPLEX_DEFAULT if is_complex else DEFAULT_DTYPE)
+    dtype = _dtype("linspace", dtype, dtypes.default_complex() if is_complex else dtypes.get_default_dtype())
     xp = _module("linspace", device)
     return _finish(_spaced(xp, start, end, int(steps), dtype), device, requires_grad, "linspace")
 

@@ -12,8 +12,10 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, random
-from tinypytorch.core import Function, Variable, array_of, as_variable, formulas_on_arrays, sum_array, sum_tangents
+from tinypytorch import cuda, dtypes, random
+from tinypytorch.core import (
+    Function, Pow, Variable, _Binary, array_of, as_variable, formulas_on_arrays, sum_array, sum_tangents,
+)
 # broadcasting and casting live in core, whose arithmetic needs them; they are functions of this module too
 from tinypytorch.core import (  # noqa: F401
     BroadcastTo, Cast, SumTo, as_shape, astype, broadcast_to, sum_to, sum_to_array,
@@ -38,6 +40,7 @@ class Square(Function):  # step 02 (backward: step 06)
 
 class Exp(Function):  # step 03 (backward: step 06)
     def forward(self, x):
+        x = dtypes.as_floating(x)  # an integer or bool input gives the default float, as in PyTorch
         xp = get_array_module(x)
         y = xp.exp(x)
         self.save_for_backward(y)  # step 35: d exp(x)/dx = exp(x), the output itself (step 27)
@@ -53,6 +56,7 @@ class Exp(Function):  # step 03 (backward: step 06)
 
 class Sin(Function):  # step 26
     def forward(self, x):
+        x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d sin(x)/dx = cos(x) needs x
         return xp.sin(x)
@@ -67,6 +71,7 @@ class Sin(Function):  # step 26
 
 class Cos(Function):  # step 26
     def forward(self, x):
+        x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d cos(x)/dx = -sin(x) needs x
         return xp.cos(x)
@@ -81,6 +86,7 @@ class Cos(Function):  # step 26
 
 class Tanh(Function):  # step 27
     def forward(self, x):
+        x = dtypes.as_floating(x)
         xp = get_array_module(x)
         y = xp.tanh(x)
         self.save_for_backward(y)  # step 35: d tanh(x)/dx = 1 - tanh(x)^2 needs only the output
@@ -97,6 +103,7 @@ class Tanh(Function):  # step 27
 
 class Log(Function):  # step 39
     def forward(self, x):
+        x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d log(x)/dx = 1/x needs x
         return xp.log(x)
@@ -152,6 +159,7 @@ class Abs(Function):
 
 class Sqrt(Function):
     def forward(self, x):
+        x = dtypes.as_floating(x)
         y = get_array_module(x).sqrt(x)
         self.save_for_backward(y)  # d sqrt(x)/dx = 1 / (2 sqrt(x)) needs only the output (PyTorch saves it too)
         return y
@@ -173,6 +181,7 @@ class Clamp(Function):
     def forward(self, x):
         xp = get_array_module(x)
         self.save_for_backward(x)  # which elements lie within the bounds (PyTorch saves x too)
+        x = dtypes.cast(x, dtypes.result_type(x, *[b for b in (self.low, self.high) if b is not None]))
         y = x if self.low is None else xp.maximum(x, self.low)
         return y if self.high is None else xp.minimum(y, self.high)  # low > high: every element is high, as PyTorch
 
@@ -453,12 +462,16 @@ def _over(axes):
 
 
 class Sum(Function):  # step 30
-    def __init__(self, axis=None, keepdims=False):
-        self.axis, self.keepdims = axis, keepdims
+    def __init__(self, axis=None, keepdims=False, dtype=None):
+        self.axis, self.keepdims, self.dtype = axis, keepdims, dtype
 
     def forward(self, x):
         self.x_shape = x.shape
         self.axes = _normalize_axis("sum", self.axis, x.ndim)
+        if self.dtype is not None:  # sum(dtype=): the input cast first, as PyTorch's
+            x = dtypes.cast(x, self.dtype)
+        elif x.dtype.kind in "bu" or x.dtype == np.int8 or x.dtype == np.int16:
+            x = x.astype(np.int64)  # PyTorch sums bools and small integers as int64 (NumPy: by platform)
         return sum_array(x, self.axes, self.keepdims)
 
     def backward(self, gy):
@@ -472,9 +485,20 @@ class Sum(Function):  # step 30
     jvp = Function.jvp_by_forward  # step 61
 
 
-def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001 (PyTorch's and NumPy's name)
-    """PyTorch's sum(x, dim=None, keepdim=False): over every dim by default; NumPy's axis=, keepdims= too."""
-    return Sum(*_reduction("sum", x, dim, keepdim, axis, keepdims))(x)
+def sum(x, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  # noqa: A001 (PyTorch's, NumPy's)
+    """PyTorch's sum(x, dim=None, keepdim=False, dtype=None): over every dim by default, in `dtype` if given;
+    NumPy's axis=, keepdims= too."""
+    return Sum(*_reduction("sum", x, dim, keepdim, axis, keepdims), _dtype_argument("sum", dtype))(x)
+
+
+def _dtype_argument(op, dtype):
+    """A `dtype=` argument as a NumPy dtype (None stays None)."""
+    if dtype is None:
+        return None
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{op}(): argument 'dtype' must be a dtype such as tinypytorch.float64, got {dtype!r}") from None
 
 
 class Mean(Function):  # step 50
@@ -484,6 +508,9 @@ class Mean(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
+        if x.dtype.kind not in "fc":  # a mean of integers is not an integer: PyTorch asks for a floating dtype
+            raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                               f"complex dtype. Got: {dtypes.torch_name(x.dtype)}")
         self.x_shape = x.shape
         self.axes = _normalize_axis("mean", self.axis, x.ndim)
         self.count = int(np.prod([x.shape[a] for a in self.axes]))
@@ -671,6 +698,7 @@ class LogSumExp(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
+        x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.x_shape = x.shape
         self.axes = _normalize_axis("logsumexp", self.axis, x.ndim)
@@ -705,6 +733,9 @@ class Norm(Function):
         self.p, self.axis, self.keepdims = p, axis, keepdims
 
     def forward(self, x):
+        if x.dtype.kind not in "fc":  # PyTorch's refusal
+            raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as input. "
+                               f"Got {dtypes.torch_name(x.dtype)}")
         xp = get_array_module(x)
         self.x_shape = x.shape
         self.axes = _normalize_axis("norm", self.axis, x.ndim)
@@ -783,6 +814,7 @@ def _check_matmul(x_shape, w_shape):
 class MatMul(Function):  # step 31
     def forward(self, x, W):
         _check_matmul(x.shape, W.shape)
+        dtypes.check_same_dtype(x.dtype, W.dtype)
         self.shapes = (x.shape, W.shape)
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
@@ -815,6 +847,10 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
                              f"in_features {x.shape[1]} != {W.shape[1]}")
         if b is not None and b.shape != (W.shape[0],):
             raise ValueError(f"linear: bias of shape {b.shape} does not match out_features {W.shape[0]}")
+        dtypes.check_same_dtype(x.dtype, W.dtype)
+        if b is not None and b.dtype != x.dtype:
+            raise RuntimeError(f"self and mat2 must have the same dtype, but got {dtypes.torch_name(b.dtype)} and "
+                               f"{dtypes.torch_name(x.dtype)}")
         self.bias_shape = None if b is None else b.shape
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
@@ -951,6 +987,7 @@ def concatenate(xs, axis=0):
 
 class Sigmoid(Function):  # step 32
     def forward(self, x):
+        x = dtypes.as_floating(x)
         xp = get_array_module(x)
         # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
         # nothing overflows, and sigmoid(x) = z / (1 + z) keeps every digit for x < 0.
@@ -1052,11 +1089,180 @@ def mean_squared_error(x0, x1):
     return MeanSquaredError()(x0, x1)
 
 
+# ----- element-wise operations of two tensors, PyTorch's (promoted as +, -, *, / are: core._Binary) ----------------
+
+class PowTensor(_Binary):
+    """x0 ** x1 where the exponent (or the base, `2 ** x`) is a tensor: PyTorch's pow(Tensor, Tensor)."""
+
+    torch_name = "PowBackward1"  # PyTorch's: PowBackward2 for a number base (set by pow)
+
+    def forward(self, x0, x1):
+        self.keep_shapes("pow", x0, x1)
+        a, b = self.promoted(x0, x1)
+        if a.dtype.kind in "iu" and (get_array_module(b).asarray(b) < 0).any():
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+        y = a ** b
+        self.save_for_backward(x0, x1, y)
+        return y
+
+    def backward(self, gy):
+        x0, x1, y = self.saved_tensors
+        gx0 = gy * x1 * x0 ** (x1 - 1) if self.needs_input_grad[0] else None
+        gx1 = None
+        if self.needs_input_grad[1]:  # y log(x0); 0 where x0 = 0 and x1 >= 0 (log(0) = -inf there), as PyTorch
+            base, exponent = array_of(x0), array_of(x1)
+            zero = (base == 0) & (exponent >= 0)
+            gx1 = gy * where(zero, 0.0, y * log(where(zero, 1.0, x0)))
+        return self.sum_to_inputs(gx0, gx1)
+
+    def jvp(self, t0, t1):
+        x0, x1 = self.primals
+        y, xp = self.results[0], get_array_module(self.results[0])
+        d0 = None if t0 is None else x1 * x0 ** (x1 - 1) * t0
+        d1 = None if t1 is None else xp.where((x0 == 0) & (x1 >= 0), 0.0, y * xp.log(xp.where(x0 == 0, 1.0, x0))) * t1
+        return sum_tangents(d0, d1)
+
+
+def pow(x, exponent):  # noqa: A001 (PyTorch's name)
+    """x ** exponent, PyTorch's torch.pow: the exponent a number (core's Pow, step 22) or a tensor (PowTensor);
+    `pow(2, x)` too."""
+    if not isinstance(x, (Variable, *cuda.array_types)):
+        op = PowTensor()
+        op.torch_name = "PowBackward2"
+        return op(x, exponent)
+    if isinstance(exponent, (Variable, *cuda.array_types)):
+        return PowTensor()(x, exponent)
+    return Pow(exponent)(x)
+
+
+class Where(Function):
+    """where(condition, x0, x1): x0's element where the condition holds, else x1's (PyTorch's torch.where)."""
+
+    promotes = True
+
+    def __init__(self, condition):
+        self.condition = condition
+
+    def forward(self, x0, x1):
+        xp = get_array_module(x0, x1)
+        self.shapes = (np.shape(x0), np.shape(x1))  # (a number inside a formula that runs on arrays has no shape)
+        return xp.where(self.condition, dtypes.cast(x0, self.dtype), dtypes.cast(x1, self.dtype))
+
+    def backward(self, gy):
+        zero = 0.0 * gy  # (a zero of gy's kind: an array, or a Variable when the backward is recorded)
+        gx0 = sum_to(where(self.condition, gy, zero), self.shapes[0]) if self.needs_input_grad[0] else None
+        gx1 = sum_to(where(self.condition, zero, gy), self.shapes[1]) if self.needs_input_grad[1] else None
+        return gx0, gx1
+
+    def jvp(self, t0, t1):
+        xp = get_array_module(self.results[0])
+        return xp.where(self.condition, 0.0 if t0 is None else t0, 0.0 if t1 is None else t1)
+
+
+def where(condition, x0, x1):
+    """PyTorch's torch.where(condition, input, other): input's element where `condition` (a bool tensor or array)
+    holds, else other's; numbers as either side. Differentiable in input and other."""
+    condition = array_of(condition)
+    if not isinstance(condition, cuda.array_types) or condition.dtype != np.bool_:
+        raise TypeError(f"where: expected a bool condition, got {getattr(condition, 'dtype', type(condition).__name__)}")
+    return Where(condition)(x0, x1)
+
+
+class Maximum(_Binary):
+    """The element-wise maximum of two tensors (PyTorch's maximum); where they tie, each gets half the gradient."""
+
+    pick = "maximum"
+
+    def forward(self, x0, x1):
+        self.keep_shapes(self.pick, x0, x1)
+        a, b = self.promoted(x0, x1)
+        self.save_for_backward(x0, x1)
+        return getattr(get_array_module(a), self.pick)(a, b)
+
+    def shares(self):
+        """(share of x0, share of x1) of the gradient, arrays: 1 where it is picked, 1/2 where the two tie."""
+        x0, x1 = [array_of(v) for v in self.saved_tensors]
+        wins = (x0 > x1) if self.pick == "maximum" else (x0 < x1)
+        tie = (x0 == x1) * 0.5
+        return wins + tie, (1 - wins) * (x0 != x1) + tie
+
+    def backward(self, gy):
+        s0, s1 = self.shares()
+        return self.sum_to_inputs(gy * s0.astype(gy.dtype) if self.needs_input_grad[0] else None,
+                                  gy * s1.astype(gy.dtype) if self.needs_input_grad[1] else None)
+
+    def jvp(self, t0, t1):
+        x0, x1 = self.primals
+        wins = (x0 > x1) if self.pick == "maximum" else (x0 < x1)
+        tie = (x0 == x1) * 0.5
+        return sum_tangents(None if t0 is None else (wins + tie) * t0,
+                            None if t1 is None else ((1 - wins) * (x0 != x1) + tie) * t1)
+
+
+class Minimum(Maximum):
+    pick = "minimum"
+
+
+def maximum(x0, x1):
+    return Maximum()(x0, x1)
+
+
+def minimum(x0, x1):
+    return Minimum()(x0, x1)
+
+
+class FloorDivide(_Binary):
+    """x0 // x1, rounded toward minus infinity (PyTorch's floor_divide): no derivative, PyTorch's error if asked."""
+
+    torch_name = "NotImplemented"
+
+    def forward(self, x0, x1):
+        self.keep_shapes("floor_divide", x0, x1)
+        a, b = self.promoted(x0, x1)
+        if a.dtype.kind in "iu" and (get_array_module(b).asarray(b) == 0).any():
+            raise RuntimeError("ZeroDivisionError")  # PyTorch's words for an integer division by zero
+        return a // b
+
+    def backward(self, gy):
+        raise RuntimeError("derivative for aten::floor_divide is not implemented")
+
+
+class Remainder(_Binary):
+    """x0 % x1 with the sign of x1, as Python's and PyTorch's remainder: d/dx0 = 1, d/dx1 = -floor(x0 / x1)."""
+
+    def forward(self, x0, x1):
+        self.keep_shapes("remainder", x0, x1)
+        a, b = self.promoted(x0, x1)
+        if a.dtype.kind in "iu" and (get_array_module(b).asarray(b) == 0).any():
+            raise RuntimeError("ZeroDivisionError")
+        self.save_for_backward(x0 if self.needs_input_grad[1] else None, x1 if self.needs_input_grad[1] else None)
+        return a % b
+
+    def backward(self, gy):
+        gx1 = None
+        if self.needs_input_grad[1]:
+            x0, x1 = [array_of(v) for v in self.saved_tensors]
+            gx1 = -gy * get_array_module(x0).floor(x0 / x1).astype(gy.dtype)
+        return self.sum_to_inputs(gy if self.needs_input_grad[0] else None, gx1)
+
+    def jvp(self, t0, t1):
+        x0, x1 = self.primals
+        return sum_tangents(t0, None if t1 is None else -get_array_module(x0).floor(x0 / x1) * t1)
+
+
+def floor_divide(x0, x1):
+    return FloorDivide()(x0, x1)
+
+
+def remainder(x0, x1):
+    return Remainder()(x0, x1)
+
+
 # speed: every operation here has one backward formula for arrays and Variables (grad_mode.BackwardMode), but ToDevice,
 # whose gradient goes back to another device
 formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Abs, Sqrt, Clamp, Reshape, Transpose, Sum, Mean, Max, Min,
                    TakeAlongDim, LogSumExp, Norm, MatMul, LinearFunction, GetItem, GetItemGrad,
-                   Concatenate, Sigmoid, ReLU, MeanSquaredError, Dropout)
+                   Concatenate, Sigmoid, ReLU, MeanSquaredError, Dropout, PowTensor, Where, Maximum, Remainder)
 
 
 # ----- PyTorch's names for the nodes (Function.name) ---------------------------------------------------------------

@@ -16,8 +16,9 @@ Three cases need more than that, each as in PyTorch:
 
 The records a view keeps, and version counters, live in tinypytorch.views: every operation asks them.
 """
-from tinypytorch import cuda, forward_ad_state
-from tinypytorch.core import Function, Variable, add, as_variable, div, formulas_on_arrays, mul, sub, sum_to
+from tinypytorch import cuda, dtypes, forward_ad_state
+from tinypytorch.core import Function, Variable, add, as_variable, astype, div, formulas_on_arrays, mul, sub, sum_to
+from tinypytorch import views
 from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
 from tinypytorch.views import (
     INFERENCE_INPLACE, VIEW_FROM_INFERENCE_INPLACE, increment_version, refresh_view, share_version_counter, take_place,
@@ -35,8 +36,10 @@ def refuse_tangents(op, *variables):  # step 61
 
 
 def check_writable(op, x):
-    """Refuse what would write into a leaf that requires grad, into a broadcast view, or into an inference
-    tensor outside inference mode (whose readers' graphs could not see the change: it counts no versions)."""
+    """Refuse what would write into a leaf that requires grad, into a broadcast view, into a view an operation
+    handed back (its backward would be lost), or into an inference tensor outside inference mode (whose readers'
+    graphs could not see the change: it counts no versions)."""
+    views.check_returned_view_writable(x)
     if x.version_counter is None and not is_inference_mode_enabled():  # step 56
         raise RuntimeError(INFERENCE_INPLACE)
     if x.view_record is not None and x.view_record.in_inference and x.requires_grad and is_grad_enabled():
@@ -65,11 +68,7 @@ def write(op, x, new):
     """Copy array `new` into x's array, as an in-place operation of PyTorch's would; one version more."""
     if new.shape != x.shape:
         raise RuntimeError(f"{op}: output with shape {x.shape} doesn't match the broadcast shape {new.shape}")
-    xp = cuda.get_array_module(x.data)
-    try:
-        xp.copyto(x.data, new, casting="same_kind")
-    except TypeError:
-        raise TypeError(f"{op}: result type {new.dtype} can't be cast to the variable's dtype {x.dtype}") from None
+    cuda.get_array_module(x.data).copyto(x.data, new, casting="unsafe")  # x keeps its dtype, as PyTorch's copy_
     increment_version(x)
 
 
@@ -90,14 +89,18 @@ def apply(op, x, other):
     refuse_tangents(op, x, other)  # step 61
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
-        write(op, x, OPERATIONS[op](Variable(x.data, requires_grad=False), other).data)
+        new = OPERATIONS[op](Variable(x.data, requires_grad=False), other).data
+        dtypes.check_in_place(op, new.dtype, x.dtype)  # never down a category: PyTorch's rule and words
+        write(op, x, new)
         return x
     if x.view_record is not None:  # step 37: a view whose base changed is made again first
         refresh_view(x)
     # The old value, if the gradient of `other` needs it (mul_, div_), is copied first, as PyTorch
     # does: writing into x's array would otherwise change the tensor the function saved.
     needs_old = op in ("mul_", "div_") and other.requires_grad
-    return record(op, x, OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other))
+    y = OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other)
+    dtypes.check_in_place(op, y.dtype, x.dtype)
+    return record(op, x, y if y.dtype == x.dtype else astype(y, x.dtype))  # a float32 x stays float32
 
 
 def zero_(x):

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, random, recomputation
+from tinypytorch import cuda, dtypes, random, recomputation, views
 from tinypytorch import functions as F
 from tinypytorch.core import Variable, as_variable
 from tinypytorch.cuda import get_array_module
@@ -18,8 +18,19 @@ from tinypytorch.cuda import get_array_module
 class Parameter(Variable):  # step 32
     """A Variable that a Layer registers as trainable (PyTorch's `nn.Parameter`).
 
-    It is a Variable in every other respect; the class only marks it.
+    It is a Variable in every other respect; the class only marks it. Made of an array, or of a Variable
+    (`nn.Parameter(torch.randn(3))`), whose memory and version counter it then shares, as PyTorch's.
     """
+
+    def __init__(self, data=None, requires_grad=True, *, name=None):
+        shared = data.version_counter if isinstance(data, Variable) else None
+        if isinstance(data, Variable):
+            data = data.data
+        elif data is None:  # PyTorch's empty parameter
+            data = np.empty(0, dtypes.get_default_dtype())
+        super().__init__(data, name=name, requires_grad=requires_grad)
+        if shared is not None:
+            views.share_version_counter(self, shared)
 
 
 class Layer:  # step 32
@@ -162,17 +173,18 @@ class Linear(Layer):  # step 32
 
     Both start uniform in [-k, k], k = 1/sqrt(in_size), as in PyTorch, drawn from the
     framework's generator, so `tinypytorch.manual_seed` fixes them as `torch.manual_seed` does;
-    or from `rng`, a NumPy Generator of the caller's.
+    or from `rng`, a NumPy Generator of the caller's. float64, NumPy's dtype, unless `dtype` says
+    otherwise (nn.Linear passes PyTorch's default, float32).
     """
 
-    def __init__(self, in_size, out_size, bias=True, *, rng=None):
+    def __init__(self, in_size, out_size, bias=True, *, rng=None, dtype=np.float64):
         super().__init__()
         _check_size("Linear", "in_size", in_size)
         _check_size("Linear", "out_size", out_size)
         rng = random.default_generator() if rng is None else rng
         k = 1.0 / np.sqrt(in_size)
-        self.weight = Parameter(rng.uniform(-k, k, (out_size, in_size)), name="weight")
-        self.bias = Parameter(rng.uniform(-k, k, out_size), name="bias") if bias else None
+        self.weight = Parameter(rng.uniform(-k, k, (out_size, in_size)).astype(dtype, copy=False), name="weight")
+        self.bias = Parameter(rng.uniform(-k, k, out_size).astype(dtype, copy=False), name="bias") if bias else None
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
@@ -225,7 +237,7 @@ class BatchNorm1d(Layer):  # step 45
     operations, so its gradients of every order come from theirs.
     """
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, *, dtype=np.float64):
         super().__init__()
         _check_size("BatchNorm1d", "num_features", num_features)
         if not isinstance(eps, numbers.Real) or not eps > 0:
@@ -234,10 +246,10 @@ class BatchNorm1d(Layer):  # step 45
             raise ValueError(f"BatchNorm1d: momentum must be None (a cumulative average) or in [0, 1], "
                              f"got {momentum!r}")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.weight = Parameter(np.ones(num_features), name="weight")
-        self.bias = Parameter(np.zeros(num_features), name="bias")
-        self.register_buffer("running_mean", np.zeros(num_features))  # step 48: buffers move with the layer
-        self.register_buffer("running_var", np.ones(num_features))
+        self.weight = Parameter(np.ones(num_features, dtype), name="weight")
+        self.bias = Parameter(np.zeros(num_features, dtype), name="bias")
+        self.register_buffer("running_mean", np.zeros(num_features, dtype))  # step 48: buffers move with the layer
+        self.register_buffer("running_var", np.ones(num_features, dtype))
         self.num_batches_tracked = 0
 
     def forward(self, x):

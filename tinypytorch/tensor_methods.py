@@ -86,6 +86,33 @@ class TensorMethods:
     def __abs__(self):
         return F.abs(self)
 
+    # powers, floor division and remainder with PyTorch's promotion; a tensor exponent too
+    def __pow__(self, exponent):
+        return F.pow(self, exponent)
+
+    def __rpow__(self, base):
+        return F.pow(base, self)  # `2 ** x`
+
+    pow = __pow__
+
+    def __floordiv__(self, other):
+        return F.floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return F.floor_divide(other, self)
+
+    def __mod__(self, other):
+        return F.remainder(self, other)
+
+    def __rmod__(self, other):
+        return F.remainder(other, self)
+
+    floor_divide, remainder = __floordiv__, __mod__
+
+    def where(self, condition, other):
+        """PyTorch's `x.where(condition, y)`: torch.where(condition, x, y)."""
+        return F.where(condition, self, other)
+
     def clamp(self, min=None, max=None):  # noqa: A002 (PyTorch's names)
         return F.clamp(self, min, max)
 
@@ -173,6 +200,7 @@ class TensorMethods:
 
 # PyTorch's tensor methods that are nothing but a call of the function of the same name in tinypytorch.functions
 FORWARDED = ("min", "amax", "amin", "argmax", "argmin", "logsumexp", "norm", "exp", "log", "sin", "cos", "tanh",
+             "maximum", "minimum",
              "sigmoid", "relu", "abs", "sqrt", "square", "unsqueeze", "squeeze", "expand", "t")
 
 
@@ -194,5 +222,6 @@ def wire_tensor_methods():
         setattr(Variable, name, _forwarding(getattr(F, name)))
 
 
-_OPERATORS = ("__getitem__", "__setitem__", "__matmul__", "__rmatmul__", "__abs__",
+_OPERATORS = ("__getitem__", "__setitem__", "__matmul__", "__rmatmul__", "__abs__", "__pow__", "__rpow__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__",
               "__iadd__", "__isub__", "__imul__", "__itruediv__")

@@ -64,13 +64,16 @@ VIEW_FROM_INFERENCE_STALE = (VIEW_FROM_INFERENCE + "its base or another view of 
 
 class View:
     """What a view remembers (step 37): its base, how it is made from the base, and the base's version then;
-    and whether it was made in inference mode (step 56), when nothing recorded how."""
+    and whether it was made in inference mode (step 56), when nothing recorded how. A view that an operation
+    made by handing back its input (a custom Function's `return x`, a module's hook node) has no `fn`: what
+    made it is the operation (`made_by`, "Output 0 of Id"), whose own backward must not be replaced."""
 
-    __slots__ = ("base", "fn", "version", "in_inference")
+    __slots__ = ("base", "fn", "version", "in_inference", "made_by")
 
     def __init__(self, base, fn, version):
         self.base, self.fn, self.version = base, fn, version
         self.in_inference = False
+        self.made_by = None
 
 
 def track_view(f, x, y):
@@ -97,9 +100,38 @@ def track_view(f, x, y):
         y._requires_grad = x._requires_grad
 
 
+# PyTorch's words for a view its operation handed back (an input returned as it is), used after a change in place
+RETURNED_INPUT = (" This view was created inside a custom Function (or because an input was returned as-is) and the "
+                  "autograd logic to handle view+inplace would override the custom backward associated with the custom "
+                  "Function, leading to incorrect gradients. This behavior is forbidden. You can fix this by cloning "
+                  "the output of the custom Function.")
+
+
+def track_returned_input(f, nr, x, y):
+    """Output `nr` of f is input x's very array, handed back: a view of x (PyTorch's rule), sharing its version
+    counter, whose graph cannot be made again if x changes in place (f's backward would be lost)."""
+    share_version_counter(y, x.version_counter)
+    if x.version_counter is None:  # step 56: an inference tensor's view is one too
+        return
+    y.view_record = View(x if x.view_record is None else x.view_record.base, None, x._version)
+    y.view_record.made_by = f"Output {nr} of {type(f).__name__.removesuffix('Backward')}"  # a custom node: IdBackward
+
+
+def check_returned_view_writable(x):
+    """An in-place change of a view its operation handed back is refused, as PyTorch refuses it."""
+    view = x.view_record
+    if view is not None and view.made_by is not None and is_grad_enabled() and x.requires_grad:
+        raise RuntimeError(f"{view.made_by} is a view and is being modified inplace." + RETURNED_INPUT)
+
+
 def refresh_view(v):
     """If v's base changed in place since v's graph was made, make v's graph again from the base."""
     view = v.view_record
+    if view.made_by is not None:  # an input handed back: its operation's backward cannot be made again
+        if view.version != v._version and (view.base.requires_grad or v.requires_grad) and is_grad_enabled():
+            raise RuntimeError(f"{view.made_by} is a view and its base or another view of its base has been "
+                               "modified inplace." + RETURNED_INPUT)
+        return
     if view.in_inference:  # step 56: its graph was never recorded, so it cannot be made again
         if view.version != v._version and v.requires_grad and is_grad_enabled():
             raise RuntimeError(VIEW_FROM_INFERENCE_STALE)

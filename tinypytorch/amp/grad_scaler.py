@@ -93,9 +93,9 @@ class GradScaler:  # step 59
         if x.ndim > 0 and x.dtype == np.float16:  # PyTorch: float16 result, computed in float32, then rounded
             with np.errstate(over="ignore"):  # beyond 65504 is inf, as in PyTorch
                 return F.to(x.float() * Variable(xp.asarray(self._scale)), dtype=np.float16)
-        # a 0-d float32 scale: a float64 x stays float64; a 0-d x (a loss) is promoted to float32 at least
-        dtype = x.dtype if x.ndim > 0 and x.dtype.kind == "f" else np.result_type(x.dtype, np.float32)
-        return x * Variable(xp.asarray(self._scale, dtype=dtype))
+        # a 0-d float32 scale, and PyTorch's promotion: a float64 x stays float64, an int64 one or a 0-d float16
+        # loss becomes float32
+        return x * Variable(xp.asarray(self._scale))
 
     def unscale_(self, optimizer):
         """Divide the gradients of `optimizer`'s parameters by the scale, in place; note any inf or NaN."""

@@ -17,7 +17,7 @@ import heapq
 import itertools
 import threading
 
-from tinypytorch import cuda
+from tinypytorch import cuda, dtypes
 from tinypytorch.autograd import anomaly
 from tinypytorch.core import (
     Clone, Function, Variable, array_of, as_array, as_variable, astype, gradient_edge, increment_version,
@@ -235,7 +235,7 @@ def call_hooks(hooks, grad, shape):
 
     A hook that returns something other than None replaces the gradient: later hooks see
     the new one, and so does everything after them. The replacement must have the
-    variable's shape.
+    gradient's shape, dtype and device, as PyTorch checks.
     """
     if not hooks:
         return grad
@@ -245,10 +245,13 @@ def call_hooks(hooks, grad, shape):
             name = getattr(hook, "__name__", type(hook).__name__)
             result = as_variable(result, f"hook {name!r}")
             if result.shape != shape:
-                raise ValueError(f"hook {name!r} returned a gradient of shape {result.shape} "
-                                 f"for a variable of shape {shape}")
+                raise RuntimeError(f"hook {name!r} has changed the size of value")
+            if result.dtype != grad.dtype or result.device != grad.device:
+                raise RuntimeError(f"hook {name!r} has changed the type of value (was {dtypes.tensor_type(grad)} got "
+                                   f"{dtypes.tensor_type(result)})")
             grad = result
     return grad
+
 
 
 class GraphTask:

@@ -85,7 +85,7 @@ class Function:
         outputs = [outputs] if single else list(outputs)
         for i, y in enumerate(outputs):
             if any(y.data is marked.data for marked in node.ctx.non_differentiable):
-                outputs[i] = Variable(y.data, requires_grad=False)  # cut from the node: its gradient is zero
+                outputs[i] = y.detach()  # cut from the node (its gradient is zero), the same memory and versions
         return outputs[0] if single and not node.tuple_output else tuple(outputs)
 
 

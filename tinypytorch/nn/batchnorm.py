@@ -8,7 +8,7 @@ checkpoint holds everything the running statistics depend on.
 import numpy as np
 
 from tinypytorch import layers
-from tinypytorch.nn.modules import Module
+from tinypytorch.nn.modules import Module, factory_dtype
 
 __all__ = ["BatchNorm1d"]
 
@@ -20,14 +20,17 @@ class BatchNorm1d(layers.BatchNorm1d, Module):  # step 55
     Parameters weight (ones) and bias (zeros); buffers running_mean, running_var and num_batches_tracked.
     """
 
-    def __init__(self, num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, *, bias=True):
+    def __init__(self, num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, device=None,
+                 dtype=None, *, bias=True):
         if not (affine and track_running_stats and bias):  # say so, rather than normalise differently from PyTorch
             raise NotImplementedError("BatchNorm1d: only affine=True, track_running_stats=True and bias=True are "
                                       "implemented")
-        super().__init__(num_features, eps, momentum)  # layers.BatchNorm1d, then Module's __init__
+        super().__init__(num_features, eps, momentum, dtype=factory_dtype(dtype))  # layers.BatchNorm1d, then Module's
         self.affine, self.track_running_stats = affine, track_running_stats
         del self.num_batches_tracked  # step 45's plain int becomes a buffer; `+= 1` then adds in place
         self.register_buffer("num_batches_tracked", np.array(0, dtype=np.int64))
+        if device is not None:
+            self.to(device)
 
     def forward(self, input):  # noqa: A002 (PyTorch's name)
         if self.training and len(input.shape) == 2 and input.shape[0] == 1:  # PyTorch's check and message

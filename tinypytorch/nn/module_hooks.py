@@ -8,7 +8,7 @@ order:
     ->  forward hooks (may replace the output)  ->  outputs wrapped
 
 The full backward hooks are built as PyTorch builds them (torch.utils.hooks.BackwardHook): the
-module's inputs and then its outputs pass through an identity Function, `_BackwardHookFunction`.
+module's inputs and then its outputs pass through an identity Function, `BackwardHookFunction`.
 In backward the node around the outputs is reached first: it keeps grad_output and runs the
 backward pre-hooks. The node around the inputs is reached once the module's own backward is done:
 it runs the backward hooks with (grad_input, grad_output). When no input requires grad there is
@@ -16,6 +16,7 @@ no node around the inputs, so the hooks run at the outputs' node with grad_input
 """
 import warnings
 
+from tinypytorch import dtypes
 from tinypytorch.autograd.function import Function
 from tinypytorch.autograd.hooks import RemovableHandle
 from tinypytorch.core import Variable
@@ -103,7 +104,7 @@ def _run_always_called(module, entries, args, kwargs, result, called):
                               f"that was silenced as another error was raised in forward: {e}", stacklevel=3)
 
 
-class _BackwardHookFunction(Function):  # step 53
+class BackwardHookFunction(Function):  # step 53
     """The identity, as one node for all the tensors it is given: where a module's backward hooks run.
 
     `side` (a BackwardHook's `on_input` or `on_output`, whichever side of the module this node stands
@@ -132,11 +133,11 @@ class BackwardHook:  # step 53
         self.input_index = self.output_index = None  # positions of the tensors; None if none requires grad
 
     def _wrap(self, side, args):
-        """args with every Variable passed through one _BackwardHookFunction; and the Variables' positions."""
+        """args with every Variable passed through one BackwardHookFunction; and the Variables' positions."""
         index = [i for i, a in enumerate(args) if isinstance(a, Variable)]
         if not (any(args[i].requires_grad for i in index) and is_grad_enabled()):
             return args, None
-        wrapped = _BackwardHookFunction.apply(side, *[args[i] for i in index])
+        wrapped = BackwardHookFunction.apply(side, *[args[i] for i in index])
         args = list(args)
         for i, value in zip(index, wrapped):
             args[i] = value
@@ -214,5 +215,6 @@ def _same_sizes(old, new):
         if tuple(after.shape) != tuple(before.shape):
             raise RuntimeError("hook 'hook' has changed the size of value")
         if after.dtype != before.dtype:
-            raise RuntimeError(f"hook 'hook' has changed the type of value (was {before.dtype} got {after.dtype})")
+            raise RuntimeError(f"hook 'hook' has changed the type of value (was {dtypes.tensor_type(before)} got "
+                               f"{dtypes.tensor_type(after)})")
     return tuple(new)

@@ -18,9 +18,12 @@ import itertools
 import numbers
 import operator
 
-from tinypytorch import cuda
+import numpy as np
+
+from tinypytorch import cuda, dtypes
 from tinypytorch import layers
 from tinypytorch.core import Variable
+from tinypytorch.grad_mode import no_grad
 from tinypytorch.layers import Layer, Parameter
 from tinypytorch.nn import functional as F
 from tinypytorch.nn import module_hooks
@@ -211,14 +214,72 @@ class Module(Layer):  # step 52
         for _, buffer in self.named_buffers(recurse=recurse):
             yield buffer
 
+    # devices and dtypes, PyTorch's forms: to(device), to(dtype), to(device, dtype), to(tensor)
+
+    def to(self, *args, device=None, dtype=None):
+        """Move the parameters and buffers to `device` and/or cast the floating point ones to `dtype`, in place (the
+        Parameters stay the same objects, so an optimizer made before still holds them); returns the module."""
+        for arg in args:
+            if isinstance(arg, Variable):
+                device, dtype = arg.device, arg.dtype
+            elif isinstance(arg, (str, cuda.device)):
+                device = arg
+            else:
+                dtype = arg
+        if device is not None:
+            Layer.to(self, device)
+        if dtype is not None:
+            self._cast(np.dtype(dtype))
+        return self
+
+    def _cast(self, dtype):
+        if dtype.kind not in "fc":
+            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
+        for param in self.parameters():
+            if param.dtype.kind in "fc":
+                param.data = param.data.astype(dtype)  # a new array, as PyTorch's module.to gives param.data
+                if param.grad is not None:
+                    param.grad = Variable(param.grad.data.astype(dtype), requires_grad=False)
+        for module in self.modules():
+            for name in layers.buffer_names(module):
+                buffer = getattr(module, name)
+                if buffer.dtype.kind in "fc":
+                    object.__setattr__(module, name, buffer.astype(dtype))
+
+    def float(self):
+        return self.to(dtype=np.float32)
+
+    def double(self):
+        return self.to(dtype=np.float64)
+
+    def half(self):
+        return self.to(dtype=np.float16)
+
+    def requires_grad_(self, requires_grad=True):
+        """Whether autograd records operations on the parameters (freezing a model: False); returns the module."""
+        for param in self.parameters():
+            param.requires_grad_(requires_grad)
+        return self
+
+    def apply(self, fn):
+        """fn(module) for every sub-module, children first, then this module (PyTorch's order); returns the module."""
+        for child in self.children():
+            Module.apply(child, fn) if isinstance(child, Module) else fn(child)
+        fn(self)
+        return self
+
     def zero_grad(self, set_to_none=True):
-        """Forget every parameter's gradient (None, as PyTorch since 2.0), or fill it with zeros."""
+        """Forget every parameter's gradient (None, as PyTorch since 2.0), or zero it in place: the same Variable,
+        so whoever holds it sees the zeros, as in PyTorch."""
         for param in self.parameters():
             if param.grad is not None:
                 if set_to_none:
                     param.grad = None
                 else:
-                    param.grad = Variable(param.grad.data * 0, requires_grad=False)
+                    if param.grad.creator is not None:  # a gradient made with create_graph: cut from its graph first
+                        param.grad = param.grad.detach()
+                    param.grad.requires_grad_(False)
+                    param.grad.zero_()
 
     # The state: names to arrays, and back.
 
@@ -242,8 +303,8 @@ class Module(Layer):  # step 52
         state = collections.OrderedDict()
         for key, owner, name in Module._state_entries(self, prefix):
             value = getattr(owner, name)
-            if isinstance(value, Variable):
-                state[key] = value if keep_vars else Variable(value.data, requires_grad=False)
+            if isinstance(value, Variable):  # detached: the same memory and version counter, as PyTorch's
+                state[key] = value if keep_vars else value.detach()
             else:
                 state[key] = Variable(value, requires_grad=False)
         return state
@@ -262,18 +323,16 @@ class Module(Layer):  # step 52
             if key not in state_dict:
                 continue
             value = state_dict[key]
-            value = value.data if isinstance(value, Variable) else value
-            if not isinstance(value, cuda.array_types):
-                errors.append(f'While copying the parameter named "{key}", expected an array or a tinypytorch.Tensor '
-                              f"from checkpoint but received {type(value)}")
+            if not isinstance(value, Variable):
+                errors.append(f'While copying the parameter named "{key}", expected torch.Tensor or Tensor-like '
+                              f"object from checkpoint but received {type(value)}")
                 continue
             target = getattr(owner, name)
-            target = target.data if isinstance(target, Variable) else target
             if value.shape != target.shape:
                 errors.append(f"size mismatch for {key}: copying a param with shape {value.shape} from checkpoint, "
                               f"the shape in current model is {target.shape}.")
                 continue
-            target[...] = cuda.to_device(value, cuda.device_of(target))  # in place: optimizers keep their Parameters
+            _copy_into(target, value)
         missing = [key for key in expected if key not in state_dict]
         unexpected = [key for key in state_dict if key not in expected]
         if strict:  # each inserted at the front: missing keys first, then unexpected ones, then the shapes
@@ -301,6 +360,27 @@ class Module(Layer):  # step 52
         if len(extra_lines) == 1 and not child_lines:
             return f"{type(self).__name__}({extra_lines[0]})"
         return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def factory_dtype(dtype):
+    """The dtype of a module's new parameters: `dtype` (floating) or the default dtype, as PyTorch's modules."""
+    if dtype is None:
+        return dtypes.get_default_dtype()
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "fc":
+        raise TypeError(f"nn modules' parameters must be floating point or complex, got dtype {dtype}")
+    return dtype
+
+
+def _copy_into(target, value):
+    """A state's value copied into a parameter or buffer, in place (optimizers keep their Parameters), in the
+    target's own dtype and device; a parameter counts it as an in-place change, so a graph that saved the old
+    value refuses it (PyTorch's copy_ under no_grad)."""
+    if isinstance(target, Variable):
+        with no_grad():
+            target.copy_(value.to(target.device))
+    else:
+        target[...] = cuda.to_device(value.data, cuda.device_of(target))
 
 
 class IncompatibleKeys(collections.namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -428,11 +508,15 @@ class Linear(layers.Linear, Module):  # step 52
     """PyTorch's nn.Linear(in_features, out_features, bias=True): step 32's Linear, as a Module.
 
     weight (out_features, in_features) and bias (out_features,) uniform in [-k, k], k = 1/sqrt(in_features): what
-    PyTorch's kaiming_uniform_(a=sqrt(5)) comes to; drawn from the framework's generator (or `rng`).
+    PyTorch's kaiming_uniform_(a=sqrt(5)) comes to; drawn from the framework's generator (or `rng`), in `dtype`
+    (the default dtype, float32, unless given) on `device`.
     """
 
-    def __init__(self, in_features, out_features, bias=True, *, rng=None):
-        super().__init__(in_features, out_features, bias, rng=rng)  # layers.Linear, then Module's __init__
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *, rng=None):
+        super().__init__(in_features, out_features, bias, rng=rng, dtype=factory_dtype(dtype))  # layers.Linear, then
+        self.in_features, self.out_features = in_features, out_features  # Module's __init__
+        if device is not None:
+            self.to(device)
         self.in_features, self.out_features = in_features, out_features
         if not bias:
             del self.bias

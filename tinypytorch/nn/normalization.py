@@ -11,7 +11,7 @@ import numpy as np
 from tinypytorch.layers import Parameter
 from tinypytorch.nn import functional as F
 from tinypytorch.nn import init
-from tinypytorch.nn.modules import Module
+from tinypytorch.nn.modules import Module, factory_dtype
 
 
 class LayerNorm(Module):  # step 54
@@ -21,22 +21,25 @@ class LayerNorm(Module):  # step 54
     that each slice normalizes over; without elementwise_affine both slots are empty (None).
     """
 
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
         super().__init__()
         if isinstance(normalized_shape, numbers.Integral):
             normalized_shape = (normalized_shape,)
         self.normalized_shape = tuple(normalized_shape)  # a float fails here, as in PyTorch ("not iterable")
         self.eps, self.elementwise_affine = eps, elementwise_affine
         if elementwise_affine:
-            self.weight = Parameter(np.empty(self.normalized_shape), name="weight")
+            dtype = factory_dtype(dtype)
+            self.weight = Parameter(np.empty(self.normalized_shape, dtype), name="weight")
             if bias:
-                self.bias = Parameter(np.empty(self.normalized_shape), name="bias")
+                self.bias = Parameter(np.empty(self.normalized_shape, dtype), name="bias")
             else:
                 self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         self.reset_parameters()
+        if device is not None:
+            self.to(device)
 
     def reset_parameters(self):
         """The identity map to start with: weight ones, bias zeros."""

@@ -1,0 +1,207 @@
+"""PyTorch's dtype rules, in one place that every operation asks: the default dtype, type promotion and casting.
+
+NumPy and PyTorch agree on what one dtype holds, and part ways on three rules, where the package follows PyTorch:
+
+- The default floating point dtype is float32 (`get_default_dtype`, `set_default_dtype`): Python floats, integer
+  inputs to floating operations (`exp`, `sqrt`, `/`) and the parameters of `nn` modules are made in it. NumPy's
+  is float64.
+- Promotion goes by category first (bool < integer < floating < complex), and among operands by rank: a tensor
+  with dimensions outranks a 0-d tensor, which outranks a Python number. A lower rank changes the result only if
+  its category is higher: float32 times a 0-d float64 tensor stays float32, an int64 tensor times 0.5 is float32.
+  NumPy promotes by value of dtype alone (its Python numbers are "weak", 0-d arrays are not).
+- An in-place operation may not cast its result down a category: an int tensor cannot take `add_(1.5)`.
+
+dtypes are NumPy's dtypes under PyTorch's names (`tinypytorch.float32` is `numpy.float32`).
+"""
+import functools
+import numbers
+
+import numpy as np
+
+FLOATING = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_default = np.dtype(np.float32)
+
+# A dtype's category: bool < integers < floating point < complex (kind codes: b, u/i, f, c)
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+DIM, ZERO, WRAPPED = 0, 1, 2  # an operand's rank: a tensor with dimensions, a 0-d tensor, a Python number
+
+
+def get_default_dtype():
+    """The dtype of Python floats and of new floating point tensors and parameters (PyTorch's; float32)."""
+    return _default
+
+
+def set_default_dtype(dtype):
+    """Make `dtype` (float16, float32 or float64) the default floating point dtype, as `torch.set_default_dtype`."""
+    global _default
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"set_default_dtype: expected a dtype such as tinypytorch.float64, got {dtype!r}") from None
+    if dtype not in FLOATING:
+        raise TypeError("only floating-point types are supported as the default type")
+    _default = dtype
+
+
+def default_complex():
+    """The complex dtype that goes with the default: complex64 for float32 (and float16), complex128 for float64."""
+    return np.dtype(np.complex128) if _default == np.float64 else np.dtype(np.complex64)
+
+
+def category(dtype):
+    return _CATEGORY[dtype.kind]
+
+
+def is_floating(dtype):
+    return dtype.kind == "f"
+
+
+def promote_types(a, b):
+    """torch.promote_types: the smallest dtype both fit in; across categories the higher one's, so int64 with float32
+    is float32 (NumPy: float64) and complex widens to a float's precision."""
+    a, b = np.dtype(a), np.dtype(b)
+    if a == b:
+        return a
+    ca, cb = _CATEGORY[a.kind], _CATEGORY[b.kind]
+    if ca == cb or {ca, cb} == {2, 3}:
+        return np.promote_types(a, b)
+    return a if ca > cb else b
+
+
+def can_cast(from_, to):
+    """torch.can_cast: whether an in-place result of dtype `from_` may be written into `to` (never down a category:
+    complex to real, floating to integer, anything but bool to bool)."""
+    from_, to = np.dtype(from_), np.dtype(to)
+    return not ((from_.kind == "c" and to.kind != "c") or (from_.kind == "f" and to.kind in "biu")
+                or (from_.kind != "b" and to.kind == "b"))
+
+
+def number_dtype(value):
+    """The dtype PyTorch gives a Python number on its own: bool, int64, the default float, the default complex."""
+    if isinstance(value, (bool, np.bool_)):
+        return np.dtype(np.bool_)
+    if isinstance(value, numbers.Integral):
+        return np.dtype(np.int64)
+    if isinstance(value, numbers.Real):
+        return _default
+    return default_complex()
+
+
+def _operand(x):
+    """(dtype, rank) of an operand: a Variable, an array, or a Python or NumPy number (a wrapped number)."""
+    if isinstance(x, (numbers.Number, np.bool_)):  # NumPy's scalars too, as PyTorch reads them
+        return number_dtype(x), WRAPPED
+    if getattr(x, "wrapped_number", False):  # a Variable the package made of a Python number
+        return _WRAPPED_AS[x.data.dtype.kind](), WRAPPED
+    if hasattr(x, "creator"):  # a Variable (this floor does not import core): its array
+        x = x.data
+    return x.dtype, (ZERO if x.ndim == 0 else DIM)
+
+
+_WRAPPED_AS = {"b": lambda: np.dtype(np.bool_), "u": lambda: np.dtype(np.int64), "i": lambda: np.dtype(np.int64),
+               "f": get_default_dtype, "c": default_complex}
+
+
+def result_type(*operands):
+    """The dtype an element-wise operation on these operands computes in and returns (torch.result_type).
+
+    Each rank (dimensioned tensors, 0-d tensors, Python numbers) is promoted on its own; then a lower rank counts
+    only where its category is higher than the rank above it.
+    """
+    if len(operands) == 2:  # the common case, both operands of one dtype: no question to ask
+        a, b = operands
+        da, db = getattr(a, "dtype", None), getattr(b, "dtype", None)
+        if da is not None and da is db and not getattr(a, "wrapped_number", False) \
+                and not getattr(b, "wrapped_number", False):
+            return da
+    return _result_type(tuple(_operand(x) for x in operands))
+
+
+@functools.cache
+def _result_type_cached(described, default):
+    best = [None, None, None]  # one dtype per rank
+    for dtype, rank in described:
+        best[rank] = dtype if best[rank] is None else promote_types(best[rank], dtype)
+    return _combine(best[DIM], _combine(best[ZERO], best[WRAPPED]))
+
+
+def _result_type(described):
+    return _result_type_cached(described, _default)  # (the default dtype is part of the answer: it keys the cache)
+
+
+def _combine(higher, lower):
+    """PyTorch's combine_categories: the higher rank's dtype, unless the lower rank's category is higher."""
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    ch, cl = _CATEGORY[higher.kind], _CATEGORY[lower.kind]
+    if ch == 3:
+        return higher
+    if cl == 3:  # a complex number meets a real tensor: complex, at the tensor's precision if it is floating
+        return np.promote_types(higher, np.complex64) if ch == 2 else lower
+    if ch == 2:
+        return higher
+    if higher.kind == "b" or cl == 2:
+        return promote_types(higher, lower)
+    return higher
+
+
+def floating(dtype):
+    """The dtype a floating operation (exp, sqrt, true division) gives for inputs of `dtype`: the default dtype
+    for bool and integers, as PyTorch's; floating and complex dtypes stay."""
+    return _default if dtype.kind in "biu" else dtype
+
+
+def as_floating(array):
+    """`array` itself if floating or complex, else (bool, integers) a copy in the default dtype."""
+    return array if array.dtype.kind in "fc" else array.astype(_default)
+
+
+def cast(array, dtype):
+    """`array` in `dtype`: itself when it has it already (no copy). A Python number stays as it is: NumPy and CuPy
+    give it the array's dtype (a number inside a formula that runs on arrays, BackwardMode)."""
+    if not hasattr(array, "dtype") or array.dtype == dtype:
+        return array
+    return array.astype(dtype)
+
+
+# PyTorch's names of the dtypes in its messages ("result type Float can't be cast to ... Long")
+_NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+          "float16": "Half", "float32": "Float", "float64": "Double", "complex64": "ComplexFloat",
+          "complex128": "ComplexDouble"}
+
+
+# ... and the C++ names its matrix products use ("expected m1 and m2 to have the same dtype, but got: float != double")
+_C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
+            "int64": "long int", "float16": "c10::Half", "float32": "float", "float64": "double",
+            "complex64": "c10::complex<float>", "complex128": "c10::complex<double>"}
+
+
+def check_same_dtype(a, b):
+    """A matrix product's refusal of operands of two dtypes (PyTorch promotes element-wise operations, not these)."""
+    if a != b:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_C_NAMES.get(a.name, a.name)} != "
+                           f"{_C_NAMES.get(b.name, b.name)}")
+
+
+def torch_name(dtype):
+    """PyTorch's name of `dtype` in messages: Float, Double, Half, Long, Int, Bool, ..."""
+    dtype = np.dtype(dtype)
+    return _NAMES.get(dtype.name, dtype.name)
+
+
+def tensor_type(x):
+    """PyTorch's legacy name of a tensor's type, as its hook errors give it: torch.DoubleTensor, torch.cuda.FloatTensor."""
+    where = "cuda." if x.device.type == "cuda" else ""
+    return f"torch.{where}{torch_name(x.dtype)}Tensor"
+
+
+def check_in_place(op, result, target):
+    """Refuse an in-place result of dtype `result` that `target`'s dtype cannot take, in PyTorch's words."""
+    if result != target and not can_cast(result, target):
+        raise RuntimeError(f"result type {torch_name(result)} can't be cast to the desired output type "
+                           f"{torch_name(target)}")
+
+
+__all__ = ["get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type"]
