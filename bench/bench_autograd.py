@@ -53,7 +53,7 @@ def main(argv=None):
     write_results(output_folder(args.out, args.quick), "autograd", text,
                   lambda path: plot(results, scaling, slopes, s["sizes"], path))
     speed_grad_modes.run(args.quick, args.out)  # step 56: each gradient mode's cost, into grad_modes.md
-    speed_jacobians.run(args.quick, args.out)  # step 62: jacfwd against jacrev, into jacobians.md
+    speed_jacobians.run(args.quick, args.out)  # step 63: jacfwd against jacrev, into jacobians.md
     if args.profile:
         profile(s)
 

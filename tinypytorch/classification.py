@@ -49,7 +49,7 @@ class Softmax(Function):  # step 50
         (s,) = self.saved_tensors
         return s * (gy - sum(gy * s, axis=self.axis, keepdims=True))
 
-    def jvp(self, t):  # step 61: ds = s (dx - <s, dx>), backward's formula on the tangent
+    def jvp(self, t):  # step 62: ds = s (dx - <s, dx>), backward's formula on the tangent
         s = self.results[0]
         return s * (t - (s * t).sum(axis=self.axis, keepdims=True))
 
@@ -73,7 +73,7 @@ class LogSoftmax(Function):  # step 50
         (y,) = self.saved_tensors
         return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
 
-    def jvp(self, t):  # step 61: dy = dx - <softmax, dx>
+    def jvp(self, t):  # step 62: dy = dx - <softmax, dx>
         y = self.results[0]
         return t - (get_array_module(y).exp(y) * t).sum(axis=self.axis, keepdims=True)
 
@@ -123,7 +123,7 @@ class NLLLoss(Function):  # step 50
         # each row's gradient goes to its target class only; ignored rows get none
         return GetItemGrad((self.rows, self.classes), shape)(-gy * self.weights)
 
-    def jvp(self, t):  # step 61: minus the picked tangents, weighted as the picked log-probabilities
+    def jvp(self, t):  # step 62: minus the picked tangents, weighted as the picked log-probabilities
         picked = -t[self.rows, self.classes] * self.weights
         return picked if self.reduction == "none" else picked.sum()
 
@@ -135,7 +135,7 @@ def cross_entropy(input, target, reduction="mean", ignore_index=-100):  # noqa: 
     row that does not count); reduction: "mean" over the rows that count, "sum", or "none" (one loss a row).
     """
     input = as_variable(input, "cross_entropy")
-    input, = autocast_composite("cross_entropy", input)  # step 58: in float32 under autocast, log_softmax too
+    input, = autocast_composite("cross_entropy", input)  # step 59: in float32 under autocast, log_softmax too
     target = _checked_target(input, target, ignore_index)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: {reduction!r} is not a valid value for reduction: "

@@ -548,13 +548,13 @@ class Function:
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
     is_view = False  # step 37: True for functions whose output may share its input's memory
     promotes = False  # element-wise operations of several inputs compute in PyTorch's result_type (self.dtype)
-    dispatch_mode = None  # step 60: set while a selective-checkpoint region is open: it runs every operation
+    dispatch_mode = None  # step 61: set while a selective-checkpoint region is open: it runs every operation
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
     formula_on_arrays = False
 
     def __call__(self, *inputs):
-        if self.dispatch_mode is not None:  # step 60: inside a selective-checkpoint region, the region runs it
+        if self.dispatch_mode is not None:  # step 61: inside a selective-checkpoint region, the region runs it
             return self.dispatch_mode(*inputs)
         # (Loops rather than generators or comprehensions, and the attribute behind the requires_grad
         # property: every operation pays for this method, and most have one or two inputs.)
@@ -564,7 +564,7 @@ class Function:
                     return self.on_arrays([array_of(x) for x in inputs])  # there is a constant (BackwardMode)
                 inputs = self.coerce(inputs)
                 break
-        if autocast_state.open_autocast_blocks:  # step 58: autocast casts the inputs of the operations it lists
+        if autocast_state.open_autocast_blocks:  # step 59: autocast casts the inputs of the operations it lists
             inputs = autocast_state.autocast_inputs(self, inputs)
         if self.promotes:  # PyTorch's type promotion, not NumPy's: forward casts to it
             self.dtype = dtypes.result_type(*inputs)
@@ -605,12 +605,12 @@ class Function:
                         views.track_returned_input(self, nr, x, outputs[nr])
         if requires_grad:
             self.record(inputs, ys, outputs)
-        if forward_ad_state.open_dual_levels:  # step 61: under a dual level the tangents go forward with the values
+        if forward_ad_state.open_dual_levels:  # step 62: under a dual level the tangents go forward with the values
             self.push_tangents(inputs, ys, outputs)
         self._to_save = ()  # step 35: record has packed what forward saved; hold it no longer
         return outputs if len(outputs) > 1 else outputs[0]
 
-    def push_tangents(self, inputs, ys, outputs):  # step 61
+    def push_tangents(self, inputs, ys, outputs):  # step 62
         """The outputs' tangents from the inputs' by the operation's `jvp`, when some input has one (a missing
         one is a zero tangent). Inference mode carries none, as in PyTorch."""
         tangents = [forward_ad_state.tangent_of(x) for x in inputs]
@@ -626,13 +626,13 @@ class Function:
                 xp = cuda.get_array_module(output.data)  # the tangent as its output: shape and dtype
                 forward_ad_state.set_tangent(output, xp.broadcast_to(t, output.shape).astype(output.dtype))
 
-    def jvp(self, *tangents):  # step 61
+    def jvp(self, *tangents):  # step 62
         """Forward mode: the outputs' tangents, J t, from one tangent (array or None: zero) per input; the
         primal inputs and outputs are in self.primals and self.results. Each operation defines its own."""
         raise NotImplementedError(f"Trying to use forward AD with {self.op_name()} that does not support it "
                                   "because it has not been implemented yet.")
 
-    def jvp_by_forward(self, *tangents):  # step 61
+    def jvp_by_forward(self, *tangents):  # step 62
         """The jvp of an operation linear in its inputs (reshape, sum, getitem, ...): the operation itself on the
         tangents (a missing one: zeros)."""
         xp = cuda.get_array_module(*self.primals)
@@ -775,7 +775,7 @@ class _Binary(Function):
         return gx0, gx1
 
 
-def sum_tangents(t0, t1):  # step 61
+def sum_tangents(t0, t1):  # step 62
     """The sum of two tangents, None standing for zero (Function.push_tangents broadcasts it to the output)."""
     return t0 if t1 is None else t1 if t0 is None else t0 + t1
 
@@ -789,7 +789,7 @@ class Add(_Binary):  # step 11
     def backward(self, gy):
         return self.sum_to_inputs(gy, gy)  # step 12: dy/dx0 = dy/dx1 = 1
 
-    def jvp(self, t0, t1):  # step 61: d(x0 + x1) = dx0 + dx1
+    def jvp(self, t0, t1):  # step 62: d(x0 + x1) = dx0 + dx1
         return sum_tangents(t0, t1)
 
 
@@ -810,7 +810,7 @@ class Mul(_Binary):  # step 20
         gx1 = gy * x0 if self.needs_input_grad[1] else None
         return self.sum_to_inputs(gx0, gx1)
 
-    def jvp(self, t0, t1):  # step 61: d(x0 x1) = dx0 x1 + x0 dx1
+    def jvp(self, t0, t1):  # step 62: d(x0 x1) = dx0 x1 + x0 dx1
         x0, x1 = self.primals
         return sum_tangents(None if t0 is None else t0 * x1, None if t1 is None else x0 * t1)
 
@@ -822,7 +822,7 @@ class Neg(Function):  # step 22
     def backward(self, gy):
         return -gy
 
-    def jvp(self, t):  # step 61
+    def jvp(self, t):  # step 62
         return -t
 
 
@@ -835,7 +835,7 @@ class Sub(_Binary):  # step 22
     def backward(self, gy):
         return self.sum_to_inputs(gy, -gy if self.needs_input_grad[1] else None)  # as in Mul: none for a constant
 
-    def jvp(self, t0, t1):  # step 61
+    def jvp(self, t0, t1):  # step 62
         return sum_tangents(t0, None if t1 is None else -t1)
 
 
@@ -855,7 +855,7 @@ class Div(_Binary):  # step 22
         gx1 = -gy * x0 / x1**2 if self.needs_input_grad[1] else None
         return self.sum_to_inputs(gx0, gx1)
 
-    def jvp(self, t0, t1):  # step 61: d(x0/x1) = dx0/x1 - (x0/x1) dx1/x1
+    def jvp(self, t0, t1):  # step 62: d(x0/x1) = dx0/x1 - (x0/x1) dx1/x1
         x0, x1 = self.primals
         return sum_tangents(None if t0 is None else t0 / x1, None if t1 is None else -self.results[0] * t1 / x1)
 
@@ -885,7 +885,7 @@ class Pow(Function):  # step 22
             return c * x * gy  # nothing; but with create_graph it keeps x ** 1 in the graph, as PyTorch does
         return c * x ** (c - 1) * gy
 
-    def jvp(self, t):  # step 61: d(x^c) = c x^(c-1) dx
+    def jvp(self, t):  # step 62: d(x^c) = c x^(c-1) dx
         (x,) = self.primals
         return t * 0.0 if self.c == 0 else self.c * x ** (self.c - 1) * t
 
@@ -899,7 +899,7 @@ class Clone(Function):
     def backward(self, gy):
         return gy
 
-    jvp = Function.jvp_by_forward  # step 61: a copy of the tangent
+    jvp = Function.jvp_by_forward  # step 62: a copy of the tangent
 
 
 def add(x0, x1):
@@ -965,7 +965,7 @@ class BroadcastTo(Function):  # step 30
     def backward(self, gy):
         return sum_to(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def broadcast_to(x, shape):
@@ -986,7 +986,7 @@ def sum_to_array(x, shape):
     return sum_array(x, tuple(range(lead)) + stretched, True).reshape(shape)
 
 
-def sum_array(x, axis, keepdims):  # step 57
+def sum_array(x, axis, keepdims):  # step 58
     """x.sum(axis); float16 added in float32 and rounded once, as PyTorch does. NumPy adds float16
     in float16 along any axis but the last, and such a running sum stalls (0.001s stop at 4)."""
     if x.dtype == np.float16:
@@ -1010,7 +1010,7 @@ class SumTo(Function):  # step 30
     def backward(self, gy):
         return broadcast_to(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def sum_to(x, shape):
@@ -1031,7 +1031,7 @@ class Cast(Function):  # step 43: a change of dtype; its gradient goes back to t
     def backward(self, gy):
         return astype(gy, self.x_dtype)
 
-    jvp = Function.jvp_by_forward  # step 61: the tangent cast too
+    jvp = Function.jvp_by_forward  # step 62: the tangent cast too
 
 
 def astype(x, dtype):

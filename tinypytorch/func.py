@@ -1,6 +1,6 @@
-"""Function transforms, PyTorch's `torch.func`, for functions of Variables (step 62).
+"""Function transforms, PyTorch's `torch.func`, for functions of Variables (step 63).
 
-    jvp(f, (x,), (v,))      (f(x), J v): one forward-mode pass (forward_ad, step 61)
+    jvp(f, (x,), (v,))      (f(x), J v): one forward-mode pass (forward_ad, step 62)
     vjp(f, x)               (f(x), u -> u^T J): one forward pass recorded, one backward pass per call
     jacfwd(f)(x)            J column by column: one jvp per input element (n passes)
     jacrev(f)(x)            J row by row: one vjp per output element (m passes)
@@ -44,7 +44,7 @@ def _check_jvp_args(primals, tangents):
                                    f"got {type(value)}")
 
 
-def jvp(func, primals, tangents, *, strict=False, has_aux=False):  # step 62
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):  # step 63
     """(func(*primals), J tangents): one pass of forward mode, every primal with its tangent."""
     if has_aux:
         raise NotImplementedError("tinypytorch.func.jvp: has_aux is not supported")
@@ -58,7 +58,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):  # step 62
     return (values, tangents) if isinstance(output, tuple) else (values[0], tangents[0])
 
 
-def vjp(func, *primals, has_aux=False):  # step 62
+def vjp(func, *primals, has_aux=False):  # step 63
     """(func(*primals), vjp_fn) with vjp_fn(u) = u^T J, a tuple with one entry per primal.
 
     A primal that requires grad (the caller's, or an enclosing jacrev's) is used as it is and the
@@ -101,7 +101,7 @@ def _stack(parts, shape):
     return F.concatenate([F.reshape(p, (1, -1)) for p in parts]).reshape(shape)
 
 
-def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 62
+def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 63
     """func's Jacobian by rows: one backward pass per output element. Shape: output's + input's."""
     _check_argnums(argnums, chunk_size, has_aux)
 
@@ -112,7 +112,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 62
     return jacobian
 
 
-def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 62
+def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 63
     """func's Jacobian by columns: one forward-mode pass per input element. Shape: output's + input's."""
     _check_argnums(argnums, None, has_aux)
 
@@ -125,7 +125,7 @@ def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 62
     return jacobian
 
 
-def hessian(func, argnums=0):  # step 62
+def hessian(func, argnums=0):  # step 63
     """The matrix of second derivatives of a scalar func: jacrev(jacrev(func)), reverse over reverse."""
     _check_argnums(argnums)
     return jacrev(jacrev(func))

@@ -34,7 +34,7 @@ class Square(Function):  # step 02 (backward: step 06)
         (x,) = self.saved_tensors
         return 2 * x * gy
 
-    def jvp(self, t):  # step 61: d(x^2) = 2x dx
+    def jvp(self, t):  # step 62: d(x^2) = 2x dx
         return 2 * self.primals[0] * t
 
 
@@ -50,7 +50,7 @@ class Exp(Function):  # step 03 (backward: step 06)
         (y,) = self.saved_tensors
         return gy * y
 
-    def jvp(self, t):  # step 61: d exp(x) = exp(x) dx
+    def jvp(self, t):  # step 62: d exp(x) = exp(x) dx
         return self.results[0] * t
 
 
@@ -65,7 +65,7 @@ class Sin(Function):  # step 26
         (x,) = self.saved_tensors
         return gy * cos(x)
 
-    def jvp(self, t):  # step 61: d sin(x) = cos(x) dx
+    def jvp(self, t):  # step 62: d sin(x) = cos(x) dx
         return get_array_module(t).cos(self.primals[0]) * t
 
 
@@ -80,7 +80,7 @@ class Cos(Function):  # step 26
         (x,) = self.saved_tensors
         return gy * -sin(x)
 
-    def jvp(self, t):  # step 61: d cos(x) = -sin(x) dx
+    def jvp(self, t):  # step 62: d cos(x) = -sin(x) dx
         return -get_array_module(t).sin(self.primals[0]) * t
 
 
@@ -96,7 +96,7 @@ class Tanh(Function):  # step 27
         (y,) = self.saved_tensors
         return gy * (1 - y * y)
 
-    def jvp(self, t):  # step 61
+    def jvp(self, t):  # step 62
         y = self.results[0]
         return (1 - y * y) * t
 
@@ -112,7 +112,7 @@ class Log(Function):  # step 39
         (x,) = self.saved_tensors
         return gy / x
 
-    def jvp(self, t):  # step 61
+    def jvp(self, t):  # step 62
         return t / self.primals[0]
 
 
@@ -153,7 +153,7 @@ class Abs(Function):
         x = array_of(x)
         return gy * get_array_module(x).sign(x)  # a constant; sign(0) = 0: no gradient at the kink, as PyTorch
 
-    def jvp(self, t):  # step 61: sign(0) = 0, as in backward
+    def jvp(self, t):  # step 62: sign(0) = 0, as in backward
         return get_array_module(t).sign(self.primals[0]) * t
 
 
@@ -168,7 +168,7 @@ class Sqrt(Function):
         (y,) = self.saved_tensors
         return gy / (2 * y)
 
-    def jvp(self, t):  # step 61
+    def jvp(self, t):  # step 62
         return t / (2 * self.results[0])
 
 
@@ -193,7 +193,7 @@ class Clamp(Function):
         # slope 1 within the bounds, the bounds themselves included, as in PyTorch; a constant
         return gy * ((x >= low) & (x <= high)).astype(gy.dtype)
 
-    def jvp(self, t):  # step 61: slope 1 within the bounds (included), as in backward
+    def jvp(self, t):  # step 62: slope 1 within the bounds (included), as in backward
         x = self.primals[0]
         low = -math.inf if self.low is None else self.low
         high = math.inf if self.high is None else self.high
@@ -260,7 +260,7 @@ class Reshape(Function):  # step 29
     def backward(self, gy):
         return reshape(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def reshape(x, shape):
@@ -313,7 +313,7 @@ class Transpose(Function):  # step 29: the one node of permute, transpose and .T
         inverse = tuple(self.perm.index(i) for i in range(len(self.perm)))
         return permute(gy, inverse)
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def _apply_permutation(x, perm, torch_name=None):
@@ -482,7 +482,7 @@ class Sum(Function):  # step 30
             gy = reshape(gy, kept)
         return broadcast_to(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  # noqa: A001 (PyTorch's, NumPy's)
@@ -522,7 +522,7 @@ class Mean(Function):  # step 50
         # each element contributed 1/count of itself to its mean
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) / self.count
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
@@ -569,7 +569,7 @@ class Max(Function):  # step 50
         share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
 
-    def jvp(self, t):  # step 61: the tangents of the tied maxima, averaged, as backward shares the gradient
+    def jvp(self, t):  # step 62: the tangents of the tied maxima, averaged, as backward shares the gradient
         x, y = self.primals[0], self.results[0]
         winners = x == y.reshape(_kept_shape(self.axes, self.x_shape))
         kept = self.keepdims
@@ -603,7 +603,7 @@ class TakeAlongDim(Function):
         gy = reshape(gy, _kept_shape((self.dim,), self.x_shape))  # the index's shape
         return GetItemGrad(key, self.x_shape)(gy), None  # each value's gradient to the element it came from
 
-    def jvp(self, t, t_indices):  # step 61: the tangent at the same indices
+    def jvp(self, t, t_indices):  # step 62: the tangent at the same indices
         return self.forward(t, self.primals[1])
 
 
@@ -715,7 +715,7 @@ class LogSumExp(Function):  # step 50
         gy, y = [_keep_axes(v, self.axes, self.x_shape, self.keepdims) for v in (gy, y)]
         return broadcast_to(gy, self.x_shape) * exp(x - y)
 
-    def jvp(self, t):  # step 61: d logsumexp(x) = sum(softmax(x) dx)
+    def jvp(self, t):  # step 62: d logsumexp(x) = sum(softmax(x) dx)
         x, y = self.primals[0], self.results[0]
         softmax = get_array_module(x).exp(x - y.reshape(_kept_shape(self.axes, self.x_shape)))
         return (softmax * t).sum(axis=self.axes, keepdims=self.keepdims)
@@ -760,7 +760,7 @@ class Norm(Function):
         # where the norm is 0, x is 0 too: dividing by 1 there gives PyTorch's gradient, 0
         return x * broadcast_to(gy / (y + (array_of(y) == 0)), self.x_shape)
 
-    def jvp(self, t):  # step 61: d|x|_1 = sum(sign(x) dx); d|x|_2 = sum(x dx) / |x|_2 (0 where the norm is 0)
+    def jvp(self, t):  # step 62: d|x|_1 = sum(sign(x) dx); d|x|_2 = sum(x dx) / |x|_2 (0 where the norm is 0)
         x, y = self.primals[0], self.results[0]
         if self.p == 1:
             return (get_array_module(x).sign(x) * t).sum(axis=self.axes, keepdims=self.keepdims)
@@ -828,7 +828,7 @@ class MatMul(Function):  # step 31
         gW = sum_to(matmul(transpose(x, -2, -1), gy), self.shapes[1]) if self.needs_input_grad[1] else None
         return gx, gW
 
-    def jvp(self, t0, t1):  # step 61: d(x W) = dx W + x dW
+    def jvp(self, t0, t1):  # step 62: d(x W) = dx W + x dW
         x, W = self.primals
         return sum_tangents(None if t0 is None else t0 @ W, None if t1 is None else x @ t1)
 
@@ -855,7 +855,7 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
         if b is not None and x.dtype == W.dtype == b.dtype == np.float16:
-            # step 57: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
+            # step 58: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
             # changes a quarter of the outputs by a step
             return (x.astype(np.float32) @ W.T.astype(np.float32) + b).astype(np.float16)
         y = x @ W.T
@@ -869,7 +869,7 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
             return gx, gW
         return gx, gW, sum_to(gy, self.bias_shape)  # b was broadcast over the rows
 
-    def jvp(self, t0, t1, tb=None):  # step 61: d(x W^T + b) = dx W^T + x dW^T + db
+    def jvp(self, t0, t1, tb=None):  # step 62: d(x W^T + b) = dx W^T + x dW^T + db
         x, W = self.primals[:2]
         t = sum_tangents(None if t0 is None else t0 @ W.T, None if t1 is None else x @ t1.T)
         return sum_tangents(t, tb)
@@ -920,7 +920,7 @@ class GetItem(Function):  # step 31
         arrays = [array_of(index) for index in self.saved_tensors]
         return GetItemGrad(_with_index_arrays(self.key, arrays), self.x_shape)(gy)
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differentiable
@@ -938,7 +938,7 @@ class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differen
     def backward(self, ggx):
         return get_item(ggx, self.key)
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def get_item(x, key):
@@ -967,7 +967,7 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
         before = (slice(None),) * self.axis
         return tuple(gy[before + (slice(int(a), int(b)),)] for a, b in zip(self.bounds[:-1], self.bounds[1:]))
 
-    jvp = Function.jvp_by_forward  # step 61
+    jvp = Function.jvp_by_forward  # step 62
 
 
 def concatenate(xs, axis=0):
@@ -1000,7 +1000,7 @@ class Sigmoid(Function):  # step 32
         (y,) = self.saved_tensors
         return gy * y * (1 - y)
 
-    def jvp(self, t):  # step 61
+    def jvp(self, t):  # step 62
         y = self.results[0]
         return y * (1 - y) * t
 
@@ -1017,7 +1017,7 @@ class ReLU(Function):  # step 32
         # slope 1 where x > 0, else 0 (at x = 0 too, as in PyTorch); an array: a constant
         return gy * (array_of(y) > 0).astype(gy.dtype)
 
-    def jvp(self, t):  # step 61: slope 1 where x > 0, as in backward
+    def jvp(self, t):  # step 62: slope 1 where x > 0, as in backward
         return t * (self.results[0] > 0)
 
 
@@ -1027,17 +1027,17 @@ class MeanSquaredError(Function):  # step 32
             raise ValueError(f"mean_squared_error: shapes {x0.shape} and {x1.shape} differ")
         self.save_for_backward(x0, x1)  # step 35: both gradients need x0 - x1 (PyTorch keeps both too)
         diff = x0 - x1
-        # step 57: mean, not sum / size: in float16 the sum overflows long before the mean does;
+        # step 58: mean, not sum / size: in float16 the sum overflows long before the mean does;
         # NumPy's mean adds float16 in float32, as PyTorch does, and rounds once
         return (diff * diff).mean()
 
     def backward(self, gy):
         x0, x1 = self.saved_tensors
-        # d/dx0 of mean((x0 - x1)^2); step 57: in PyTorch's order, which float16 rounds at each product
+        # d/dx0 of mean((x0 - x1)^2); step 58: in PyTorch's order, which float16 rounds at each product
         gx0 = (2.0 / array_of(x0).size) * (x0 - x1) * gy
         return gx0, -gx0
 
-    def jvp(self, t0, t1):  # step 61: d mean((x0 - x1)^2) = mean(2 (x0 - x1) (dx0 - dx1))
+    def jvp(self, t0, t1):  # step 62: d mean((x0 - x1)^2) = mean(2 (x0 - x1) (dx0 - dx1))
         x0, x1 = self.primals
         return (2.0 * (x0 - x1) * sum_tangents(t0, None if t1 is None else -t1)).mean()
 
@@ -1061,7 +1061,7 @@ class Dropout(Function):  # step 41
         (keep,) = self.saved_tensors
         return gy * array_of(keep).astype(gy.dtype) * self.scale
 
-    def jvp(self, t):  # step 61: the same mask (forward's, still in _to_save) on the tangent
+    def jvp(self, t):  # step 62: the same mask (forward's, still in _to_save) on the tangent
         (keep,) = self._to_save
         return t * keep * self.scale
 

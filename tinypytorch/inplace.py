@@ -27,7 +27,7 @@ from tinypytorch.views import (
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
 
-def refuse_tangents(op, *variables):  # step 61
+def refuse_tangents(op, *variables):  # step 62
     """In-place operations have no tangent rules yet: where a tangent is involved, refuse rather than drop it
     (x.mul_(dual) would otherwise leave x with no tangent, a derivative of 0)."""
     if forward_ad_state.open_dual_levels and any(forward_ad_state.tangent_of(v) is not None for v in variables):
@@ -86,7 +86,7 @@ def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
     check_writable(op, x)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
-    refuse_tangents(op, x, other)  # step 61
+    refuse_tangents(op, x, other)  # step 62
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
         new = OPERATIONS[op](Variable(x.data, requires_grad=False), other).data
@@ -106,7 +106,7 @@ def apply(op, x, other):
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
     check_writable("zero_", x)
-    refuse_tangents("zero_", x)  # step 61
+    refuse_tangents("zero_", x)  # step 62
     if not (is_grad_enabled() and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
         return x
@@ -133,7 +133,7 @@ def set_item(op, x, key, value):
     """
     check_writable(op, x)
     value = as_variable(value, op, cuda.get_array_module(x.data), like=x.data)
-    refuse_tangents(op, x, value)  # step 61
+    refuse_tangents(op, x, value)  # step 62
     if not (is_grad_enabled() and (x.requires_grad or value.requires_grad)):
         xp = cuda.get_array_module(x.data)
         write(op, x, _assigned(xp, x.data, key, value.data))

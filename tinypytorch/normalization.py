@@ -70,7 +70,7 @@ class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBa
             grads[-1] = sum_to(gy, self.normalized_shape)
         return tuple(grads)
 
-    def jvp(self, t, *t_affine):  # step 61: d x_hat = rstd (dx - mean(dx) - x_hat mean(x_hat dx)); y = x_hat w + b
+    def jvp(self, t, *t_affine):  # step 62: d x_hat = rstd (dx - mean(dx) - x_hat mean(x_hat dx)); y = x_hat w + b
         x, affine = self.primals[0], self.primals[1:]
         mean = x.mean(axis=self.axes, keepdims=True)
         rstd = 1.0 / get_array_module(x).sqrt(((x - mean) ** 2).mean(axis=self.axes, keepdims=True) + self.eps)

@@ -1,4 +1,4 @@
-"""Forward-mode automatic differentiation, PyTorch's `torch.autograd.forward_ad` (step 61).
+"""Forward-mode automatic differentiation, PyTorch's `torch.autograd.forward_ad` (step 62).
 
     with forward_ad.dual_level():
         x = forward_ad.make_dual(primal, tangent)
@@ -16,21 +16,21 @@ from tinypytorch import forward_ad_state
 from tinypytorch.core import Variable
 from tinypytorch.functions import Reshape
 
-UnpackedDualTensor = collections.namedtuple("UnpackedDualTensor", ["primal", "tangent"])  # step 61
+UnpackedDualTensor = collections.namedtuple("UnpackedDualTensor", ["primal", "tangent"])  # step 62
 
 
-def enter_dual_level():  # step 61
+def enter_dual_level():  # step 62
     """Open the dual level (`dual_level` does it for a with block); returns its number, 0."""
     return forward_ad_state.enter_dual_level()
 
 
-def exit_dual_level(*, level=None):  # step 61
+def exit_dual_level(*, level=None):  # step 62
     """Close the dual level: every tangent made under it is dropped."""
     forward_ad_state.exit_dual_level()
 
 
 @contextlib.contextmanager
-def dual_level():  # step 61
+def dual_level():  # step 62
     """Within the block, dual tensors carry their tangents through every operation."""
     level = enter_dual_level()
     try:
@@ -46,7 +46,7 @@ def _alias(tensor):
     return view
 
 
-def make_dual(tensor, tangent, *, level=None):  # step 61
+def make_dual(tensor, tangent, *, level=None):  # step 62
     """A view of `tensor` whose tangent is `tangent` (same shape), at the open level."""
     if not forward_ad_state.open_dual_levels:
         raise RuntimeError("Trying to create a dual Tensor for forward AD but no level exists, make sure to "
@@ -66,7 +66,7 @@ def make_dual(tensor, tangent, *, level=None):  # step 61
     return dual
 
 
-def unpack_dual(tensor, *, level=None):  # step 61
+def unpack_dual(tensor, *, level=None):  # step 62
     """(primal, tangent): a view of `tensor` without tangent, and its tangent (None if it has none or no level
     is open)."""
     tangent = forward_ad_state.tangent_of(tensor)

@@ -1,4 +1,4 @@
-"""Higher-level derivatives of whole functions, PyTorch's `torch.autograd.functional` (step 62).
+"""Higher-level derivatives of whole functions, PyTorch's `torch.autograd.functional` (step 63).
 
     jacobian(f, x)      J, by rows (reverse mode, one backward pass per output element) or by columns
                         (strategy="forward-mode", one forward-mode pass per input element)
@@ -54,7 +54,7 @@ def _finish(value, create_graph):
     return value if create_graph else value.detach()
 
 
-def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):  # step 62
+def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):  # step 63
     """The Jacobian of func at inputs: for output i and input j, an array of shape output_i + input_j."""
     if strategy not in ("forward-mode", "reverse-mode"):
         raise AssertionError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
@@ -162,7 +162,7 @@ def _scalar_function_gradient(name, func, inputs, v, create_graph, strict):
     return inputs_tuple, inputs, v, outputs[0], gradient
 
 
-def vhp(func, inputs, v=None, create_graph=False, strict=False):  # step 62
+def vhp(func, inputs, v=None, create_graph=False, strict=False):  # step 63
     """(func(inputs), v^T H): the gradient with a graph, then one backward pass through it seeded with v."""
     with enable_grad():
         inputs_tuple, inputs, v, output, gradient = _scalar_function_gradient("vhp", func, inputs, v,
@@ -172,7 +172,7 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):  # step 62
     return _finish(output, create_graph), _untuple(result, inputs_tuple)
 
 
-def hvp(func, inputs, v=None, create_graph=False, strict=False):  # step 62
+def hvp(func, inputs, v=None, create_graph=False, strict=False):  # step 63
     """(func(inputs), H v) without H: the double-backward trick.
 
     u^T H is a backward pass through the gradient seeded with u; it is linear in u, so one more
