@@ -259,7 +259,7 @@ attempts = {
     "Variable(1.0)": lambda: Variable(1.0),
     'a + "abc"': lambda: a + "abc",
     "a * b": lambda: a * b,
-    "a ** a": lambda: a**a,
+    'a ** "2"': lambda: a ** "2",
     'with using_config("enable_backprob", False)': typo,
 }
 for code, attempt in attempts.items():

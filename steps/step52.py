@@ -26,6 +26,8 @@ from tinypytorch.nn.modules import Module, ModuleList, Sequential
 from tinypytorch.serialization import load, save
 from tinypytorch.utils.listing import show_code
 
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 57)
+
 
 # %% tags=["hide-input"]
 def below(error, bound):
@@ -267,8 +269,9 @@ def torch_twin(seed):
     return Net().double()
 
 
-def as_numpy(state):
-    return {key: value.detach().numpy() for key, value in state.items()}
+def as_ours(state):
+    """torch's state dict as tinypytorch's tensors, sharing the arrays (from_numpy)."""
+    return {key: tinypytorch.from_numpy(value.detach().numpy()) for key, value in state.items()}
 
 
 # %%
@@ -276,7 +279,7 @@ twin = torch_twin(0)
 names = [(n, p.shape) for n, p in model.named_parameters()]
 assert names == [(n, tuple(p.shape)) for n, p in twin.named_parameters()]
 assert repr(model) == repr(twin) and list(model.state_dict()) == list(twin.state_dict())
-model.load_state_dict(as_numpy(twin.state_dict()))
+model.load_state_dict(as_ours(twin.state_dict()))
 save(model.state_dict(), folder / "from_torch.pt")
 restored.load_state_dict(load(folder / "from_torch.pt"))
 x_t = torch.from_numpy(x.data)

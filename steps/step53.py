@@ -24,6 +24,8 @@ from tinypytorch import Variable, nn, optim
 from tinypytorch.nn import module_hooks
 from tinypytorch.utils.listing import show_code
 
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 57)
+
 
 # %% tags=["hide-input"]
 def below(error, bound):
@@ -358,14 +360,14 @@ state = {k: v.detach().numpy().copy() for k, v in twin.state_dict().items()}
 gaps, events = [], 0
 for requires_grad in (False, True):
     ours = build(nn)
-    ours.load_state_dict(state)
+    ours.load_state_dict({k: tinypytorch.from_numpy(v) for k, v in state.items()})
     twin.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     log = hook_log(ours, Variable(x.data, requires_grad=requires_grad))
     log_t = hook_log(twin, torch.tensor(x.data, requires_grad=requires_grad))
     gaps.append(log_gap(log, log_t))
     events += len(log)
 ours = build(nn)
-ours.load_state_dict(state)
+ours.load_state_dict({k: tinypytorch.from_numpy(v) for k, v in state.items()})
 twin = build(torch.nn).double()
 twin.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
 params_gap = max(np.abs(a - b).max() for a, b in zip(train(ours, True), torch_train(twin)))

@@ -24,6 +24,8 @@ from tinypytorch.nn.utils import clip_grad_norm_, clip_grad_value_
 from tinypytorch.nn.utils.clip_grad import clip_grads_with_norm_
 from tinypytorch.utils.listing import show_code
 
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 57)
+
 
 # %% tags=["hide-input"]
 def below(error, bound):
@@ -241,7 +243,7 @@ def batchnorm_twins():
     twin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Tanh(),
                                torch.nn.Linear(4, 2)).double()
     ours = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 2))
-    ours.load_state_dict({key: value.numpy() for key, value in twin.state_dict().items()})
+    ours.load_state_dict({key: tinypytorch.from_numpy(value.numpy()) for key, value in twin.state_dict().items()})
     return ours, twin
 
 
@@ -272,7 +274,7 @@ def gaps(a, b):
 
 
 bn, bn_twin = batchnorm_twins()
-start = {key: value.data.copy() for key, value in bn.state_dict().items()}  # the state dict shares memory
+start = {key: value.clone() for key, value in bn.state_dict().items()}  # the state dict shares memory
 one_batch = run(bn, [(x, t)], 1)
 bn.load_state_dict(start)
 micro = run(bn, list(zip(np.split(x, 4), np.split(t, 4))), 4)
@@ -407,7 +409,7 @@ for a, a_t, f_t in zip(run(model, even, k)[0], grads_t, full_t):
 print(f"{k} accumulated micro-batches: gradients equal the full batch's and torch's")
 
 bn_one = torch_run(bn_twin, [(x, t)], 1)
-bn_twin.load_state_dict({key: torch.from_numpy(value) for key, value in start.items()})
+bn_twin.load_state_dict({key: torch.from_numpy(value.data) for key, value in start.items()})
 torch_gaps = gaps(bn_one, torch_run(bn_twin, list(zip(np.split(x, 4), np.split(t, 4))), 4))
 np.testing.assert_allclose(ours_gaps, torch_gaps, rtol=1e-9)
 uneven_t = torch_run(twin, uneven, len(sizes))[0]

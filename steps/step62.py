@@ -269,7 +269,7 @@ for op in operations.OPERATIONS:
         continue
     np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
     equal += 1
-assert equal + len(raised) == len(operations.OPERATIONS) == 84
+assert equal + len(raised) == len(operations.OPERATIONS) and len(raised) == 3
 print(f"{equal} of {len(operations.OPERATIONS)} operations: JVPs equal torch's")
 print("raise NotImplementedError (no rule yet):", ", ".join(raised))
 print("PyTorch check passed: JVPs of", equal, "operations equal torch.autograd.forward_ad's")

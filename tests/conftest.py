@@ -26,6 +26,27 @@ settings.register_profile("fuzz", deadline=None, max_examples=300, derandomize=F
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+@pytest.fixture(autouse=True)
+def _default_dtype_float32():
+    """Every test starts with PyTorch's default dtype, float32, and leaves it so: a step loaded inside a test
+    (steps 52-55 call `set_default_dtype(float64)` at their top) must not change it for the tests after."""
+    import tinypytorch
+
+    tinypytorch.set_default_dtype(np.float32)
+    yield
+    tinypytorch.set_default_dtype(np.float32)
+
+
+@pytest.fixture
+def float64_default():
+    """The default dtype float64 for one test, as the pages of steps 52-55 set it (`set_default_dtype(float64)`),
+    so that their tests build the page's float64 models."""
+    import tinypytorch
+
+    tinypytorch.set_default_dtype(np.float64)
+    yield
+
+
 @pytest.fixture(params=["numpy", "strict", pytest.param("cupy", marks=pytest.mark.gpu)])
 def xp(request):
     """The array module of a test that runs on every backend.

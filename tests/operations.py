@@ -260,6 +260,17 @@ OPERATIONS = [
     Operation("t cubed", lambda a: F.t(a) ** 3, lambda a: a.t() ** 3, ((2, 3),), (F.Transpose, Pow)),
     Operation("permute", lambda a: F.permute(a, (2, 0, 1)), lambda a: a.permute(2, 0, 1), ((2, 3, 2),),
               (F.Transpose,)),
+    # step 57: the element-wise operations of two tensors that PyTorch promotes as it promotes +, -, *, /
+    Operation("pow, a tensor exponent", lambda a, b: a ** b, lambda a, b: a ** b, ((2, 3), (3,)),
+              (F.PowTensor, F.SumTo), domain=(0.5, 2.0)),
+    Operation("pow, a number base", lambda a: 2.0 ** a, lambda a: 2.0 ** a, ((2, 3),), (F.PowTensor,)),
+    Operation("maximum", F.maximum, torch.maximum, ((2, 3), (2, 3)), (F.Maximum,)),
+    Operation("minimum, broadcast cubed", lambda a, b: F.minimum(a, b) ** 3, lambda a, b: torch.minimum(a, b) ** 3,
+              ((2, 3), (3,)), (F.Minimum, F.SumTo, Pow)),
+    Operation("where", lambda a, b: F.where(a.data > 0, a, b), lambda a, b: torch.where(a > 0, a, b),
+              ((2, 3), (2, 3)), (F.Where,)),
+    Operation("remainder", lambda a, b: a % b, lambda a, b: a % b, ((2, 3), (2, 3)), (F.Remainder,),
+              domain=(0.5, 2.0)),
 ]
 
 
@@ -272,7 +283,11 @@ NOT_OPERATIONS = {"CheckpointFunction": "tests/test_step42.py (reentrant checkpo
                   "ToDevice": "tests/test_step48.py (x.to(device): gradients go back to the source device)",
                   # a custom Function's node runs the user's forward and backward (autograd.function.Function)
                   "CustomNode": "tests/test_step49.py (custom Functions, PyTorch's way)",
-                  "DelayedError": "tests/test_step49.py (once_differentiable)"}
+                  "DelayedError": "tests/test_step49.py (once_differentiable)",
+                  # no derivative, as in PyTorch: backward through it raises PyTorch's error
+                  "FloorDivide": "tests/test_dtypes.py (floor division)",
+                  # the node of module hooks' identity Function (an autograd.Function of the package)
+                  "BackwardHookFunctionBackward": "tests/test_step53.py (module hooks)"}
 
 
 def package_functions():

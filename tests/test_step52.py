@@ -15,7 +15,7 @@ from steploader import load_step
 from tinypytorch import Variable, nn
 from tinypytorch.layers import BatchNorm1d, Layer, Parameter
 
-pytestmark = [pytest.mark.step52, pytest.mark.torch]
+pytestmark = [pytest.mark.step52, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 
 
 def both(build):
@@ -25,7 +25,7 @@ def both(build):
 
 def copy_weights(ours, theirs):
     """torch's values into ours, through the state dicts (which also checks that their keys agree)."""
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    ours.load_state_dict({k: tinypytorch.from_numpy(v.detach().numpy()) for k, v in theirs.state_dict().items()})
 
 
 class Block(nn.Module):
@@ -218,13 +218,13 @@ def test_state_dict_values_share_memory_are_detached_and_keep_vars_gives_the_par
 def test_load_state_dict_copies_in_place_and_reports_keys_as_torch():
     ours, theirs = both(ARCHITECTURES["mlp"])
     weight = ours[0].weight
-    result = ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    result = ours.load_state_dict({k: tinypytorch.from_numpy(v.numpy()) for k, v in theirs.state_dict().items()})
     assert ours[0].weight is weight  # the same Parameter, new values: an optimizer keeps working
     np.testing.assert_array_equal(weight.data, theirs[0].weight.detach().numpy())
     assert repr(result) == repr(theirs.load_state_dict(theirs.state_dict())) == "<All keys matched successfully>"
     partial = {"0.weight": np.zeros((3, 2)), "extra": np.zeros(1)}
-    result, result_t = ours.load_state_dict(partial, strict=False), theirs.load_state_dict(
-        {k: torch.from_numpy(v) for k, v in partial.items()}, strict=False)
+    result, result_t = ours.load_state_dict({k: tinypytorch.from_numpy(v) for k, v in partial.items()}, strict=False), \
+        theirs.load_state_dict({k: torch.from_numpy(v) for k, v in partial.items()}, strict=False)
     assert (result.missing_keys, result.unexpected_keys) == (result_t.missing_keys, result_t.unexpected_keys)
     np.testing.assert_array_equal(ours[0].weight.data, 0.0)
 
@@ -233,7 +233,7 @@ def messages(state):
     """(ours, torch's) message of load_state_dict(state) into the same model, torch's shapes written as tuples."""
     ours, theirs = both(ARCHITECTURES["mlp"])
     with pytest.raises(RuntimeError) as error:
-        ours.load_state_dict(state)
+        ours.load_state_dict({k: tinypytorch.from_numpy(v) for k, v in state.items()})
     with pytest.raises(RuntimeError) as error_t:
         theirs.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
     torch_text = str(error_t.value)

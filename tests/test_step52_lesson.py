@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 import torch
 
+import tinypytorch
 from steploader import load_step
 from tinypytorch import Variable, nn
 
-pytestmark = [pytest.mark.step52, pytest.mark.torch]
+pytestmark = [pytest.mark.step52, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 step = load_step(52)
 
 
@@ -33,7 +34,7 @@ def test_the_residual_block_has_torchs_names_and_gives_its_outputs_and_gradients
                                                                                          torch.nn.Tanh()))).double()
     ours = step.residual
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in twin.named_parameters()]
-    ours.load_state_dict({k: v.detach().numpy() for k, v in twin.state_dict().items()})
+    ours.load_state_dict({k: tinypytorch.from_numpy(v.detach().numpy()) for k, v in twin.state_dict().items()})
     x = np.random.default_rng(0).normal(size=(4, 3))
     y, y_t = ours(Variable(x)), twin(torch.from_numpy(x))
     np.testing.assert_allclose(y.data, y_t.detach().numpy(), rtol=1e-12)
@@ -46,7 +47,7 @@ def test_the_residual_block_has_torchs_names_and_gives_its_outputs_and_gradients
 
 def test_sub_state_gives_the_keys_torchs_submodule_state_dict_has():
     twin = step.torch_twin(3)
-    state = {k: v.detach().numpy() for k, v in twin.state_dict().items()}
+    state = {k: tinypytorch.from_numpy(v.detach().numpy()) for k, v in twin.state_dict().items()}
     part = step.sub_state(state, "body.")
     assert list(part) == list(twin.body.state_dict())
     body = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 4), nn.Tanh())

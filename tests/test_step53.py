@@ -10,12 +10,12 @@ import torch
 import tinypytorch
 from tinypytorch import Variable, nn, optim
 
-pytestmark = [pytest.mark.step53, pytest.mark.torch]
+pytestmark = [pytest.mark.step53, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 
 
 def both(build):
     ours, theirs = build(nn), build(torch.nn).double()
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    ours.load_state_dict({k: tinypytorch.from_numpy(v.detach().numpy()) for k, v in theirs.state_dict().items()})
     return ours, theirs
 
 

@@ -4,17 +4,18 @@ import numpy as np
 import pytest
 import torch
 
+import tinypytorch
 from steploader import load_step
 from tinypytorch import Variable, nn
 
-pytestmark = [pytest.mark.step53, pytest.mark.torch]
+pytestmark = [pytest.mark.step53, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 step = load_step(53)
 
 
 def twins(build):
     theirs = build(torch.nn).double()
     ours = build(nn)
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    ours.load_state_dict({k: tinypytorch.from_numpy(v.detach().numpy()) for k, v in theirs.state_dict().items()})
     return ours, theirs
 
 

@@ -13,7 +13,7 @@ import tinypytorch
 from tinypytorch import Variable, nn
 from tinypytorch.nn.normalization import LayerNorm
 
-pytestmark = [pytest.mark.step54, pytest.mark.torch]
+pytestmark = [pytest.mark.step54, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 
 SETTINGS = [((8,), {}), (8, {}), ([2, 3], {}), ((4,), {"eps": 1e-3}), ((5,), {"elementwise_affine": False}),
             ((6,), {"bias": False}), ((2, 4), {"elementwise_affine": False, "bias": False}), ((3,), {"eps": 0.5})]
@@ -54,7 +54,7 @@ def test_outputs_and_gradients_equal_torchs(shape, kwargs, x_shape):
     with torch.no_grad():  # other affine values than ones and zeros, the same in both
         for p in theirs.parameters():
             p.copy_(torch.from_numpy(rng.normal(size=p.shape)))
-    ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
+    ours.load_state_dict({k: tinypytorch.from_numpy(v.numpy()) for k, v in theirs.state_dict().items()})
     x_ours, x_t = Variable(x.copy()), torch.tensor(x, requires_grad=True)
     y, y_t = ours(x_ours), theirs(x_t)
     assert_close(y.data, y_t.detach().numpy(), "output")
@@ -75,7 +75,7 @@ def test_inside_a_model_after_a_training_step_as_torchs():
     torch.manual_seed(0)
     ours, theirs = build(nn), build(torch.nn).double()
     assert repr(ours) == repr(theirs) and list(ours.state_dict()) == list(theirs.state_dict())
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    ours.load_state_dict({k: tinypytorch.from_numpy(v.detach().numpy()) for k, v in theirs.state_dict().items()})
     rng = np.random.default_rng(5)
     x, t = rng.normal(size=(9, 4)), rng.normal(size=(9, 2))
     for model, wrap in ((ours, lambda a: Variable(a, requires_grad=False)), (theirs, torch.from_numpy)):
@@ -107,7 +107,7 @@ def test_a_float_shape_is_torchs_type_error():
 
 def test_reset_parameters_brings_back_ones_and_zeros():
     norm = LayerNorm(3)
-    norm.load_state_dict({"weight": np.arange(3.0), "bias": np.arange(3.0)})
+    norm.load_state_dict({"weight": tinypytorch.arange(3.0), "bias": tinypytorch.arange(3.0)})
     norm.reset_parameters()
     np.testing.assert_array_equal(norm.weight.data, np.ones(3))
     np.testing.assert_array_equal(norm.bias.data, np.zeros(3))

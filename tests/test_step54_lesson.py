@@ -11,7 +11,7 @@ import torch
 from steploader import load_step
 from tinypytorch import nn
 
-pytestmark = [pytest.mark.step54, pytest.mark.torch]
+pytestmark = [pytest.mark.step54, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 step = load_step(54)
 
 

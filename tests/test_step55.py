@@ -13,7 +13,7 @@ from tinypytorch import Variable, nn
 from tinypytorch import layers
 from tinypytorch.nn import utils
 
-pytestmark = [pytest.mark.step55, pytest.mark.torch]
+pytestmark = [pytest.mark.step55, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 KEYS = ["weight", "bias", "running_mean", "running_var", "num_batches_tracked"]
 
 
@@ -51,7 +51,7 @@ def test_state_after_training_batches_outputs_and_gradients_equal_torchs(momentu
     ours, theirs = nn.BatchNorm1d(3, momentum=momentum), torch.nn.BatchNorm1d(3, momentum=momentum).double()
     rng = np.random.default_rng(1)
     w, b = rng.normal(size=3), rng.normal(size=3)
-    ours.load_state_dict({"weight": w, "bias": b}, strict=False)
+    ours.load_state_dict({"weight": tinypytorch.from_numpy(w), "bias": tinypytorch.from_numpy(b)}, strict=False)
     with torch.no_grad():
         theirs.weight.copy_(torch.from_numpy(w))
         theirs.bias.copy_(torch.from_numpy(b))
@@ -86,7 +86,7 @@ def test_load_state_dict_round_trip_with_torch():
     theirs = torch.nn.BatchNorm1d(3).double()
     train_both(nn.BatchNorm1d(3), theirs, batches(3, (4, 3)))
     ours = nn.BatchNorm1d(3)
-    assert repr(ours.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})) == (
+    assert repr(ours.load_state_dict({k: tinypytorch.from_numpy(v.numpy()) for k, v in theirs.state_dict().items()})) == (
         "<All keys matched successfully>")
     assert int(ours.num_batches_tracked) == 3 and ours.num_batches_tracked.dtype == np.int64
     back = torch.nn.BatchNorm1d(3).double()
@@ -102,11 +102,11 @@ def test_load_state_dict_round_trip_with_torch():
 
 def test_load_state_dict_checks_the_shape_and_a_missing_counter():
     ours = nn.BatchNorm1d(3)
-    state = {k: v.numpy() for k, v in torch.nn.BatchNorm1d(3).double().state_dict().items()}
+    state = {k: tinypytorch.from_numpy(v.numpy()) for k, v in torch.nn.BatchNorm1d(3).double().state_dict().items()}
     del state["num_batches_tracked"]
     with pytest.raises(RuntimeError, match='Missing key\\(s\\) in state_dict: "num_batches_tracked"'):
         ours.load_state_dict(state)
-    state = {k: v.numpy() for k, v in torch.nn.BatchNorm1d(4).double().state_dict().items()}
+    state = {k: tinypytorch.from_numpy(v.numpy()) for k, v in torch.nn.BatchNorm1d(4).double().state_dict().items()}
     with pytest.raises(RuntimeError, match="size mismatch for running_mean"):
         ours.load_state_dict(state)
 
@@ -192,7 +192,7 @@ def mlp(framework):
 def test_accumulated_gradients_equal_the_full_batch_and_torchs():
     tinypytorch.manual_seed(0)
     ours, theirs = mlp(nn), mlp(torch.nn).double()
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    ours.load_state_dict({k: tinypytorch.from_numpy(v.detach().numpy()) for k, v in theirs.state_dict().items()})
     rng = np.random.default_rng(0)
     x, t = rng.normal(size=(12, 3)), rng.normal(size=(12, 2))
     torch.nn.MSELoss()(theirs(torch.from_numpy(x)), torch.from_numpy(t)).backward()

@@ -7,9 +7,10 @@ import pytest
 import torch
 import torch.nn.utils as TU
 
+import tinypytorch
 from steploader import load_step
 
-pytestmark = [pytest.mark.step55, pytest.mark.torch]
+pytestmark = [pytest.mark.step55, pytest.mark.torch, pytest.mark.usefixtures("float64_default")]  # the page's dtype
 step = load_step(55)
 
 

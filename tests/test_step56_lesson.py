@@ -12,9 +12,9 @@ step = load_step(56)
 
 
 def twins():
-    ours = tp.nn.Sequential(tp.nn.Linear(2, 3), tp.nn.Tanh(), tp.nn.Linear(3, 1))
+    ours = tp.nn.Sequential(tp.nn.Linear(2, 3), tp.nn.Tanh(), tp.nn.Linear(3, 1)).double()
     theirs = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1)).double()
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    ours.load_state_dict({k: tp.from_numpy(v.detach().numpy()) for k, v in theirs.state_dict().items()})
     return ours, theirs
 
 

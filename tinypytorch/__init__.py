@@ -55,8 +55,9 @@ from tinypytorch.grad_mode import (
     using_config,
 )
 from tinypytorch.factories import (
-    arange, bool, double, eye, float, float16, float32, float64, from_numpy, full, full_like, half, int32, int64,
-    linspace, long, ones, ones_like, rand, rand_like, randn, randn_like, tensor, zeros, zeros_like,
+    arange, bool, cdouble, cfloat, complex64, complex128, double, eye, float, float16, float32, float64, from_numpy,
+    full, full_like, half, int8, int16, int32, int64, linspace, long, ones, ones_like, rand, rand_like, randn,
+    randn_like, short, tensor, uint8, zeros, zeros_like,
 )
 from tinypytorch.functions import (
     abs, amax, amin, argmax, argmin, broadcast_to, clamp, concatenate, cos, exp, expand, flatten, floor_divide,
@@ -85,7 +86,8 @@ __all__ = [
     # PyTorch's surface
     "Tensor", "is_grad_enabled", "set_grad_enabled", "inference_mode", "is_inference_mode_enabled", "tensor", "zeros", "ones", "full", "eye", "arange", "linspace",
     "rand", "randn", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
-    "float16", "float32", "float64", "half", "float", "double", "int32", "int64", "long", "bool",
+    "float16", "float32", "float64", "half", "float", "double", "uint8", "int8", "int16", "short", "int32", "int64",
+    "long", "bool", "complex64", "complex128", "cfloat", "cdouble",
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
     "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",

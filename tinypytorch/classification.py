@@ -17,7 +17,7 @@ from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import GetItemGrad, _dim, _ndim, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
 
 
-def _floating(op, x):
+def _floating(op, x):  # step 57
     """Refuse an integer or bool input, as PyTorch's softmax kernels do (they exist for floating dtypes only)."""
     if x.dtype.kind not in "fc":
         raise NotImplementedError(f'"{op}_lastdim_kernel_impl" not implemented for \'{dtypes.torch_name(x.dtype)}\'')
@@ -37,7 +37,7 @@ class Softmax(Function):  # step 50
         self.axis = axis
 
     def forward(self, x):
-        _floating("softmax", x)
+        _floating("softmax", x)  # step 57: for floating dtypes only, as PyTorch's kernels
         xp = get_array_module(x)
         self.axis = _axis("softmax", self.axis, x.ndim)
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))  # the largest is exp(0) = 1: no overflow
@@ -61,7 +61,7 @@ class LogSoftmax(Function):  # step 50
         self.axis = axis
 
     def forward(self, x):
-        _floating("log_softmax", x)
+        _floating("log_softmax", x)  # step 57: for floating dtypes only, as PyTorch's kernels
         xp = get_array_module(x)
         self.axis = _axis("log_softmax", self.axis, x.ndim)
         shifted = x - x.max(axis=self.axis, keepdims=True)

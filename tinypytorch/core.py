@@ -281,7 +281,7 @@ class Variable:
         """A copy with its own memory, differentiable (PyTorch's CloneBackward0)."""
         return Clone()(self)
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo):  # step 52
         """A leaf with its own copy of the data and the gradient, without the hooks (PyTorch's deepcopy): a copied
         model's parameters do not call the original's hooks (an optimizer's step in backward, say)."""
         if self.creator is not None:  # PyTorch's refusal and words
@@ -428,7 +428,7 @@ def compare(op, x, other):
     """
     if not isinstance(other, (Variable, *cuda.array_types, *scalar_types, np.bool_)):
         return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
-    dtype = dtypes.result_type(x, other)
+    dtype = dtypes.result_type(x, other)  # step 57: both sides in PyTorch's promoted dtype
     other = other.data if isinstance(other, Variable) else other
     xp = cuda.get_array_module(x.data)
     if not isinstance(other, cuda.array_types):
@@ -547,7 +547,7 @@ class Function:
     output_hooks = None  # step 35: {output index: the hooks of that output variable}
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
     is_view = False  # step 37: True for functions whose output may share its input's memory
-    promotes = False  # element-wise operations of several inputs compute in PyTorch's result_type (self.dtype)
+    promotes = False  # step 57: element-wise operations of several inputs compute in PyTorch's result_type
     dispatch_mode = None  # step 61: set while a selective-checkpoint region is open: it runs every operation
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
@@ -566,7 +566,7 @@ class Function:
                 break
         if autocast_state.open_autocast_blocks:  # step 59: autocast casts the inputs of the operations it lists
             inputs = autocast_state.autocast_inputs(self, inputs)
-        if self.promotes:  # PyTorch's type promotion, not NumPy's: forward casts to it
+        if self.promotes:  # step 57: PyTorch's type promotion, not NumPy's; forward casts to it
             self.dtype = dtypes.result_type(*inputs)
         # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
         # flow to some input (step 33). Only then do the outputs require grad.
@@ -580,7 +580,7 @@ class Function:
         # step 56: inference mode records nothing, even under enable_grad; nor does a view of an inference tensor
         if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
             requires_grad = False
-        if requires_grad and self.is_view and inputs[0].version_counter is None:  # (an inference tensor, PyTorch's)
+        if requires_grad and self.is_view and inputs[0].version_counter is None:  # step 56: of an inference tensor
             requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
@@ -598,11 +598,8 @@ class Function:
                 output._requires_grad = output.data.dtype.kind == "f"  # an integer output has no gradient
         if self.is_view:
             views.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
-        else:  # an input handed back as it is (a custom Function's `return x`) is a view of it, as in PyTorch
-            for nr, y in enumerate(ys):
-                for x in inputs:
-                    if y is x.data:
-                        views.track_returned_input(self, nr, x, outputs[nr])
+        else:
+            views.track_returned_inputs(self, inputs, ys, outputs)  # step 49: an input handed back is a view of it
         if requires_grad:
             self.record(inputs, ys, outputs)
         if forward_ad_state.open_dual_levels:  # step 62: under a dual level the tangents go forward with the values
@@ -621,10 +618,20 @@ class Function:
             out = self.jvp(*tangents)
         finally:
             del self.primals, self.results
+        tangent_dtype = functools.reduce(dtypes.promote_types, [t.dtype for t in tangents if t is not None])
         for output, t in zip(outputs, out if type(out) is tuple else (out,)):
             if t is not None and output.data.dtype.kind == "f":  # an integer output has no tangent
-                xp = cuda.get_array_module(output.data)  # the tangent as its output: shape and dtype
-                forward_ad_state.set_tangent(output, xp.broadcast_to(t, output.shape).astype(output.dtype))
+                xp = cuda.get_array_module(output.data)  # the tangent as its output: its shape, and its dtype
+                dtype = self.tangent_dtype(output.data.dtype, tangent_dtype)
+                forward_ad_state.set_tangent(output, xp.broadcast_to(t, output.shape).astype(dtype))
+        if self._saved:  # step 63: forward over reverse, saved outputs keep their tangents for the backward pass
+            graph.keep_output_tangents(self._saved, outputs)
+
+    @staticmethod
+    def tangent_dtype(output_dtype, tangent_dtype):
+        """An output's tangent's dtype: its own promoted with the inputs' tangents', as PyTorch's formulas give it (a
+        float64 tangent of a float32 primal stays float64); a cast (Cast) casts the tangent too."""
+        return dtypes.promote_types(output_dtype, tangent_dtype)
 
     def jvp(self, *tangents):  # step 62
         """Forward mode: the outputs' tangents, J t, from one tangent (array or None: zero) per input; the
@@ -641,7 +648,7 @@ class Function:
     def on_arrays(self, arrays):
         """The operation on bare arrays, inside a backward formula that runs on arrays: no Variable, no graph."""
         self.needs_input_grad = (False,) * len(arrays)
-        if self.promotes:
+        if self.promotes:  # step 57
             self.dtype = dtypes.result_type(*arrays)
         return self.forward(*arrays)
 
@@ -756,9 +763,9 @@ class _Binary(Function):
     in the inputs' promoted dtype."""
 
     shapes = None  # (shape of x0, shape of x1), only when broadcasting made them differ
-    promotes = True
+    promotes = True  # step 57
 
-    def promoted(self, x0, x1):
+    def promoted(self, x0, x1):  # step 57
         """The inputs in the dtype the operation computes in (Function.__call__ set it: PyTorch's result_type)."""
         return dtypes.cast(x0, self.dtype), dtypes.cast(x1, self.dtype)
 
@@ -783,7 +790,7 @@ def sum_tangents(t0, t1):  # step 62
 class Add(_Binary):  # step 11
     def forward(self, x0, x1):
         self.keep_shapes("add", x0, x1)
-        x0, x1 = self.promoted(x0, x1)
+        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
         return x0 + x1
 
     def backward(self, gy):
@@ -799,7 +806,7 @@ class Mul(_Binary):  # step 20
         # d(x0 x1)/dx0 = x1 and d(x0 x1)/dx1 = x0: keep each only if the other input needs a gradient
         needs = self.needs_input_grad
         self.save_for_backward(x0 if needs[1] else None, x1 if needs[0] else None)
-        x0, x1 = self.promoted(x0, x1)
+        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
         return x0 * x1
 
     def backward(self, gy):
@@ -829,7 +836,7 @@ class Neg(Function):  # step 22
 class Sub(_Binary):  # step 22
     def forward(self, x0, x1):
         self.keep_shapes("sub", x0, x1)
-        x0, x1 = self.promoted(x0, x1)
+        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
         return x0 - x1
 
     def backward(self, gy):
@@ -845,8 +852,8 @@ class Div(_Binary):  # step 22
         # d(x0/x1)/dx0 = 1/x1 needs x1; d(x0/x1)/dx1 = -x0/x1^2 needs both (PyTorch keeps the same)
         needs = self.needs_input_grad
         self.save_for_backward(x0 if needs[1] else None, x1)
-        self.dtype = dtypes.floating(self.dtype)  # true division: integers give the default float, as PyTorch's
-        x0, x1 = self.promoted(x0, x1)
+        self.dtype = dtypes.floating(self.dtype)  # step 57: true division of integers gives the default float
+        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
         return x0 / x1
 
     def backward(self, gy):
@@ -870,7 +877,7 @@ class Pow(Function):  # step 22
 
     def forward(self, x):
         self.save_for_backward(x)  # d(x^c)/dx = c x^(c-1) needs x
-        if x.dtype.kind not in "fc":  # integers and bools: PyTorch's result dtype (int ** 2.5 is float32)
+        if x.dtype.kind not in "fc":  # step 57: integers and bools, PyTorch's result dtype (int ** 2.5 is float32)
             if isinstance(self.c, numbers.Integral) and self.c < 0 and x.dtype.kind != "b":
                 raise RuntimeError("Integers to negative integer powers are not allowed.")
             x = dtypes.cast(x, dtypes.result_type(x, self.c))
@@ -1023,6 +1030,10 @@ def sum_to(x, shape):
 class Cast(Function):  # step 43: a change of dtype; its gradient goes back to the input's dtype
     def __init__(self, dtype):
         self.dtype = np.dtype(dtype)
+
+    @staticmethod
+    def tangent_dtype(output_dtype, tangent_dtype):
+        return output_dtype  # a cast's tangent is cast too (PyTorch's to(dtype))
 
     def forward(self, x):
         self.x_dtype = x.dtype

@@ -1,4 +1,4 @@
-"""PyTorch's dtype rules, in one place that every operation asks: the default dtype, type promotion and casting.
+"""PyTorch's dtype rules (step 57), in one place every operation asks: the default dtype, type promotion, casting.
 
 NumPy and PyTorch agree on what one dtype holds, and part ways on three rules, where the package follows PyTorch:
 
@@ -103,48 +103,38 @@ _WRAPPED_AS = {"b": lambda: np.dtype(np.bool_), "u": lambda: np.dtype(np.int64),
 
 
 def result_type(*operands):
-    """The dtype an element-wise operation on these operands computes in and returns (torch.result_type).
-
-    Each rank (dimensioned tensors, 0-d tensors, Python numbers) is promoted on its own; then a lower rank counts
-    only where its category is higher than the rank above it.
-    """
-    if len(operands) == 2:  # the common case, both operands of one dtype: no question to ask
+    """The dtype an element-wise operation on these operands computes in and returns (torch.result_type): each
+    operand described by its dtype and rank, then promote_ranks."""
+    if len(operands) == 2:  # speed: the common case, both operands of one dtype, needs no rule
         a, b = operands
         da, db = getattr(a, "dtype", None), getattr(b, "dtype", None)
         if da is not None and da is db and not getattr(a, "wrapped_number", False) \
                 and not getattr(b, "wrapped_number", False):
             return da
-    return _result_type(tuple(_operand(x) for x in operands))
+    return promote_ranks(tuple(_operand(x) for x in operands), _default)
 
 
-@functools.cache
-def _result_type_cached(described, default):
-    best = [None, None, None]  # one dtype per rank
+@functools.cache  # speed: the answer depends on the dtypes and ranks only (the default dtype keys it too)
+def promote_ranks(described, default):
+    """The result dtype of operands described as (dtype, rank) pairs: each rank (dimensioned tensors, 0-d
+    tensors, Python numbers) is promoted on its own; then a lower rank counts only where its category is
+    higher than the ranks above it (_combine)."""
+    best = [None, None, None]  # one dtype per rank: DIM, ZERO, WRAPPED
     for dtype, rank in described:
         best[rank] = dtype if best[rank] is None else promote_types(best[rank], dtype)
     return _combine(best[DIM], _combine(best[ZERO], best[WRAPPED]))
 
 
-def _result_type(described):
-    return _result_type_cached(described, _default)  # (the default dtype is part of the answer: it keys the cache)
-
-
 def _combine(higher, lower):
-    """PyTorch's combine_categories: the higher rank's dtype, unless the lower rank's category is higher."""
-    if higher is None:
-        return lower
-    if lower is None:
+    """PyTorch's combine_categories: the higher rank's dtype, unless the lower rank's category is higher (a float
+    number meeting an integer tensor); then the higher category's dtype, a complex one at a float's precision."""
+    if higher is None or lower is None:
+        return lower if higher is None else higher
+    if _CATEGORY[lower.kind] <= _CATEGORY[higher.kind]:
         return higher
-    ch, cl = _CATEGORY[higher.kind], _CATEGORY[lower.kind]
-    if ch == 3:
-        return higher
-    if cl == 3:  # a complex number meets a real tensor: complex, at the tensor's precision if it is floating
-        return np.promote_types(higher, np.complex64) if ch == 2 else lower
-    if ch == 2:
-        return higher
-    if higher.kind == "b" or cl == 2:
-        return promote_types(higher, lower)
-    return higher
+    if lower.kind == "c" and higher.kind == "f":  # complex128 meeting a float32 tensor: complex64
+        return promote_types(higher, np.complex64)
+    return promote_types(higher, lower)
 
 
 def floating(dtype):

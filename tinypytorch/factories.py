@@ -23,8 +23,13 @@ from tinypytorch.core import Variable
 float16 = half = np.float16
 float32 = float = np.float32  # noqa: A001 (PyTorch's name: torch.float is float32)
 float64 = double = np.float64
+uint8 = np.uint8
+int8 = np.int8
+int16 = short = np.int16
 int32 = np.int32
 int64 = long = np.int64
+complex64 = cfloat = np.complex64
+complex128 = cdouble = np.complex128
 bool = np.bool_  # noqa: A001 (PyTorch's name)
 
 _KINDS = "biufc"  # bool, integers, floating point, complex: what a tensor holds
@@ -432,5 +437,6 @@ def from_numpy(array):
 __all__ = [
     "tensor", "zeros", "ones", "full", "eye", "arange", "linspace", "rand", "randn",
     "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
-    "float16", "float32", "float64", "int32", "int64", "bool", "half", "float", "double", "long",
+    "float16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool", "half", "float", "double",
+    "short", "long", "complex64", "complex128", "cfloat", "cdouble",
 ]

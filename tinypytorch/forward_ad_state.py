@@ -9,7 +9,7 @@ import contextlib
 import weakref
 
 open_dual_levels = 0  # step 62: 1 while the one dual level is open; speed: all the common path reads
-_tangents = {}  # id(variable) -> (weak reference to it, its tangent array, its version then)
+_tangents = {}  # id(variable) -> [weak reference to it, its tangent array, its version then, the tangent's Variable]
 
 
 def enter_dual_level():
@@ -49,14 +49,28 @@ def _version(variable):
     return None if counter is None else counter.value
 
 
-def set_tangent(variable, tangent):
-    """Give `variable` the tangent array `tangent` (None removes it) at the open level."""
+def set_tangent(variable, tangent, as_variable=None):
+    """Give `variable` the tangent array `tangent` (None removes it) at the open level; `as_variable`, the Variable
+    that holds it, if the user gave one (make_dual), so that unpack_dual hands back that very Variable."""
     if tangent is None:
         _tangents.pop(id(variable), None)
     else:
         key = id(variable)
         # when the variable dies its tangent goes with it, rather than at the level's end
-        _tangents[key] = (weakref.ref(variable, lambda ref: _forget(key, ref)), tangent, _version(variable))
+        _tangents[key] = [weakref.ref(variable, lambda ref: _forget(key, ref)), tangent, _version(variable),
+                          as_variable]
+
+
+def tangent_variable(variable, make):
+    """The Variable that holds `variable`'s tangent, made once by `make(array)` and kept: unpacking the same dual
+    twice gives the same tangent, as in PyTorch. None if it has no tangent."""
+    tangent = tangent_of(variable)
+    if tangent is None:
+        return None
+    entry = _tangents[id(variable)]
+    if entry[3] is None:
+        entry[3] = make(tangent)
+    return entry[3]
 
 
 def _forget(key, ref):

@@ -67,7 +67,7 @@ def vjp(func, *primals, has_aux=False):  # step 63
     if has_aux:
         raise NotImplementedError("tinypytorch.func.vjp: has_aux is not supported")
     nested = any(p.requires_grad for p in primals)
-    inputs = tuple(p if p.requires_grad else p.detach().requires_grad_() for p in primals)
+    inputs = tuple(p if p.requires_grad else _leaf(p) for p in primals)
     with enable_grad():
         output = func(*inputs)
 
@@ -82,6 +82,14 @@ def vjp(func, *primals, has_aux=False):  # step 63
         return tuple(Variable(np.zeros_like(p.data), requires_grad=False) if g is None else g
                      for p, g in zip(primals, grads))
     return (output if nested else output.detach()), vjp_fn
+
+
+def _leaf(p):
+    """A leaf that requires grad, on p's data; with p's tangent, if an enclosing jvp gave it one (forward over
+    reverse: jacfwd(jacrev(f)), a jvp of a gradient)."""
+    leaf = p.detach().requires_grad_()
+    fwAD.keep_tangent(p, leaf)
+    return leaf
 
 
 def _check_argnums(argnums, chunk_size=None, has_aux=False):
@@ -126,6 +134,6 @@ def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 63
 
 
 def hessian(func, argnums=0):  # step 63
-    """The matrix of second derivatives of a scalar func: jacrev(jacrev(func)), reverse over reverse."""
+    """The matrix of second derivatives of a scalar func: jacfwd(jacrev(func)), forward over reverse, as PyTorch's."""
     _check_argnums(argnums)
-    return jacrev(jacrev(func))
+    return jacfwd(jacrev(func))

@@ -28,6 +28,8 @@ from tinypytorch.cuda import get_array_module
 class Square(Function):  # step 02 (backward: step 06)
     def forward(self, x):
         self.save_for_backward(x)  # step 35: d(x^2)/dx = 2x needs x
+        if x.dtype.kind == "b":  # step 57: as PyTorch's x ** 2, a bool squared is an int64
+            x = x.astype(np.int64)
         return x ** 2
 
     def backward(self, gy):
@@ -40,7 +42,7 @@ class Square(Function):  # step 02 (backward: step 06)
 
 class Exp(Function):  # step 03 (backward: step 06)
     def forward(self, x):
-        x = dtypes.as_floating(x)  # an integer or bool input gives the default float, as in PyTorch
+        x = dtypes.as_floating(x)  # step 57: an integer or bool input gives the default float, as in PyTorch
         xp = get_array_module(x)
         y = xp.exp(x)
         self.save_for_backward(y)  # step 35: d exp(x)/dx = exp(x), the output itself (step 27)
@@ -56,7 +58,7 @@ class Exp(Function):  # step 03 (backward: step 06)
 
 class Sin(Function):  # step 26
     def forward(self, x):
-        x = dtypes.as_floating(x)
+        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d sin(x)/dx = cos(x) needs x
         return xp.sin(x)
@@ -71,7 +73,7 @@ class Sin(Function):  # step 26
 
 class Cos(Function):  # step 26
     def forward(self, x):
-        x = dtypes.as_floating(x)
+        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d cos(x)/dx = -sin(x) needs x
         return xp.cos(x)
@@ -86,7 +88,7 @@ class Cos(Function):  # step 26
 
 class Tanh(Function):  # step 27
     def forward(self, x):
-        x = dtypes.as_floating(x)
+        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
         xp = get_array_module(x)
         y = xp.tanh(x)
         self.save_for_backward(y)  # step 35: d tanh(x)/dx = 1 - tanh(x)^2 needs only the output
@@ -103,7 +105,7 @@ class Tanh(Function):  # step 27
 
 class Log(Function):  # step 39
     def forward(self, x):
-        x = dtypes.as_floating(x)
+        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d log(x)/dx = 1/x needs x
         return xp.log(x)
@@ -145,6 +147,8 @@ def log(x):
 
 class Abs(Function):
     def forward(self, x):
+        if x.dtype.kind == "b":  # step 57: PyTorch's refusal
+            raise NotImplementedError('"abs_cpu" not implemented for \'Bool\'')
         self.save_for_backward(x)  # d|x|/dx = sign(x) needs x
         return get_array_module(x).abs(x)
 
@@ -159,7 +163,7 @@ class Abs(Function):
 
 class Sqrt(Function):
     def forward(self, x):
-        x = dtypes.as_floating(x)
+        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
         y = get_array_module(x).sqrt(x)
         self.save_for_backward(y)  # d sqrt(x)/dx = 1 / (2 sqrt(x)) needs only the output (PyTorch saves it too)
         return y
@@ -181,7 +185,7 @@ class Clamp(Function):
     def forward(self, x):
         xp = get_array_module(x)
         self.save_for_backward(x)  # which elements lie within the bounds (PyTorch saves x too)
-        x = dtypes.cast(x, dtypes.result_type(x, *[b for b in (self.low, self.high) if b is not None]))
+        x = dtypes.cast(x, dtypes.result_type(x, *[b for b in (self.low, self.high) if b is not None]))  # step 57
         y = x if self.low is None else xp.maximum(x, self.low)
         return y if self.high is None else xp.minimum(y, self.high)  # low > high: every element is high, as PyTorch
 
@@ -463,15 +467,15 @@ def _over(axes):
 
 class Sum(Function):  # step 30
     def __init__(self, axis=None, keepdims=False, dtype=None):
-        self.axis, self.keepdims, self.dtype = axis, keepdims, dtype
+        self.axis, self.keepdims = axis, keepdims
+        self.dtype = dtype  # step 57: sum(dtype=), the input cast first
 
     def forward(self, x):
         self.x_shape = x.shape
         self.axes = _normalize_axis("sum", self.axis, x.ndim)
-        if self.dtype is not None:  # sum(dtype=): the input cast first, as PyTorch's
-            x = dtypes.cast(x, self.dtype)
-        elif x.dtype.kind in "bu" or x.dtype == np.int8 or x.dtype == np.int16:
-            x = x.astype(np.int64)  # PyTorch sums bools and small integers as int64 (NumPy: by platform)
+        # step 57: sum(dtype=) casts first; PyTorch sums bools and small integers as int64 (NumPy: by platform)
+        if self.dtype is not None or x.dtype.kind in "bu" or x.dtype == np.int8 or x.dtype == np.int16:
+            x = dtypes.cast(x, np.dtype(np.int64) if self.dtype is None else self.dtype)
         return sum_array(x, self.axes, self.keepdims)
 
     def backward(self, gy):
@@ -491,7 +495,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  #
     return Sum(*_reduction("sum", x, dim, keepdim, axis, keepdims), _dtype_argument("sum", dtype))(x)
 
 
-def _dtype_argument(op, dtype):
+def _dtype_argument(op, dtype):  # step 57
     """A `dtype=` argument as a NumPy dtype (None stays None)."""
     if dtype is None:
         return None
@@ -508,7 +512,7 @@ class Mean(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind not in "fc":  # a mean of integers is not an integer: PyTorch asks for a floating dtype
+        if x.dtype.kind not in "fc":  # step 57: a mean of integers is no integer; PyTorch asks for a floating dtype
             raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
                                f"complex dtype. Got: {dtypes.torch_name(x.dtype)}")
         self.x_shape = x.shape
@@ -698,7 +702,7 @@ class LogSumExp(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
-        x = dtypes.as_floating(x)
+        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
         xp = get_array_module(x)
         self.x_shape = x.shape
         self.axes = _normalize_axis("logsumexp", self.axis, x.ndim)
@@ -733,7 +737,7 @@ class Norm(Function):
         self.p, self.axis, self.keepdims = p, axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind not in "fc":  # PyTorch's refusal
+        if x.dtype.kind not in "fc":  # step 57: PyTorch's refusal
             raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as input. "
                                f"Got {dtypes.torch_name(x.dtype)}")
         xp = get_array_module(x)
@@ -814,7 +818,7 @@ def _check_matmul(x_shape, w_shape):
 class MatMul(Function):  # step 31
     def forward(self, x, W):
         _check_matmul(x.shape, W.shape)
-        dtypes.check_same_dtype(x.dtype, W.dtype)
+        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 57: no promotion in a matrix product, as PyTorch's
         self.shapes = (x.shape, W.shape)
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
@@ -847,8 +851,8 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
                              f"in_features {x.shape[1]} != {W.shape[1]}")
         if b is not None and b.shape != (W.shape[0],):
             raise ValueError(f"linear: bias of shape {b.shape} does not match out_features {W.shape[0]}")
-        dtypes.check_same_dtype(x.dtype, W.dtype)
-        if b is not None and b.dtype != x.dtype:
+        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 57: no promotion in a matrix product, as PyTorch's
+        if b is not None and b.dtype != x.dtype:  # step 57
             raise RuntimeError(f"self and mat2 must have the same dtype, but got {dtypes.torch_name(b.dtype)} and "
                                f"{dtypes.torch_name(x.dtype)}")
         self.bias_shape = None if b is None else b.shape
@@ -987,7 +991,7 @@ def concatenate(xs, axis=0):
 
 class Sigmoid(Function):  # step 32
     def forward(self, x):
-        x = dtypes.as_floating(x)
+        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
         xp = get_array_module(x)
         # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
         # nothing overflows, and sigmoid(x) = z / (1 + z) keeps every digit for x < 0.
@@ -1091,7 +1095,7 @@ def mean_squared_error(x0, x1):
 
 # ----- element-wise operations of two tensors, PyTorch's (promoted as +, -, *, / are: core._Binary) ----------------
 
-class PowTensor(_Binary):
+class PowTensor(_Binary):  # step 57
     """x0 ** x1 where the exponent (or the base, `2 ** x`) is a tensor: PyTorch's pow(Tensor, Tensor)."""
 
     torch_name = "PowBackward1"  # PyTorch's: PowBackward2 for a number base (set by pow)
@@ -1107,12 +1111,14 @@ class PowTensor(_Binary):
 
     def backward(self, gy):
         x0, x1, y = self.saved_tensors
-        gx0 = gy * x1 * x0 ** (x1 - 1) if self.needs_input_grad[0] else None
+        gx0 = None
+        if self.needs_input_grad[0]:  # x1 x0^(x1 - 1); 0 where x1 = 0, as PyTorch masks it (its higher derivatives too)
+            gx0 = where(array_of(x1) == 0, 0.0, gy * x1 * x0 ** (x1 - 1))
         gx1 = None
         if self.needs_input_grad[1]:  # y log(x0); 0 where x0 = 0 and x1 >= 0 (log(0) = -inf there), as PyTorch
-            base, exponent = array_of(x0), array_of(x1)
-            zero = (base == 0) & (exponent >= 0)
-            gx1 = gy * where(zero, 0.0, y * log(where(zero, 1.0, x0)))
+            zero = (array_of(x0) == 0) & (array_of(x1) >= 0)
+            base = x0 if self.needs_input_grad[0] else array_of(x0)  # a number base (2 ** x): in its own dtype
+            gx1 = gy * where(zero, 0.0, y * log(where(zero, 1.0, base)))
         return self.sum_to_inputs(gx0, gx1)
 
     def jvp(self, t0, t1):
@@ -1123,9 +1129,12 @@ class PowTensor(_Binary):
         return sum_tangents(d0, d1)
 
 
-def pow(x, exponent):  # noqa: A001 (PyTorch's name)
+def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 57
     """x ** exponent, PyTorch's torch.pow: the exponent a number (core's Pow, step 22) or a tensor (PowTensor);
     `pow(2, x)` too."""
+    for operand in (x, exponent):
+        if not isinstance(operand, (Variable, *cuda.array_types, numbers.Real)):
+            raise TypeError(f"pow: the exponent must be a number or a tensor, got {type(operand).__name__}")
     if not isinstance(x, (Variable, *cuda.array_types)):
         op = PowTensor()
         op.torch_name = "PowBackward2"
@@ -1135,7 +1144,7 @@ def pow(x, exponent):  # noqa: A001 (PyTorch's name)
     return Pow(exponent)(x)
 
 
-class Where(Function):
+class Where(Function):  # step 57
     """where(condition, x0, x1): x0's element where the condition holds, else x1's (PyTorch's torch.where)."""
 
     promotes = True
@@ -1145,13 +1154,16 @@ class Where(Function):
 
     def forward(self, x0, x1):
         xp = get_array_module(x0, x1)
-        self.shapes = (np.shape(x0), np.shape(x1))  # (a number inside a formula that runs on arrays has no shape)
+        # (a number inside a formula that runs on arrays has no shape)
+        self.shapes = (getattr(x0, "shape", ()), getattr(x1, "shape", ()))
+        self.save_for_backward(self.condition)  # what PyTorch saves too
         return xp.where(self.condition, dtypes.cast(x0, self.dtype), dtypes.cast(x1, self.dtype))
 
     def backward(self, gy):
+        condition = array_of(self.saved_tensors[0])
         zero = 0.0 * gy  # (a zero of gy's kind: an array, or a Variable when the backward is recorded)
-        gx0 = sum_to(where(self.condition, gy, zero), self.shapes[0]) if self.needs_input_grad[0] else None
-        gx1 = sum_to(where(self.condition, zero, gy), self.shapes[1]) if self.needs_input_grad[1] else None
+        gx0 = sum_to(where(condition, gy, zero), self.shapes[0]) if self.needs_input_grad[0] else None
+        gx1 = sum_to(where(condition, zero, gy), self.shapes[1]) if self.needs_input_grad[1] else None
         return gx0, gx1
 
     def jvp(self, t0, t1):
@@ -1159,7 +1171,7 @@ class Where(Function):
         return xp.where(self.condition, 0.0 if t0 is None else t0, 0.0 if t1 is None else t1)
 
 
-def where(condition, x0, x1):
+def where(condition, x0, x1):  # step 57
     """PyTorch's torch.where(condition, input, other): input's element where `condition` (a bool tensor or array)
     holds, else other's; numbers as either side. Differentiable in input and other."""
     condition = array_of(condition)
@@ -1168,7 +1180,7 @@ def where(condition, x0, x1):
     return Where(condition)(x0, x1)
 
 
-class Maximum(_Binary):
+class Maximum(_Binary):  # step 57
     """The element-wise maximum of two tensors (PyTorch's maximum); where they tie, each gets half the gradient."""
 
     pick = "maximum"
@@ -1199,22 +1211,22 @@ class Maximum(_Binary):
                             None if t1 is None else ((1 - wins) * (x0 != x1) + tie) * t1)
 
 
-class Minimum(Maximum):
+class Minimum(Maximum):  # step 57
     pick = "minimum"
 
 
-def maximum(x0, x1):
+def maximum(x0, x1):  # step 57
     return Maximum()(x0, x1)
 
 
-def minimum(x0, x1):
+def minimum(x0, x1):  # step 57
     return Minimum()(x0, x1)
 
 
-class FloorDivide(_Binary):
+class FloorDivide(_Binary):  # step 57
     """x0 // x1, rounded toward minus infinity (PyTorch's floor_divide): no derivative, PyTorch's error if asked."""
 
-    torch_name = "NotImplemented"
+    torch_name = "NotImplemented"  # PyTorch's node for an operation without a derivative
 
     def forward(self, x0, x1):
         self.keep_shapes("floor_divide", x0, x1)
@@ -1227,8 +1239,10 @@ class FloorDivide(_Binary):
         raise RuntimeError("derivative for aten::floor_divide is not implemented")
 
 
-class Remainder(_Binary):
+class Remainder(_Binary):  # step 57
     """x0 % x1 with the sign of x1, as Python's and PyTorch's remainder: d/dx0 = 1, d/dx1 = -floor(x0 / x1)."""
+
+    torch_name = "RemainderBackward1"  # PyTorch's, for two tensors
 
     def forward(self, x0, x1):
         self.keep_shapes("remainder", x0, x1)
@@ -1250,12 +1264,15 @@ class Remainder(_Binary):
         return sum_tangents(t0, None if t1 is None else -get_array_module(x0).floor(x0 / x1) * t1)
 
 
-def floor_divide(x0, x1):
+def floor_divide(x0, x1):  # step 57
     return FloorDivide()(x0, x1)
 
 
-def remainder(x0, x1):
-    return Remainder()(x0, x1)
+def remainder(x0, x1):  # step 57
+    op = Remainder()
+    if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor
+        op.torch_name = "RemainderBackward0"
+    return op(x0, x1)
 
 
 # speed: every operation here has one backward formula for arrays and Variables (grad_mode.BackwardMode), but ToDevice,

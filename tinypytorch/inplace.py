@@ -39,7 +39,7 @@ def check_writable(op, x):
     """Refuse what would write into a leaf that requires grad, into a broadcast view, into a view an operation
     handed back (its backward would be lost), or into an inference tensor outside inference mode (whose readers'
     graphs could not see the change: it counts no versions)."""
-    views.check_returned_view_writable(x)
+    views.check_returned_view_writable(x)  # step 49
     if x.version_counter is None and not is_inference_mode_enabled():  # step 56
         raise RuntimeError(INFERENCE_INPLACE)
     if x.view_record is not None and x.view_record.in_inference and x.requires_grad and is_grad_enabled():
@@ -90,7 +90,7 @@ def apply(op, x, other):
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
         new = OPERATIONS[op](Variable(x.data, requires_grad=False), other).data
-        dtypes.check_in_place(op, new.dtype, x.dtype)  # never down a category: PyTorch's rule and words
+        dtypes.check_in_place(op, new.dtype, x.dtype)  # step 57: never down a category, PyTorch's rule and words
         write(op, x, new)
         return x
     if x.view_record is not None:  # step 37: a view whose base changed is made again first
@@ -99,8 +99,10 @@ def apply(op, x, other):
     # does: writing into x's array would otherwise change the tensor the function saved.
     needs_old = op in ("mul_", "div_") and other.requires_grad
     y = OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other)
-    dtypes.check_in_place(op, y.dtype, x.dtype)
-    return record(op, x, y if y.dtype == x.dtype else astype(y, x.dtype))  # a float32 x stays float32
+    dtypes.check_in_place(op, y.dtype, x.dtype)  # step 57
+    if y.dtype != x.dtype:  # step 57: a float32 x stays float32
+        y = astype(y, x.dtype)
+    return record(op, x, y)
 
 
 def zero_(x):

@@ -22,7 +22,7 @@ class Parameter(Variable):  # step 32
     (`nn.Parameter(torch.randn(3))`), whose memory and version counter it then shares, as PyTorch's.
     """
 
-    def __init__(self, data=None, requires_grad=True, *, name=None):
+    def __init__(self, data=None, requires_grad=True, *, name=None):  # step 52
         shared = data.version_counter if isinstance(data, Variable) else None
         if isinstance(data, Variable):
             data = data.data
@@ -177,14 +177,17 @@ class Linear(Layer):  # step 32
     otherwise (nn.Linear passes PyTorch's default, float32).
     """
 
-    def __init__(self, in_size, out_size, bias=True, *, rng=None, dtype=np.float64):
+    def __init__(self, in_size, out_size, bias=True, *, rng=None, dtype=None):
         super().__init__()
         _check_size("Linear", "in_size", in_size)
         _check_size("Linear", "out_size", out_size)
         rng = random.default_generator() if rng is None else rng
         k = 1.0 / np.sqrt(in_size)
-        self.weight = Parameter(rng.uniform(-k, k, (out_size, in_size)).astype(dtype, copy=False), name="weight")
-        self.bias = Parameter(rng.uniform(-k, k, out_size).astype(dtype, copy=False), name="bias") if bias else None
+        self.weight = Parameter(rng.uniform(-k, k, (out_size, in_size)), name="weight")
+        self.bias = Parameter(rng.uniform(-k, k, out_size), name="bias") if bias else None
+        if dtype is not None:  # step 57: nn.Linear's parameters in PyTorch's default dtype, float32
+            for param in self.params():
+                param.data = param.data.astype(dtype)
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
@@ -237,7 +240,7 @@ class BatchNorm1d(Layer):  # step 45
     operations, so its gradients of every order come from theirs.
     """
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, *, dtype=np.float64):
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, *, dtype=np.float64):  # dtype: step 57
         super().__init__()
         _check_size("BatchNorm1d", "num_features", num_features)
         if not isinstance(eps, numbers.Real) or not eps > 0:

@@ -86,7 +86,7 @@ class TensorMethods:
     def __abs__(self):
         return F.abs(self)
 
-    # powers, floor division and remainder with PyTorch's promotion; a tensor exponent too
+    # step 57: powers, floor division and remainder with PyTorch's promotion; a tensor exponent too
     def __pow__(self, exponent):
         return F.pow(self, exponent)
 
@@ -108,6 +108,14 @@ class TensorMethods:
         return F.remainder(other, self)
 
     floor_divide, remainder = __floordiv__, __mod__
+
+    def all(self):
+        """Whether every element is true (nonzero): a 0-d bool Variable, as PyTorch's `x.all()`."""
+        return Variable(cuda.get_array_module(self.data).asarray(self.data.all()), requires_grad=False)
+
+    def any(self):
+        """Whether some element is true (nonzero): a 0-d bool Variable, as PyTorch's `x.any()`."""
+        return Variable(cuda.get_array_module(self.data).asarray(self.data.any()), requires_grad=False)
 
     def where(self, condition, other):
         """PyTorch's `x.where(condition, y)`: torch.where(condition, x, y)."""

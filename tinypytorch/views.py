@@ -107,17 +107,22 @@ RETURNED_INPUT = (" This view was created inside a custom Function (or because a
                   "the output of the custom Function.")
 
 
-def track_returned_input(f, nr, x, y):
-    """Output `nr` of f is input x's very array, handed back: a view of x (PyTorch's rule), sharing its version
-    counter, whose graph cannot be made again if x changes in place (f's backward would be lost)."""
-    share_version_counter(y, x.version_counter)
-    if x.version_counter is None:  # step 56: an inference tensor's view is one too
-        return
-    y.view_record = View(x if x.view_record is None else x.view_record.base, None, x._version)
-    y.view_record.made_by = f"Output {nr} of {type(f).__name__.removesuffix('Backward')}"  # a custom node: IdBackward
+def track_returned_inputs(f, inputs, arrays, outputs):  # step 49
+    """An output of f whose array is an input's very array, handed back, is a view of that input (PyTorch's rule):
+    it shares its version counter, and its graph cannot be made again if the input changes in place (f's backward
+    would be lost)."""
+    for nr, y in enumerate(arrays):
+        for x in inputs:
+            if y is x.data:
+                output = outputs[nr]
+                share_version_counter(output, x.version_counter)
+                if x.version_counter is not None:  # (a view of an inference tensor is one too: no record, step 56)
+                    output.view_record = View(x if x.view_record is None else x.view_record.base, None, x._version)
+                    output.view_record.made_by = f"Output {nr} of {type(f).__name__.removesuffix('Backward')}"
+                break
 
 
-def check_returned_view_writable(x):
+def check_returned_view_writable(x):  # step 49
     """An in-place change of a view its operation handed back is refused, as PyTorch refuses it."""
     view = x.view_record
     if view is not None and view.made_by is not None and is_grad_enabled() and x.requires_grad:
@@ -127,7 +132,7 @@ def check_returned_view_writable(x):
 def refresh_view(v):
     """If v's base changed in place since v's graph was made, make v's graph again from the base."""
     view = v.view_record
-    if view.made_by is not None:  # an input handed back: its operation's backward cannot be made again
+    if view.made_by is not None:  # step 49: an input handed back; its operation's backward cannot be made again
         if view.version != v._version and (view.base.requires_grad or v.requires_grad) and is_grad_enabled():
             raise RuntimeError(f"{view.made_by} is a view and its base or another view of its base has been "
                                "modified inplace." + RETURNED_INPUT)

@@ -17,7 +17,7 @@ import heapq
 import itertools
 import threading
 
-from tinypytorch import cuda, dtypes
+from tinypytorch import cuda, dtypes, forward_ad_state
 from tinypytorch.autograd import anomaly
 from tinypytorch.core import (
     Clone, Function, Variable, array_of, as_array, as_variable, astype, gradient_edge, increment_version,
@@ -132,7 +132,8 @@ def call_backward(f, gys):
     A gradient of another floating dtype than its input is cast to the input's, as PyTorch's engine
     does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
-    on_arrays = f.formula_on_arrays and not Config.enable_backprop
+    # step 63: under a dual level the formulas get Variables, whose tangents go forward through them
+    on_arrays = f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
     if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
         previous = set_backward_on_arrays(True)
         try:
@@ -194,10 +195,13 @@ def owned_copy(g):
     (PyTorch records a copy node there when create_graph; sharing g's creator spares the drawings of
     step 27 a node that computes nothing.)
     """
-    if g.creator is None:
-        return Clone()(g) if g.requires_grad else Variable(g.data.copy(), requires_grad=False)
-    copy = Variable(g.data.copy(), requires_grad=True)
-    copy.set_creator(g.creator, g.output_nr)
+    if g.creator is None and g.requires_grad:
+        return Clone()(g)
+    copy = Variable(g.data.copy(), requires_grad=g.creator is not None)
+    if g.creator is not None:
+        copy.set_creator(g.creator, g.output_nr)
+    if forward_ad_state.open_dual_levels:  # step 63: a gradient computed under a dual level keeps its tangent
+        forward_ad_state.set_tangent(copy, forward_ad_state.tangent_of(g))
     return copy
 
 
@@ -246,7 +250,7 @@ def call_hooks(hooks, grad, shape):
             result = as_variable(result, f"hook {name!r}")
             if result.shape != shape:
                 raise RuntimeError(f"hook {name!r} has changed the size of value")
-            if result.dtype != grad.dtype or result.device != grad.device:
+            if result.dtype != grad.dtype or result.device != grad.device:  # step 57
                 raise RuntimeError(f"hook {name!r} has changed the type of value (was {dtypes.tensor_type(grad)} got "
                                    f"{dtypes.tensor_type(result)})")
             grad = result

@@ -61,18 +61,30 @@ def make_dual(tensor, tangent, *, level=None):  # step 62
     if forward_ad_state.tangent_of(tensor) is not None:
         raise RuntimeError("Making a dual Tensor based on a Tensor that already has a forward gradient at the "
                            "same level 0 is not supported.")
+    if isinstance(tangent, Variable) and forward_ad_state.tangent_of(tangent) is not None:  # step 63: PyTorch's
+        raise RuntimeError("Setting a forward grad that itself has a forward gradient at the same level0 is not "
+                           "supported.")  # (a second order needs a second level, which PyTorch has not either)
     dual = _alias(tensor)
-    forward_ad_state.set_tangent(dual, tangent.data if isinstance(tangent, Variable) else tangent)
+    if isinstance(tangent, Variable):
+        forward_ad_state.set_tangent(dual, tangent.data, as_variable=tangent)  # unpack_dual hands back `tangent`
+    else:
+        forward_ad_state.set_tangent(dual, tangent)
     return dual
 
 
 def unpack_dual(tensor, *, level=None):  # step 62
     """(primal, tangent): a view of `tensor` without tangent, and its tangent (None if it has none or no level
     is open)."""
-    tangent = forward_ad_state.tangent_of(tensor)
+    tangent = forward_ad_state.tangent_variable(tensor, lambda array: Variable(array, requires_grad=False))
     if tangent is None:
         return UnpackedDualTensor(tensor, None)
-    return UnpackedDualTensor(_alias(tensor), Variable(tangent, requires_grad=False))
+    return UnpackedDualTensor(_alias(tensor), tangent)
+
+
+def keep_tangent(source, target):  # step 63
+    """`target` gets `source`'s tangent at the open level, if it has one (a copy of a dual that stays dual)."""
+    if forward_ad_state.open_dual_levels:
+        forward_ad_state.set_tangent(target, forward_ad_state.tangent_of(source))
 
 
 def _torch_dtype(dtype):

@@ -11,7 +11,7 @@ nothing changed the tensor in place since it was saved (step 36).
 """
 import weakref
 
-from tinypytorch import cuda, grad_mode
+from tinypytorch import cuda, forward_ad_state, grad_mode
 from tinypytorch.grad_mode import SavedTensorsHooks, no_grad, set_backward_on_arrays
 from tinypytorch.core import Function, Variable
 # increment_version is here too, as in PyTorch (torch.autograd.graph.increment_version)
@@ -105,10 +105,12 @@ class SavedTensor:
     """
 
     __slots__ = ("variable", "data", "packed", "unpack_hook", "version", "counter", "leaf", "creator",
-                 "output_nr", "requires_grad", "data_ref", "variable_ref", "freed")
+                 "output_nr", "requires_grad", "data_ref", "variable_ref", "freed", "is_output", "tangent")
 
     def __init__(self, variable, function, is_output):
         self.variable = self.data = self.packed = self.unpack_hook = self.leaf = self.creator = None
+        self.is_output = is_output  # step 63: an output's tangent is set once its jvp has run (forward over reverse)
+        self.tangent = forward_ad_state.tangent_of(variable) if forward_ad_state.open_dual_levels else None  # step 63
         self.data_ref = self.variable_ref = None  # step 38: what a hooked tensor keeps for its checks
         self.freed = False
         self.counter = variable.version_counter  # step 36: shared with every view of the same data
@@ -201,6 +203,9 @@ class SavedTensor:
             v.set_creator(self.creator, self.output_nr)
         elif self.requires_grad:  # an output of `function` itself (step 35)
             v.set_creator(function, self.output_nr)
+        # step 63: forward over reverse, the tangent the tensor had when saved, for a backward under a dual level
+        if self.tangent is not None and forward_ad_state.open_dual_levels:
+            forward_ad_state.set_tangent(v, self.tangent)
         return v
 
     def _modified_message(self, function, data):
@@ -245,6 +250,13 @@ def _owner(value, inputs, raw_outputs, outputs):
         if y is value:
             return output, True
     return None, False
+
+
+def keep_output_tangents(saved, outputs):
+    """Forward over reverse: each saved output keeps the tangent its jvp gave it (Function.push_tangents)."""
+    for s in saved:
+        if isinstance(s, SavedTensor) and s.is_output:
+            s.tangent = forward_ad_state.tangent_of(outputs[s.output_nr])
 
 
 def save(function, values, inputs, raw_outputs, outputs):

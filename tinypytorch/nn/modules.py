@@ -216,7 +216,7 @@ class Module(Layer):  # step 52
 
     # devices and dtypes, PyTorch's forms: to(device), to(dtype), to(device, dtype), to(tensor)
 
-    def to(self, *args, device=None, dtype=None):
+    def to(self, *args, device=None, dtype=None):  # step 57
         """Move the parameters and buffers to `device` and/or cast the floating point ones to `dtype`, in place (the
         Parameters stay the same objects, so an optimizer made before still holds them); returns the module."""
         for arg in args:
@@ -246,7 +246,7 @@ class Module(Layer):  # step 52
                 if buffer.dtype.kind in "fc":
                     object.__setattr__(module, name, buffer.astype(dtype))
 
-    def float(self):
+    def float(self):  # step 57
         return self.to(dtype=np.float32)
 
     def double(self):
@@ -255,13 +255,13 @@ class Module(Layer):  # step 52
     def half(self):
         return self.to(dtype=np.float16)
 
-    def requires_grad_(self, requires_grad=True):
+    def requires_grad_(self, requires_grad=True):  # step 56
         """Whether autograd records operations on the parameters (freezing a model: False); returns the module."""
         for param in self.parameters():
             param.requires_grad_(requires_grad)
         return self
 
-    def apply(self, fn):
+    def apply(self, fn):  # step 52
         """fn(module) for every sub-module, children first, then this module (PyTorch's order); returns the module."""
         for child in self.children():
             Module.apply(child, fn) if isinstance(child, Module) else fn(child)

@@ -38,7 +38,7 @@ def source_at_step(obj, step=None):
     for node in ast.walk(tree):
         if isinstance(node, ast.stmt):
             dropped |= _lines_if_later(node, lines, tags, full_line, step)
-    _drop_emptied_blocks(tree, dropped)
+    _drop_emptied_blocks(tree, dropped, lines)
     kept = _tidy_blank_lines([line for i, line in enumerate(lines) if i not in dropped])
     name = getattr(obj, "__qualname__", repr(obj))
     if not kept:
@@ -80,13 +80,23 @@ def _lines_if_later(node, lines, tags, full_line, step):
     return set(range(above, node.end_lineno))
 
 
-def _drop_emptied_blocks(tree, dropped):
-    """A compound statement whose body was left out entirely goes too (innermost first)."""
+def _drop_emptied_blocks(tree, dropped, lines):
+    """A compound statement whose body (and `else`) was left out entirely goes too, innermost first; an `else`
+    whose statements were all left out goes without its `if`."""
+    def emptied(statements):
+        return all(set(range(s.lineno - 1, s.end_lineno)) <= dropped for s in statements)
+
     for node in reversed(list(ast.walk(tree))):
         body = getattr(node, "body", None)
-        if isinstance(node, ast.stmt) and isinstance(body, list) and body and not getattr(node, "orelse", None):
-            if all(set(range(s.lineno - 1, s.end_lineno)) <= dropped for s in body):
-                dropped |= set(range(node.lineno - 1, node.end_lineno))
+        if not (isinstance(node, ast.stmt) and isinstance(body, list) and body):
+            continue
+        orelse = getattr(node, "orelse", None) or []
+        if emptied(body) and emptied(orelse):
+            dropped |= set(range(node.lineno - 1, node.end_lineno))
+        elif orelse and emptied(orelse) and isinstance(node, ast.If):
+            else_line = next(i for i in range(orelse[0].lineno - 2, body[-1].end_lineno - 1, -1)
+                             if lines[i].strip().startswith(("else", "elif")))
+            dropped |= set(range(else_line, node.end_lineno))
 
 
 def _tidy_blank_lines(lines):
