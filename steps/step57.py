@@ -20,7 +20,7 @@ import numpy as np
 
 import tinypytorch as tp
 from tinypytorch import dtypes, nn
-from tinypytorch.core import Mul, _Binary
+from tinypytorch.core import Function
 from tinypytorch.utils.listing import show_code
 
 # %% [markdown]
@@ -154,14 +154,16 @@ show_code(dtypes.promote_ranks, dtypes._combine, step=57)
 # ## Where the operations ask
 #
 # An element-wise operation of several inputs (`+`, `*`, `/`, `**`,
-# `maximum`, `where`, the comparisons) sets `promotes = True`;
-# `Function.__call__` then asks `result_type` once, and the forward casts
-# its inputs to that dtype before NumPy computes. The saved tensors stay
-# the inputs themselves, so their version counters still guard them
-# (step 36).
+# `maximum`, `where`) sets `promotes = True`. When its inputs' dtypes
+# differ, `Function.__call__` hands them to `promoted` before the
+# forward runs, so that NumPy only ever computes on arrays of one dtype,
+# the one PyTorch's rule chose. An input of another dtype is replaced by
+# a stand-in: the cast array, with the input's place in the graph and its
+# version counter, so a saved tensor still notices an in-place change of
+# the input (step 36). Inputs of one dtype, nearly every call, skip it.
 
 # %%
-show_code(_Binary.promoted, Mul.forward, step=57)
+show_code(Function.promoted, step=57)
 
 # %% [markdown]
 # Three more of PyTorch's rules follow from the same module. A floating

@@ -295,6 +295,8 @@ def test_a_model_in_evaluation_mode_is_deterministic_and_draws_nothing():
 
 
 @pytest.mark.parametrize("mode", [1, "yes", None])
-def test_train_refuses_a_mode_that_is_not_a_bool(mode):
-    with pytest.raises(TypeError, match="train: mode must be a bool"):
+def test_train_refuses_a_mode_that_is_not_a_bool_as_torchs(mode):
+    with pytest.raises(ValueError, match="^training mode is expected to be boolean$"):
         Outer().train(mode)
+    with pytest.raises(ValueError, match="^training mode is expected to be boolean$"):
+        torch.nn.Linear(1, 1).train(mode)

@@ -298,3 +298,28 @@ def test_the_check_covers_every_dtype_the_factories_name():
     assert {str(np.dtype(getattr(tp, name))) for name in ("uint8", "int8", "int16", "short", "int32", "int64", "long",
                                                           "bool", "half", "float", "double")} <= set(NAMES)
     assert dtypes.torch_name(np.float32) == "Float" and dtypes.torch_name(np.int64) == "Long"
+
+
+def test_a_promoted_input_saved_for_backward_still_sees_its_in_place_change_as_torch():
+    """float32 x times a float64 vector: x is promoted for the product, and the cast copy saved for y's gradient
+    shares x's version counter, so a change of x after the forward is refused, as torch refuses it."""
+    for fw in (tp, torch):
+        x = fw.ones(3, requires_grad=True) * 1.0
+        y = fw.ones(3, dtype=fw.float64, requires_grad=True)
+        z = (x * y).sum()
+        x.mul_(2.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            z.backward()
+
+
+def test_mixed_dtype_gradients_come_back_in_each_inputs_dtype_with_torchs_values():
+    x_values, y_values = np.array([0.5, -1.0, 2.0]), np.array([0.1, 0.2, 0.3])
+    grads = {}
+    for fw in (tp, torch):
+        x = fw.tensor(x_values, dtype=fw.float32, requires_grad=True)
+        y = fw.tensor(y_values, dtype=fw.float64, requires_grad=True)
+        (fw.exp(x * y) / (x + y)).sum().backward()
+        grads[fw] = (x.grad, y.grad)
+    for ours, theirs in zip(grads[tp], grads[torch]):
+        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+        np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-6)

@@ -100,11 +100,11 @@ def test_samples_that_require_grad_are_stacked_into_the_graph_like_torch():
 
 
 @pytest.mark.parametrize("samples, error, message, torch_message", [
-    ([([1, 2], 0), ([3], 1)], ValueError, "default_collate: each element in list of batch should be of equal size",
+    ([([1, 2], 0), ([3], 1)], RuntimeError, "^each element in list of batch should be of equal size$",
      "each element in list of batch should be of equal size"),
-    ([(np.ones(2), 0), (np.ones(3), 1)], ValueError,
-     r"default_collate: stack expects each array to be equal size, but got \(2,\) at entry 0 and \(3,\) at entry 1",
-     "stack expects each tensor to be equal size"),
+    ([(np.ones(2), 0), (np.ones(3), 1)], RuntimeError,
+     r"^stack expects each tensor to be equal size, but got \[2\] at entry 0 and \[3\] at entry 1$",
+     r"^stack expects each tensor to be equal size, but got \[2\] at entry 0 and \[3\] at entry 1$"),
     ([None, None], TypeError, "default_collate: batch must contain arrays, Variables, numbers, dicts or lists; "
                               "found NoneType", "default_collate: batch must contain tensors"),
     ([{1}, {2}], TypeError, "found set", "found <class 'set'>"),

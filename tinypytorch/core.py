@@ -419,6 +419,7 @@ class Variable:
 
 # step 21: the numbers an operation accepts as operands (bool is an int)
 scalar_types = (int, float, complex, np.number)
+_NUMBERS = (*scalar_types, np.bool_)  # what as_array makes a 0-d array of (NumPy's bool is no np.number)
 
 
 def compare(op, x, other):
@@ -439,7 +440,7 @@ def compare(op, x, other):
 
 def as_array(x, xp=np):
     """A Python or NumPy number becomes a 0-d array of module `xp`; anything else is returned as is (step 09)."""
-    if isinstance(x, (*scalar_types, np.bool_)):  # (NumPy's bool is no np.number)
+    if isinstance(x, _NUMBERS):
         return xp.array(x)
     return x
 
@@ -459,24 +460,13 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
     if isinstance(obj, cuda.array_types):
         return Variable(obj, requires_grad=False)
     if isinstance(obj, (int, float, complex)) and like is not None:
-        number = Variable(xp.asarray(obj, dtype=_number_dtype(like.dtype, type(obj), dtypes.get_default_dtype())),
-                          requires_grad=False)
+        number = Variable(xp.asarray(obj, dtype=dtypes.wrapped_dtype(like.dtype, type(obj))), requires_grad=False)
     elif isinstance(obj, scalar_types):
         number = Variable(as_array(obj, xp), requires_grad=False)
     else:
         raise TypeError(f"{op}: unsupported operand type {type(obj).__name__}")
     number.wrapped_number = True  # step 35: saved as a number, not a tensor, as PyTorch does
     return number
-
-
-@functools.cache
-def _number_dtype(dtype, kind, default):
-    """The dtype of a Python number of type `kind` meeting an array of `dtype`: their result_type.
-
-    Speed: constants such as the 14 in 14 * x meet an array at nearly every operation of a formula; the
-    answer depends on the number's type, not its value (and on the default dtype), so one serves every call.
-    """
-    return dtypes.result_type(np.empty(1, dtype), kind(0))
 
 
 # step 33: every recorded Function gets the next number (PyTorch's sequence_nr)
@@ -566,8 +556,6 @@ class Function:
                 break
         if autocast_state.open_autocast_blocks:  # step 59: autocast casts the inputs of the operations it lists
             inputs = autocast_state.autocast_inputs(self, inputs)
-        if self.promotes:  # step 57: PyTorch's type promotion, not NumPy's; forward casts to it
-            self.dtype = dtypes.result_type(*inputs)
         # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
         # flow to some input (step 33). Only then do the outputs require grad.
         requires_grad = False
@@ -577,13 +565,14 @@ class Function:
             if x._requires_grad:
                 requires_grad = True
         requires_grad = requires_grad and Config.enable_backprop
-        # step 56: inference mode records nothing, even under enable_grad; nor does a view of an inference tensor
+        # step 56: inference mode records nothing, even under enable_grad
         if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
-            requires_grad = False
-        if requires_grad and self.is_view and inputs[0].version_counter is None:  # step 56: of an inference tensor
             requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
+        # step 57: PyTorch's type promotion, not NumPy's (two inputs of one dtype, the common case, need no rule)
+        if self.promotes and inputs[0].data.dtype is not inputs[-1].data.dtype:
+            inputs = self.promoted(inputs)
         # step 35: forward saves only what the gradients of these inputs need
         self.needs_input_grad = tuple([x._requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
@@ -597,9 +586,9 @@ class Function:
             for output in outputs:
                 output._requires_grad = output.data.dtype.kind == "f"  # an integer output has no gradient
         if self.is_view:
+            if requires_grad and inputs[0].version_counter is None:  # step 56: a view of an inference tensor is one
+                requires_grad = outputs[0]._requires_grad = False  # too, outside the graph, as in PyTorch
             views.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
-        else:
-            views.track_returned_inputs(self, inputs, ys, outputs)  # step 49: an input handed back is a view of it
         if requires_grad:
             self.record(inputs, ys, outputs)
         if forward_ad_state.open_dual_levels:  # step 62: under a dual level the tangents go forward with the values
@@ -648,9 +637,29 @@ class Function:
     def on_arrays(self, arrays):
         """The operation on bare arrays, inside a backward formula that runs on arrays: no Variable, no graph."""
         self.needs_input_grad = (False,) * len(arrays)
-        if self.promotes:  # step 57
-            self.dtype = dtypes.result_type(*arrays)
+        if self.promotes:  # step 57: a Python number stays a number (NumPy gives it the array's dtype)
+            dtype = dtypes.result_type(*arrays)
+            arrays = [dtypes.cast(a, dtype) for a in arrays]
         return self.forward(*arrays)
+
+    def promoted(self, inputs):  # step 57
+        """The inputs in their result_type, for an operation that promotes. An input of another dtype is replaced
+        by a stand-in: its array cast, its gradient sent where the input's goes (cast back there by the engine),
+        and its version counter shared, so that what forward saves still sees an in-place change of the input."""
+        dtype = dtypes.result_type(*inputs)
+        promoted = []
+        for x in inputs:
+            if x.data.dtype != dtype:
+                stand_in = Variable(x.data.astype(dtype), requires_grad=x.requires_grad)
+                views.share_version_counter(stand_in, x.version_counter)
+                if x.creator is not None:
+                    stand_in.set_creator(x.creator, x.output_nr)
+                elif x.requires_grad:
+                    stand_in.grad_leaf = x.grad_leaf or x  # a leaf's gradient goes to the leaf (as step 38's)
+                stand_in.wrapped_number = x.wrapped_number
+                x = stand_in
+            promoted.append(x)
+        return promoted
 
     def op_name(self):
         """The operation's name in error messages: Mul -> mul, LinearFunction -> linear."""
@@ -765,10 +774,6 @@ class _Binary(Function):
     shapes = None  # (shape of x0, shape of x1), only when broadcasting made them differ
     promotes = True  # step 57
 
-    def promoted(self, x0, x1):  # step 57
-        """The inputs in the dtype the operation computes in (Function.__call__ set it: PyTorch's result_type)."""
-        return dtypes.cast(x0, self.dtype), dtypes.cast(x1, self.dtype)
-
     def keep_shapes(self, op, x0, x1):
         _check_broadcast(op, x0, x1)
         if x0.shape != x1.shape:
@@ -790,7 +795,6 @@ def sum_tangents(t0, t1):  # step 62
 class Add(_Binary):  # step 11
     def forward(self, x0, x1):
         self.keep_shapes("add", x0, x1)
-        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
         return x0 + x1
 
     def backward(self, gy):
@@ -806,7 +810,6 @@ class Mul(_Binary):  # step 20
         # d(x0 x1)/dx0 = x1 and d(x0 x1)/dx1 = x0: keep each only if the other input needs a gradient
         needs = self.needs_input_grad
         self.save_for_backward(x0 if needs[1] else None, x1 if needs[0] else None)
-        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
         return x0 * x1
 
     def backward(self, gy):
@@ -836,7 +839,6 @@ class Neg(Function):  # step 22
 class Sub(_Binary):  # step 22
     def forward(self, x0, x1):
         self.keep_shapes("sub", x0, x1)
-        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
         return x0 - x1
 
     def backward(self, gy):
@@ -852,8 +854,8 @@ class Div(_Binary):  # step 22
         # d(x0/x1)/dx0 = 1/x1 needs x1; d(x0/x1)/dx1 = -x0/x1^2 needs both (PyTorch keeps the same)
         needs = self.needs_input_grad
         self.save_for_backward(x0 if needs[1] else None, x1)
-        self.dtype = dtypes.floating(self.dtype)  # step 57: true division of integers gives the default float
-        x0, x1 = self.promoted(x0, x1)  # step 57: in PyTorch's result_type
+        if x0.dtype.kind in "biu":  # step 57: true division of integers (and bools) gives the default float
+            x0, x1 = dtypes.as_floating(x0), dtypes.as_floating(x1)
         return x0 / x1
 
     def backward(self, gy):

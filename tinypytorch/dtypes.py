@@ -34,6 +34,7 @@ def get_default_dtype():
 def set_default_dtype(dtype):
     """Make `dtype` (float16, float32 or float64) the default floating point dtype, as `torch.set_default_dtype`."""
     global _default
+    wrapped_dtype.cache_clear()  # its answers depend on the default
     try:
         dtype = np.dtype(dtype)
     except TypeError:
@@ -87,6 +88,13 @@ def number_dtype(value):
     return default_complex()
 
 
+@functools.cache  # speed: constants such as the 14 in 14 * x meet an array at nearly every operation of a formula
+def wrapped_dtype(dtype, kind):
+    """The dtype a Python number of type `kind` takes when it meets a tensor of `dtype`: their result_type, so that
+    a formula running on bare arrays keeps the tensor's dtype (float32 times 2.0 stays float32)."""
+    return promote_ranks(((np.dtype(dtype), DIM), (number_dtype(kind(0)), WRAPPED)), _default)
+
+
 def _operand(x):
     """(dtype, rank) of an operand: a Variable, an array, or a Python or NumPy number (a wrapped number)."""
     if isinstance(x, (numbers.Number, np.bool_)):  # NumPy's scalars too, as PyTorch reads them
@@ -105,11 +113,9 @@ _WRAPPED_AS = {"b": lambda: np.dtype(np.bool_), "u": lambda: np.dtype(np.int64),
 def result_type(*operands):
     """The dtype an element-wise operation on these operands computes in and returns (torch.result_type): each
     operand described by its dtype and rank, then promote_ranks."""
-    if len(operands) == 2:  # speed: the common case, both operands of one dtype, needs no rule
-        a, b = operands
-        da, db = getattr(a, "dtype", None), getattr(b, "dtype", None)
-        if da is not None and da is db and not getattr(a, "wrapped_number", False) \
-                and not getattr(b, "wrapped_number", False):
+    if len(operands) == 2:  # speed: the common case, both operands of one dtype (whatever their ranks)
+        da = getattr(operands[0], "dtype", None)
+        if da is not None and da is getattr(operands[1], "dtype", None):
             return da
     return promote_ranks(tuple(_operand(x) for x in operands), _default)
 

@@ -42,7 +42,8 @@ class Square(Function):  # step 02 (backward: step 06)
 
 class Exp(Function):  # step 03 (backward: step 06)
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: an integer or bool input gives the default float, as in PyTorch
+        if x.dtype.kind in "biu":  # step 57: an integer or bool input gives the default float, as PyTorch's
+            x = dtypes.as_floating(x)
         xp = get_array_module(x)
         y = xp.exp(x)
         self.save_for_backward(y)  # step 35: d exp(x)/dx = exp(x), the output itself (step 27)
@@ -58,7 +59,8 @@ class Exp(Function):  # step 03 (backward: step 06)
 
 class Sin(Function):  # step 26
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+            x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d sin(x)/dx = cos(x) needs x
         return xp.sin(x)
@@ -73,7 +75,8 @@ class Sin(Function):  # step 26
 
 class Cos(Function):  # step 26
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+            x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d cos(x)/dx = -sin(x) needs x
         return xp.cos(x)
@@ -88,7 +91,8 @@ class Cos(Function):  # step 26
 
 class Tanh(Function):  # step 27
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+            x = dtypes.as_floating(x)
         xp = get_array_module(x)
         y = xp.tanh(x)
         self.save_for_backward(y)  # step 35: d tanh(x)/dx = 1 - tanh(x)^2 needs only the output
@@ -105,7 +109,8 @@ class Tanh(Function):  # step 27
 
 class Log(Function):  # step 39
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+            x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d log(x)/dx = 1/x needs x
         return xp.log(x)
@@ -163,7 +168,8 @@ class Abs(Function):
 
 class Sqrt(Function):
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+            x = dtypes.as_floating(x)
         y = get_array_module(x).sqrt(x)
         self.save_for_backward(y)  # d sqrt(x)/dx = 1 / (2 sqrt(x)) needs only the output (PyTorch saves it too)
         return y
@@ -702,7 +708,8 @@ class LogSumExp(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+            x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.x_shape = x.shape
         self.axes = _normalize_axis("logsumexp", self.axis, x.ndim)
@@ -991,7 +998,8 @@ def concatenate(xs, axis=0):
 
 class Sigmoid(Function):  # step 32
     def forward(self, x):
-        x = dtypes.as_floating(x)  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+            x = dtypes.as_floating(x)
         xp = get_array_module(x)
         # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
         # nothing overflows, and sigmoid(x) = z / (1 + z) keeps every digit for x < 0.
@@ -1102,10 +1110,9 @@ class PowTensor(_Binary):  # step 57
 
     def forward(self, x0, x1):
         self.keep_shapes("pow", x0, x1)
-        a, b = self.promoted(x0, x1)
-        if a.dtype.kind in "iu" and (get_array_module(b).asarray(b) < 0).any():
+        if x0.dtype.kind in "iu" and (x1 < 0).any():
             raise RuntimeError("Integers to negative integer powers are not allowed.")
-        y = a ** b
+        y = x0 ** x1
         self.save_for_backward(x0, x1, y)
         return y
 
@@ -1132,6 +1139,8 @@ class PowTensor(_Binary):  # step 57
 def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 57
     """x ** exponent, PyTorch's torch.pow: the exponent a number (core's Pow, step 22) or a tensor (PowTensor);
     `pow(2, x)` too."""
+    if type(exponent) in (int, float) and isinstance(x, Variable):  # speed: x ** 2, the common case
+        return Pow(exponent)(x)
     for operand in (x, exponent):
         if not isinstance(operand, (Variable, *cuda.array_types, numbers.Real)):
             raise TypeError(f"pow: the exponent must be a number or a tensor, got {type(operand).__name__}")
@@ -1157,7 +1166,7 @@ class Where(Function):  # step 57
         # (a number inside a formula that runs on arrays has no shape)
         self.shapes = (getattr(x0, "shape", ()), getattr(x1, "shape", ()))
         self.save_for_backward(self.condition)  # what PyTorch saves too
-        return xp.where(self.condition, dtypes.cast(x0, self.dtype), dtypes.cast(x1, self.dtype))
+        return xp.where(self.condition, x0, x1)
 
     def backward(self, gy):
         condition = array_of(self.saved_tensors[0])
@@ -1187,9 +1196,8 @@ class Maximum(_Binary):  # step 57
 
     def forward(self, x0, x1):
         self.keep_shapes(self.pick, x0, x1)
-        a, b = self.promoted(x0, x1)
         self.save_for_backward(x0, x1)
-        return getattr(get_array_module(a), self.pick)(a, b)
+        return getattr(get_array_module(x0), self.pick)(x0, x1)
 
     def shares(self):
         """(share of x0, share of x1) of the gradient, arrays: 1 where it is picked, 1/2 where the two tie."""
@@ -1230,10 +1238,9 @@ class FloorDivide(_Binary):  # step 57
 
     def forward(self, x0, x1):
         self.keep_shapes("floor_divide", x0, x1)
-        a, b = self.promoted(x0, x1)
-        if a.dtype.kind in "iu" and (get_array_module(b).asarray(b) == 0).any():
+        if x0.dtype.kind in "iu" and (x1 == 0).any():
             raise RuntimeError("ZeroDivisionError")  # PyTorch's words for an integer division by zero
-        return a // b
+        return x0 // x1
 
     def backward(self, gy):
         raise RuntimeError("derivative for aten::floor_divide is not implemented")
@@ -1246,11 +1253,10 @@ class Remainder(_Binary):  # step 57
 
     def forward(self, x0, x1):
         self.keep_shapes("remainder", x0, x1)
-        a, b = self.promoted(x0, x1)
-        if a.dtype.kind in "iu" and (get_array_module(b).asarray(b) == 0).any():
+        if x0.dtype.kind in "iu" and (x1 == 0).any():
             raise RuntimeError("ZeroDivisionError")
         self.save_for_backward(x0 if self.needs_input_grad[1] else None, x1 if self.needs_input_grad[1] else None)
-        return a % b
+        return x0 % x1
 
     def backward(self, gy):
         gx1 = None

@@ -124,7 +124,7 @@ class Layer:  # step 32
     def train(self, mode=True):
         """Training mode (dropout drops, batch norm uses and updates batch statistics); returns the layer."""
         if not isinstance(mode, bool):
-            raise TypeError(f"train: mode must be a bool, got {type(mode).__name__}")
+            raise ValueError("training mode is expected to be boolean")  # PyTorch's type and words
         for layer in self.modules():
             layer.training = mode
         return self

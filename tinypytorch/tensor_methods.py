@@ -87,13 +87,10 @@ class TensorMethods:
         return F.abs(self)
 
     # step 57: powers, floor division and remainder with PyTorch's promotion; a tensor exponent too
-    def __pow__(self, exponent):
-        return F.pow(self, exponent)
+    __pow__ = pow = F.pow  # (the function itself: x ** y is F.pow(x, y))
 
     def __rpow__(self, base):
         return F.pow(base, self)  # `2 ** x`
-
-    pow = __pow__
 
     def __floordiv__(self, other):
         return F.floor_divide(self, other)

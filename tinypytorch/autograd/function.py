@@ -22,7 +22,7 @@ import functools
 
 import numpy as np
 
-from tinypytorch import cuda, forward_ad_state
+from tinypytorch import cuda, forward_ad_state, views
 from tinypytorch.autograd.graph import Node  # core's Function: the graph's node class, not this module's Function
 from tinypytorch.core import Variable, sum_to
 from tinypytorch.grad_mode import is_grad_enabled, no_grad
@@ -80,9 +80,12 @@ class Function:
     def apply(cls, *args):
         """Run forward on `args` (Variables, and anything else passed through) and record one node for backward."""
         node = _node_class(cls)(args)
-        outputs = node(*[a for a in args if isinstance(a, Variable)])
+        variables = [a for a in args if isinstance(a, Variable)]
+        outputs = node(*variables)
         single = isinstance(outputs, Variable)
         outputs = [outputs] if single else list(outputs)
+        # an input handed back as it is (`return x`) makes an output that is a view of it (PyTorch's rule)
+        views.track_returned_inputs(node, variables, [y.data for y in outputs], outputs)
         for i, y in enumerate(outputs):
             if any(y.data is marked.data for marked in node.ctx.non_differentiable):
                 outputs[i] = y.detach()  # cut from the node (its gradient is zero), the same memory and versions
@@ -99,6 +102,7 @@ class CustomNode(Node):
     """The graph node of one call of a custom Function: runs the user's forward and backward, checks the result."""
 
     user_class = None
+
 
     def __init__(self, args):
         self.args = args
@@ -191,7 +195,6 @@ def _expandable(shape, target):
 
 class DelayedError(Node):
     """Passes a gradient through unchanged; differentiating through it raises (PyTorch's DelayedError)."""
-
     def forward(self, x):
         return x
 

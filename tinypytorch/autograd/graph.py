@@ -109,8 +109,6 @@ class SavedTensor:
 
     def __init__(self, variable, function, is_output):
         self.variable = self.data = self.packed = self.unpack_hook = self.leaf = self.creator = None
-        self.is_output = is_output  # step 63: an output's tangent is set once its jvp has run (forward over reverse)
-        self.tangent = forward_ad_state.tangent_of(variable) if forward_ad_state.open_dual_levels else None  # step 63
         self.data_ref = self.variable_ref = None  # step 38: what a hooked tensor keeps for its checks
         self.freed = False
         self.counter = variable.version_counter  # step 36: shared with every view of the same data
@@ -204,7 +202,7 @@ class SavedTensor:
         elif self.requires_grad:  # an output of `function` itself (step 35)
             v.set_creator(function, self.output_nr)
         # step 63: forward over reverse, the tangent the tensor had when saved, for a backward under a dual level
-        if self.tangent is not None and forward_ad_state.open_dual_levels:
+        if forward_ad_state.open_dual_levels and getattr(self, "tangent", None) is not None:
             forward_ad_state.set_tangent(v, self.tangent)
         return v
 
@@ -255,7 +253,7 @@ def _owner(value, inputs, raw_outputs, outputs):
 def keep_output_tangents(saved, outputs):
     """Forward over reverse: each saved output keeps the tangent its jvp gave it (Function.push_tangents)."""
     for s in saved:
-        if isinstance(s, SavedTensor) and s.is_output:
+        if isinstance(s, SavedTensor) and getattr(s, "is_output", False):
             s.tangent = forward_ad_state.tangent_of(outputs[s.output_nr])
 
 
@@ -282,7 +280,18 @@ def save(function, values, inputs, raw_outputs, outputs):
                 raise TypeError(f"{type(function).__name__}.save_for_backward: expected arrays or Variables, "
                                 f"got {type(value).__name__}")
         saved.append(variable if variable.wrapped_number else SavedTensor(variable, function, is_output))
+    if forward_ad_state.open_dual_levels:  # step 63: forward over reverse, the tangents they have now
+        keep_tangents(saved, values, inputs, raw_outputs, outputs)
     return tuple(saved)
+
+
+def keep_tangents(saved, values, inputs, raw_outputs, outputs):  # step 63
+    """Each saved tensor keeps the tangent its Variable has now (a saved output's comes once its jvp has run:
+    keep_output_tangents)."""
+    for s, value in zip(saved, values):
+        if isinstance(s, SavedTensor):
+            variable, s.is_output = _owner(value, inputs, raw_outputs, outputs)
+            s.tangent = None if variable is None else forward_ad_state.tangent_of(variable)
 
 
 __all__ = ["SavedTensor", "saved_tensors_hooks", "save_on_cpu", "current_hooks", "increment_version", "BACKWARD_TWICE"]

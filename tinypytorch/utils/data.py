@@ -116,7 +116,7 @@ def default_collate(batch):
     The arrays become Variables that need no gradient.
     """
     if not batch:
-        raise ValueError("default_collate: the batch is empty")
+        raise IndexError("default_collate: the batch is empty")  # PyTorch's type (its batch[0] fails)
     first = batch[0]
     if isinstance(first, (Variable, *cuda.array_types)):
         return _stack(batch)
@@ -132,7 +132,7 @@ def default_collate(batch):
         raise TypeError("default_collate: batch must contain arrays, Variables, numbers, dicts or lists; "
                         f"found {type(first).__name__}")
     if any(len(sample) != len(first) for sample in batch):
-        raise ValueError("default_collate: each element in list of batch should be of equal size")
+        raise RuntimeError("each element in list of batch should be of equal size")  # PyTorch's words
     fields = [default_collate(field) for field in zip(*batch)]  # a field of strings stays a tuple, as in torch
     return type(first)(*fields) if hasattr(first, "_fields") else fields  # a namedtuple, or a list
 
@@ -145,8 +145,8 @@ def _stack(values):
               for v in values]
     for i, v in enumerate(values):
         if v.shape != values[0].shape:
-            raise ValueError(f"default_collate: stack expects each array to be equal size, but got "
-                             f"{tuple(values[0].shape)} at entry 0 and {tuple(v.shape)} at entry {i}")
+            raise RuntimeError(f"stack expects each tensor to be equal size, but got {list(values[0].shape)} at "
+                               f"entry 0 and {list(v.shape)} at entry {i}")  # PyTorch's words
     if any(isinstance(v, Variable) and v.requires_grad for v in values):  # the batch stays in the graph, as in torch
         return functions.concatenate([functions.reshape(v, (1, *v.shape)) for v in values])
     arrays = [v.data if isinstance(v, Variable) else v for v in values]
