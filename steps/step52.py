@@ -194,8 +194,11 @@ except RuntimeError as error:
 # To keep a state dict, `tinypytorch.save` writes it to a file and
 # `tinypytorch.load` reads it back. PyTorch pickles the dict, which means
 # that loading a file may run code from it (hence torch's
-# `weights_only=True`); here the file is NumPy's `.npz`, one array a key,
-# read with `allow_pickle=False`, so it can hold nothing but arrays.
+# `weights_only=True`); here the file is NumPy's `.npz`: each array an
+# entry, read with `allow_pickle=False`, and the dict's keys and nesting
+# in one more entry, JSON text. So it holds nothing but arrays and text,
+# and loading it runs no code. (It keeps a whole checkpoint too: dicts,
+# lists and numbers around the state dicts of a model and an optimizer.)
 
 # %%
 show_code(save, load)
@@ -213,7 +216,7 @@ print("same outputs after save and load:", np.array_equal(restored(x).data, mode
 def state_picture(model):
     """The state dict as a table: key, shape, and the first values, as they travel to the file and back."""
     state = model.state_dict()
-    fig, axis = plt.subplots(figsize=(8, 2.6))
+    fig, axis = plt.subplots(figsize=(8, 2.9))
     for row, (key, value) in enumerate(state.items()):
         y = -row
         axis.text(0.0, y, key, fontsize=9, family="monospace", va="center")
@@ -221,8 +224,11 @@ def state_picture(model):
         axis.text(0.5, y, " ".join(f"{v:+.2f}" for v in value.data.ravel()[:4]) + " ...", fontsize=8,
                   family="monospace", va="center", color="0.3")
         axis.add_patch(plt.Rectangle((0.86, y - 0.35), 0.06, 0.7, color="C1", alpha=0.4))
-        axis.text(0.95, y, f"{key}.npy", fontsize=7, va="center", color="C1")
-    axis.set(xlim=(-0.02, 1.15), ylim=(-len(state), 0.8))
+        axis.text(0.95, y, f"data/{row}.npy", fontsize=7, va="center", color="C1")
+    axis.text(0.5, -len(state), "JSON: each key and its entry", fontsize=8, va="center", color="0.3")
+    axis.add_patch(plt.Rectangle((0.86, -len(state) - 0.35), 0.06, 0.7, color="C0", alpha=0.4))
+    axis.text(0.95, -len(state), "structure.npy", fontsize=7, va="center", color="C0")
+    axis.set(xlim=(-0.02, 1.15), ylim=(-len(state) - 0.8, 0.8))
     axis.text(0.0, 0.7, "state_dict() key", fontsize=9, weight="bold")
     axis.text(0.33, 0.7, "shape", fontsize=9, weight="bold")
     axis.text(0.5, 0.7, "values", fontsize=9, weight="bold")
@@ -235,8 +241,9 @@ def state_picture(model):
 state_picture(model)
 
 # %% [markdown]
-# The picture is the file: one array a key, named by the key. Nothing in
-# it says how to build `Net`; the code does that, and the state fills it.
+# The picture is the file: one array a key, and an entry `structure` that
+# maps each key to its array. Nothing in it says how to build `Net`; the
+# code does that, and the state fills it.
 #
 # ## Check against PyTorch
 #

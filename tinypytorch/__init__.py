@@ -33,7 +33,7 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     factories   tensor, zeros, ones, full, eye, arange, linspace, rand, randn, *_like, from_numpy; dtype names
     nn          nn.functional: relu, softmax, cross_entropy, mse_loss, linear, dropout, ...; nn.Module, Sequential,
                 ModuleList, Linear, the activation and loss modules (step 52)
-    serialization  save and load of a state dict, an .npz file without pickle (step 52)
+    serialization  save and load of tensors, state dicts and checkpoints, an .npz file without pickle (step 52)
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown)
     amp         autocast: each listed operation in its dtype, float16 or float32 (step 59); GradScaler (step 60)
     func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 63)
