@@ -64,7 +64,13 @@ draw_columns_and_rows()
 # `tinypytorch.func` writes both as loops over basis vectors (PyTorch
 # batches the same loop with `vmap`). `jvp` runs one forward-mode pass
 # under a `dual_level`; `vjp` records one forward pass and returns a
-# function that runs a backward pass per cotangent.
+# function that runs a backward pass per cotangent. Both transforms take
+# PyTorch's arguments: `argnums` picks the arguments to differentiate,
+# and arguments and outputs may be tuples or dicts of Variables (a
+# model's parameters). `_Call` flattens what is differentiated into a
+# list, `call.inputs`, and `call.nest` puts the blocks of the Jacobian
+# back into PyTorch's structure; `call.push` is one forward-mode pass,
+# `call.pull` one backward pass.
 
 # %%
 show_code(func.jacfwd, func.jacrev)
@@ -141,15 +147,17 @@ for n in sizes:
 # after a recorded forward), so measured times shift the crossover:
 # `bench/speed_jacobians.py` times both, here and in `torch.func`.
 #
-# ## Hessians: reverse over reverse
+# ## Hessians: forward over reverse
 #
-# The Hessian of a scalar $f$ is the Jacobian of its gradient. PyTorch's
-# default is `jacfwd(jacrev(f))`, forward over reverse. Here a tangent is a
-# plain array and forward mode has one level, so the package takes
-# PyTorch's other composition, `jacrev(jacrev(f))`: the inner `vjp` runs
-# its backward passes with `create_graph=True` whenever its input requires
-# grad (an outer `jacrev`'s does), so each row of the gradient is itself a
-# graph that the outer `jacrev` differentiates. PyTorch's docs example,
+# The Hessian of a scalar $f$ is the Jacobian of its gradient. `hessian`
+# is PyTorch's default, `jacfwd(jacrev(f))`, forward over reverse: each
+# column is one forward-mode pass pushed through the whole of `jacrev`,
+# its backward passes included. Saved tensors keep their tangents and the
+# backward formulas run on Variables while a dual level is open, so the
+# input's tangent reaches the gradient. `jacrev(jacrev(f))` gives the same
+# matrix by rows: the inner `vjp` records its backward passes
+# (`create_graph=True`) when its input requires grad, as the outer
+# `jacrev`'s does. PyTorch's docs example,
 # $\nabla^2 \sum\sin x = \operatorname{diag}(-\sin x)$:
 
 # %%
@@ -300,8 +308,10 @@ print("PyTorch check passed: func's five transforms and functional's jacobian, h
 # - One forward-mode pass gives a column $Jv$, one backward pass a row
 #   $u^\top J$: `jvp` and `vjp`. `jacfwd` loops over $n$ columns,
 #   `jacrev` over $m$ rows; few inputs favour columns, few outputs rows.
-# - `hessian` is `jacrev(jacrev(f))` here (reverse over reverse, through
-#   `create_graph`); PyTorch's default is forward over reverse.
+# - `hessian` is `jacfwd(jacrev(f))`, forward over reverse, as PyTorch's;
+#   `jacrev(jacrev(f))` gives the same through `create_graph`.
+# - The transforms take PyTorch's `argnums` and `has_aux`, and tuples,
+#   lists and dicts of Variables as arguments and outputs.
 # - `vhp` and `hvp` give $v^\top H$ and $Hv$ in $O(n)$ memory, by double
 #   backward; the Hessian itself needs $n^2$.
 # - `autograd.functional.jacobian(f, x, strategy=...)`, `strict=True`

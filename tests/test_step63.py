@@ -174,10 +174,3 @@ def test_jacobian_refuses_what_torch_refuses_with_its_message(kwargs):
     with pytest.raises(kind) as info:
         functional.jacobian(ours_map, const(X), **kwargs)
     assert str(info.value) == message
-
-
-def test_what_is_not_supported_raises_not_implemented():
-    for call in (lambda: func.jacrev(ours_map, argnums=1), lambda: func.jacrev(ours_map, chunk_size=2),
-                 lambda: func.jacfwd(ours_map, has_aux=True), lambda: func.vjp(ours_map, const(X), has_aux=True)):
-        with pytest.raises(NotImplementedError):
-            call()

@@ -1,139 +1,347 @@
 """Function transforms, PyTorch's `torch.func`, for functions of Variables (step 63).
 
-    jvp(f, (x,), (v,))      (f(x), J v): one forward-mode pass (forward_ad, step 62)
-    vjp(f, x)               (f(x), u -> u^T J): one forward pass recorded, one backward pass per call
-    jacfwd(f)(x)            J column by column: one jvp per input element (n passes)
-    jacrev(f)(x)            J row by row: one vjp per output element (m passes)
-    hessian(f)(x)           jacrev(jacrev(f)): reverse over reverse, through create_graph
+    jvp(f, primals, tangents)   (f(*primals), J tangents): one forward-mode pass (forward_ad, step 62)
+    vjp(f, *primals)            (f(*primals), vjp_fn) with vjp_fn(u) = u^T J: one backward pass per call
+    jacfwd(f)(*args)            J column by column: one forward-mode pass per input element (n passes)
+    jacrev(f)(*args)            J row by row: one backward pass per output element (m passes)
+    hessian(f)(*args)           jacfwd(jacrev(f)): forward over reverse, as PyTorch's
+    grad(f)(*args)              the gradient of a scalar f; grad_and_value(f)(*args) gives f's value too
 
-PyTorch builds these on vmap and on nested transform levels; here they are loops over basis vectors,
-with the same values. Only argnums=0 (an int) is taken; has_aux, chunk_size and vmap raise.
-`hessian` is PyTorch's fallback jacrev(jacrev(f)), not its default jacfwd(jacrev(f)): a tangent here
-is a plain array, and forward mode has one level, so a forward pass over a reverse pass is not offered.
+PyTorch's signatures and structures: argnums (an int or a tuple of ints) picks the arguments to differentiate;
+with has_aux=True f returns (output, aux), and aux comes back beside the result, not differentiated. Arguments
+and outputs are pytrees of Variables (tuples, lists, dicts, namedtuples: tinypytorch.utils.pytree). A Jacobian
+nests as PyTorch's: the output's structure, each of its leaves holding the differentiated argument's structure
+(a tuple of those for a tuple argnums). PyTorch batches its loops with vmap; here they are loops over basis
+vectors, with the same values (so chunk_size, which only sizes PyTorch's batches, changes nothing).
+
+Transforms compose through the graph. A reverse transform whose output depends on Variables that require
+grad outside it (an enclosing transform's, or the caller's parameters) records its backward passes
+(create_graph), so jacrev(jacrev(f)) works; forward mode pushes tangents through the backward formulas, so
+jacfwd(jacrev(f)) and a jvp of a grad work. Refused with a clear error: vmap; forward mode inside forward
+mode (forward_ad has one dual level); reverse mode over forward mode (a tangent is an array that no graph
+records, so it cannot be differentiated).
 """
-import numpy as np
+import threading
 
-from tinypytorch import functions as F
+from tinypytorch import forward_ad_state
 from tinypytorch.autograd import forward_ad as fwAD
-from tinypytorch.autograd.gradients import grad
+from tinypytorch.autograd import gradients
+from tinypytorch.autograd.functional import stack_as, unit_like
 from tinypytorch.core import Variable
-from tinypytorch.grad_mode import enable_grad
+from tinypytorch.cuda import get_array_module
+from tinypytorch.factories import zeros_like
+from tinypytorch.functions import Reshape
+from tinypytorch.grad_mode import enable_grad, is_grad_enabled
+from tinypytorch.utils.pytree import tree_flatten, tree_map, tree_unflatten, treespec_pprint
 
-
-def _tree(values):
-    """How torch's pytree prints a flat tuple (or a single leaf), for jvp's message."""
-    if not isinstance(values, tuple):
-        return "*"
-    return "TreeSpec(tuple, None, [" + ",\n  ".join("*" for _ in values) + "])"
-
-
-def _check_jvp_args(primals, tangents):
-    """PyTorch's checks of jvp's arguments, with its messages."""
-    if not isinstance(primals, tuple):
-        raise RuntimeError("jvp(f, primals, tangents): Expected primals to be a tuple. "
-                           "E.g. it should be valid to call f(*primals).")
-    if not isinstance(tangents, tuple) or len(tangents) != len(primals):
-        raise RuntimeError("jvp(f, primals, tangents): Expected primals and tangents to have the same python "
-                           "structure. For example, if primals is a tuple of 3 tensors, tangents also must be. "
-                           f"Got primals with structure {_tree(primals)} and tangents with structure "
-                           f"{_tree(tangents)}")
-    for name, values in (("primals", primals), ("tangents", tangents)):
-        for value in values:
-            if not isinstance(value, Variable):
-                raise RuntimeError(f"jvp(f, primals, tangents): Expected {name} to only contain Tensors, "
-                                   f"got {type(value)}")
+JVP, VJP, GRAD = "jvp(f, primals, tangents)", "vjp(f, *primals)", "grad_and_value(f)(*args)"  # PyTorch's names
 
 
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):  # step 63
-    """(func(*primals), J tangents): one pass of forward mode, every primal with its tangent."""
-    if has_aux:
-        raise NotImplementedError("tinypytorch.func.jvp: has_aux is not supported")
-    _check_jvp_args(primals, tangents)
-    with fwAD.dual_level():
-        output = func(*[fwAD.make_dual(p, t) for p, t in zip(primals, tangents)])
-        pairs = [fwAD.unpack_dual(y) for y in (output if isinstance(output, tuple) else (output,))]
-    values = tuple(value for value, _ in pairs)
-    # an output that does not depend on the primals has a zero tangent, as in PyTorch
-    tangents = tuple(Variable(np.zeros_like(v.data), requires_grad=False) if t is None else t for v, t in pairs)
-    return (values, tangents) if isinstance(output, tuple) else (values[0], tangents[0])
+    """(func(*primals), J tangents): one pass of forward mode, every primal with its tangent (the same pytree).
+    With has_aux: (output, tangent, aux)."""
+    if not isinstance(primals, tuple):
+        raise RuntimeError(f"{JVP}: Expected primals to be a tuple. E.g. it should be valid to call f(*primals).")
+    call = _Call(func, primals, None, has_aux)
+    flat_tangents, spec = tree_flatten(tangents)
+    if spec != call.spec:
+        raise RuntimeError(f"{JVP}: Expected primals and tangents to have the same python structure. For example, "
+                           "if primals is a tuple of 3 tensors, tangents also must be. Got primals with structure "
+                           f"{call.spec} and tangents with structure {spec}")
+    for name, values in (("primals", call.inputs), ("tangents", flat_tangents)):
+        if not values:
+            raise RuntimeError(f"{JVP}: Expected {name} to contain at least one Tensor.")
+        for value in values:
+            if not isinstance(value, Variable):
+                raise RuntimeError(f"{JVP}: Expected {name} to only contain Tensors, got {type(value)}")
+    output_tangents = call.push(dict(enumerate(flat_tangents)), strict)
+    result = tree_unflatten(call.outputs, call.out_spec), tree_unflatten(output_tangents, call.out_spec)
+    return (*result, call.aux) if has_aux else result
 
 
 def vjp(func, *primals, has_aux=False):  # step 63
-    """(func(*primals), vjp_fn) with vjp_fn(u) = u^T J, a tuple with one entry per primal.
+    """(func(*primals), vjp_fn): vjp_fn(u) = u^T J, u shaped as the output, the result as the primals (a tuple).
+    With has_aux: (output, vjp_fn, aux)."""
+    call = _Call(func, primals, None, has_aux)
+    outputs = call.record()
 
-    A primal that requires grad (the caller's, or an enclosing jacrev's) is used as it is and the
-    backward passes record their work (create_graph), so that the result can be differentiated again.
-    """
-    if has_aux:
-        raise NotImplementedError("tinypytorch.func.vjp: has_aux is not supported")
-    nested = any(p.requires_grad for p in primals)
-    inputs = tuple(p if p.requires_grad else _leaf(p) for p in primals)
-    with enable_grad():
-        output = func(*inputs)
-
-    def vjp_fn(cotangent):
-        if tuple(cotangent.shape) != output.shape:
-            raise RuntimeError(f"Mismatch in shape: grad_output[0] has a shape of {list(cotangent.shape)} and "
-                               f"output[0] has a shape of {list(output.shape)}.")
-        if not output.requires_grad:  # independent of the primals
-            return tuple(Variable(np.zeros_like(p.data), requires_grad=False) for p in primals)
-        with enable_grad():
-            grads = grad(output, inputs, cotangent, retain_graph=True, create_graph=nested, allow_unused=True)
-        return tuple(Variable(np.zeros_like(p.data), requires_grad=False) if g is None else g
-                     for p, g in zip(primals, grads))
-    return (output if nested else output.detach()), vjp_fn
-
-
-def _leaf(p):
-    """A leaf that requires grad, on p's data; with p's tangent, if an enclosing jvp gave it one (forward over
-    reverse: jacfwd(jacrev(f)), a jvp of a gradient)."""
-    leaf = p.detach().requires_grad_()
-    fwAD.keep_tangent(p, leaf)
-    return leaf
-
-
-def _check_argnums(argnums, chunk_size=None, has_aux=False):
-    if argnums != 0 or chunk_size is not None or has_aux:
-        raise NotImplementedError("tinypytorch.func: only argnums=0, chunk_size=None and has_aux=False are supported")
-
-
-def _basis(shape, k):
-    """The k-th unit tensor of `shape` (row-major), as an array."""
-    e = np.zeros(int(np.prod(shape)))
-    e[k] = 1.0
-    return e.reshape(shape)
-
-
-def _stack(parts, shape):
-    """Variables of one shape stacked along a new first axis and reshaped to `shape`; differentiable."""
-    return F.concatenate([F.reshape(p, (1, -1)) for p in parts]).reshape(shape)
+    def vjp_fn(cotangents, retain_graph=True, create_graph=None):
+        flat, spec = tree_flatten(cotangents)
+        if spec != call.out_spec:
+            raise RuntimeError("Expected pytree structure of cotangents to be the same as pytree structure of outputs "
+                               f"to the function. cotangents: {treespec_pprint(spec)}, primal output: "
+                               f"{treespec_pprint(call.out_spec)}")
+        _check_cotangents(flat, outputs)
+        return tree_unflatten(call.pull(outputs, flat, retain_graph, create_graph), call.spec)
+    result = tree_unflatten([call.unwrap(y) for y in outputs], call.out_spec), vjp_fn
+    return (*result, call.aux) if has_aux else result
 
 
 def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 63
     """func's Jacobian by rows: one backward pass per output element. Shape: output's + input's."""
-    _check_argnums(argnums, chunk_size, has_aux)
+    _check_chunk_size(chunk_size)
 
-    def jacobian(x, *rest):
-        output, vjp_fn = vjp(lambda a: func(a, *rest), x)
-        rows = [vjp_fn(Variable(_basis(output.shape, i), requires_grad=False))[0] for i in range(output.numel())]
-        return _stack(rows, output.shape + x.shape)
+    def jacobian(*args):
+        call = _Call(func, args, argnums, has_aux)  # the Variables to differentiate, flattened: call.inputs
+        outputs = call.record()  # func run once, its graph recorded; its outputs, flattened
+        blocks = []  # blocks[i][j]: output i's Jacobian with respect to input j
+        for i, y in enumerate(outputs):
+            rows = [call.pull([y], [unit_like(y, k)]) for k in range(y.numel())]  # one backward pass per element of y
+            blocks.append([stack_as(r, y.shape + x.shape) for r, x in zip(zip(*rows), call.inputs)])  # r: x's rows
+        return call.nest(blocks)  # in PyTorch's structure (with aux, if has_aux)
     return jacobian
 
 
 def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 63
     """func's Jacobian by columns: one forward-mode pass per input element. Shape: output's + input's."""
-    _check_argnums(argnums, None, has_aux)
 
-    def jacobian(x, *rest):
-        columns = [jvp(lambda a: func(a, *rest), (x,), (Variable(_basis(x.shape, k), requires_grad=False),))[1]
-                   for k in range(x.numel())]
-        out_shape = columns[0].shape
-        stacked = np.stack([c.data for c in columns], axis=-1)  # a tangent is an array: no graph to keep
-        return Variable(stacked.reshape(out_shape + x.shape), requires_grad=False)
+    def jacobian(*args):
+        _check_randomness(randomness)
+        call = _Call(func, args, argnums, has_aux)  # the Variables to differentiate, flattened: call.inputs
+        by_input = []  # by_input[j][i]: output i's Jacobian with respect to input j
+        for j, x in enumerate(call.inputs):
+            columns = [call.push({j: unit_like(x, k)}) for k in range(x.numel())]  # one forward pass per element of x
+            by_input.append([_side_by_side(c, x.shape) for c in zip(*columns)])  # c: one output's columns
+        return call.nest(list(zip(*by_input)))  # output by input, in PyTorch's structure (with aux, if has_aux)
     return jacobian
 
 
 def hessian(func, argnums=0):  # step 63
     """The matrix of second derivatives of a scalar func: jacfwd(jacrev(func)), forward over reverse, as PyTorch's."""
-    _check_argnums(argnums)
-    return jacfwd(jacrev(func))
+    return jacfwd(jacrev(func, argnums), argnums)
+
+
+def grad_and_value(func, argnums=0, has_aux=False):  # step 63
+    """A function that returns (the gradient of the scalar func with respect to the arguments argnums picks,
+    func's value); with has_aux, (gradient, (value, aux))."""
+
+    def wrapper(*args, **kwargs):
+        call = _Call(func, args, argnums, has_aux, kwargs)
+        output = call.run_recorded(GRAD)
+        if not isinstance(output, Variable):
+            raise RuntimeError(f"{GRAD}: Expected f(*args) to return a Tensor, got {type(output)}")
+        if output.ndim != 0:
+            raise RuntimeError(f"{GRAD}: Expected f(*args) to return a scalar Tensor, got tensor with {output.ndim} "
+                               "dims. Maybe you wanted to use the vjp or jacrev APIs instead?")
+        gradient = tree_unflatten(call.pull([output], [None]), call.spec)
+        return (gradient, (call.unwrap(output), call.aux)) if has_aux else (gradient, call.unwrap(output))
+    return wrapper
+
+
+def grad(func, argnums=0, has_aux=False):  # step 63
+    """A function that returns the gradient of the scalar func (with has_aux: (gradient, aux)): the transform.
+    `tinypytorch.autograd.grad(outputs, inputs)` differentiates outputs already computed."""
+    transformed = grad_and_value(func, argnums, has_aux)
+
+    def wrapper(*args, **kwargs):
+        gradient, value = transformed(*args, **kwargs)
+        return (gradient, value[1]) if has_aux else gradient
+    return wrapper
+
+
+def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):  # step 63
+    """Not here: see the error."""
+    raise NotImplementedError("tinypytorch.func.vmap is not implemented: PyTorch's torch.func.vmap runs func once on "
+                              "a whole batch; here, call func on each example in a loop, or use torch.func.vmap")
+
+
+class _Reversing(threading.local):
+    depth = 0  # how many reverse transforms are running their function now, in this thread
+
+
+_reversing = _Reversing()
+
+
+class _Call:
+    """One call of a transformed function: its arguments, and the Variables to differentiate (`inputs`: the leaves
+    of the arguments that argnums picks, flattened, with their structure `spec`); func run on other leaves in
+    their places, forward (`push`) or recorded for backward passes (`record`, `pull`); the result nested."""
+
+    def __init__(self, func, args, argnums, has_aux, kwargs=None):
+        self.func, self.args, self.argnums, self.has_aux, self.kwargs = func, args, argnums, has_aux, kwargs or {}
+        self.positions = range(len(args)) if argnums is None else _positions(argnums, len(args))
+        picked = args if argnums is None else _pick(args, argnums, self.positions)
+        self.inputs, self.spec = tree_flatten(picked)
+        self.aux, self.nested = None, False
+
+    def call(self, leaves, api):
+        """func on the arguments with `leaves` in the inputs' places; its output, its aux kept aside (has_aux)."""
+        picked = tree_unflatten(leaves, self.spec)
+        args = list(self.args)
+        for position, tree in zip(self.positions, (picked,) if isinstance(self.argnums, int) else picked):
+            args[position] = tree
+        output = self.func(*args, **self.kwargs)
+        if self.has_aux:
+            if not (isinstance(output, tuple) and len(output) == 2):
+                raise RuntimeError(f"{api}: output of function f should be a tuple: (output, aux) if has_aux is True")
+            output, self.aux = output
+            for leaf in tree_flatten(self.aux)[0]:
+                if not isinstance(leaf, Variable):
+                    raise RuntimeError(f"Expected tensors, got unsupported type {type(leaf)}")
+        return output
+
+    def flat_outputs(self, output, api, floating=False):
+        """The output's leaves, after PyTorch's checks that they are Variables (floating point, for reverse mode)."""
+        leaves, self.out_spec = tree_flatten(output)
+        if not leaves or (len(leaves) == 1 and leaves[0] is None):
+            raise RuntimeError(f"{api}: Expected f to be a function that has non-empty output (got output = {leaves})")
+        for y in leaves:
+            if not isinstance(y, Variable):
+                raise RuntimeError(f"{api}: expected f(*primals) to return only tensors, got unsupported type "
+                                   f"{type(y)}")
+            if floating and y.dtype.kind not in "fc":
+                raise RuntimeError("vjp(f, ...): All outputs of f must be floating-point or complex Tensors, got "
+                                   f"Tensor with dtype torch.{y.dtype.name}")
+        return leaves
+
+    def push(self, tangents, strict=False):
+        """One forward-mode pass, input j made dual with tangents[j] (a dict): the outputs' tangents, flattened
+        (their values in `outputs`)."""
+        if forward_ad_state.open_dual_levels:
+            raise NotImplementedError("tinypytorch.func: forward mode inside forward mode (jacfwd(jacfwd(f)), a jvp of "
+                                      "a jvp) needs a second dual level, which forward_ad does not have (PyTorch "
+                                      "nests levels); for second derivatives use jacfwd(jacrev(f)), as hessian does")
+        if _reversing.depth:
+            raise NotImplementedError("tinypytorch.func: reverse mode over forward mode (jacrev(jacfwd(f)), a grad of "
+                                      "a jvp) is not offered: a tangent is an array that no graph records, so it "
+                                      "cannot be differentiated; use forward over reverse, jacfwd(jacrev(f)), as "
+                                      "hessian does")
+        with fwAD.dual_level():
+            leaves = [fwAD.make_dual(x, tangents[j]) if j in tangents else x for j, x in enumerate(self.inputs)]
+            pairs = [fwAD.unpack_dual(y) for y in self.flat_outputs(self.call(leaves, JVP), JVP)]
+        if strict and any(tangent is None for _, tangent in pairs):
+            raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the "
+                               "inputs. This is not allowed with strict=True.")
+        self.outputs = [value for value, _ in pairs]
+        # an output that does not depend on the inputs has a zero tangent, as in PyTorch
+        return [zeros_like(value) if tangent is None else tangent for value, tangent in pairs]
+
+    def record(self):
+        """func run once, its graph recorded (`run_recorded`): its outputs, flattened, after vjp's checks."""
+        return self.flat_outputs(self.run_recorded(VJP), VJP, floating=True)
+
+    def run_recorded(self, api):
+        """func run once, its graph recorded, on new leaves in the inputs' places (on views of the inputs that
+        require grad, so that the graph goes on to them); its output. The backward passes record their own
+        graph (`nested`) when the output depends on a Variable that requires grad outside this call."""
+        for x in self.inputs:
+            if not isinstance(x, Variable):
+                raise ValueError(f"Thing passed to transform API must be Tensor, got {type(x)}")
+        grad_enabled = is_grad_enabled()
+        _reversing.depth += 1
+        try:
+            with enable_grad():
+                self.leaves = [Reshape(x.shape)(x) if x.requires_grad else _leaf(x) for x in self.inputs]
+                output = self.call(self.leaves, api)
+        finally:
+            _reversing.depth -= 1
+        self.nested = grad_enabled and self._depends_on_outside(output)
+        self.aux = tree_map(self.unwrap, self.aux)
+        return output
+
+    def _depends_on_outside(self, output):
+        """Whether output depends on a Variable that requires grad, other than the leaves of `run_recorded`."""
+        given = tree_flatten((self.args, self.kwargs))[0]
+        if any(isinstance(v, Variable) and v.requires_grad for v in given):
+            return True
+        own = {id(leaf) for leaf in self.leaves}
+        todo, seen = [y for y in tree_flatten(output)[0] if isinstance(y, Variable) and y.requires_grad], set()
+        while todo:  # a walk of the graph (a function may use Variables it was not given)
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, Variable):
+                if node.creator is None and id(node) not in own:
+                    return True
+                todo.append(node.creator)
+            elif node is not None:
+                todo.extend(next_node for next_node, _ in node.edges)
+        return False
+
+    def pull(self, outputs, cotangents, retain_graph=True, create_graph=None):
+        """u^T J for each input: one backward pass from `outputs` seeded with `cotangents`; zeros where unused."""
+        create_graph = self.nested and is_grad_enabled() if create_graph is None else create_graph
+        pairs = [(y, u) for y, u in zip(outputs, cotangents) if y.requires_grad]
+        grads = [None] * len(self.leaves)
+        if pairs and self.leaves:
+            with enable_grad():
+                grads = gradients.grad([y for y, _ in pairs], self.leaves, [u for _, u in pairs],
+                                       retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
+        return [zeros_like(x) if g is None else g for g, x in zip(grads, self.inputs)]
+
+    def unwrap(self, value):
+        """A Variable computed in `record`, as the caller gets it: detached unless nested (keeping its tangent, if
+        an enclosing jvp gave it one)."""
+        if self.nested or not isinstance(value, Variable):
+            return value
+        detached = value.detach()
+        fwAD.keep_tangent(value, detached)
+        return detached
+
+    def nest(self, blocks):
+        """blocks[i][j] (output leaf i by input leaf j) in PyTorch's structure: the output's, each leaf holding the
+        inputs'; (jacobian, aux) with has_aux."""
+        jacobian = tree_unflatten([tree_unflatten(row, self.spec) for row in blocks], self.out_spec)
+        return (jacobian, self.aux) if self.has_aux else jacobian
+
+
+def _leaf(x):
+    """A leaf that requires grad, on x's data; with x's tangent, if an enclosing jvp gave it one (forward over
+    reverse: jacfwd(jacrev(f)), a jvp of a gradient)."""
+    leaf = x.detach().requires_grad_()
+    fwAD.keep_tangent(x, leaf)
+    return leaf
+
+
+def _positions(argnums, count):
+    """The positions argnums picks among `count` arguments, checked as PyTorch checks them."""
+    if not isinstance(argnums, (int, tuple)):
+        raise RuntimeError(f"argnums must be int or Tuple[int, ...], got: {type(argnums)}")
+    positions = []
+    for argnum in argnums if isinstance(argnums, tuple) else (argnums,):
+        if not isinstance(argnum, int):
+            raise RuntimeError(f"argnum must be int, got: {type(argnum)}")
+        if not -count <= argnum < count:
+            raise RuntimeError(f"Got argnum={argnum}, but only {count} positional inputs")
+        positions.append(argnum % count)
+    if isinstance(argnums, tuple) and not positions:
+        raise RuntimeError("argnums must be non-empty")
+    if len(set(positions)) != len(positions):
+        raise RuntimeError(f"argnums elements must be unique, got {tuple(positions)}")
+    return positions
+
+
+def _pick(args, argnums, positions):
+    """The arguments argnums picks: one argument for an int, a tuple of them for a tuple."""
+    return args[positions[0]] if isinstance(argnums, int) else tuple(args[p] for p in positions)
+
+
+def _check_cotangents(cotangents, outputs):
+    """vjp_fn's cotangents: Variables (or None) shaped as the outputs they seed, or PyTorch's errors."""
+    for u in cotangents:
+        if u is not None and not isinstance(u, Variable):
+            raise TypeError(f"gradients can be either Tensors or None, but got {type(u).__name__}")
+    pairs = [(y, u) for y, u in zip(outputs, cotangents) if y.requires_grad]
+    for i, (y, u) in enumerate(pairs):
+        if u is not None and u.shape != y.shape:
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(u.shape)} and output[{i}] "
+                               f"has a shape of {list(y.shape)}.")
+
+
+def _check_chunk_size(chunk_size):
+    if not (chunk_size is None or chunk_size > 0):
+        raise ValueError("jacrev: `chunk_size` should be greater than 0.")
+
+
+def _check_randomness(randomness):
+    if randomness not in ("error", "different", "same"):
+        raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
+
+
+def _side_by_side(columns, input_shape):
+    """One output's columns J e_k, for every element k of one input, set side by side: output's + input's shape.
+    A tangent is an array: no graph to keep."""
+    xp = get_array_module(columns[0])
+    stacked = xp.stack([c.data for c in columns], axis=-1)
+    return Variable(stacked.reshape(columns[0].shape + input_shape), requires_grad=False)

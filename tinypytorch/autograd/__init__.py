@@ -13,7 +13,7 @@ The public tools above it, which the floors above use (never the engine itself):
     gradcheck  gradcheck, gradgradcheck (step 40)
     function   Function with a ctx, once_differentiable: custom functions written PyTorch's way (step 49)
     forward_ad dual_level, make_dual, unpack_dual: forward-mode AD (step 62)
-    functional jacobian, hvp, vhp of whole functions (step 63)
+    functional vjp, jvp, jacobian, hessian, hvp, vhp of whole functions (step 63)
 """
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
 from tinypytorch.autograd.gradients import backward, grad
