@@ -117,7 +117,7 @@ def test_a_batch_of_one_in_training_raises_torchs_error():
         torch.nn.BatchNorm1d(4).double()(torch.from_numpy(x))
     with pytest.raises(ValueError) as ours:
         nn.BatchNorm1d(4)(Variable(x))
-    assert str(ours.value) == str(theirs.value).replace("torch.Size([1, 4])", "(1, 4)")
+    assert str(ours.value) == str(theirs.value)
     assert int(nn.BatchNorm1d(4).num_batches_tracked) == 0  # nothing counted
 
 

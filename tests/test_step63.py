@@ -137,9 +137,9 @@ def test_v_none_on_a_non_scalar_input_raises_torchs_error(name):
 
 def test_hvp_of_v_of_the_wrong_size_and_of_a_non_scalar_output_raise_torchs_errors():
     kind, message = torch_error(lambda: TF.hvp(torch_scalar, torch.tensor(X), torch.ones(2, dtype=torch.float64)))
-    with pytest.raises(kind, match=r"^v has invalid size: should be \[3\] but got \[2\]\.$"):
+    with pytest.raises(kind) as info:
         functional.hvp(ours_scalar, const(X), const(np.ones(2)))
-    assert message == "v has invalid size: should be torch.Size([3]) but got torch.Size([2])."
+    assert str(info.value) == message == "v has invalid size: should be torch.Size([3]) but got torch.Size([2])."
     kind, message = torch_error(lambda: TF.hvp(torch_map, torch.tensor(X), torch.ones(3, dtype=torch.float64)))
     with pytest.raises(kind) as info:
         functional.hvp(ours_map, const(X), const(np.ones(3)))

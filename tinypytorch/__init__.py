@@ -66,6 +66,7 @@ from tinypytorch.functions import (
 )
 from tinypytorch.cuda import device
 from tinypytorch.layers import Parameter
+from tinypytorch.size import Size
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
 from tinypytorch.serialization import load, save
 
@@ -91,5 +92,5 @@ __all__ = [
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
     "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
-    "where", "maximum", "minimum", "floor_divide", "remainder",
+    "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
 ]

@@ -157,7 +157,7 @@ def nll_loss(input, target, reduction="mean", ignore_index=-100):  # noqa: A002 
 def _checked_target(input, target, ignore_index, op="cross_entropy"):
     """`target` as an integer array on input's device, after checking it against input of shape (N, C)."""
     if input.ndim != 2:
-        raise ValueError(f"{op}: expected an input of shape (N, C), got {input.shape}")
+        raise ValueError(f"{op}: expected an input of shape (N, C), got {tuple(input.shape)}")
     if isinstance(target, Variable):
         target = target.data
     xp = get_array_module(input.data)

@@ -19,6 +19,7 @@ import numpy as np
 
 from tinypytorch import autocast_state, cuda, dtypes, forward_ad_state, grad_mode, views
 from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
+from tinypytorch.size import Size
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
 
 
@@ -127,7 +128,7 @@ class Variable:
     # step 19: a Variable answers the questions one asks of an array
     @property
     def shape(self):
-        return self.data.shape
+        return Size(self.data.shape)  # PyTorch's torch.Size: a tuple that prints as torch.Size([2, 3])
 
     @property
     def ndim(self):
@@ -139,7 +140,7 @@ class Variable:
         Step 19 made `size` NumPy's element count; the package follows PyTorch here.
         """
         if dim is None:
-            return self.data.shape
+            return Size(self.data.shape)
         return self.data.shape[dim]
 
     def numel(self):
@@ -764,7 +765,7 @@ def _check_broadcast(op, x0, x1):
     try:
         np.broadcast_shapes(x0.shape, x1.shape)
     except ValueError:
-        raise ValueError(f"{op}: shapes {x0.shape} and {x1.shape} do not broadcast") from None
+        raise ValueError(f"{op}: shapes {tuple(x0.shape)} and {tuple(x1.shape)} do not broadcast") from None
 
 
 class _Binary(Function):
@@ -969,7 +970,7 @@ class BroadcastTo(Function):  # step 30
         try:
             return xp.broadcast_to(x, self.shape)
         except ValueError:
-            raise ValueError(f"broadcast_to: cannot broadcast shape {x.shape} to {self.shape}") from None
+            raise ValueError(f"broadcast_to: cannot broadcast shape {tuple(x.shape)} to {tuple(self.shape)}") from None
 
     def backward(self, gy):
         return sum_to(gy, self.x_shape)
@@ -1013,7 +1014,7 @@ class SumTo(Function):  # step 30
             if np.broadcast_shapes(self.shape, x.shape) != x.shape:
                 raise ValueError
         except ValueError:
-            raise ValueError(f"sum_to: shape {x.shape} is not a broadcast of {self.shape}") from None
+            raise ValueError(f"sum_to: shape {tuple(x.shape)} is not a broadcast of {tuple(self.shape)}") from None
         return sum_to_array(x, self.shape)
 
     def backward(self, gy):

@@ -94,7 +94,7 @@ def _gather(data, shape, depth, flat, op):
     """Append the numbers of `data` (at `depth` of `shape`) to `flat`; return their promoted dtype."""
     if isinstance(data, np.ndarray) and data.ndim > 0:
         if data.shape != shape[depth:]:
-            raise ValueError(f"{op}: expected an array of shape {shape[depth:]} at dim {depth} (got {data.shape})")
+            raise ValueError(f"{op}: expected an array of shape {shape[depth:]} at dim {depth} (got {tuple(data.shape)})")
         flat.extend(data.ravel().tolist())
         return _array_dtype(data, op)
     if depth == len(shape):

@@ -325,8 +325,8 @@ def _check_cotangents(cotangents, outputs):
     pairs = [(y, u) for y, u in zip(outputs, cotangents) if y.requires_grad]
     for i, (y, u) in enumerate(pairs):
         if u is not None and u.shape != y.shape:
-            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {list(u.shape)} and output[{i}] "
-                               f"has a shape of {list(y.shape)}.")
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {u.shape} and output[{i}] "
+                               f"has a shape of {y.shape}.")
 
 
 def _check_chunk_size(chunk_size):

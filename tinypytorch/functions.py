@@ -265,7 +265,7 @@ class Reshape(Function):  # step 29
         try:
             return x.reshape(self.shape)
         except ValueError:
-            raise ValueError(f"reshape: cannot reshape {x.shape} of size {x.size} into {self.shape}") from None
+            raise ValueError(f"reshape: cannot reshape {tuple(x.shape)} of size {x.size} into {tuple(self.shape)}") from None
 
     def backward(self, gy):
         return reshape(gy, self.x_shape)
@@ -295,7 +295,7 @@ def _dim(op, dim, ndim):
 def _permutation(op, dims, shape):
     """`dims` as a tuple of non-negative ints that permutes range(len(shape)), or an error naming what is wrong."""
     dims, ndim = ((dims,) if isinstance(dims, numbers.Integral) else tuple(dims)), len(shape)
-    problem = f"{op}: dims {dims} are not a permutation of the dimensions of shape {shape}"
+    problem = f"{op}: dims {dims} are not a permutation of the dimensions of shape {tuple(shape)}"
     if len(dims) != ndim:
         raise ValueError(f"{problem}: need {ndim} dims, got {len(dims)}")
     perm = tuple(_dim(op, d, ndim) for d in dims)
@@ -525,7 +525,7 @@ class Mean(Function):  # step 50
         self.axes = _normalize_axis("mean", self.axis, x.ndim)
         self.count = int(np.prod([x.shape[a] for a in self.axes]))
         if self.count == 0:
-            raise ValueError(f"mean: the mean{_over(self.axis)} of an empty variable of shape {x.shape}")
+            raise ValueError(f"mean: the mean{_over(self.axis)} of an empty variable of shape {tuple(x.shape)}")
         return x.mean(axis=self.axes, keepdims=self.keepdims)
 
     def backward(self, gy):
@@ -568,7 +568,7 @@ class Max(Function):  # step 50
         self.axes = _normalize_axis(self.reduce, self.axis, x.ndim)
         if any(x.shape[a] == 0 for a in self.axes):
             raise ValueError(f"{self.reduce}: the {self.extreme}{_over(self.axis)} of an empty variable "
-                             f"of shape {x.shape}")
+                             f"of shape {tuple(x.shape)}")
         y = getattr(x, self.reduce)(axis=self.axes, keepdims=self.keepdims)  # x.max(...), or x.min(...)
         self.save_for_backward(x, y)  # which elements are the maximum (PyTorch saves input and result too)
         return y
@@ -639,7 +639,7 @@ def _arg(op, reduce, x, dim, keepdim):
     data = x.data
     if data.size == 0 and (dim is None or data.shape[dim] == 0):
         raise ValueError(f"{op}: the {reduce}imum{_over(None if dim is None else (dim,))} of an empty variable "
-                         f"of shape {data.shape}")
+                         f"of shape {tuple(data.shape)}")
     indices = getattr(data, "arg" + reduce)(axis=dim, keepdims=keepdim)
     return get_array_module(data).asarray(indices, dtype=np.int64)  # NumPy's flattened argmax is a scalar
 
@@ -803,7 +803,7 @@ def expand(x, *sizes):
     for i, (s, n) in enumerate(zip(shape[lead:], x.shape)):
         if n != 1 and s != n:
             raise ValueError(f"expand: the expanded size {s} must match the existing size {n} at non-singleton "
-                             f"dimension {lead + i}; target sizes {sizes}, shape {x.shape}")
+                             f"dimension {lead + i}; target sizes {sizes}, shape {tuple(x.shape)}")
     return broadcast_to(x, shape)
 
 
@@ -852,12 +852,12 @@ def matmul(x, W):
 class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the graph
     def forward(self, x, W, b=None):
         if x.ndim != 2 or W.ndim != 2:
-            raise ValueError(f"linear: input and weight must be 2-D, got shapes {x.shape} and {W.shape}")
+            raise ValueError(f"linear: input and weight must be 2-D, got shapes {tuple(x.shape)} and {tuple(W.shape)}")
         if x.shape[1] != W.shape[1]:
-            raise ValueError(f"linear: input of shape {x.shape} does not fit weight of shape {W.shape}: "
+            raise ValueError(f"linear: input of shape {tuple(x.shape)} does not fit weight of shape {tuple(W.shape)}: "
                              f"in_features {x.shape[1]} != {W.shape[1]}")
         if b is not None and b.shape != (W.shape[0],):
-            raise ValueError(f"linear: bias of shape {b.shape} does not match out_features {W.shape[0]}")
+            raise ValueError(f"linear: bias of shape {tuple(b.shape)} does not match out_features {W.shape[0]}")
         dtypes.check_same_dtype(x.dtype, W.dtype)  # step 57: no promotion in a matrix product, as PyTorch's
         if b is not None and b.dtype != x.dtype:  # step 57
             raise RuntimeError(f"self and mat2 must have the same dtype, but got {dtypes.torch_name(b.dtype)} and "
@@ -920,7 +920,7 @@ class GetItem(Function):  # step 31
         try:
             y = x[self.key]
         except IndexError as error:
-            raise IndexError(f"getitem: {error} (key {self.key!r}, shape {x.shape})") from None
+            raise IndexError(f"getitem: {error} (key {self.key!r}, shape {tuple(x.shape)})") from None
         # step 37: a view of one element
         if not isinstance(y, type(x)):  # x[1, 2] is a number: x[1, 2, ...] is the same element, as a 0-d view
             y = x[(self.key if isinstance(self.key, tuple) else (self.key,)) + (Ellipsis,)]
@@ -968,7 +968,7 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
         axis = self.axis % ndim
         for x in xs[1:]:
             if x.ndim != ndim or x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]:
-                raise ValueError(f"concatenate: shapes {xs[0].shape} and {x.shape} differ outside axis {self.axis}")
+                raise ValueError(f"concatenate: shapes {tuple(xs[0].shape)} and {tuple(x.shape)} differ outside axis {self.axis}")
         self.bounds = np.cumsum([0] + [x.shape[axis] for x in xs])
         self.axis = axis
         return get_array_module(*xs).concatenate(xs, axis=axis)
@@ -1036,7 +1036,7 @@ class ReLU(Function):  # step 32
 class MeanSquaredError(Function):  # step 32
     def forward(self, x0, x1):
         if x0.shape != x1.shape:
-            raise ValueError(f"mean_squared_error: shapes {x0.shape} and {x1.shape} differ")
+            raise ValueError(f"mean_squared_error: shapes {tuple(x0.shape)} and {tuple(x1.shape)} differ")
         self.save_for_backward(x0, x1)  # step 35: both gradients need x0 - x1 (PyTorch keeps both too)
         diff = x0 - x1
         # step 58: mean, not sum / size: in float16 the sum overflows long before the mean does;

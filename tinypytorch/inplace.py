@@ -67,7 +67,7 @@ def _overlaps_itself(a):
 def write(op, x, new):
     """Copy array `new` into x's array, as an in-place operation of PyTorch's would; one version more."""
     if new.shape != x.shape:
-        raise RuntimeError(f"{op}: output with shape {x.shape} doesn't match the broadcast shape {new.shape}")
+        raise RuntimeError(f"{op}: output with shape {tuple(x.shape)} doesn't match the broadcast shape {new.shape}")
     cuda.get_array_module(x.data).copyto(x.data, new, casting="unsafe")  # x keeps its dtype, as PyTorch's copy_
     increment_version(x)
 

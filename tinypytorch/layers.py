@@ -258,7 +258,7 @@ class BatchNorm1d(Layer):  # step 45
     def forward(self, x):
         x = as_variable(x, "BatchNorm1d")
         if x.ndim != 2 or x.shape[1] != self.num_features:
-            raise ValueError(f"BatchNorm1d: expected an input of shape (N, {self.num_features}), got {x.shape}")
+            raise ValueError(f"BatchNorm1d: expected an input of shape (N, {self.num_features}), got {tuple(x.shape)}")
         # step 48: the buffers are raw arrays, which no operation checks: a model left on the CPU fails here
         cuda.check_same_device("batchnorm1d", [x.data, self.weight.data, self.running_mean])
         if not self.training:
@@ -268,7 +268,7 @@ class BatchNorm1d(Layer):  # step 45
         n = x.shape[0]
         if n < 2:
             raise ValueError(f"BatchNorm1d: expected more than 1 value per feature in training, got input of shape "
-                             f"{x.shape}")
+                             f"{tuple(x.shape)}")
         mean = x.sum(axis=0) / n
         centred = x - mean
         var = (centred * centred).sum(axis=0) / n

@@ -135,7 +135,7 @@ class AdditiveCoupling(Layer):
             draw_as(replay)
         y = function(x)
         if y.shape != x.shape:
-            raise ValueError(f"AdditiveCoupling: {name} changed the shape of its input from {x.shape} to {y.shape}; "
+            raise ValueError(f"AdditiveCoupling: {name} changed the shape of its input from {tuple(x.shape)} to {tuple(y.shape)}; "
                              "a coupling needs both halves to keep their shape")
         return y
 
@@ -302,7 +302,7 @@ def _column_forward(column, x, cs, alphas, states):
             above = Variable(cs[i + 1], requires_grad=False) if i + 1 < n else None
             out = level(below, above).data
             if out.shape != cs[i].shape:
-                raise ValueError(f"RevColumn: level {i} returned shape {out.shape} for a state of shape {cs[i].shape}")
+                raise ValueError(f"RevColumn: level {i} returned shape {tuple(out.shape)} for a state of shape {cs[i].shape}")
             new.append(out + alphas[i] * cs[i])
     return new
 

@@ -112,7 +112,7 @@ def seed(y, gradient, op):
         return Variable(get_array_module(y.data).ones_like(y.data), requires_grad=False)
     gradient = as_variable(gradient, op)
     if gradient.shape != y.shape:
-        raise ValueError(f"{op}: gradient of shape {gradient.shape} for a variable of shape {y.shape}")
+        raise ValueError(f"{op}: gradient of shape {tuple(gradient.shape)} for a variable of shape {tuple(y.shape)}")
     return gradient
 
 
@@ -168,7 +168,7 @@ def checked_gradient(f, i, gx, on_arrays=False):
     # (every gradient passes here: the arrays' shape and dtype, not the Variable's properties)
     shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
     if data.shape != shape:
-        raise ValueError(f"{type(f).__name__}.backward returned a gradient of shape {data.shape} "
+        raise ValueError(f"{type(f).__name__}.backward returned a gradient of shape {tuple(data.shape)} "
                          f"for input {i} of shape {shape}")
     if data.dtype != dtype:
         gx = data.astype(dtype) if on_arrays else astype(gx, dtype)

@@ -89,7 +89,7 @@ def _validate_v(v, other, is_other_tuple):
     for i, (v_i, other_i) in enumerate(zip(v, other)):
         if v_i.shape != other_i.shape:
             raise RuntimeError(f"{f'Entry {i} in ' if is_other_tuple else ''}v has invalid size: should be "
-                               f"{list(other_i.shape)} but got {list(v_i.shape)}.")
+                               f"{other_i.shape} but got {v_i.shape}.")
 
 
 _INDEPENDENT = {

@@ -56,7 +56,7 @@ def mse_loss(input, target, *, reduction="mean"):  # noqa: A002
     input, target = as_variable(input, "mse_loss"), as_variable(target, "mse_loss")
     input, target = autocast_composite("mse_loss", input, target)  # step 59: every reduction in float32
     if input.shape != target.shape:  # PyTorch broadcasts them, with a warning that it is likely a mistake
-        raise ValueError(f"mse_loss: shapes {input.shape} and {target.shape} differ")
+        raise ValueError(f"mse_loss: shapes {tuple(input.shape)} and {tuple(target.shape)} differ")
     if reduction == "mean":
         return functions.mean_squared_error(input, target)
     if reduction not in ("sum", "none"):

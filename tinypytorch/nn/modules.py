@@ -24,6 +24,7 @@ from tinypytorch import cuda, dtypes
 from tinypytorch import layers
 from tinypytorch.core import Variable
 from tinypytorch.grad_mode import no_grad
+from tinypytorch.size import Size
 from tinypytorch.layers import Layer, Parameter
 from tinypytorch.nn import functional as F
 from tinypytorch.nn import module_hooks
@@ -329,8 +330,8 @@ class Module(Layer):  # step 52
                 continue
             target = getattr(owner, name)
             if value.shape != target.shape:
-                errors.append(f"size mismatch for {key}: copying a param with shape {value.shape} from checkpoint, "
-                              f"the shape in current model is {target.shape}.")
+                errors.append(f"size mismatch for {key}: copying a param with shape {Size(value.shape)} from "
+                              f"checkpoint, the shape in current model is {Size(target.shape)}.")  # PyTorch's words
                 continue
             _copy_into(target, value)
         missing = [key for key in expected if key not in state_dict]

@@ -44,7 +44,7 @@ def _label(name, shape, dtype, number, verbose):
 
 def _variable_label(v, verbose):
     number = v.data.item() if v.creator is None and v.data is not None and v.data.ndim == 0 else None
-    return _label(v.name, None if v.data is None else v.shape, None if v.data is None else v.dtype, number, verbose)
+    return _label(v.name, None if v.data is None else tuple(v.shape), None if v.data is None else v.dtype, number, verbose)
 
 
 def _saved_label(saved):
