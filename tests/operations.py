@@ -10,13 +10,16 @@ and the Function classes the expression records. Gradient functions that only a 
 pass creates (GetItemGrad, ViewScatter) are listed with the row that exercises them.
 """
 import dataclasses
+import warnings
 
 import numpy as np
 import torch
+import torch.nn.functional as TF
 
 import tinypytorch
 from tinypytorch import Function
 from tinypytorch import classification as C
+from tinypytorch import convolution as CV
 from tinypytorch import functions as F
 from tinypytorch import inplace
 from tinypytorch.core import Add, Clone, Div, Mul, Neg, Pow, Sub
@@ -56,6 +59,16 @@ class Operation:
     # The torch twin for derivatives, where torch's own node's are wrong: its layer_norm's third derivatives fail
     # torch.autograd.gradcheck (2.13), so layer_norm is compared with the same formula written in torch's operations.
     theirs_derivatives: object = None
+    # Shapes of tensors torch saves whose values its backward never reads, only their size (max and average
+    # pooling's input): the package keeps the size, not the tensor.
+    torch_saves_unused: tuple = ()
+    # The torch twin for what is saved, where the package composes an operation that torch computes as one node:
+    # conv2d is unfold, a matrix product and a reshape here, so it saves what the product needs (the unfolded input
+    # and the weight as a matrix), where torch's convolution saves the input and the weight. The twin is the same
+    # composition in torch; torch folds a matrix product of a stack into one of two matrices, and the twin multiplies
+    # each group of channels apart, so the two save as many elements in all, in other shapes and pieces: the count
+    # is compared.
+    theirs_saved: object = None
 
 
 def _inplace_view_mul(x, w):
@@ -112,6 +125,41 @@ def _torch_dropout_device(a):
     against SplitMix64 written out), applied in torch."""
     keep = tinypytorch.random.CounterGenerator(0).random(tuple(a.shape), np) >= 0.5
     return a * torch.tensor(keep) * 2.0
+
+
+_UNFOLD = {"kernel_size": (2, 3), "dilation": (1, 2), "padding": 1, "stride": (2, 1)}  # of (4, 5) images: 3 x 3 windows
+_CONV = {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}  # 3 x 2 kernels on (5, 6) images: a 3 x 4 output
+
+
+def _torch_product(w, columns):
+    """w (O, K) times each (K, L) matrix of columns (N, K, L), as one product of two matrices: torch.mm saves each
+    operand when the other needs a gradient, as the package's matmul does (torch.matmul of a stack may save the
+    matrix copied for each sample, depending on which operand needs a gradient)."""
+    n, k, blocks = columns.shape
+    product = torch.mm(w, columns.transpose(0, 1).reshape(k, n * blocks))
+    return product.reshape(w.shape[0], n, blocks).transpose(0, 1)
+
+
+def _torch_conv2d_composed(a, w, b):
+    """conv2d with _CONV as the package computes it, in torch's operations: unfold, a matrix product, a reshape."""
+    columns = TF.unfold(a, w.shape[2:], dilation=_CONV["dilation"], padding=_CONV["padding"], stride=_CONV["stride"])
+    y = _torch_product(w.reshape(w.shape[0], -1), columns).reshape(a.shape[0], w.shape[0], 3, 4)
+    return y + b.reshape(-1, 1, 1)
+
+
+def _torch_conv2d_same_groups_composed(a, w, b):
+    """The grouped row's conv2d (two groups, "same" padding, dilation (2, 1)) in torch's operations: the padding
+    d (k - 1) = (4, 1) in all, the odd cell behind, then unfold and one matrix product per group."""
+    columns = TF.unfold(TF.pad(a, (0, 1, 2, 2)), w.shape[2:], dilation=(2, 1))
+    half = columns.shape[1] // 2
+    products = [_torch_product(w[3 * g:3 * g + 3].reshape(3, -1), columns[:, half * g:half * (g + 1)]) for g in (0, 1)]
+    return torch.cat(products, 1).reshape(a.shape[0], 6, 5, 6) + b.reshape(-1, 1, 1)
+
+
+def _torch_conv2d_same_groups(a, w, b):
+    with warnings.catch_warnings():  # torch's note that "same" with an even kernel pads a copy of the input
+        warnings.filterwarnings("ignore", "Using padding='same'")
+        return TF.conv2d(a, w, b, padding="same", dilation=(2, 1), groups=2)
 
 
 OPERATIONS = [
@@ -271,6 +319,41 @@ OPERATIONS = [
               ((2, 3), (2, 3)), (F.Where,)),
     Operation("remainder", lambda a, b: a % b, lambda a, b: a % b, ((2, 3), (2, 3)), (F.Remainder,),
               domain=(0.5, 2.0)),
+    # convolution and pooling (tinypytorch.convolution). unfold and fold are linear, each the other's backward: cubed
+    # as well, so that the third derivatives go through the backward of the backward.
+    Operation("unfold", lambda a: CV.unfold(a, **_UNFOLD), lambda a: TF.unfold(a, **_UNFOLD), ((2, 2, 4, 5),),
+              (CV.Unfold,)),
+    Operation("unfold cubed", lambda a: CV.unfold(a, **_UNFOLD) ** 3, lambda a: TF.unfold(a, **_UNFOLD) ** 3,
+              ((2, 2, 4, 5),), (CV.Unfold, CV.Fold, Pow)),
+    Operation("fold", lambda a: CV.fold(a, (4, 5), **_UNFOLD), lambda a: TF.fold(a, (4, 5), **_UNFOLD), ((2, 12, 9),),
+              (CV.Fold,)),
+    Operation("fold cubed", lambda a: CV.fold(a, (4, 5), **_UNFOLD) ** 3, lambda a: TF.fold(a, (4, 5), **_UNFOLD) ** 3,
+              ((2, 12, 9),), (CV.Fold, CV.Unfold, Pow)),
+    Operation("conv2d", lambda a, w, b: CV.conv2d(a, w, b, **_CONV), lambda a, w, b: TF.conv2d(a, w, b, **_CONV),
+              ((2, 3, 5, 6), (4, 3, 3, 2), (4,)), (CV.Unfold, CV.Fold, F.Reshape, F.MatMul, Add),
+              theirs_saved=_torch_conv2d_composed),
+    Operation("conv2d, 2 groups, padding same",
+              lambda a, w, b: CV.conv2d(a, w, b, padding="same", dilation=(2, 1), groups=2),
+              _torch_conv2d_same_groups,
+              ((2, 4, 5, 6), (6, 2, 3, 2), (6,)), (CV.Unfold, CV.Fold, F.Reshape, F.MatMul, Add),
+              theirs_saved=_torch_conv2d_same_groups_composed),
+    Operation("max_pool2d", lambda a: CV.max_pool2d(a, 3, 2, 1, (1, 2), ceil_mode=True),
+              lambda a: TF.max_pool2d(a, 3, 2, 1, (1, 2), ceil_mode=True), ((2, 3, 5, 6),), (CV.MaxPool2d,),
+              torch_saves_unused=((2, 3, 5, 6),)),
+    Operation("max_pool2d cubed", lambda a: CV.max_pool2d(a, 2, 1) ** 3, lambda a: TF.max_pool2d(a, 2, 1) ** 3,
+              ((2, 3, 4, 5),), (CV.MaxPool2d, F.GetItemGrad, Pow), torch_saves_unused=((2, 3, 4, 5),)),
+    Operation("avg_pool2d", lambda a: CV.avg_pool2d(a, (3, 2), (2, 1), 1, ceil_mode=True, count_include_pad=False),
+              lambda a: TF.avg_pool2d(a, (3, 2), (2, 1), 1, ceil_mode=True, count_include_pad=False),
+              ((2, 3, 5, 6),), (CV.AvgPool2d,), torch_saves_unused=((2, 3, 5, 6),)),
+    Operation("avg_pool2d cubed", lambda a: CV.avg_pool2d(a, 3, 2, 1, ceil_mode=True) ** 3,
+              lambda a: TF.avg_pool2d(a, 3, 2, 1, ceil_mode=True) ** 3, ((2, 3, 6, 5),), (CV.AvgPool2d, CV.Fold, Pow),
+              torch_saves_unused=((2, 3, 6, 5),)),
+    Operation("adaptive_avg_pool2d cubed", lambda a: CV.adaptive_avg_pool2d(a, (3, 4)) ** 3,
+              lambda a: TF.adaptive_avg_pool2d(a, (3, 4)) ** 3, ((2, 3, 5, 7),), (CV.AvgPool2d, CV.Fold, Pow),
+              torch_saves_unused=((2, 3, 5, 7),)),
+    Operation("adaptive_max_pool2d", lambda a: CV.adaptive_max_pool2d(a, (3, 4)),
+              lambda a: TF.adaptive_max_pool2d(a, (3, 4)), ((2, 3, 5, 7),), (CV.MaxPool2d, F.GetItemGrad),
+              torch_saves_unused=((2, 3, 5, 7),)),
 ]
 
 

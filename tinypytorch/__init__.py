@@ -26,6 +26,7 @@ on it lives here, in modules:
     reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 46-47)
     normalization  layer_norm, one node with its own backward (step 54)
     classification  softmax, log_softmax, cross_entropy, accuracy (step 50)
+    convolution  unfold, fold, conv2d as a matrix product over unfolded patches, max and average pooling
     datasets    a spiral and handwritten digits, offline (step 51); utils.data: Dataset, DataLoader (step 51)
 
 PyTorch's everyday surface, so that a PyTorch program runs with its imports renamed:
@@ -65,6 +66,8 @@ from tinypytorch.functions import (
     relu, remainder, reshape, sigmoid, sin, sqrt, square, squeeze, sum, sum_to, t, tanh, transpose, unsqueeze, where,
 )
 from tinypytorch.cuda import device
+from tinypytorch import convolution
+from tinypytorch.convolution import conv2d, max_pool2d  # torch.conv2d, torch.max_pool2d
 from tinypytorch.layers import Parameter
 from tinypytorch.size import Size
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
@@ -93,4 +96,5 @@ __all__ = [
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
     "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
     "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
+    "convolution", "conv2d", "max_pool2d",
 ]

@@ -43,6 +43,7 @@ POLICY = [
     ("concatenate",   Concatenate,      "cat",            "promote", "promote"),
     # built from several operations (autocast_state.autocast_composite): cast once, as torch's one operation
     ("cross_entropy", None,             "cross_entropy",  "float32", "float32"),
+    ("conv2d",        None,             "conv2d",         "lower",   "lower"),  # unfold, matmul, reshape
 ]
 _DEVICES = ("cpu", "cuda")
 _BY_CLASS = {cls: {"cpu": cpu, "cuda": gpu} for _, cls, _, cpu, gpu in POLICY if cls is not None}

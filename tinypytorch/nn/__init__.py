@@ -6,6 +6,9 @@
     normalization  from step 54, LayerNorm
     init           filling weights: xavier_uniform_, kaiming_normal_, calculate_gain, ...
     batchnorm      from step 55, BatchNorm1d (step 45's layer as a Module, torch's state-dict keys)
+    conv           Conv2d (tinypytorch.convolution's conv2d as a Module, torch's initialization)
+    pooling        MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, AdaptiveMaxPool2d
+    flatten        Flatten, Unflatten, Identity; activation: Softmax, LogSoftmax
     utils          clip_grad_norm_, clip_grad_value_
 
 `Parameter` is step 32's.
@@ -17,9 +20,16 @@ from tinypytorch.nn.modules import (
     CrossEntropyLoss, Dropout, Linear, Module, ModuleList, MSELoss, ReLU, Sequential, Sigmoid, Tanh,
 )
 from tinypytorch.nn.normalization import LayerNorm
+from tinypytorch.nn import activation, conv, flatten, pooling
+from tinypytorch.nn.activation import LogSoftmax, Softmax
+from tinypytorch.nn.conv import Conv2d
+from tinypytorch.nn.flatten import Flatten, Identity, Unflatten
+from tinypytorch.nn.pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
 
 __all__ = [
     "functional", "modules", "init", "utils", "Parameter", "Module", "Sequential", "ModuleList", "Linear", "Dropout",
     "ReLU", "Tanh", "Sigmoid", "MSELoss", "CrossEntropyLoss",
     "normalization", "LayerNorm", "batchnorm", "BatchNorm1d",
+    "conv", "Conv2d", "pooling", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
+    "flatten", "Flatten", "Unflatten", "Identity", "activation", "Softmax", "LogSoftmax",
 ]

@@ -5,13 +5,19 @@ tinypytorch.normalization that
 gives it PyTorch's parameter names (`input`, ...) and defaults; none computes anything of its own.
 Arguments PyTorch has and the package does not (cross_entropy's weight and label_smoothing, say) are
 not accepted: a call that passes one fails with a TypeError that names it, rather than ignoring it.
+The convolution and pooling functions (conv2d, unfold, max_pool2d, ...) are tinypytorch.convolution's own,
+already in PyTorch's names and signatures.
 """
 from tinypytorch import classification, functions, normalization
 from tinypytorch.autocast_state import autocast_composite
 from tinypytorch.core import as_variable
+from tinypytorch.convolution import (  # noqa: F401  (PyTorch's names and signatures already: no wrapper needed)
+    adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, conv2d, fold, max_pool2d, unfold,
+)
 
 __all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "dropout", "mse_loss", "cross_entropy",
            "nll_loss", "layer_norm"]
+__all__ += ["conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"]
 
 
 def _refuse_inplace(op, inplace):
