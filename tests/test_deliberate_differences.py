@@ -18,7 +18,7 @@ PAGE = pathlib.Path(__file__).resolve().parents[1] / "book" / "pytorch_users.md"
 
 def test_the_page_lists_the_differences_this_file_shows():
     listed = PAGE.read_text().split("## Deliberate differences")[1].split("## What is not there")[0]
-    assert listed.count("\n- **") == 15
+    assert listed.count("\n- **") == 16
 
 
 def test_a_variable_made_directly_requires_grad_the_factories_do_not():
@@ -126,3 +126,28 @@ def test_loss_modules_take_reduction_as_a_keyword_only():
     with pytest.raises(TypeError):
         nn.MSELoss(None, None, "sum")  # PyTorch's positional size_average and reduce
     assert torch.nn.MSELoss(None, None, "sum").reduction == "sum"
+
+
+def _saved_elements(framework, conv2d, x, w):
+    """The elements each framework keeps for conv2d's backward, counted by a pack hook, and its nodes' names."""
+    saved = []
+    with framework.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+        y = conv2d(x, w)
+    names, todo = set(), [y.grad_fn]
+    while todo:  # every node of the graph, by the name torch prints
+        node = todo.pop()
+        names.add(node.name())
+        todo += [n for n, _ in node.next_functions if n is not None and "AccumulateGrad" not in n.name()]
+    return sum(saved), names
+
+
+def test_conv2d_is_three_nodes_that_keep_the_unfolded_input():
+    x = np.random.default_rng(0).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = np.ones((4, 2, 3, 3), np.float32)
+    ours, our_nodes = _saved_elements(tp, tp.conv2d, tp.tensor(x, requires_grad=True), tp.tensor(w, requires_grad=True))
+    theirs, their_nodes = _saved_elements(torch, torch.conv2d, torch.tensor(x, requires_grad=True),
+                                          torch.tensor(w, requires_grad=True))
+    assert their_nodes == {"ConvolutionBackward0"} and theirs == x.size + w.size  # the input and the weight
+    assert len(our_nodes) == 3 and "Im2ColBackward0" in our_nodes
+    # the matrix product keeps the unfolded input (2 channels x 3 x 3 per window, 4 x 4 windows) and the weight
+    assert ours == 2 * 3 * 3 * 4 * 4 + w.size

@@ -390,7 +390,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002 (
                            f"dimensions for input, but got: {_size(x.shape)}")
     kernel, dilation, padding, stride = _unfold_arguments(kernel_size, dilation, padding, stride)
     _not_for("im2col_out_cpu", x, "fb")
-    size = x.shape[-2:]
+    size = tuple(x.shape[-2:])
     out = tuple(_blocks(size[i], kernel[i], dilation[i], padding[i], stride[i]) for i in (0, 1))
     if min(out) < 1:
         raise RuntimeError(f"Given input with spatial size {size}, kernel_size={kernel}, dilation={dilation}, "
