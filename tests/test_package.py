@@ -8,6 +8,7 @@ worked out here; never from the package itself.
 """
 import fractions
 import gc
+import pathlib
 import re
 import subprocess
 import sys
@@ -744,3 +745,13 @@ def test_python_numbers_follow_torchs_promotion_for_integer_data():
     assert (x * 2).dtype == np.int64 and (t * 2).dtype == torch.int64  # an int stays int
     assert (x * 2.5).dtype == np.float32 and (t * 2.5).dtype == torch.float32  # the default float (NumPy: float64)
     np.testing.assert_array_equal((x * 2.5).data, (t * 2.5).numpy())
+
+
+def test_no_file_holds_a_merge_conflicts_markers():
+    root = pathlib.Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    marker = re.compile(r"^(<{7} |={7}$|>{7} )", re.M)
+    texts = [p for p in tracked if p.endswith((".py", ".md", ".txt", ".toml", ".cfg", ".yml", ".yaml"))]
+    assert [p for p in texts if marker.search((root / p).read_text(errors="replace"))] == []
