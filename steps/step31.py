@@ -92,12 +92,14 @@ print("W.grad == x^T g:", np.array_equal(W.grad.data, x.data.T @ g))
 
 # %% [markdown]
 # The forward pass checks the shapes first, so a mismatch names both shapes
-# (the collapsed cell shows the messages). PyTorch's `matmul` also takes 1-D
-# operands; this one asks for matrices.
+# (the collapsed cell shows the messages). As in PyTorch, a vector is a
+# matrix of one row on the left of `@` and of one column on the right, and
+# that dimension is dropped from the result: `v @ v` is a dot product, `A @ v`
+# a vector. `matmul` reshapes around `MatMul`, so the node only meets matrices.
 
 # %% tags=["hide-cell"]
 for code, (a, b) in {"(2, 3) @ (2, 3)": (np.ones((2, 3)), np.ones((2, 3))),
-                     "(3,) @ (3, 2)": (np.ones(3), np.ones((3, 2)))}.items():
+                     "(3,) @ (2, 2)": (np.ones(3), np.ones((2, 2)))}.items():
     try:
         Variable(a) @ Variable(b)
     except ValueError as error:

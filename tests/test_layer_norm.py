@@ -16,6 +16,7 @@ import torch.nn.functional as TF
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tinypytorch
 from tinypytorch import Variable, cuda
 from tinypytorch.autograd import grad, gradcheck, gradgradcheck
 from tinypytorch.nn import functional as NF
@@ -160,3 +161,50 @@ def test_on_every_backend(xp):
     assert_close(cuda.as_numpy(y.data), yt, "output")
     for v, gt in zip(xs, grads_t, strict=True):
         assert_close(cuda.as_numpy(v.grad.data), gt, "gradient")
+
+
+DTYPES = ["float16", "float32", "float64"]
+
+
+@pytest.mark.parametrize("parameter_dtype", DTYPES)
+@pytest.mark.parametrize("input_dtype", DTYPES)
+def test_dtypes_of_input_and_parameters_as_torchs_cpu_rule(input_dtype, parameter_dtype):
+    # the parameters have the input's dtype, or the input is float16 and they are float32; otherwise torch's error
+    x, w, b, gy = arrays((2, 3), (3,), seed=4)
+    results = []
+    for fw, layer_norm in ((torch, TF.layer_norm), (tinypytorch, NF.layer_norm)):
+        xs = [fw.tensor(a, dtype=getattr(fw, d), requires_grad=True)
+              for a, d in ((x, input_dtype), (w, parameter_dtype), (b, parameter_dtype))]
+        try:
+            y = layer_norm(xs[0], [3], xs[1], xs[2])
+        except RuntimeError as error:
+            results.append(str(error))
+            continue
+        (y * fw.tensor(gy, dtype=y.dtype)).sum().backward()
+        results.append([(str(t.dtype).removeprefix("torch."), np.array(t.tolist())) for t in [y.detach()] + [
+            v.grad for v in xs]])
+    expected, actual = results
+    if isinstance(expected, str):
+        assert actual == expected
+        return
+    for (dtype, e), (our_dtype, a) in zip(expected, actual):
+        assert our_dtype == dtype
+        # float16 is computed in float32 in both and rounded once to float16: a float16 ulp or two apart, where
+        # torch's backward of float16 parameters accumulates their gradients in float16; a float32 gradient of a
+        # float16 input carries float16's rounding too
+        tolerance = {"float16": 4e-3, "float32": 1e-5, "float64": 1e-12}["float16" if "float16" in (dtype, input_dtype) else dtype]
+        np.testing.assert_allclose(a, e, rtol=tolerance, atol=tolerance * max(1.0, float(np.abs(e).max())))
+
+
+def test_float16_is_computed_in_float32_and_rounded_once():
+    # the exact gradient (float64) rounded once to float16 is what float16 input and float32 parameters give
+    x, w, b, gy = arrays((4, 5), (5,), seed=5)
+    x16 = x.astype(np.float16)
+    exact = ours(x16.astype(np.float64), w, b, gy, (5,), 1e-5)
+    xs = [tinypytorch.tensor(x16, requires_grad=True), tinypytorch.tensor(w, dtype=tinypytorch.float32,
+                                                                          requires_grad=True)]
+    y = NF.layer_norm(xs[0], (5,), xs[1], tinypytorch.tensor(b, dtype=tinypytorch.float32))
+    (y * tinypytorch.tensor(gy, dtype=tinypytorch.float16)).sum().backward()
+    assert y.dtype == xs[0].grad.dtype == np.float16
+    np.testing.assert_allclose(y.data, exact[0].astype(np.float16), rtol=1e-3, atol=2e-3)
+    np.testing.assert_allclose(xs[0].grad.data, exact[1][0].astype(np.float16), rtol=1e-3, atol=4e-3)

@@ -70,12 +70,39 @@ def test_matmul_gradients_of_the_steps_example_equal_the_formulas():
     ((2, 3), (2, 3), "matmul: shapes (2, 3) and (2, 3) are not aligned: 3 (dim 1) != 2 (dim 0)"),
     ((5, 2, 3), (4, 2), "matmul: shapes (5, 2, 3) and (4, 2) are not aligned: 3 (dim 2) != 4 (dim 0)"),
     ((4, 2, 3), (5, 3, 1), "matmul: batch dimensions (4,) and (5,) do not broadcast"),
-    ((3,), (3, 2), "matmul: both operands need at least 2 dimensions, got shapes (3,) and (3, 2)"),
-    ((2, 3), (), "matmul: both operands need at least 2 dimensions, got shapes (2, 3) and ()"),
+    ((3,), (2, 2), "matmul: shapes (3,) and (2, 2) are not aligned: 3 (dim 0) != 2 (dim 0)"),
+    ((2, 3), (2,), "matmul: shapes (2, 3) and (2,) are not aligned: 3 (dim 1) != 2 (dim 0)"),
+    ((3,), (5, 2, 4), "matmul: shapes (3,) and (5, 2, 4) are not aligned: 3 (dim 0) != 2 (dim 1)"),
 ])
 def test_matmul_with_bad_shapes_raises_value_error_naming_both_shapes(shape0, shape1, message):
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
         Variable(np.ones(shape0)) @ Variable(np.ones(shape1))
+
+
+@given(shapes=st.sampled_from([((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 2)), ((4, 2, 3), (3,)), ((3,), (4, 3, 2)),
+                                ((1,), (1,))]),
+       seed=st.integers(0, 2**32 - 1))
+def test_matmul_with_a_vector_equals_torch(shapes, seed):
+    # a vector is one row on the left, one column on the right, and that dimension is dropped from the result
+    compare_weighted_sum(lambda x, W: x @ W, lambda x, W: x @ W, uniform(seed, shapes[0]), uniform(seed + 1, shapes[1]),
+                         seed=seed)
+
+
+@pytest.mark.parametrize("shapes", [((), (3,)), ((2, 3), ())])
+def test_matmul_of_a_0d_tensor_raises_torchs_error(shapes):
+    with pytest.raises(RuntimeError) as expected:
+        torch.ones(shapes[0]) @ torch.ones(shapes[1])
+    with pytest.raises(RuntimeError) as ours:
+        tinypytorch.ones(shapes[0]) @ tinypytorch.ones(shapes[1])
+    assert str(ours.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("shapes", [((2,), (2,)), ((2, 2), (2,)), ((2, 2), (2, 2)), ((3, 2, 2), (3, 2, 2))])
+def test_matmul_of_bools_raises_not_implemented_error_as_torch(shapes):
+    with pytest.raises(NotImplementedError):
+        torch.ones(shapes[0], dtype=torch.bool) @ torch.ones(shapes[1], dtype=torch.bool)
+    with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+        tinypytorch.ones(shapes[0], dtype=tinypytorch.bool) @ tinypytorch.ones(shapes[1], dtype=tinypytorch.bool)
 
 
 # ----- linear -----------------------------------------------------------------------------------
@@ -84,6 +111,20 @@ def test_matmul_with_bad_shapes_raises_value_error_naming_both_shapes(shape0, sh
 def test_linear_equals_torch_functional_linear(n, n_in, n_out, bias, seed):
     arrays_ = [uniform(seed, (n, n_in)), uniform(seed + 1, (n_out, n_in))] + ([uniform(seed + 2, n_out)] if bias else [])
     compare_weighted_sum(F.linear, torch.nn.functional.linear, *arrays_, seed=seed)
+
+
+@given(lead=st.sampled_from([(), (1,), (4, 2), (2, 1, 3)]), bias=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_linear_of_one_sample_or_batches_of_batches_equals_torch(lead, bias, seed):
+    arrays_ = [uniform(seed, (*lead, 3)), uniform(seed + 1, (2, 3))] + ([uniform(seed + 2, 2)] if bias else [])
+    compare_weighted_sum(F.linear, torch.nn.functional.linear, *arrays_, seed=seed)
+
+
+def test_linear_of_a_0d_input_raises_torchs_error():
+    with pytest.raises(RuntimeError) as expected:
+        torch.nn.functional.linear(torch.tensor(1.0), torch.ones(2, 3))
+    with pytest.raises(RuntimeError) as ours:
+        F.linear(tinypytorch.tensor(1.0), tinypytorch.ones(2, 3))
+    assert str(ours.value) == str(expected.value)
 
 
 @given(n=sides, n_in=sides, n_out=sides, seed=st.integers(0, 2**32 - 1))
@@ -121,8 +162,9 @@ def test_linear_records_one_node_and_neither_form_keeps_the_intermediate_product
     (((4, 3), (2, 5)), "linear: input of shape (4, 3) does not fit weight of shape (2, 5): in_features 3 != 5"),
     (((4, 3), (2, 3), (3,)), "linear: bias of shape (3,) does not match out_features 2"),
     (((4, 3), (2, 3), (1, 2)), "linear: bias of shape (1, 2) does not match out_features 2"),
-    (((3,), (2, 3)), "linear: input and weight must be 2-D, got shapes (3,) and (2, 3)"),
-    (((4, 3), (3,)), "linear: input and weight must be 2-D, got shapes (4, 3) and (3,)"),
+    (((3,), (2, 4)), "linear: input of shape (3,) does not fit weight of shape (2, 4): in_features 3 != 4"),
+    (((5, 4, 3), (2, 4)), "linear: input of shape (5, 4, 3) does not fit weight of shape (2, 4): in_features 3 != 4"),
+    (((4, 3), (3,)), "linear: weight must be 2-D, got shape (3,)"),
 ])
 def test_linear_with_bad_shapes_raises_value_error(shapes, message):
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):

@@ -79,6 +79,21 @@ def test_a_missing_tangent_counts_as_zero():
         np.testing.assert_allclose(fwAD.unpack_dual(y).tangent.data, np.ones((2, 3)) @ w, rtol=1e-14)
 
 
+@pytest.mark.parametrize("other", [[0.5, -1.0, 2.0], 2.0], ids=["float64 vector", "float64 0-d"])
+def test_an_operand_promoted_to_another_dtype_keeps_its_tangent(other):
+    # float32 x times a float64 tensor: x is promoted (a vector) or not (a 0-d tensor does not promote it); either
+    # way its tangent reaches the product, in the product's dtype
+    results = []
+    for fw, ad in ((torch, tfwAD), (tinypytorch, fwAD)):
+        with ad.dual_level():
+            x = ad.make_dual(fw.tensor([1.0, 2.0, 3.0]), fw.ones(3))
+            tangent = ad.unpack_dual(x * fw.tensor(other, dtype=fw.float64)).tangent
+            results.append((np.asarray(tangent.tolist()), str(tangent.dtype).removeprefix("torch.")))
+    (expected, expected_dtype), (actual, actual_dtype) = results
+    np.testing.assert_array_equal(actual, expected)
+    assert actual_dtype == expected_dtype
+
+
 def test_unpack_dual_is_a_namedtuple_and_the_tangent_is_gone_after_the_level():
     x = Variable(np.array([1.0, 2.0]))
     with fwAD.dual_level():

@@ -646,7 +646,8 @@ class Function:
     def promoted(self, inputs):  # step 57
         """The inputs in their result_type, for an operation that promotes. An input of another dtype is replaced
         by a stand-in: its array cast, its gradient sent where the input's goes (cast back there by the engine),
-        and its version counter shared, so that what forward saves still sees an in-place change of the input."""
+        its version counter shared, so that what forward saves still sees an in-place change of the input, and
+        its tangent cast (step 62)."""
         dtype = dtypes.result_type(*inputs)
         promoted = []
         for x in inputs:
@@ -658,6 +659,9 @@ class Function:
                 elif x.requires_grad:
                     stand_in.grad_leaf = x.grad_leaf or x  # a leaf's gradient goes to the leaf (as step 38's)
                 stand_in.wrapped_number = x.wrapped_number
+                tangent = forward_ad_state.tangent_of(x) if forward_ad_state.open_dual_levels else None
+                if tangent is not None:  # step 62: forward mode reads the stand-in's tangent, cast with it
+                    forward_ad_state.set_tangent(stand_in, tangent.astype(dtype))
                 x = stand_in
             promoted.append(x)
         return promoted

@@ -809,22 +809,28 @@ def expand(x, *sizes):
 
 # ----- matrices and indexing (step 31) ---------------------------------------------------
 
-def _check_matmul(x_shape, w_shape):
-    # step 31: fail here, naming the operation and both shapes, not inside NumPy
-    if len(x_shape) < 2 or len(w_shape) < 2:
-        raise ValueError(f"matmul: both operands need at least 2 dimensions, got shapes {x_shape} and {w_shape}")
-    if x_shape[-1] != w_shape[-2]:
+def _check_matmul(x_shape, w_shape, dtypes_=()):
+    # step 31: fail here, naming the operation and both shapes, not inside NumPy. A vector is one row on the left
+    # and one column on the right (PyTorch's rule)
+    if len(x_shape) == 0 or len(w_shape) == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {len(x_shape)}D and "
+                           f"{len(w_shape)}D")
+    w_dim = builtins.max(len(w_shape) - 2, 0)
+    if x_shape[-1] != w_shape[w_dim]:
         raise ValueError(f"matmul: shapes {x_shape} and {w_shape} are not aligned: "
-                         f"{x_shape[-1]} (dim {len(x_shape) - 1}) != {w_shape[-2]} (dim {len(w_shape) - 2})")
+                         f"{x_shape[-1]} (dim {len(x_shape) - 1}) != {w_shape[w_dim]} (dim {w_dim})")
     try:  # a stack of matrices: the leading (batch) dimensions broadcast
         np.broadcast_shapes(x_shape[:-2], w_shape[:-2])
     except ValueError:
         raise ValueError(f"matmul: batch dimensions {x_shape[:-2]} and {w_shape[:-2]} do not broadcast") from None
+    if dtypes_ and all(d == np.bool_ for d in dtypes_):  # NumPy multiplies bools (and, or); PyTorch cannot
+        raise NotImplementedError(f"\"{'addmm_impl_cpu_' if len(x_shape) == len(w_shape) == 2 else 'bmm'}\" not "
+                                  "implemented for 'Bool'")
 
 
 class MatMul(Function):  # step 31
     def forward(self, x, W):
-        _check_matmul(x.shape, W.shape)
+        _check_matmul(x.shape, W.shape, (x.dtype, W.dtype))
         dtypes.check_same_dtype(x.dtype, W.dtype)  # step 57: no promotion in a matrix product, as PyTorch's
         self.shapes = (x.shape, W.shape)
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
@@ -845,17 +851,25 @@ class MatMul(Function):  # step 31
 
 
 def matmul(x, W):
-    """The matrix product `x @ W` of two matrices, or of two stacks of matrices (batch dimensions broadcast)."""
-    return MatMul()(x, W)
+    """The matrix product `x @ W` of two matrices, or of two stacks of matrices (batch dimensions broadcast).
+    A vector is a matrix of one row on the left and of one column on the right, that dimension dropped from the
+    result, as in PyTorch: vector @ vector is their dot product, matrix @ vector a vector."""
+    x, W = as_variable(x, "matmul"), as_variable(W, "matmul")
+    _check_matmul(tuple(x.shape), tuple(W.shape))
+    if x.ndim >= 2 and W.ndim >= 2:
+        return MatMul()(x, W)
+    y = MatMul()(reshape(x, (1, *x.shape)) if x.ndim == 1 else x, reshape(W, (*W.shape, 1)) if W.ndim == 1 else W)
+    rows, columns = (y.shape[-2],) if x.ndim > 1 else (), (y.shape[-1],) if W.ndim > 1 else ()
+    return reshape(y, (*y.shape[:-2], *rows, *columns))
 
 
 class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the graph
     def forward(self, x, W, b=None):
-        if x.ndim != 2 or W.ndim != 2:
-            raise ValueError(f"linear: input and weight must be 2-D, got shapes {tuple(x.shape)} and {tuple(W.shape)}")
-        if x.shape[1] != W.shape[1]:
+        if W.ndim != 2:
+            raise ValueError(f"linear: weight must be 2-D, got shape {tuple(W.shape)}")
+        if x.shape[-1] != W.shape[1]:
             raise ValueError(f"linear: input of shape {tuple(x.shape)} does not fit weight of shape {tuple(W.shape)}: "
-                             f"in_features {x.shape[1]} != {W.shape[1]}")
+                             f"in_features {x.shape[-1]} != {W.shape[1]}")
         if b is not None and b.shape != (W.shape[0],):
             raise ValueError(f"linear: bias of shape {tuple(b.shape)} does not match out_features {W.shape[0]}")
         dtypes.check_same_dtype(x.dtype, W.dtype)  # step 57: no promotion in a matrix product, as PyTorch's
@@ -887,8 +901,16 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
 
 
 def linear(x, W, b=None):
-    """PyTorch's `nn.functional.linear`: x W^T + b, with W of shape (out_features, in_features)."""
-    return LinearFunction()(x, W) if b is None else LinearFunction()(x, W, b)
+    """PyTorch's `nn.functional.linear`: x W^T + b, with W of shape (out_features, in_features) and x of shape
+    (*, in_features): one sample, a batch, or batches of batches, flattened to rows and back as PyTorch does."""
+    x = as_variable(x, "linear")
+    if x.ndim == 0:
+        raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are 0D and {np.ndim(W)}D")
+    if x.ndim == 2 or np.ndim(W) != 2 or x.shape[-1] != W.shape[1]:
+        return LinearFunction()(x, W) if b is None else LinearFunction()(x, W, b)  # or its error, naming x's shape
+    rows = reshape(x, (-1, x.shape[-1]))
+    y = LinearFunction()(rows, W) if b is None else LinearFunction()(rows, W, b)
+    return reshape(y, (*x.shape[:-1], W.shape[0]))
 
 
 def _index_arrays(key, xp):

@@ -13,12 +13,23 @@ as one formula:
 
 With create_graph the formula recomputes x_hat from x with the package's own operations, so that its
 gradient is differentiable again (the statistics depend on x too); otherwise it uses the saved ones.
+float16 is computed in float32 and rounded once, forward and backward, as PyTorch's kernels do.
 """
 import numbers
 
-from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays, sum_tangents
+import numpy as np
+
+from tinypytorch.core import Function, Variable, as_variable, astype, formulas_on_arrays, sum_tangents
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import sum, sum_to  # noqa: A004 (the package's sum)
+
+
+def _in_float32(a):
+    """A float16 array or Variable in float32 (PyTorch's arithmetic type for half), anything else as it is: ten
+    float16 ulps separate layer_norm's gradient computed in float16 from the one computed in float32."""
+    if a is None or a.dtype != np.float16:
+        return a
+    return astype(a, np.float32) if isinstance(a, Variable) else a.astype(np.float32)
 
 
 def _normalized(x, axes, count, eps):
@@ -40,19 +51,22 @@ class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBa
 
     def forward(self, x, *affine):
         xp = get_array_module(x)
+        saved, dtype = (x, *affine), x.dtype
+        x, affine = _in_float32(x), [_in_float32(a) for a in affine]
         self.axes = tuple(range(x.ndim - len(self.normalized_shape), x.ndim))
         self.count = _product(self.normalized_shape)
         mean = x.mean(axis=self.axes, keepdims=True)
         centred = x - mean
         rstd = 1.0 / xp.sqrt((centred * centred).mean(axis=self.axes, keepdims=True) + self.eps)
-        self.save_for_backward(x, mean, rstd, *affine)  # what PyTorch's node keeps, whichever inputs need a gradient
+        self.save_for_backward(saved[0], mean, rstd, *saved[1:])  # PyTorch's node keeps these, whatever needs a grad
         y = centred * rstd
         if self.has_weight:
             y = y * affine[0]
-        return y + affine[-1] if self.has_bias else y
+        return (y + affine[-1] if self.has_bias else y).astype(dtype, copy=False)
 
-    def backward(self, gy):
-        x, mean, rstd, *affine = self.saved_tensors
+    def backward(self, gy):  # the gradients in float32 for float16; the engine rounds each to its input's dtype
+        gy = _in_float32(gy)
+        x, mean, rstd, *affine = (_in_float32(a) for a in self.saved_tensors)
         weight = affine[0] if self.has_weight else None
         grads = [None] * len(self.needs_input_grad)
         if isinstance(x, Variable):  # create_graph: the statistics are functions of x, recomputed differentiably
@@ -71,7 +85,8 @@ class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBa
         return tuple(grads)
 
     def jvp(self, t, *t_affine):  # step 62: d x_hat = rstd (dx - mean(dx) - x_hat mean(x_hat dx)); y = x_hat w + b
-        x, affine = self.primals[0], self.primals[1:]
+        x, affine = _in_float32(self.primals[0]), [_in_float32(a) for a in self.primals[1:]]
+        t, t_affine = _in_float32(t), [_in_float32(a) for a in t_affine]
         mean = x.mean(axis=self.axes, keepdims=True)
         rstd = 1.0 / get_array_module(x).sqrt(((x - mean) ** 2).mean(axis=self.axes, keepdims=True) + self.eps)
         x_hat = (x - mean) * rstd
@@ -80,7 +95,8 @@ class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBa
         if self.has_weight:
             dx_hat = sum_tangents(None if dx_hat is None else dx_hat * affine[0],
                                   None if t_affine[0] is None else x_hat * t_affine[0])
-        return sum_tangents(dx_hat, t_affine[-1]) if self.has_bias else dx_hat
+        t = sum_tangents(dx_hat, t_affine[-1]) if self.has_bias else dx_hat
+        return None if t is None else t.astype(self.primals[0].dtype, copy=False)
 
 
 def _product(shape):
@@ -114,6 +130,15 @@ def _check_layer_norm(x, normalized_shape, weight, bias):
     return shape
 
 
+def _check_dtypes(x, affine):
+    """PyTorch's CPU rule: the parameters have the input's dtype, or the input is float16 and they are float32."""
+    if any(p.dtype != x.dtype for p in affine):
+        if any(p.dtype != np.float32 for p in affine):
+            raise RuntimeError("mixed dtype (CPU): expect parameter to have scalar type of Float")
+        if x.dtype != np.float16:
+            raise RuntimeError("mixed dtype (CPU): all inputs must share same datatype.")
+
+
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002 (PyTorch's names)
     """PyTorch's `layer_norm`: normalize over the trailing dims `normalized_shape`, then scale and shift."""
     x = as_variable(input, "layer_norm")
@@ -121,6 +146,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
     bias = None if bias is None else as_variable(bias, "layer_norm")
     shape = _check_layer_norm(x, normalized_shape, weight, bias)
     affine = [p for p in (weight, bias) if p is not None]
+    _check_dtypes(x, affine)
     return NativeLayerNorm(shape, float(eps), weight is not None, bias is not None)(x, *affine)
 
 
