@@ -160,10 +160,20 @@ class Abs(Function):
     def backward(self, gy):
         (x,) = self.saved_tensors
         x = array_of(x)
-        return gy * get_array_module(x).sign(x)  # a constant; sign(0) = 0: no gradient at the kink, as PyTorch
+        return gy * _sign(x)  # a constant; a product, as PyTorch's (an infinite gy at 0 gives NaN)
 
     def jvp(self, t):  # step 62: sign(0) = 0, as in backward
-        return get_array_module(t).sign(self.primals[0]) * t
+        return _sign(self.primals[0]) * t
+
+
+def _sign(x):
+    """PyTorch's sign of a real x: 1, -1, or 0 at 0 (no gradient at the kink) and at NaN (NumPy's sign: NaN)."""
+    return (x > 0).astype(x.dtype) - (x < 0)
+
+
+def _mask(condition):
+    """A comparison of arrays as a bool array, for `where` in a backward formula (0-d: NumPy gives a bool scalar)."""
+    return get_array_module(condition).asarray(condition)
 
 
 class Sqrt(Function):
@@ -200,14 +210,15 @@ class Clamp(Function):
         x = array_of(x)
         low = -math.inf if self.low is None else self.low
         high = math.inf if self.high is None else self.high
-        # slope 1 within the bounds, the bounds themselves included, as in PyTorch; a constant
-        return gy * ((x >= low) & (x <= high)).astype(gy.dtype)
+        # slope 1 within the bounds, the bounds themselves included, as in PyTorch (not at NaN); a selection,
+        # as PyTorch's: an infinite gy outside gives 0 (a product by a 0/1 mask would give inf * 0 = NaN)
+        return where(_mask((x >= low) & (x <= high)), gy, 0.0)
 
     def jvp(self, t):  # step 62: slope 1 within the bounds (included), as in backward
         x = self.primals[0]
         low = -math.inf if self.low is None else self.low
         high = math.inf if self.high is None else self.high
-        return t * ((x >= low) & (x <= high))
+        return get_array_module(t).where((x >= low) & (x <= high), t, 0)
 
 
 def abs(x):  # noqa: A001 (PyTorch's name)
@@ -559,6 +570,7 @@ class Max(Function):  # step 50
     """
 
     reduce, extreme = "max", "maximum"  # Min: the same with min
+    evenly = False  # True for PyTorch's max(x) of every element, whose derivatives are not amax's (see backward)
 
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
@@ -575,6 +587,13 @@ class Max(Function):  # step 50
 
     def backward(self, gy):
         x, y = self.saved_tensors
+        if self.evenly:  # PyTorch's max(x) selects (on its CPU): gy / (number of ties) at each maximum, or at each
+            # NaN where the maximum is NaN; 0 elsewhere, even where gy is infinite
+            x, y, xp = array_of(x), array_of(y), get_array_module(x)
+            winners = _mask(xp.isnan(x) if xp.isnan(y) else x == y)
+            # (divided after the selection: NumPy makes a 0-d gy / n a number, which `where` takes for a Python one)
+            return where(winners, gy, 0.0) / int(winners.sum())
+        # amax multiplies, as PyTorch's: an infinite gy gives NaN off the maximum, and a NaN maximum NaN everywhere
         winners = (array_of(x) == array_of(y).reshape(_kept_shape(self.axes, self.x_shape))).astype(gy.dtype)
         share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
@@ -583,7 +602,9 @@ class Max(Function):  # step 50
         x, y = self.primals[0], self.results[0]
         winners = x == y.reshape(_kept_shape(self.axes, self.x_shape))
         kept = self.keepdims
-        return (t * winners).sum(axis=self.axes, keepdims=kept) / winners.sum(axis=self.axes, keepdims=kept)
+        # PyTorch's amax selects (an infinite tangent off the maximum is left out), its max(x) multiplies (NaN)
+        t = t * winners if self.evenly else get_array_module(t).where(winners, t, 0)
+        return t.sum(axis=self.axes, keepdims=kept) / winners.sum(axis=self.axes, keepdims=kept)
 
 
 class Min(Max):
@@ -651,7 +672,9 @@ def _extreme(op, cls, x, dim, keepdim, axis, keepdims):
     if dim is None:
         if keepdim:
             raise TypeError(f"{op}: keepdim=True needs a dim")
-        return _named(cls(), f"{cls.__name__}Backward1")(x)  # PyTorch's node for the extreme of every element
+        extreme = cls()
+        extreme.evenly = True  # PyTorch's derivatives of max(x), not amax's
+        return _named(extreme, f"{cls.__name__}Backward1")(x)  # PyTorch's node for the extreme of every element
     x = as_variable(x, op)
     dim = _dim(op, dim, x.ndim)
     indices = Variable(_arg(op, op, x, dim, keepdim), requires_grad=False)
@@ -1048,11 +1071,12 @@ class ReLU(Function):  # step 32
 
     def backward(self, gy):
         (y,) = self.saved_tensors
-        # slope 1 where x > 0, else 0 (at x = 0 too, as in PyTorch); an array: a constant
-        return gy * (array_of(y) > 0).astype(gy.dtype)
+        # slope 0 where x <= 0 (at x = 0 too), else 1 (at NaN too), as in PyTorch; a selection, as PyTorch's:
+        # an infinite gy where x <= 0 gives 0 (a product by a 0/1 mask would give inf * 0 = NaN)
+        return where(_mask(array_of(y) <= 0), 0.0, gy)
 
-    def jvp(self, t):  # step 62: slope 1 where x > 0, as in backward
-        return t * (self.results[0] > 0)
+    def jvp(self, t):  # step 62: as in backward (a selection, as PyTorch's)
+        return get_array_module(t).where(self.results[0] <= 0, 0, t)
 
 
 class MeanSquaredError(Function):  # step 32
@@ -1192,9 +1216,9 @@ class Where(Function):  # step 57
 
     def backward(self, gy):
         condition = array_of(self.saved_tensors[0])
-        zero = 0.0 * gy  # (a zero of gy's kind: an array, or a Variable when the backward is recorded)
-        gx0 = sum_to(where(condition, gy, zero), self.shapes[0]) if self.needs_input_grad[0] else None
-        gx1 = sum_to(where(condition, zero, gy), self.shapes[1]) if self.needs_input_grad[1] else None
+        # a 0 of its own, not 0 * gy: an infinite gy gives 0 on the other side, as in PyTorch (inf * 0 is NaN)
+        gx0 = sum_to(where(condition, gy, 0.0), self.shapes[0]) if self.needs_input_grad[0] else None
+        gx1 = sum_to(where(condition, 0.0, gy), self.shapes[1]) if self.needs_input_grad[1] else None
         return gx0, gx1
 
     def jvp(self, t0, t1):
@@ -1221,17 +1245,16 @@ class Maximum(_Binary):  # step 57
         self.save_for_backward(x0, x1)
         return getattr(get_array_module(x0), self.pick)(x0, x1)
 
-    def shares(self):
-        """(share of x0, share of x1) of the gradient, arrays: 1 where it is picked, 1/2 where the two tie."""
-        x0, x1 = [array_of(v) for v in self.saved_tensors]
-        wins = (x0 > x1) if self.pick == "maximum" else (x0 < x1)
-        tie = (x0 == x1) * 0.5
-        return wins + tie, (1 - wins) * (x0 != x1) + tie
-
     def backward(self, gy):
-        s0, s1 = self.shares()
-        return self.sum_to_inputs(gy * s0.astype(gy.dtype) if self.needs_input_grad[0] else None,
-                                  gy * s1.astype(gy.dtype) if self.needs_input_grad[1] else None)
+        # PyTorch's rule: half of gy to each where the two tie, all of it to each but where it loses (so to both
+        # where one is NaN); selections, as PyTorch's: an infinite gy gives 0 to the loser (a product: NaN)
+        x0, x1 = [array_of(v) for v in self.saved_tensors]
+        loses0, loses1 = _mask(x0 < x1), _mask(x0 > x1)
+        if self.pick == "minimum":
+            loses0, loses1 = loses1, loses0
+        g = where(_mask(x0 == x1), gy * 0.5, gy)
+        return self.sum_to_inputs(where(loses0, 0.0, g) if self.needs_input_grad[0] else None,
+                                  where(loses1, 0.0, g) if self.needs_input_grad[1] else None)
 
     def jvp(self, t0, t1):
         x0, x1 = self.primals

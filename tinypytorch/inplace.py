@@ -18,6 +18,7 @@ The records a view keeps, and version counters, live in tinypytorch.views: every
 """
 from tinypytorch import cuda, dtypes, forward_ad_state
 from tinypytorch.core import Function, Variable, add, as_variable, astype, div, formulas_on_arrays, mul, sub, sum_to
+from tinypytorch.functions import array_of, where
 from tinypytorch import views
 from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
 from tinypytorch.views import (
@@ -176,7 +177,8 @@ class SetItem(Function):
         return _assigned(xp, x, self.key, value)
 
     def backward(self, gy):
-        gx = gy * self.kept if self.needs_input_grad[0] else None
+        # a selection, as PyTorch's: an infinite gy gives 0 where x was overwritten (gy * mask: inf * 0 = NaN)
+        gx = where(self.kept, gy, 0.0) if self.needs_input_grad[0] else None
         gv = None
         if self.needs_input_grad[1]:
             gv = gy[self.key]
@@ -192,7 +194,8 @@ class Zero(Function):
         return cuda.get_array_module(x).zeros_like(x)
 
     def backward(self, gy):
-        return gy * 0.0
+        # zeros of its own, as PyTorch's zeros_like(grad): not gy * 0, which is NaN where gy is inf
+        return cuda.get_array_module(array_of(gy)).zeros_like(array_of(gy))
 
 
 # ----- views ----------------------------------------------------------------------------------
@@ -217,7 +220,8 @@ class ViewScatter(Function):
         return out
 
     def backward(self, gy):
-        return gy * self.mask, self.view_fn(gy)
+        # a selection, as PyTorch's: an infinite gy gives 0 where the view was (gy * mask: inf * 0 = NaN)
+        return where(self.mask.astype(bool), gy, 0.0), self.view_fn(gy)
 
 
 def rebase_view(v, y):
