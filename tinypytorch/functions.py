@@ -878,6 +878,9 @@ def matmul(x, W):
     A vector is a matrix of one row on the left and of one column on the right, that dimension dropped from the
     result, as in PyTorch: vector @ vector is their dot product, matrix @ vector a vector."""
     x, W = as_variable(x, "matmul"), as_variable(W, "matmul")
+    if x.ndim == W.ndim == 1 and x.dtype != W.dtype:  # PyTorch's dot checks the dtypes before the sizes
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {dtypes.torch_name(x.dtype)} "
+                           f"and {dtypes.torch_name(W.dtype)}")
     _check_matmul(tuple(x.shape), tuple(W.shape))
     if x.ndim >= 2 and W.ndim >= 2:
         return MatMul()(x, W)
