@@ -29,7 +29,8 @@ def _leave_the_framework_stream_as_found():
 
 TOL = {"rtol": 1e-12, "atol": 1e-14}  # the same formulas in the same order: a few ulp apart after a few steps
 CLASSES = {"SGD": (optim.SGD, torch.optim.SGD), "Adam": (optim.Adam, torch.optim.Adam),
-           "AdamW": (optim.AdamW, torch.optim.AdamW)}
+           "AdamW": (optim.AdamW, torch.optim.AdamW), "RMSprop": (optim.RMSprop, torch.optim.RMSprop),
+           "Adadelta": (optim.Adadelta, torch.optim.Adadelta)}
 
 # A small least-squares problem: loss = sum((x W + c - y)^2), W (3, 2), c (2,).
 _rng = np.random.default_rng(2024)
@@ -102,8 +103,15 @@ ADAM_CASES = [{}, {"lr": 0.1}, {"lr": 0.1, "weight_decay": 0.3}, {"lr": 0.1, "be
 ADAMW_CASES = [{}, {"lr": 0.1}, {"lr": 0.1, "weight_decay": 0.0}, {"lr": 0.1, "weight_decay": 0.5},
                {"lr": 0.1, "betas": (0.8, 0.5), "weight_decay": 0.2, "amsgrad": True},
                {"lr": 0.05, "weight_decay": 0.2, "maximize": True}]
+RMSPROP_CASES = [{}, {"lr": 0.05, "alpha": 0.9}, {"lr": 0.05, "momentum": 0.8}, {"lr": 0.05, "centered": True},
+                 {"lr": 0.05, "alpha": 0.3, "centered": True},  # 1 - alpha >= 0.5: torch's other lerp formula
+                 {"lr": 0.05, "eps": 0.1, "weight_decay": 0.3}, {"lr": 0.02, "maximize": True},
+                 {"lr": 0.05, "alpha": 0.8, "momentum": 0.5, "centered": True, "weight_decay": 0.1, "maximize": True}]
+ADADELTA_CASES = [{}, {"lr": 0.5}, {"lr": 2.0, "rho": 0.5, "eps": 1e-3}, {"lr": 1.0, "weight_decay": 0.3},
+                  {"lr": 1.5, "maximize": True}, {"lr": 3.0, "rho": 0.7, "weight_decay": 0.2, "maximize": True}]
 CASES = ([("SGD", kw) for kw in SGD_CASES] + [("Adam", kw) for kw in ADAM_CASES]
-         + [("AdamW", kw) for kw in ADAMW_CASES])
+         + [("AdamW", kw) for kw in ADAMW_CASES] + [("RMSprop", kw) for kw in RMSPROP_CASES]
+         + [("Adadelta", kw) for kw in ADADELTA_CASES])
 
 
 @pytest.mark.parametrize("name, kwargs", CASES, ids=[f"{n}-{kw}" for n, kw in CASES])
@@ -115,6 +123,53 @@ def test_five_steps_equal_torchs(name, kwargs):
         step_both(ours, theirs, params, params_t, 1)
         assert_same_params(params, params_t)  # after every step, not only the last
     assert_same_state_dict(ours.state_dict(), theirs.state_dict())
+
+
+FLOAT32_CASES = [("RMSprop", {"lr": 0.05, "momentum": 0.8, "centered": True, "weight_decay": 0.1}),
+                 ("RMSprop", {"lr": 0.05, "alpha": 0.3, "maximize": True}),
+                 ("Adadelta", {"lr": 2.0, "rho": 0.5, "eps": 1e-3, "weight_decay": 0.2}), ("Adadelta", {})]
+
+
+@pytest.mark.parametrize("name, kwargs", FLOAT32_CASES, ids=[f"{n}-{kw}" for n, kw in FLOAT32_CASES])
+def test_float32_steps_equal_torchs_to_float32_precision(name, kwargs):
+    """float32 parameters and gradients, eight steps in two groups: torch's values to a few float32 ulps (torch's
+    vectorised kernels fuse a multiply-add, as in addcmul_ and lerp_, rounding once where NumPy rounds twice)."""
+    ours_class, torch_class = CLASSES[name]
+    arrays = [a.astype(np.float32) for a in (W0, C0)]
+    params, params_t = our_params(*arrays), torch_params(*arrays)
+    ours = ours_class([{"params": params[:1]}, {"params": params[1:], "lr": 0.5 * kwargs.get("lr", 1.0)}], **kwargs)
+    theirs = torch_class([{"params": params_t[:1]}, {"params": params_t[1:], "lr": 0.5 * kwargs.get("lr", 1.0)}],
+                         **kwargs)
+    rng = np.random.default_rng(7)
+    for _ in range(8):  # the same float32 gradients in both, so that only the optimizers' arithmetic differs
+        for p, pt in zip(params, params_t):
+            g = rng.standard_normal(p.shape).astype(np.float32)
+            p.grad, pt.grad = Variable(g.copy(), requires_grad=False), torch.from_numpy(g.copy())
+        ours.step()
+        theirs.step()
+        for p, pt in zip(params, params_t):
+            assert p.dtype == np.float32
+            np.testing.assert_allclose(p.data, pt.detach().numpy(), rtol=1e-5, atol=1e-6)
+    state, state_t = ours.state_dict(), theirs.state_dict()
+    for index, entries in state_t["state"].items():
+        assert list(state["state"][index]) == list(entries)
+        for key, value_t in entries.items():
+            assert state["state"][index][key].dtype == value_t.numpy().dtype, key
+            np.testing.assert_allclose(state["state"][index][key], value_t.numpy(), rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_the_step_count_has_torchs_scalar_dtype_float64_under_a_float64_default(name):
+    kwargs = {"momentum": 0.9} if name == "SGD" else {}
+    params, params_t = our_params(), torch_params()
+    tinypytorch.set_default_dtype(np.float64)
+    torch.set_default_dtype(torch.float64)
+    try:
+        ours, theirs = CLASSES[name][0](params, **kwargs), CLASSES[name][1](params_t, **kwargs)
+        step_both(ours, theirs, params, params_t, 1)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert_same_state_dict(ours.state_dict(), theirs.state_dict())  # dtypes included
 
 
 def test_the_amsgrad_cases_reach_a_shrinking_second_moment():
@@ -313,7 +368,9 @@ def test_zero_grad_without_set_to_none_detaches_a_gradient_made_with_create_grap
 
 STATE_CASES = [("SGD", {"lr": 0.02}), ("SGD", {"lr": 0.02, "momentum": 0.9, "nesterov": True}),
                ("Adam", {"lr": 0.1}), ("Adam", {"lr": 0.1, "betas": (0.8, 0.5), "amsgrad": True}),
-               ("AdamW", {"lr": 0.1, "weight_decay": 0.2})]
+               ("AdamW", {"lr": 0.1, "weight_decay": 0.2}),
+               ("RMSprop", {"lr": 0.05, "momentum": 0.8, "centered": True}), ("RMSprop", {"lr": 0.05}),
+               ("Adadelta", {"lr": 2.0, "weight_decay": 0.1})]
 
 
 @pytest.mark.parametrize("name, kwargs", STATE_CASES)
@@ -369,7 +426,9 @@ def on(xp):
 
 
 @pytest.mark.parametrize("name, kwargs", [("SGD", {"lr": 0.02, "momentum": 0.9}),
-                                          ("Adam", {"lr": 0.1, "amsgrad": True}), ("AdamW", {"lr": 0.1})])
+                                          ("Adam", {"lr": 0.1, "amsgrad": True}), ("AdamW", {"lr": 0.1}),
+                                          ("RMSprop", {"lr": 0.05, "momentum": 0.8, "centered": True}),
+                                          ("Adadelta", {"lr": 2.0})])
 def test_the_state_follows_its_parameters_device_and_loads_onto_it(name, kwargs, xp):
     ours_class, torch_class = CLASSES[name]
     params, params_t = our_params(), torch_params()
@@ -417,6 +476,16 @@ def torch_error(make):
     lambda o, p: o.AdamW(p, lr=-0.5),
     lambda o, p: o.AdamW(p, betas=(0.9, 1.0)),
     lambda o, p: o.AdamW(p, weight_decay=-0.01),
+    lambda o, p: o.RMSprop(p, lr=-0.5),
+    lambda o, p: o.RMSprop(p, eps=-1e-8),
+    lambda o, p: o.RMSprop(p, momentum=-0.1),
+    lambda o, p: o.RMSprop(p, weight_decay=-0.1),
+    lambda o, p: o.RMSprop(p, alpha=-0.9),
+    lambda o, p: o.Adadelta(p, lr=-1.0),
+    lambda o, p: o.Adadelta(p, rho=1.5),
+    lambda o, p: o.Adadelta(p, rho=-0.1),
+    lambda o, p: o.Adadelta(p, eps=-1e-6),
+    lambda o, p: o.Adadelta(p, weight_decay=-0.1),
     lambda o, p: o.SGD(p).load_state_dict({"state": {}, "param_groups": []}),
     lambda o, p: o.SGD(p).load_state_dict({"state": {}, "param_groups": [{"params": [0]}, {"params": [1]}]}),
     lambda o, p: o.SGD(p).load_state_dict({"state": {}, "param_groups": [{"params": [0, 1]}]}),
@@ -489,7 +558,27 @@ def test_optim_is_torch_optims_path_to_the_optimizers():
     from tinypytorch import optimizers
     assert (optim.Optimizer, optim.SGD, optim.Adam, optim.AdamW) == (
         optimizers.Optimizer, optimizers.SGD, optimizers.Adam, optimizers.AdamW)
-    assert all(issubclass(c, optim.Optimizer) for c in (optim.SGD, optim.Adam, optim.AdamW))
+    assert all(issubclass(c, optim.Optimizer) for c, _ in CLASSES.values())
+    assert set(optim.__all__) <= set(torch.optim.__all__) | {"lr_scheduler"}
+
+
+@pytest.mark.parametrize("make", [lambda p: optim.RMSprop(p, capturable=True),
+                                  lambda p: optim.RMSprop(p, differentiable=True),
+                                  lambda p: optim.Adadelta(p, capturable=True),
+                                  lambda p: optim.Adadelta(p, differentiable=True)])
+def test_torchs_switches_that_change_what_a_step_is_are_refused(make):
+    """capturable (CUDA graphs) and differentiable (a step autograd records) are not here: a clear error."""
+    with pytest.raises(NotImplementedError, match="=True is not implemented"):
+        make(our_params())
+
+
+@pytest.mark.parametrize("foreach", [None, False, True])
+def test_foreach_picks_an_implementation_and_changes_no_value(foreach):
+    params, params_t = our_params(), torch_params()
+    ours = optim.RMSprop(params, lr=0.05, momentum=0.5, foreach=foreach)
+    theirs = torch.optim.RMSprop(params_t, lr=0.05, momentum=0.5, foreach=foreach)
+    step_both(ours, theirs, params, params_t, 3)
+    assert_same_params(params, params_t)
 
 
 # ----- Linear's initial weights come from the framework's generator ------------------------------------

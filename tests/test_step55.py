@@ -113,19 +113,23 @@ def test_load_state_dict_checks_the_shape_and_a_missing_counter():
 
 def test_a_batch_of_one_in_training_raises_torchs_error():
     x = np.ones((1, 4))
+    theirs_module, ours_module = torch.nn.BatchNorm1d(4).double(), nn.BatchNorm1d(4)
     with pytest.raises(ValueError, match="Expected more than 1 value per channel when training") as theirs:
-        torch.nn.BatchNorm1d(4).double()(torch.from_numpy(x))
+        theirs_module(torch.from_numpy(x))
     with pytest.raises(ValueError) as ours:
-        nn.BatchNorm1d(4)(Variable(x))
+        ours_module(Variable(x))
     assert str(ours.value) == str(theirs.value)
-    assert int(nn.BatchNorm1d(4).num_batches_tracked) == 0  # nothing counted
+    # torch counts the batch before it checks it
+    assert int(ours_module.num_batches_tracked) == int(theirs_module.num_batches_tracked) == 1
 
 
-def test_what_is_not_implemented_says_so():
-    for kwargs in [dict(affine=False), dict(track_running_stats=False), dict(bias=False)]:
-        torch.nn.BatchNorm1d(3, **kwargs)  # torch has them
-        with pytest.raises(NotImplementedError, match="BatchNorm1d: only affine=True"):
-            nn.BatchNorm1d(3, **kwargs)
+def test_affine_false_track_running_stats_false_and_bias_false_have_torchs_state():
+    """(Their values against torch's: tests/test_batchnorm.py.)"""
+    for kwargs in [dict(affine=False), dict(track_running_stats=False), dict(bias=False),
+                   dict(affine=False, track_running_stats=False)]:
+        ours, theirs = nn.BatchNorm1d(3, **kwargs), torch.nn.BatchNorm1d(3, **kwargs).double()
+        assert list(ours.state_dict()) == list(theirs.state_dict())
+        assert repr(ours) == repr(theirs)
 
 
 def test_the_layer_of_step_45_keeps_its_plain_counter():

@@ -26,6 +26,8 @@ on it lives here, in modules:
     reversible  reversible blocks and columns: AdditiveCoupling, ReversibleSequential, RevColumn (steps 46-47)
     normalization  layer_norm, one node with its own backward (step 54)
     classification  softmax, log_softmax, cross_entropy, accuracy (step 50)
+    binary_cross_entropy  binary cross-entropy of probabilities and of logits (no step: nn.functional's)
+    embedding   the embedding lookup, rows of a weight picked by integer indices (no step: nn.functional's)
     convolution  unfold, fold, conv2d as a matrix product over unfolded patches, max and average pooling
     datasets    a spiral and handwritten digits, offline (step 51); utils.data: Dataset, DataLoader (step 51)
 
@@ -35,9 +37,11 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     nn          nn.functional: relu, softmax, cross_entropy, mse_loss, linear, dropout, ...; nn.Module, Sequential,
                 ModuleList, Linear, the activation and loss modules (step 52)
     serialization  save and load of tensors, state dicts and checkpoints, an .npz file without pickle (step 52)
-    optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown)
+    optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown);
+                RMSprop, Adadelta; optim.lr_scheduler: StepLR, MultiStepLR, ExponentialLR, LambdaLR, ...
     amp         autocast: each listed operation in its dtype, float16 or float32 (step 59); GradScaler (step 60)
-    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 63)
+    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 63);
+                functional_call, a module as a function of its parameters
 """
 from tinypytorch import (
     amp, autograd, classification, cuda, datasets, dtypes, factories, func, functions, inplace, layers, nn, optim,

@@ -6,6 +6,8 @@
     jacrev(f)(*args)            J row by row: one backward pass per output element (m passes)
     hessian(f)(*args)           jacfwd(jacrev(f)): forward over reverse, as PyTorch's
     grad(f)(*args)              the gradient of a scalar f; grad_and_value(f)(*args) gives f's value too
+    functional_call(module, params, args)   module called with other tensors in its parameters' and buffers'
+                                places, for that call only: a model as a function of its parameters, for the above
 
 PyTorch's signatures and structures: argnums (an int or a tuple of ints) picks the arguments to differentiate;
 with has_aux=True f returns (output, aux), and aux comes back beside the result, not differentiated. Arguments
@@ -21,9 +23,11 @@ jacfwd(jacrev(f)) and a jvp of a grad work. Refused with a clear error: vmap; fo
 mode (forward_ad has one dual level); reverse mode over forward mode (a tangent is an array that no graph
 records, so it cannot be differentiated).
 """
+import collections.abc
+import contextlib
 import threading
 
-from tinypytorch import forward_ad_state
+from tinypytorch import cuda, forward_ad_state, layers
 from tinypytorch.autograd import forward_ad as fwAD
 from tinypytorch.autograd import gradients
 from tinypytorch.autograd.functional import stack_as, unit_like
@@ -137,6 +141,141 @@ def grad(func, argnums=0, has_aux=False):  # step 63
         gradient, value = transformed(*args, **kwargs)
         return (gradient, value[1]) if has_aux else gradient
     return wrapper
+
+
+def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *, tie_weights=True, strict=False):
+    """module(*args, **kwargs) with the tensors of `parameter_and_buffer_dicts` (a dict from dotted names, as
+    named_parameters and named_buffers give them, or a list or tuple of such dicts with distinct keys) in the places
+    of its parameters and buffers, for this call only: they are put back afterwards, even if the call raises. So
+    `grad(lambda p: loss(functional_call(model, p, (x,))))(dict(model.named_parameters()))` differentiates with
+    respect to the parameters without touching the model. `args` that is not a tuple is the one argument.
+
+    tie_weights: a parameter or buffer reached under several names (tied weights) takes the given value under all
+    of them (two different values for one of them raise). strict: the names must be exactly the module's. A buffer
+    is an array in this package, so a buffer's tensor lends it its array (in-place updates, such as BatchNorm's
+    running statistics, reach the tensor, as in torch); a gradient cannot reach a buffer, so a tensor that requires
+    grad in a buffer's place is refused rather than given none."""
+    if isinstance(parameter_and_buffer_dicts, dict):
+        tensors = parameter_and_buffer_dicts
+    elif isinstance(parameter_and_buffer_dicts, collections.abc.Sequence):
+        if not all(isinstance(d, dict) for d in parameter_and_buffer_dicts):
+            raise ValueError("Expected all elements of parameter_and_buffer_dicts to be dictionaries")
+        counts = collections.Counter(k for d in parameter_and_buffer_dicts for k in d)
+        repeated = [key for key, n in counts.items() if n > 1]
+        if repeated:
+            raise ValueError(f"{repeated} appeared in multiple dictionaries; behavior of functional call is ambiguous")
+        tensors = {k: v for d in parameter_and_buffer_dicts for k, v in d.items()}
+    else:
+        raise ValueError("Expected parameter_and_buffer_dicts to be a dict, or a list/tuple of dicts, but got "
+                         f"{type(parameter_and_buffer_dicts)}")
+    if not isinstance(module, layers.Layer):
+        raise TypeError(f"functional_call: expected a tinypytorch.nn.Module, got {type(module).__name__}")
+    args = () if args is None else args if isinstance(args, tuple) else (args,)
+    with _reparametrized(module, tensors, tie_weights, strict):
+        return module(*args, **({} if kwargs is None else kwargs))
+
+
+def _named_tensors(module):
+    """(dotted name, value) of every parameter, then every buffer, a shared one (tied weights) under each of its
+    names: torch's named_parameters and named_buffers with remove_duplicate=False."""
+    modules, todo = [], [("", module)]
+    while todo:  # depth first, children in the order assigned, as named_modules
+        prefix, m = todo.pop()
+        modules.append((prefix, m))
+        children = [(f"{prefix}{n}.", getattr(m, n)) for n in layers.registered_names(m)
+                    if isinstance(getattr(m, n), layers.Layer)]
+        todo.extend(reversed(children))
+    params = [(p + n, getattr(m, n)) for p, m in modules for n in layers.registered_names(m)
+              if isinstance(getattr(m, n), layers.Parameter)]
+    return params + [(p + n, getattr(m, n)) for p, m in modules for n in layers.buffer_names(m)]
+
+
+def _untied(module, tensors):
+    """`tensors` with the given value of a tied parameter or buffer under all of its names (torch's rule)."""
+    names_of = {}
+    for name, value in _named_tensors(module):
+        names_of.setdefault(id(value), set()).add(name)
+    untied = dict(tensors)
+    for names in names_of.values():
+        given = names.intersection(tensors)
+        if len(names) < 2 or not given:
+            continue
+        if len({id(tensors[n]) for n in given}) > 1:
+            raise ValueError(f"functional_call got multiple values for keys {sorted(names)}, which are tied. "
+                             "Consider using tie_weights=False")
+        untied.update(dict.fromkeys(names, tensors[next(iter(given))]))
+    return untied
+
+
+_MISSING = object()  # an attribute the module did not have, set for the call and deleted after
+
+
+def _owner(module, name):
+    """(the module that holds the dotted `name`, its last part)."""
+    *path, attr = name.split(".")
+    owner = module
+    for part in path:
+        if not hasattr(owner, part):
+            raise AttributeError(f"{type(owner).__name__} has no attribute `{part}`")
+        owner = getattr(owner, part)
+        if not isinstance(owner, layers.Layer):
+            raise TypeError(f"submodule `{part}`: {type(owner).__name__} is not a tinypytorch.nn.Module")
+    return owner, attr
+
+
+def _swap(module, name, value):
+    """Put `value` in the place of `name`, bypassing the module's registration (a Parameter's slot takes any
+    Variable, as torch's _parameters does during the call); returns what was there."""
+    owner, attr = _owner(module, name)
+    old = owner.__dict__.get(attr, _MISSING)
+    if attr in layers.buffer_names(owner) and value is not _MISSING:
+        if isinstance(value, Variable):
+            if value.requires_grad and is_grad_enabled():
+                raise NotImplementedError(f"functional_call: buffer '{name}' is given a Variable that requires grad; "
+                                          "tinypytorch's buffers are arrays, which no gradient reaches (torch's "
+                                          "would get one): pass it detached, or make it a parameter")
+            value = value.data
+        elif not isinstance(value, cuda.array_types):
+            raise TypeError(f"functional_call: buffer '{name}' must be a Variable or an array, got "
+                            f"{type(value).__name__}")
+    elif value is not _MISSING and value is not None and not isinstance(value, Variable):
+        raise TypeError(f"functional_call: '{name}' must be a Variable, got {type(value).__name__}")
+    if old is not _MISSING and old is not None and not isinstance(old, (Variable, *cuda.array_types)):
+        raise TypeError(f"attribute `{attr}`: {type(old).__name__} is not a tensor")
+    if value is _MISSING:
+        owner.__dict__.pop(attr, None)
+    else:
+        object.__setattr__(owner, attr, value)
+    return old
+
+
+@contextlib.contextmanager
+def _reparametrized(module, tensors, tie_weights, strict):
+    untied = _untied(module, tensors) if tie_weights else tensors
+    if strict:
+        valid = {name for name, _ in _named_tensors(module)}
+        errors = []
+        if set(untied) - valid:
+            errors.append(f"Unexpected key(s): {', '.join(map(repr, sorted(set(untied) - valid)))}.")
+        if valid - set(untied):
+            errors.append(f"Missing key(s): {', '.join(map(repr, sorted(valid - set(untied))))}.")
+        if errors:
+            raise RuntimeError(f"Error(s) in reparametrizing for {type(module).__name__}:\n\t" + "\n\t".join(errors))
+    originals = {}
+    try:
+        for name, value in untied.items():
+            originals[name] = _swap(module, name, value)
+        yield
+    finally:  # put the module back as it was; what the call left in a place goes back to the caller's dict
+        left = {name: _swap(module, name, old) for name, old in reversed(originals.items())}
+        for name in tensors:
+            value = left.get(name, _MISSING)
+            given = tensors[name]
+            if isinstance(value, cuda.array_types):  # a buffer: the given array or tensor's array, or a new one
+                if value is not given and not (isinstance(given, Variable) and given.data is value):
+                    tensors[name] = Variable(value, requires_grad=False)
+            elif value is not _MISSING:
+                tensors[name] = value
 
 
 def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):  # step 63

@@ -242,11 +242,12 @@ class BatchNorm1d(Layer):  # step 45
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, *, dtype=np.float64):  # dtype: step 57
         super().__init__()
-        _check_size("BatchNorm1d", "num_features", num_features)
+        name = type(self).__name__  # nn.BatchNorm2d is built on this layer too
+        _check_size(name, "num_features", num_features)
         if not isinstance(eps, numbers.Real) or not eps > 0:
-            raise ValueError(f"BatchNorm1d: eps must be a positive number, got {eps!r}")
+            raise ValueError(f"{name}: eps must be a positive number, got {eps!r}")
         if momentum is not None and (not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0):
-            raise ValueError(f"BatchNorm1d: momentum must be None (a cumulative average) or in [0, 1], "
+            raise ValueError(f"{name}: momentum must be None (a cumulative average) or in [0, 1], "
                              f"got {momentum!r}")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.weight = Parameter(np.ones(num_features, dtype), name="weight")

@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch import cuda
+from tinypytorch import cuda, dtypes
 from tinypytorch.core import Variable
 from tinypytorch.grad_mode import enable_grad, no_grad
 from tinypytorch.cuda import get_array_module
@@ -160,6 +160,22 @@ def _loaded(key, value, param):
     return value.astype(param.dtype if value.dtype.kind == "f" else value.dtype, copy=True)
 
 
+def new_step_count():
+    """A 0-d count of steps, on the CPU as torch keeps it, in torch's scalar dtype: float64 where the default dtype
+    is float64, else float32."""
+    return np.zeros((), dtype=np.float64 if dtypes.get_default_dtype() == np.float64 else np.float32)
+
+
+def lerp_(start, end, weight):
+    """start moves `weight` of the way to `end`, in place: torch's lerp_, whose formula depends on the weight so
+    that both ends are exact (start + w (end - start) below one half, end - (end - start)(1 - w) from it on)."""
+    if weight < 0.5:
+        start += weight * (end - start)
+    else:
+        start[...] = end - (end - start) * (1 - weight)
+    return start
+
+
 def _check(ok, message):
     if not ok:
         raise ValueError(message)
@@ -284,7 +300,7 @@ class Adam(Optimizer):  # step 32
 
     def init_state(self, state, param, amsgrad):
         xp = get_array_module(param.data)
-        state["step"] = np.zeros((), dtype=np.float32)  # a count on the CPU, as torch keeps it
+        state["step"] = new_step_count()
         state["exp_avg"] = xp.zeros_like(param.data)
         state["exp_avg_sq"] = xp.zeros_like(param.data)
         if amsgrad:

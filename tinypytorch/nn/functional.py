@@ -1,22 +1,27 @@
 """PyTorch's torch.nn.functional: the package's operations under PyTorch's names and signatures.
 
-Each is a thin wrapper around a function of tinypytorch.functions, tinypytorch.classification or
-tinypytorch.normalization that
+Each is a thin wrapper around a function of tinypytorch.functions, tinypytorch.classification,
+tinypytorch.normalization, tinypytorch.embedding or tinypytorch.binary_cross_entropy that
 gives it PyTorch's parameter names (`input`, ...) and defaults; none computes anything of its own.
+relu_ is relu written in place through tinypytorch.inplace's machinery (version counter, graph, views).
 Arguments PyTorch has and the package does not (cross_entropy's weight and label_smoothing, say) are
 not accepted: a call that passes one fails with a TypeError that names it, rather than ignoring it.
 The convolution and pooling functions (conv2d, unfold, max_pool2d, ...) are tinypytorch.convolution's own,
 already in PyTorch's names and signatures.
 """
-from tinypytorch import classification, functions, normalization
+from tinypytorch import binary_cross_entropy as bce
+from tinypytorch import classification, embedding as lookup, functions, inplace, normalization
 from tinypytorch.autocast_state import autocast_composite
-from tinypytorch.core import as_variable
+from tinypytorch.core import Variable, as_variable
+from tinypytorch.grad_mode import is_grad_enabled
+from tinypytorch.views import refresh_view
 from tinypytorch.convolution import (  # noqa: F401  (PyTorch's names and signatures already: no wrapper needed)
     adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, conv2d, fold, max_pool2d, unfold,
 )
 
-__all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "dropout", "mse_loss", "cross_entropy",
-           "nll_loss", "layer_norm"]
+__all__ = ["relu", "relu_", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "dropout", "mse_loss",
+           "cross_entropy", "nll_loss", "layer_norm", "embedding", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits"]
 __all__ += ["conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"]
 
 
@@ -26,8 +31,24 @@ def _refuse_inplace(op, inplace):
 
 
 def relu(input, inplace=False):  # noqa: A002 (PyTorch's names, here and below)
-    _refuse_inplace("relu", inplace)
-    return functions.relu(input)
+    return relu_(input) if inplace else functions.relu(input)
+
+
+def relu_(input):  # noqa: A002
+    """relu in place: `input` holds max(input, 0) and is returned; its version moves on, and where a gradient can
+    flow the operation is recorded as its out-of-place twin and `input` takes the result's place in the graph
+    (a view moves its base), as tinypytorch.inplace does for add_ and the others."""
+    if not isinstance(input, Variable):
+        raise TypeError(f"relu_(): argument 'input' must be Tensor, not {type(input).__name__}")
+    inplace.check_writable("relu_", input)
+    inplace.refuse_tangents("relu_", input)
+    if not (is_grad_enabled() and input.requires_grad):
+        inplace.write("relu_", input, functions.relu(Variable(input.data, requires_grad=False)).data)
+        return input
+    if input.view_record is not None:  # a view whose base changed is made again first
+        refresh_view(input)
+    # relu saves its output, a new array, not the input's: writing into the input leaves what it saved intact
+    return inplace.record("relu_", input, functions.relu(inplace.alias(input)))
 
 
 def sigmoid(input):  # noqa: A002
@@ -85,3 +106,20 @@ def nll_loss(input, target, *, ignore_index=-100, reduction="mean"):  # noqa: A0
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002
     """Normalize over the trailing dims `normalized_shape` (a tuple or list), then `* weight + bias` (stage 5)."""
     return normalization.layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002
+              sparse=False):
+    """The rows of `weight` (num_embeddings, embedding_dim) that the integer tensor `input` picks; padding_idx's row
+    gets no gradient."""
+    return lookup.embedding(input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)
+
+
+def binary_cross_entropy(input, target, weight=None, *, reduction="mean"):  # noqa: A002
+    """-(t log p + (1 - t) log(1 - p)) of probabilities `input` and targets in [0, 1], each log clamped at -100."""
+    return bce.binary_cross_entropy(input, target, weight, reduction)
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, *, reduction="mean", pos_weight=None):  # noqa: A002
+    """binary_cross_entropy of sigmoid(input), computed from the logits `input` without forming the sigmoid."""
+    return bce.binary_cross_entropy_with_logits(input, target, weight, reduction, pos_weight)
