@@ -19,8 +19,20 @@ STEPS = pathlib.Path(__file__).resolve().parent.parent / "steps"
 
 class _QuietLoader(importlib.machinery.SourceFileLoader):
     def exec_module(self, module):
-        with contextlib.redirect_stdout(io.StringIO()):
-            super().exec_module(module)
+        # a step that sets the default dtype (steps 52-55: float64) sets it for its page, not for whatever test or
+        # module is collected after it loads
+        default = _default_dtype()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                super().exec_module(module)
+        finally:
+            if default is not None:
+                sys.modules["tinypytorch"].set_default_dtype(default)
+
+
+def _default_dtype():
+    package = sys.modules.get("tinypytorch")  # the snapshot steps (01-22) import no package
+    return None if package is None else package.get_default_dtype()
 
 
 def load_step(number):
