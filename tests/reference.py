@@ -72,11 +72,14 @@ TOLERANCE = {"rtol": 1e-10, "atol": 1e-12}
 
 
 def assert_close_to_torch(actual, expected, what=""):
-    """assert_allclose with the tolerance above: rtol 1e-10, atol 1e-12 times the scale of `expected`."""
+    """assert_allclose with the tolerance above: rtol 1e-10, atol 1e-12 times the scale of `expected`'s finite
+    values. Infinities must match exactly (place and sign), and NaN must sit in the same places: an infinity in
+    the scale would make atol infinite, and any finite value would pass."""
     expected = np.asarray(expected)
-    scale = max(1.0, float(np.abs(expected).max())) if expected.size else 1.0
+    finite = np.abs(expected[np.isfinite(expected)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
     np.testing.assert_allclose(actual, expected, rtol=TOLERANCE["rtol"], atol=TOLERANCE["atol"] * scale,
-                               err_msg=what)
+                               equal_nan=True, err_msg=what)
 
 
 # ----- gradients from torch -----------------------------------------------------------------

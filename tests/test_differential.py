@@ -242,7 +242,7 @@ def _assert_values_close(actual, expected, coarsest, what):
         return
     actual, expected = actual.astype(np.float64), expected.astype(np.float64)
     # infinities and NaN in the same places, the same signs; the finite rest within the tolerance, its scale taken
-    # from the finite values (an infinity would make assert_close_to_torch's atol infinite: nothing could fail)
+    # from the finite values (for float32 and float16 too, which assert_close_to_torch does not serve)
     finite = np.isfinite(expected)
     np.testing.assert_array_equal(np.isfinite(actual), finite, err_msg=f"{what}: where the values are finite")
     np.testing.assert_array_equal(actual[~finite], expected[~finite], err_msg=f"{what}: the infinities and NaN")
@@ -379,10 +379,6 @@ def _tensor(x, *kinds):
                                                                                 else "i") in kinds)
 
 
-def _integral(x):
-    return _tensor(x, "b", "i") or isinstance(x, int)  # a Python bool is an int
-
-
 def _result(compute):
     """compute() on torch, or None where torch raises."""
     try:
@@ -466,31 +462,7 @@ def _copy_excluded(a, b):
             or (broadcast is not None and tuple(broadcast) != tuple(a.shape)))
 
 
-def _has_bool(a, b):
-    """excluded until fixed: subtraction with a bool tensor or a Python bool, which torch refuses (RuntimeError:
-    Subtraction, the `-` operator, with a bool tensor is not supported) and the package computes, or refuses with
-    NumPy's TypeError (numpy boolean subtract, ...) when both operands are bool; sub_ likewise"""
-    return _tensor(a, "b") or _tensor(b, "b") or isinstance(b, bool)
-
-
-def _bool_result(a, b):
-    """excluded until fixed: %, // and ** whose result type is bool: torch refuses (NotImplementedError:
-    "remainder_cpu" not implemented for 'Bool') or, for a bool tensor ** True, gives a bool tensor; the package
-    gives int8 (NumPy's type for arithmetic of bools)"""
-    return torch.result_type(a, b) == torch.bool
-
-
 def _pow_excluded(base, exponent):
-    negative_integer_power = (_integral(base) and _integral(exponent)
-                              and bool((torch.as_tensor(exponent) < 0).any()))
-    # excluded until fixed: an integer raised to a negative integer power: torch computes it for a tensor exponent
-    # (2 ** tensor(-1) is 0) and raises RuntimeError for a number; the package raises RuntimeError, or ValueError
-    # for a bool base and a number
-    # excluded until fixed: a 0-d tensor exponent when the base requires grad (or when both are 0-d and the exponent
-    # requires grad): backward raises TypeError (where: expected a bool condition, got bool)
-    zero_d_exponent = (_tensor(exponent) and exponent.ndim == 0
-                       and ((_tensor(base) and base.requires_grad)
-                            or (exponent.requires_grad and not (_tensor(base) and base.ndim > 0))))
     # left out: a Python bool base with an exponent that requires grad, and a bool exponent (a tensor or a number)
     # with a base that requires grad, where torch's own backward fails (RuntimeError: false INTERNAL ASSERT FAILED
     # at "c10/core/Scalar.cpp", unknown ivalue tag 4; Subtraction, the `-` operator, with a bool tensor is not
@@ -503,12 +475,7 @@ def _pow_excluded(base, exponent):
     # inf), and the package as pow (0.0 and inf) and sqrt (NaN) the other way round: IEEE 754's special cases
     special = (isinstance(exponent, float) and abs(exponent) == 0.5 and _tensor(base, "f")
                and bool(((base == -math.inf) | ((base == 0) & base.signbit())).any()))
-    # excluded until fixed: an integer or bool tensor base with an exponent that requires grad: the exponent's
-    # gradient, base ** e * log(base), takes the logarithm in the default float32 whatever the exponent's dtype
-    # (tensor([2]) ** e for a float64 e gives e.grad 0.6931471824645996, torch's 0.6931471805599453)
-    integer_base = _tensor(base, "b", "i") and _tensor(exponent) and exponent.requires_grad
-    return (_bool_result(base, exponent) or negative_integer_power or zero_d_exponent or torchs_own_failure
-            or special or integer_base)
+    return torchs_own_failure or special
 
 
 def _zeros_of_both_signs(a, b):
@@ -546,23 +513,17 @@ def _large(a, b):
 UNARY = (
     Op("{t} = fw.exp({a})"), Op("{t} = {a}.sin()", unless=_large), Op("{t} = fw.cos({a})", unless=_large),
     Op("{t} = fw.tanh({a})"), Op("{t} = fw.sigmoid({a})"),
-    # excluded until fixed: relu of a bool tensor, which torch refuses (RuntimeError: Boolean inputs not supported
-    # for relu) and the package computes (int64)
-    Op("{t} = fw.relu({a})", unless=lambda a, b: _tensor(a, "b") or _zeros_of_both_signs(a, None)),
+    Op("{t} = fw.relu({a})", unless=lambda a, b: _zeros_of_both_signs(a, None)),
     Op("{t} = fw.sqrt({a})"), Op("{t} = {a}.log()"), Op("{t} = {a}.abs()"),
     Op("{t} = {a}.square()"),
-    # excluded until fixed: -x of a bool tensor raises NumPy's TypeError (torch: RuntimeError: Negation, the `-`
-    # operator, on a bool tensor is not supported)
-    Op("{t} = -{a}", unless=lambda a, b: _tensor(a, "b")),
+    Op("{t} = -{a}"),
     Op("{t} = {a} ** 2"), Op("{t} = {a} ** 0.5", unless=lambda a, b: _pow_excluded(a, 0.5)),
     Op("{t} = fw.clamp({a}, -1.0, 1.0)"),
     Op("{t} = {a}.clamp(min=0.5)"),
     Op("{t} = {a}.sum()"), Op("{t} = {a}.sum(0)"), Op("{t} = {a}.mean()"), Op("{t} = {a}.mean(-1, keepdim=True)"),
     Op("{t} = {a}.amax(-1)"), Op("{t} = {a}.max()"),
     Op("{t} = fw.logsumexp({a}, -1)"),
-    # excluded until fixed: softmax of a 0-d tensor along dim 0 or -1, which torch takes (1.0) and the package
-    # refuses (ValueError: softmax: axis 0 is out of range)
-    Op("{t} = fw.softmax({a}, -1)", unless=lambda a, b: a.ndim == 0),
+    Op("{t} = fw.softmax({a}, -1)"),
     Op("{t} = {a}.float()"), Op("{t} = {a}.double()"), Op("{t} = {a}.half()"), Op("{t} = {a}.clone()"),
     Op("{t} = {a}.long()", unless=_either_inexact), Op("{t} = {a}.int()", unless=_either_inexact),
     Op("{t} = {a}.bool()", unless=_either_inexact), Op("{t} = {a}.to(fw.float64)"),
@@ -571,11 +532,11 @@ UNARY = (
 # Operations of two operands: the operators take a Python number on either side, the functions tensors.
 BINARY_OPERATORS = (
     Op("{t} = {a} + {b}"), Op("{t} = {b} + {a}"), Op("{t} = {a} * {b}"), Op("{t} = {b} * {a}"),
-    Op("{t} = {a} - {b}", unless=_has_bool), Op("{t} = {b} - {a}", unless=_has_bool),
+    Op("{t} = {a} - {b}"), Op("{t} = {b} - {a}"),
     Op("{t} = {a} / {b}"), Op("{t} = {b} / {a}"),
     Op("{t} = {a} ** {b}", unless=_pow_excluded), Op("{t} = {b} ** {a}", unless=lambda a, b: _pow_excluded(b, a)),
-    Op("{t} = {a} % {b}", unless=lambda a, b: _bool_result(a, b) or _either_inexact(a, b) or _zero_remainder(a, b)),
-    Op("{t} = {a} // {b}", unless=lambda a, b: _bool_result(a, b) or _either_inexact(a, b)),
+    Op("{t} = {a} % {b}", unless=lambda a, b: _either_inexact(a, b) or _zero_remainder(a, b)),
+    Op("{t} = {a} // {b}", unless=_either_inexact),
     Op("{t} = {a} < {b}", unless=_either_inexact), Op("{t} = {a} == {b}", unless=_either_inexact),
     Op("{t} = fw.where({a} > 0, {a}, {b})", unless=lambda a, b: _inexact(a)),
 )
@@ -599,7 +560,7 @@ VIEWS = (
 )
 IN_PLACE = (
     Op("{a}.add_({b})", unless=_overlaps_partly),
-    Op("{a}.sub_({b})", unless=lambda a, b: _has_bool(a, b) or _overlaps_partly(a, b)),
+    Op("{a}.sub_({b})", unless=_overlaps_partly),
     Op("{a}.mul_({b})", unless=_overlaps_partly), Op("{a}.div_({b})", unless=_overlaps_partly),
     Op("{a} += {b}", unless=_overlaps_partly), Op("{a} *= {b}", unless=_overlaps_partly),
     Op("{a}[0] = {b}", unless=_setitem_excluded(0)),

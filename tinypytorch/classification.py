@@ -24,7 +24,9 @@ def _floating(op, x):  # step 57
 
 
 def _axis(op, axis, ndim):
-    """One axis (an int), as a non-negative int."""
+    """One axis (an int), as a non-negative int; None, a 0-d x's one element (_one_dim), stays None."""
+    if axis is None:
+        return None
     if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
         raise TypeError(f"{op}: axis must be an int, got {axis!r}")
     return _normalize_axis(op, axis, ndim)[0]
@@ -97,7 +99,8 @@ def _one_dim(op, x, dim, axis):
         return axis
     if dim is None:
         raise TypeError(f"{op}: missing the dim to normalize along")
-    return _dim(op, dim, _ndim(x))
+    dim = _dim(op, dim, _ndim(x))
+    return None if _ndim(x) == 0 else dim  # a 0-d x takes dim 0 and -1, as PyTorch: its one element (None)
 
 
 class NLLLoss(Function):  # step 50
@@ -184,5 +187,8 @@ def accuracy(scores, target):
 
 
 formulas_on_arrays(Softmax, LogSoftmax, NLLLoss)  # speed: their backward runs on arrays too (grad_mode.BackwardMode)
+
+# PyTorch's refusal of a number for the tensor (Function.coerce; functions.py lists the others)
+Softmax.tensor_arguments, LogSoftmax.tensor_arguments = ("softmax", "input"), ("log_softmax", "input")
 
 NLLLoss.torch_name = "NllLossBackward0"  # PyTorch's name for the node (Function.name)

@@ -639,7 +639,9 @@ class Function:
         """The operation on bare arrays, inside a backward formula that runs on arrays: no Variable, no graph."""
         self.needs_input_grad = (False,) * len(arrays)
         if self.promotes:  # step 57: a Python number stays a number (NumPy gives it the array's dtype)
-            dtype = dtypes.result_type(*arrays)
+            # A NumPy scalar here is what NumPy's arithmetic made of 0-d arrays (gy * x of 0-d gives np.float64), a
+            # 0-d tensor in PyTorch: it keeps its dtype, where result_type would read it as a Python number
+            dtype = dtypes.result_type(*[np.asarray(a) if isinstance(a, np.generic) else a for a in arrays])
             arrays = [dtypes.cast(a, dtype) for a in arrays]
         return self.forward(*arrays)
 
@@ -670,12 +672,22 @@ class Function:
         """The operation's name in error messages: Mul -> mul, LinearFunction -> linear."""
         return type(self).__name__.lower().removesuffix("function")
 
+    # step 57: PyTorch's name of the function and of its inputs, for an operation whose PyTorch function refuses a
+    # number where a tensor goes (torch.exp(2.0) raises TypeError), where DeZero's functions take one (step 21)
+    tensor_arguments = None  # e.g. ("maximum", "input", "other")
+
     def coerce(self, inputs):
         """The inputs as Variables (step 21): a number or an array is a constant.
 
         A number goes to the device (NumPy or CuPy) of the other inputs, since CuPy will not mix
         with NumPy arrays (step 23).
         """
+        if self.tensor_arguments is not None:  # step 57
+            name, *arguments = self.tensor_arguments
+            for position, (x, argument) in enumerate(zip(inputs, arguments), 1):
+                if isinstance(x, _NUMBERS):
+                    kind = type(x).__name__ if type(x).__module__ == "builtins" else f"numpy.{type(x).__name__}"
+                    raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be Tensor, not {kind}")
         xp, op = cuda.get_array_module(*inputs), self.op_name()
         like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
         return tuple([as_variable(x, op, xp, like[0] if like else None) for x in inputs])
@@ -832,6 +844,9 @@ class Mul(_Binary):  # step 20
 
 class Neg(Function):  # step 22
     def forward(self, x):
+        if x.dtype.kind == "b":  # step 57: PyTorch's refusal and words (NumPy's is a TypeError)
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                               "invert a mask, use the `~` or `logical_not()` operator instead.")
         return -x
 
     def backward(self, gy):
@@ -885,16 +900,20 @@ class Pow(Function):  # step 22
     def forward(self, x):
         self.save_for_backward(x)  # d(x^c)/dx = c x^(c-1) needs x
         if x.dtype.kind not in "fc":  # step 57: integers and bools, PyTorch's result dtype (int ** 2.5 is float32)
-            if isinstance(self.c, numbers.Integral) and self.c < 0 and x.dtype.kind != "b":
+            if isinstance(self.c, numbers.Integral) and self.c < 0:  # bools too, as PyTorch
                 raise RuntimeError("Integers to negative integer powers are not allowed.")
-            x = dtypes.cast(x, dtypes.result_type(x, self.c))
+            dtype = dtypes.result_type(x, self.c)
+            if dtype.kind == "b":  # a bool tensor ** a Python bool stays bool, as PyTorch's (NumPy's is int8)
+                return (x.astype(np.int8) ** self.c).astype(np.bool_)
+            x = dtypes.cast(x, dtype)
         return x ** self.c
 
     def backward(self, gy):
         (x,) = self.saved_tensors
         c = self.c
-        if c == 0:  # x**0 is constant; the formula would give 0 * 0**-1 = nan at x = 0
-            return gy * 0.0
+        if c == 0:  # x**0 is constant; the formula would give 0 * 0**-1 = nan at x = 0, and gy * 0 NaN where gy is
+            gy = array_of(gy)  # infinite: zeros, as PyTorch's (a constant)
+            return cuda.get_array_module(gy).zeros_like(gy)
         if c == 2 and not Config.enable_backprop:  # speed: x ** 1 would copy x, a pass over the array for
             return c * x * gy  # nothing; but with create_graph it keeps x ** 1 in the graph, as PyTorch does
         return c * x ** (c - 1) * gy
@@ -928,11 +947,26 @@ def neg(x):
     return Neg()(x)
 
 
+def check_sub(x0, x1):  # step 57
+    """PyTorch's refusal of a subtraction with a bool operand, a tensor or a Python bool (NumPy computes 1 - mask,
+    or refuses two bools with a TypeError). Asked of the operands as given: promotion would hide a Python bool."""
+    bool0 = isinstance(x0, (bool, np.bool_)) or getattr(x0, "dtype", None) == np.bool_
+    bool1 = isinstance(x1, (bool, np.bool_)) or getattr(x1, "dtype", None) == np.bool_
+    if bool0 and bool1:
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or "
+                           "`logical_xor()` operator instead.")
+    if bool0 or bool1:
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                           "to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
 def sub(x0, x1):
+    check_sub(x0, x1)  # step 57
     return Sub()(x0, x1)
 
 
 def rsub(x0, x1):
+    check_sub(x1, x0)  # step 57
     return Sub()(x1, x0)  # step 22: `2 - x` arrives as rsub(x, 2); swap back to 2 - x
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from tinypytorch import cuda, dtypes, random
 from tinypytorch.core import (
-    Function, Pow, Variable, _Binary, array_of, as_variable, formulas_on_arrays, sum_array, sum_tangents,
+    Function, Neg, Pow, Variable, _Binary, array_of, as_variable, formulas_on_arrays, sum_array, sum_tangents,
 )
 # broadcasting and casting live in core, whose arithmetic needs them; they are functions of this module too
 from tinypytorch.core import (  # noqa: F401
@@ -1067,6 +1067,8 @@ class Sigmoid(Function):  # step 32
 
 class ReLU(Function):  # step 32
     def forward(self, x):
+        if x.dtype.kind == "b":  # step 57: PyTorch's refusal and words
+            raise RuntimeError("Boolean inputs not supported for relu")
         xp = get_array_module(x)
         y = xp.maximum(x, 0)
         self.save_for_backward(y)  # step 35: y > 0 exactly where x > 0, so the output will do (as PyTorch)
@@ -1159,20 +1161,22 @@ class PowTensor(_Binary):  # step 57
 
     def forward(self, x0, x1):
         self.keep_shapes("pow", x0, x1)
-        if x0.dtype.kind in "iu" and (x1 < 0).any():
-            raise RuntimeError("Integers to negative integer powers are not allowed.")
-        y = x0 ** x1
+        if x0.dtype.kind == "b":  # a bool result: PyTorch has no kernel (a bool tensor ** a Python bool is Pow's)
+            raise NotImplementedError('"pow" not implemented for \'Bool\'')
+        y = _integer_pow(x0, x1) if x0.dtype.kind in "iu" else x0 ** x1
         self.save_for_backward(x0, x1, y)
         return y
 
     def backward(self, gy):
         x0, x1, y = self.saved_tensors
+        xp = get_array_module(array_of(y))
         gx0 = None
         if self.needs_input_grad[0]:  # x1 x0^(x1 - 1); 0 where x1 = 0, as PyTorch masks it (its higher derivatives too)
-            gx0 = where(array_of(x1) == 0, 0.0, gy * x1 * x0 ** (x1 - 1))
+            # (asarray: a comparison of 0-d arrays is a NumPy bool, and where wants an array)
+            gx0 = where(xp.asarray(array_of(x1) == 0), 0.0, gy * x1 * x0 ** (x1 - 1))
         gx1 = None
         if self.needs_input_grad[1]:  # y log(x0); 0 where x0 = 0 and x1 >= 0 (log(0) = -inf there), as PyTorch
-            zero = (array_of(x0) == 0) & (array_of(x1) >= 0)
+            zero = xp.asarray((array_of(x0) == 0) & (array_of(x1) >= 0))
             base = x0 if self.needs_input_grad[0] else array_of(x0)  # a number base (2 ** x): in its own dtype
             gx1 = gy * where(zero, 0.0, y * log(where(zero, 1.0, base)))
         return self.sum_to_inputs(gx0, gx1)
@@ -1185,6 +1189,27 @@ class PowTensor(_Binary):  # step 57
         return sum_tangents(d0, d1)
 
 
+def _refuse_two_numbers(op, x0, x1):  # step 57
+    """PyTorch's refusal of pow and remainder of two numbers, which take a number for one operand only (torch.add
+    and floor_divide take two: Function.tensor_arguments)."""
+    if not isinstance(x0, (Variable, *cuda.array_types)) and not isinstance(x1, (Variable, *cuda.array_types)):
+        raise TypeError(f"{op}() received an invalid combination of arguments - got ({type(x0).__name__}, "
+                        f"{type(x1).__name__}), but expected a Tensor for one of them")
+
+
+def _integer_pow(x0, x1):  # step 57
+    """x0 ** x1 for integers, as PyTorch computes it for a tensor exponent: a negative power is 1 / x0 ** -x1
+    rounded toward zero, so 1 for a base of 1, -1 or 1 for -1 (odd or even powers) and 0 for any other base, 0
+    included. NumPy refuses negative integer powers (and PyTorch too for a number exponent: Pow)."""
+    xp = get_array_module(x0)
+    negative = x1 < 0
+    if not negative.any():
+        return x0 ** x1
+    y = x0 ** xp.maximum(x1, 0)
+    inverse = xp.where(x0 == 1, 1, xp.where(x0 == -1, 1 - 2 * (x1 % 2), 0))  # (x1 % 2 is 0 or 1, as Python's)
+    return xp.where(negative, inverse, y).astype(y.dtype, copy=False)
+
+
 def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 57
     """x ** exponent, PyTorch's torch.pow: the exponent a number (core's Pow, step 22) or a tensor (PowTensor);
     `pow(2, x)` too."""
@@ -1193,6 +1218,7 @@ def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 57
     for operand in (x, exponent):
         if not isinstance(operand, (Variable, *cuda.array_types, numbers.Real)):
             raise TypeError(f"pow: the exponent must be a number or a tensor, got {type(operand).__name__}")
+    _refuse_two_numbers("pow", x, exponent)
     if not isinstance(x, (Variable, *cuda.array_types)):
         op = PowTensor()
         op.torch_name = "PowBackward2"
@@ -1286,6 +1312,8 @@ class FloorDivide(_Binary):  # step 57
 
     def forward(self, x0, x1):
         self.keep_shapes("floor_divide", x0, x1)
+        if x0.dtype.kind == "b":  # a bool result: PyTorch has no kernel (NumPy computes in int8)
+            raise NotImplementedError('"div_floor_cpu" not implemented for \'Bool\'')
         if x0.dtype.kind in "iu" and (x1 == 0).any():
             raise RuntimeError("ZeroDivisionError")  # PyTorch's words for an integer division by zero
         return x0 // x1
@@ -1301,6 +1329,8 @@ class Remainder(_Binary):  # step 57
 
     def forward(self, x0, x1):
         self.keep_shapes("remainder", x0, x1)
+        if x0.dtype.kind == "b":  # a bool result: PyTorch has no kernel (NumPy computes in int8)
+            raise NotImplementedError('"remainder_cpu" not implemented for \'Bool\'')
         if x0.dtype.kind in "iu" and (x1 == 0).any():
             raise RuntimeError("ZeroDivisionError")
         self.save_for_backward(x0 if self.needs_input_grad[1] else None, x1 if self.needs_input_grad[1] else None)
@@ -1323,6 +1353,7 @@ def floor_divide(x0, x1):  # step 57
 
 
 def remainder(x0, x1):  # step 57
+    _refuse_two_numbers("remainder", x0, x1)
     op = Remainder()
     if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor
         op.torch_name = "RemainderBackward0"
@@ -1334,6 +1365,18 @@ def remainder(x0, x1):  # step 57
 formulas_on_arrays(Square, Exp, Sin, Cos, Tanh, Log, Abs, Sqrt, Clamp, Reshape, Transpose, Sum, Mean, Max, Min,
                    TakeAlongDim, LogSumExp, Norm, MatMul, LinearFunction, GetItem, GetItemGrad,
                    Concatenate, Sigmoid, ReLU, MeanSquaredError, Dropout, PowTensor, Where, Maximum, Remainder)
+
+
+# PyTorch's functions of tensors refuse a number for a tensor (torch.exp(2.0): TypeError), where DeZero's take one
+# (step 21): Function.coerce refuses it for these, in PyTorch's words. (torch.add(1, 2), torch.where(c, 1, 2) and the
+# operators take numbers; pow and remainder take a number for one operand, and refuse two as torch does.)
+for _function, _name in ((Neg, "neg"), (Square, "square"), (Exp, "exp"), (Sin, "sin"), (Cos, "cos"), (Tanh, "tanh"),
+                         (Log, "log"), (Abs, "abs"), (Sqrt, "sqrt"), (Clamp, "clamp"), (Sum, "sum"), (Mean, "mean"),
+                         (Max, "max"), (Min, "min"), (LogSumExp, "logsumexp"), (Norm, "norm"), (Sigmoid, "sigmoid"),
+                         (ReLU, "relu")):
+    _function.tensor_arguments = (_name, "input")
+MatMul.tensor_arguments, Maximum.tensor_arguments = ("matmul", "input", "other"), ("maximum", "input", "other")
+Minimum.tensor_arguments = ("minimum", "input", "other")
 
 
 # ----- PyTorch's names for the nodes (Function.name) ---------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 from tinypytorch import classification as C
 from tinypytorch import cuda, inplace
 from tinypytorch import functions as F
-from tinypytorch.core import Variable
+from tinypytorch.core import Variable, check_sub
 from tinypytorch.grad_mode import no_grad
 
 
@@ -128,6 +128,7 @@ class TensorMethods:
         return inplace.apply("add_", self, other)
 
     def sub_(self, other):
+        check_sub(self, other)  # step 57: before apply makes a Python bool a number of x's dtype
         return inplace.apply("sub_", self, other)
 
     def mul_(self, other):
