@@ -877,6 +877,8 @@ def matmul(x, W):
     """The matrix product `x @ W` of two matrices, or of two stacks of matrices (batch dimensions broadcast).
     A vector is a matrix of one row on the left and of one column on the right, that dimension dropped from the
     result, as in PyTorch: vector @ vector is their dot product, matrix @ vector a vector."""
+    if isinstance(x, numbers.Number) or isinstance(W, numbers.Number):
+        return MatMul()(x, W)  # which refuses a number with PyTorch's TypeError
     x, W = as_variable(x, "matmul"), as_variable(W, "matmul")
     if x.ndim == W.ndim == 1 and x.dtype != W.dtype:  # PyTorch's dot checks the dtypes before the sizes
         raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {dtypes.torch_name(x.dtype)} "
