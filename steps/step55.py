@@ -226,12 +226,13 @@ timeline_picture(history, full[0], k)
 # batch. In a micro-batch those are its own 3 neighbours, not all 12, so
 # the outputs, the loss and the gradients change; and the running
 # statistics are updated $k$ times with micro-batch statistics instead of
-# once. The package's `nn.BatchNorm1d` is step 45's layer given
-# PyTorch's face: its printout and its state dict, in which the number of
-# batches seen is a buffer.
+# once. The package's `nn.BatchNorm1d` (and `nn.BatchNorm2d`, for
+# images; both share `_BatchNorm`) is step 45's layer given PyTorch's face:
+# its printout and its state dict, in which the number of batches seen is a
+# buffer, counted once per training batch.
 
 # %%
-show_code(nn.BatchNorm1d)
+show_code(nn.batchnorm._BatchNorm.__init__, nn.batchnorm._BatchNorm.forward)
 
 
 # %% tags=["hide-input"]
