@@ -56,7 +56,8 @@ print("x.grad.shape =", x.grad.shape, "  equal to cos(x) x + sin(x) + 2x within 
 # changes fastest). No value changes: each element of $y$ *is* one element of
 # $x$, so backward reshapes the incoming gradient back to the input's shape,
 # which forward remembered. (One entry of the shape may be $-1$, worked out
-# from the size; a reshape to the same shape returns `x` itself.)
+# from the size; a reshape to the same shape is a new view of `x`, as in
+# PyTorch.)
 
 # %%
 show_code(F.Reshape, step=29)

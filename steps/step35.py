@@ -393,8 +393,7 @@ OPERATIONS = {  # name: (tinypytorch, torch, operands)
 
 def shapes_saved_by_ours(fn, operands, requires):
     y = fn(*[Variable(a, requires_grad=r) for a, r in zip(operands, requires)])
-    saved = [s for s in y.creator.saved if isinstance(s, SavedTensor)]
-    return sorted((s.data if s.variable is None else s.variable.data).shape for s in saved)
+    return sorted((s.data if s.variable is None else s.variable.data).shape for _, s in utils.saved_tensors(y))
 
 
 def shapes_saved_by_torch(fn, operands, requires):
@@ -539,7 +538,7 @@ FORMULAS = {
     "2 * sigmoid(2 * x) - 1": lambda x: 2.0 * tinypytorch.sigmoid(2.0 * x) - 1.0,
 }
 x = Variable(np.linspace(-3.0, 3.0, 1000))
-# sigma: its output. 1 / (1 + e^-x): exp's output and the denominator. 2 sigma(2x) - 1: sigmoid's
+# sigma: its output. 1 / (1 + e^-x): exp's output and the reciprocal. 2 sigma(2x) - 1: sigmoid's
 # output only, since the numbers 2 and 1 are kept as numbers.
 for name, formula in FORMULAS.items():
     print(f"{name:24} {held_bytes(formula(x)):6,} bytes")

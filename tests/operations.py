@@ -22,7 +22,7 @@ from tinypytorch import classification as C
 from tinypytorch import convolution as CV
 from tinypytorch import functions as F
 from tinypytorch import inplace
-from tinypytorch.core import Add, Clone, Div, Mul, Neg, Pow, Sub
+from tinypytorch.core import Add, Clone, Div, Mul, Neg, Pow, Reciprocal, Sub
 from tinypytorch.normalization import NativeLayerNorm
 
 
@@ -169,6 +169,7 @@ OPERATIONS = [
     Operation("mul", lambda a, b: a * b, lambda a, b: a * b, ((2, 3), (2, 3)), (Mul,)),
     Operation("mul, broadcast", lambda a, b: a * b, lambda a, b: a * b, ((2, 1), (1, 3)), (Mul, F.SumTo)),
     Operation("div", lambda a, b: a / b, lambda a, b: a / b, ((2, 3), (2, 3)), (Div,), domain=(0.5, 2.0)),
+    Operation("number / x", lambda a: 2.5 / a, lambda a: 2.5 / a, ((2, 3),), (Reciprocal, Mul), domain=(0.5, 2.0)),
     Operation("neg", lambda a: -a, lambda a: -a, ((2, 3),), (Neg,)),
     Operation("pow 3", lambda a: a**3, lambda a: a**3, ((2, 3),), (Pow,)),
     Operation("pow -1.5", lambda a: a**-1.5, lambda a: a**-1.5, ((2, 3),), (Pow,), domain=(0.5, 2.0)),
@@ -299,7 +300,7 @@ OPERATIONS = [
     Operation("norm dim 1 keepdim cubed", lambda a: F.norm(a, dim=1, keepdim=True) ** 3,
               lambda a: torch.norm(a, dim=1, keepdim=True) ** 3, ((2, 3),), (F.Norm, Pow), domain=(-2.0, -0.5)),
     Operation("unsqueeze -1 cubed", lambda a: F.unsqueeze(a, -1) ** 3, lambda a: a.unsqueeze(-1) ** 3, ((2, 3),),
-              (F.Reshape, Pow)),
+              (F.Unsqueeze, Pow)),
     Operation("squeeze", F.squeeze, torch.squeeze, ((2, 1, 3),), (F.Reshape,)),
     Operation("squeeze dim 1", lambda a: F.squeeze(a, 1), lambda a: a.squeeze(1), ((2, 1, 3),), (F.Reshape,)),
     Operation("flatten 1", lambda a: F.flatten(a, 1), lambda a: a.flatten(1), ((2, 3, 2),), (F.Reshape,)),

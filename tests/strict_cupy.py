@@ -222,6 +222,7 @@ class ndarray:  # noqa: N801 (CuPy's name)
     itemsize = property(lambda self: self._a.itemsize)
     nbytes = property(lambda self: self._a.nbytes)
     strides = property(lambda self: self._a.strides)
+    data = property(lambda self: types.SimpleNamespace(ptr=self._a.ctypes.data))  # CuPy's MemoryPointer: its address
     flags = property(lambda self: _Flags(self._a))
     device = property(lambda self: Device(0))
     T = property(lambda self: ndarray(self._a.T))

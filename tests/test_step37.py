@@ -100,7 +100,7 @@ def test_a_view_of_a_leaf_that_requires_grad_cannot_change_in_place_as_in_torch(
 
 def test_a_broadcast_view_cannot_change_in_place():
     b = tinypytorch.broadcast_to(Variable(np.array([1.0, 2.0]), requires_grad=False), (3, 2))
-    with pytest.raises(RuntimeError, match="more than one element of the written-to variable refers to a single "
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single "
                                            "memory location"):
         b.add_(1.0)
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single "

@@ -294,7 +294,7 @@ class Variable:
         memo[id(self)] = copied
         for name, value in vars(self).items():  # a Parameter's own attributes too
             setattr(copied, name, copy.deepcopy(value, memo))
-        copied.data = None if self.data is None else self.data.copy()
+        copied.data = None if self.data is None else _copy_broadcast(self.data)
         copied._backward_hooks = copied._post_accumulate_grad_hooks = copied._constant = copied.view_record = None
         copied.version_counter = VersionCounter()
         return copied
@@ -328,6 +328,8 @@ class Variable:
     @property
     def requires_grad(self):
         """Whether gradients flow to this variable: operations on it record the graph."""
+        if self.view_record is not None:  # step 37: a view whose base changed in place is brought up to date
+            views.read_view(self)
         return self._requires_grad
 
     @requires_grad.setter
@@ -351,11 +353,15 @@ class Variable:
     @property
     def is_leaf(self):
         """True for a variable no recorded operation created: the user's, a constant, a no_grad result."""
+        if self.view_record is not None:  # step 37 (as requires_grad)
+            views.read_view(self)
         return self.creator is None
 
     @property
     def grad_fn(self):
         """PyTorch's name for `creator`: the Function that made this variable, or None."""
+        if self.view_record is not None:  # step 37 (as requires_grad)
+            views.read_view(self)
         return self.creator
 
     def detach(self):
@@ -416,6 +422,16 @@ class Variable:
     def retains_grad(self):
         """True for a non-leaf whose retain_grad() was called."""
         return self._retains_grad
+
+
+def _copy_broadcast(a):
+    """A copy of array a, broadcast where a is (a stride of 0), as PyTorch's deepcopy copies a tensor's memory and
+    keeps its strides: the copy of an expanded tensor refuses in-place changes as the tensor does."""
+    if not (isinstance(a, np.ndarray) and a.size and any(s == 0 and n > 1 for s, n in zip(a.strides, a.shape))):
+        return a.copy()
+    compact = a[tuple(slice(0, 1) if s == 0 else slice(None) for s in a.strides)].copy()
+    strides = [0 if s == 0 else c for s, c in zip(a.strides, compact.strides)]
+    return np.lib.stride_tricks.as_strided(compact, a.shape, strides)
 
 
 # step 21: the numbers an operation accepts as operands (bool is an int)
@@ -889,6 +905,22 @@ class Div(_Binary):  # step 22
         return sum_tangents(None if t0 is None else t0 / x1, None if t1 is None else -self.results[0] * t1 / x1)
 
 
+class Reciprocal(Function):
+    """1 / x, PyTorch's reciprocal; `number / x` is x.reciprocal() * number, as in PyTorch (rdiv)."""
+
+    def forward(self, x):
+        y = 1 / dtypes.as_floating(x)  # step 57: integers and bools give the default float
+        self.save_for_backward(y)  # d(1/x)/dx = -1/x^2 = -y^2: the output, not x (PyTorch saves it too)
+        return y
+
+    def backward(self, gy):
+        (y,) = self.saved_tensors
+        return -gy * (y * y)
+
+    def jvp(self, t):  # step 62
+        return -t * (self.results[0] * self.results[0])
+
+
 class Pow(Function):  # step 22
     """x ** c for a constant number c (an exponent that is a Variable needs log, not here yet)."""
 
@@ -975,6 +1007,8 @@ def div(x0, x1):
 
 
 def rdiv(x0, x1):
+    if isinstance(x1, scalar_types):  # a number over x: PyTorch's x.reciprocal() * number, which saves no x (x
+        return mul(Reciprocal()(x0), x1)  # may change in place before backward), and the same derivatives
     return Div()(x1, x0)  # step 22: `2 / x` arrives as rdiv(x, 2); swap back to 2 / x
 
 
@@ -982,7 +1016,7 @@ def pow(x, c):  # noqa: A001 (the name PyTorch and DeZero use)
     return Pow(c)(x)
 
 
-formulas_on_arrays(_Binary, Neg, Pow, Clone)  # speed: Add, Mul, Sub and Div through _Binary
+formulas_on_arrays(_Binary, Neg, Reciprocal, Pow, Clone)  # speed: Add, Mul, Sub and Div through _Binary
 
 # ----- broadcasting and casting (steps 30, 43) -------------------------------------------
 # Here rather than in tinypytorch.functions: the arithmetic above sums its gradients back to the
@@ -999,21 +1033,42 @@ def as_shape(op, shape):
 
 
 class BroadcastTo(Function):  # step 30
+    is_view = True  # step 37: the result is x's memory, read along the new dimensions again and again
+
     def __init__(self, shape):
         self.shape = as_shape("broadcast_to", shape)
+
+    def view_fn(self):  # step 37: how a view of the result is remade from its base
+        shape = self.shape
+        return lambda t: BroadcastTo(shape)(t)
 
     def forward(self, x):
         self.x_shape = x.shape
         xp = cuda.get_array_module(x)
         try:
-            return xp.broadcast_to(x, self.shape)
+            y = xp.broadcast_to(x, self.shape)
         except ValueError:
             raise ValueError(f"broadcast_to: cannot broadcast shape {tuple(x.shape)} to {tuple(self.shape)}") from None
+        if isinstance(y, np.ndarray):  # NumPy's is read-only; PyTorch writes through a part that repeats nothing
+            y = np.lib.stride_tricks.as_strided(x, y.shape, expanded_strides(x.shape, x.strides, y.shape))  # (e[0])
+        return y
 
     def backward(self, gy):
         return sum_to(gy, self.x_shape)
 
     jvp = Function.jvp_by_forward  # step 62
+
+
+def expanded_strides(shape, strides, target):
+    """The strides of an array broadcast from `shape` to `target`, as PyTorch's expand lays it out: a stretched
+    dimension has stride 0, one kept its own, a new one of length 1 the next one's stride times its length (NumPy
+    gives 0 to every dimension of length 1; which tensors PyTorch sees laid out alike depends on them)."""
+    out = []
+    for i in range(1, len(target) + 1):
+        kept = len(shape) - i >= 0
+        stride = strides[-i] if kept else (target[-i + 1] * out[0] if out else 0)
+        out.insert(0, 0 if (shape[-i] if kept else 1) != target[-i] else stride)
+    return tuple(out)
 
 
 def broadcast_to(x, shape):

@@ -68,6 +68,11 @@ def as_cupy(x):
     return cupy.asarray(_array_of(x))
 
 
+def address(a):
+    """The address of array a's first element (NumPy's `ctypes.data`, CuPy's `data.ptr`)."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
 def _array_of(x):
     """The array of a Variable (its .data); arrays and numbers as they are (their .data is a buffer)."""
     if isinstance(x, (*array_types, np.generic, numbers.Number)):

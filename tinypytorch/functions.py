@@ -287,9 +287,7 @@ class Reshape(Function):  # step 29
 def reshape(x, shape):
     """`x` with its elements rearranged into `shape` (one entry may be -1: inferred), in row-major order."""
     x = as_variable(x, "reshape")
-    if as_shape("reshape", shape) == x.shape:
-        return x  # nothing to do, and nothing to record
-    return Reshape(shape)(x)
+    return Reshape(shape)(x)  # a view even where nothing moves, as PyTorch's: a new variable, not x itself
 
 
 def _dim(op, dim, ndim):
@@ -338,9 +336,7 @@ class Transpose(Function):  # step 29: the one node of permute, transpose and .T
 
 
 def _apply_permutation(x, perm, torch_name=None):
-    if perm == tuple(range(x.ndim)):
-        return x  # nothing moves, and nothing is recorded (as reshape to the same shape)
-    return _named(Transpose(perm), torch_name)(x)
+    return _named(Transpose(perm), torch_name)(x)  # a view even where nothing moves (as reshape)
 
 
 def permute(x, dims):
@@ -377,11 +373,31 @@ def _named(function, torch_name):
 
 # Views with PyTorch's names, each a reshape: they share the input's memory, as reshape's result does.
 
+class Unsqueeze(Reshape):
+    """A reshape that adds a dimension of length 1 at `dim`, laid out as PyTorch lays it out: its stride is the
+    next one's times its length (NumPy's reshape may choose another; which in-place changes PyTorch refuses as
+    overlapping depends on it, inplace.check_no_partial_overlap)."""
+
+    torch_name = "UnsqueezeBackward0"
+
+    def __init__(self, shape, dim):
+        super().__init__(shape)
+        self.dim = dim
+
+    def forward(self, x):
+        y = super().forward(x)
+        if isinstance(y, np.ndarray):
+            dim, strides = self.dim, x.strides
+            stride = x.shape[dim] * strides[dim] if dim < x.ndim else x.itemsize
+            y = np.lib.stride_tricks.as_strided(x, y.shape, strides[:dim] + (stride,) + strides[dim:])
+        return y
+
+
 def unsqueeze(x, dim):
     """PyTorch's `unsqueeze`: `x` with a new dimension of length 1 at `dim` (from -x.ndim - 1 to x.ndim)."""
     x = as_variable(x, "unsqueeze")
     dim = _dim("unsqueeze", dim, x.ndim + 1)
-    return _named(Reshape(x.shape[:dim] + (1,) + x.shape[dim:]), "UnsqueezeBackward0")(x)
+    return Unsqueeze(x.shape[:dim] + (1,) + x.shape[dim:], dim)(x)
 
 
 def squeeze(x, dim=None):
@@ -395,9 +411,7 @@ def squeeze(x, dim=None):
     else:
         dims, torch_name = [_dim("squeeze", dim, x.ndim)], "SqueezeBackward1"
     shape = tuple(n for i, n in enumerate(x.shape) if n != 1 or i not in dims)
-    if shape == x.shape:
-        return x  # nothing to remove, and nothing to record (as reshape to the same shape)
-    return _named(Reshape(shape), torch_name)(x)
+    return _named(Reshape(shape), torch_name)(x)  # a view even where nothing is removed (as reshape)
 
 
 def flatten(x, start_dim=0, end_dim=-1):
@@ -406,6 +420,8 @@ def flatten(x, start_dim=0, end_dim=-1):
     start, end = _dim("flatten", start_dim, x.ndim), _dim("flatten", end_dim, x.ndim)
     if start > end:
         raise ValueError(f"flatten: start_dim {start_dim} cannot come after end_dim {end_dim}")
+    if start == end and x.ndim:
+        return x  # nothing to flatten: x itself, as PyTorch's flatten (a 0-d x becomes 1-d, a view)
     return reshape(x, x.shape[:start] + (math.prod(x.shape[start:end + 1]),) + x.shape[end + 1:])
 
 
@@ -827,7 +843,7 @@ def expand(x, *sizes):
         if n != 1 and s != n:
             raise ValueError(f"expand: the expanded size {s} must match the existing size {n} at non-singleton "
                              f"dimension {lead + i}; target sizes {sizes}, shape {tuple(x.shape)}")
-    return broadcast_to(x, shape)
+    return _named(BroadcastTo(shape), "ExpandBackward0")(x)  # a view even of the same shape, as PyTorch's
 
 
 # ----- matrices and indexing (step 31) ---------------------------------------------------

@@ -16,8 +16,15 @@ Three cases need more than that, each as in PyTorch:
 
 The records a view keeps, and version counters, live in tinypytorch.views: every operation asks them.
 """
+import math
+import numbers
+
+import numpy as np
+
 from tinypytorch import cuda, dtypes, forward_ad_state
-from tinypytorch.core import Function, Variable, add, as_variable, astype, div, formulas_on_arrays, mul, sub, sum_to
+from tinypytorch.core import (
+    Function, Variable, add, as_variable, astype, div, expanded_strides, formulas_on_arrays, mul, sub, sum_to,
+)
 from tinypytorch.functions import array_of, where
 from tinypytorch import views
 from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
@@ -36,10 +43,15 @@ def refuse_tangents(op, *variables):  # step 62
                                   "not been implemented yet.")
 
 
-def check_writable(op, x):
+_KEEP = object()  # check_writable's default: what is written is x's whole array
+
+
+def check_writable(op, x, other=None, written=_KEEP):
     """Refuse what would write into a leaf that requires grad, into a broadcast view, into a view an operation
     handed back (its backward would be lost), or into an inference tensor outside inference mode (whose readers'
-    graphs could not see the change: it counts no versions)."""
+    graphs could not see the change: it counts no versions); and an operand `other` that overlaps x in part.
+    `written`: the array written, if not x's (x[key]'s), or None where one value is written (zero_, which PyTorch
+    lets fill a broadcast view)."""
     views.check_returned_view_writable(x)  # step 49
     if x.version_counter is None and not is_inference_mode_enabled():  # step 56
         raise RuntimeError(INFERENCE_INPLACE)
@@ -51,18 +63,56 @@ def check_writable(op, x):
         if x._base is not None and x._base.creator is None and x._base.requires_grad:  # step 37: a view of such a leaf, too
             raise RuntimeError(f"{op}: a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
-    if _overlaps_itself(x.data):
-        raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to variable refers "
-                           "to a single memory location (a broadcast view); copy it before changing it in place")
+    written = x.data if written is _KEEP else written
+    if written is not None and _overlaps_itself(written):
+        raise RuntimeError(f"{op}: {INTERNAL_OVERLAP}")
+    if isinstance(other, Variable):
+        check_no_partial_overlap(_layout(x.data), _layout(other.data), x.data.itemsize)
+
+
+# PyTorch's words for a written-to tensor whose elements share memory (a broadcast view), and for an operand that
+# shares memory with the written tensor, laid out otherwise
+INTERNAL_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                    "location. Please clone() the tensor before performing the operation.")
+PARTIAL_OVERLAP = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                   "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def check_no_partial_overlap(out, src, itemsize):
+    """Refuse a source that shares memory with the written-to array without being laid out as it is (a.add_(a[0]),
+    a[1:].copy_(a[:2])): the result would depend on the order of the writes. As PyTorch, look only where both fill
+    a block of memory each element once (dense); where one does not, PyTorch cannot tell, and computes.
+    out and src are layouts, (address, shape, strides) in bytes; the same layout (a.add_(a)) is fine."""
+    sizes = [math.prod(shape) * itemsize for _, shape, _ in (out, src)]
+    if not all(sizes) or not (_dense(*out[1:], itemsize) and _dense(*src[1:], itemsize)):
+        return
+    (out_begin, src_begin), (out_end, src_end) = (out[0], src[0]), (out[0] + sizes[0], src[0] + sizes[1])
+    if (out_begin, out_end, out[2]) != (src_begin, src_end, src[2]) and out_begin < src_end and src_begin < out_end:
+        raise RuntimeError(PARTIAL_OVERLAP)
+
+
+def _dense(shape, strides, itemsize):
+    """PyTorch's is_non_overlapping_and_dense: in some order of the dimensions (of length 2 or more), contiguous."""
+    expected = itemsize
+    for stride, n in sorted((stride, n) for n, stride in zip(shape, strides) if n > 1):
+        if stride != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _layout(a):
+    """Array a's layout: the address of its first element, its shape and its strides in bytes."""
+    return cuda.address(a), tuple(a.shape), tuple(a.strides)
 
 
 def _overlaps_itself(a):
     """Whether several elements of array `a` are one memory location: a stride of 0 along a dimension of size > 1.
 
-    That is what broadcast_to makes. (NumPy also marks such arrays read-only, but CuPy has no
-    such flag: the strides are what both share, step 48.)
+    That is what broadcast_to makes. (NumPy's broadcast_to also marks such arrays read-only, but CuPy has no
+    such flag, and BroadcastTo's are writable, as a part of one may be written: the strides tell, step 48.)
     """
-    return any(stride == 0 and n > 1 for stride, n in zip(a.strides, a.shape))
+    return a.size > 0 and any(stride == 0 and n > 1 for stride, n in zip(a.strides, a.shape))
 
 
 def write(op, x, new):
@@ -85,7 +135,7 @@ def alias(x, data=None):
 
 def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
-    check_writable(op, x)
+    check_writable(op, x, other)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
     refuse_tangents(op, x, other)  # step 62
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
@@ -108,7 +158,7 @@ def apply(op, x, other):
 
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
-    check_writable("zero_", x)
+    check_writable("zero_", x, written=None)
     refuse_tangents("zero_", x)  # step 62
     if not (is_grad_enabled() and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
@@ -134,16 +184,70 @@ def set_item(op, x, key, value):
     Recorded as its out-of-place twin SetItem when a gradient can flow, as PyTorch records
     CopySlices or IndexPutBackward0.
     """
-    check_writable(op, x)
+    slot = _slot(x.data, key)  # a wrong index first, as PyTorch slices before it writes
+    if slot is not None and op == "setitem" and _overlaps_itself(x.data) and not _overlaps_itself(slot):
+        # a part of a broadcast view that repeats nothing (e = b.expand(2, 3); e[0] = v) is written through the
+        # view x[key], as PyTorch writes it: writing all of x would write b's elements twice
+        set_item(op, x[key], Ellipsis, value)
+        return x
+    overlaps = isinstance(value, Variable)  # (a number shares no memory)
     value = as_variable(value, op, cuda.get_array_module(x.data), like=x.data)
+    written = x.data if slot is None else slot
+    copies = op == "copy_" or slot is not None and (value.shape == slot.shape or value.ndim)  # else: a fill (0-d)
+    source = _layout(value.data) if op == "copy_" else _source_layout(slot, value.data) if copies else None
+    itself = overlaps and copies and source == _layout(written)  # a copy onto itself: PyTorch's copy_ checks nothing
+    check_writable(op, x, written=None if itself else written)
+    if op == "copy_":  # (in PyTorch's order)
+        if overlaps:
+            check_no_partial_overlap(_layout(x.data), _layout(value.data), x.data.itemsize)
+        _check_copy_shape(x.shape, value.shape)
+    elif slot is not None:
+        if overlaps and copies:  # (a 0-d value that fills the slot is read first: nothing to compare)
+            check_no_partial_overlap(_layout(slot), source, x.data.itemsize)
+        if value.ndim > slot.ndim:  # x[0] = tensor([5.0]): PyTorch drops the value's leading 1s
+            value = value.reshape(value.shape[next((i for i, n in enumerate(value.shape) if n != 1), value.ndim):])
     refuse_tangents(op, x, value)  # step 62
-    if not (is_grad_enabled() and (x.requires_grad or value.requires_grad)):
+    # an integer x takes the values of a value that requires grad, and no gradient (PyTorch's)
+    if not (is_grad_enabled() and (x.requires_grad or (value.requires_grad and x.dtype.kind in "fc"))):
         xp = cuda.get_array_module(x.data)
         write(op, x, _assigned(xp, x.data, key, value.data))
         return x
     if x.view_record is not None:  # step 37: a view whose base changed is made again first
         refresh_view(x)
     return record(op, x, SetItem(key)(alias(x), value))
+
+
+def _slot(data, key):
+    """data[key] as an array sharing data's memory for an index of ints, slices, None and `...`; None for another
+    index (arrays: a copy). An index that does not fit raises IndexError, as PyTorch's."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if not all(k is None or k is Ellipsis or isinstance(k, slice) or isinstance(k, numbers.Integral)
+               and not isinstance(k, bool) for k in parts):
+        return None
+    try:
+        slot = data[key]
+        return slot if isinstance(slot, cuda.array_types) else data[parts + (Ellipsis,)]  # an element: 0-d
+    except IndexError as error:
+        raise IndexError(f"setitem: {error} (key {key!r}, shape {tuple(data.shape)})") from None
+
+
+def _check_copy_shape(shape, src_shape):
+    """copy_ broadcasts its source to the destination's shape, never the other way (PyTorch's words)."""
+    try:
+        broadcast = np.broadcast_shapes(shape, src_shape)
+    except ValueError:
+        raise ValueError(f"copy_: the source's shape {tuple(src_shape)} does not broadcast to {tuple(shape)}") from None
+    if broadcast != tuple(shape):
+        raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(broadcast)}")
+
+
+def _source_layout(slot, value):
+    """What PyTorch's x[key] = value reads, laid out: value, or value without its leading 1s expanded to the slot."""
+    if value.shape == slot.shape:
+        return _layout(value)
+    address, shape, strides = _layout(value)
+    lead = next((i for i, n in enumerate(shape) if n != 1), len(shape))
+    return address, tuple(slot.shape), expanded_strides(shape[lead:], strides[lead:], slot.shape)
 
 
 def _assigned(xp, data, key, value):
@@ -215,11 +319,16 @@ class ViewScatter(Function):
         self.mask = xp.ones_like(base)
         out = base.copy()
         with no_grad():  # the view function, used on arrays: which elements of the base are the view's
-            self.view_fn(Variable(self.mask, requires_grad=False)).data[...] = 0
+            view = self.view_fn(Variable(self.mask, requires_grad=False)).data
+            view[...] = 0
             self.view_fn(Variable(out, requires_grad=False)).data[...] = value
+        # zero_ of a broadcast view (PyTorch lets zero_ fill one), a part of a broadcast base (e.detach()[0] = v)
+        self.broadcast = _overlaps_itself(base) or (_overlaps_itself(view) and self.needs_input_grad[0])
         return out
 
     def backward(self, gy):
+        if self.broadcast:  # PyTorch's CopySlices writes the gradients into the base's, or the view's, elements:
+            raise RuntimeError(INTERNAL_OVERLAP)  # refused where several are one
         # a selection, as PyTorch's: an infinite gy gives 0 where the view was (gy * mask: inf * 0 = NaN)
         return where(self.mask.astype(bool), gy, 0.0), self.view_fn(gy)
 

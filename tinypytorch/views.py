@@ -81,7 +81,7 @@ def track_view(f, x, y):
 
     y's base is x's base if x is itself a view, and y's view function then applies x's first.
     """
-    if not cuda.get_array_module(y.data).may_share_memory(y.data, x.data):
+    if not is_view_of(y.data, x.data):
         return  # a copy after all (NumPy's reshape of a non-contiguous array, advanced indexing)
     if x.version_counter is None:  # step 56: a view of an inference tensor is one too, and keeps no record
         share_version_counter(y, None)
@@ -98,6 +98,21 @@ def track_view(f, x, y):
     if is_inference_mode_enabled():
         y.view_record.in_inference = True
         y._requires_grad = x._requires_grad
+
+
+def is_view_of(y, x):
+    """Whether array y is a view of x's memory. An empty view shares no bytes with it (x[..., 1:] of a last
+    dimension of size 1), but is a view all the same, as in PyTorch: the array that owns the memory tells."""
+    if cuda.get_array_module(y).may_share_memory(y, x):
+        return True
+    return y.size == 0 and _owner(y) is _owner(x)
+
+
+def _owner(a):
+    """What owns a's memory (NumPy's and CuPy's `base`, followed to its end)."""
+    while getattr(a, "base", None) is not None:
+        a = a.base
+    return a
 
 
 # PyTorch's words for a view its operation handed back (an input returned as it is), used after a change in place
@@ -133,7 +148,7 @@ def refresh_view(v):
     """If v's base changed in place since v's graph was made, make v's graph again from the base."""
     view = v.view_record
     if view.made_by is not None:  # step 49: an input handed back; its operation's backward cannot be made again
-        if view.version != v._version and (view.base.requires_grad or v.requires_grad) and is_grad_enabled():
+        if view.version != v._version and (view.base._requires_grad or v._requires_grad) and is_grad_enabled():
             raise RuntimeError(f"{view.made_by} is a view and its base or another view of its base has been "
                                "modified inplace." + RETURNED_INPUT)
         return
@@ -141,10 +156,20 @@ def refresh_view(v):
         if view.version != v._version and v.requires_grad and is_grad_enabled():
             raise RuntimeError(VIEW_FROM_INFERENCE_STALE)
         return
-    if view.version != v._version and (view.base.requires_grad or v.requires_grad):
+    if view.version != v._version and (view.base._requires_grad or v._requires_grad):
         with enable_grad():
             fresh = view.fn(view.base)
         take_place(v, fresh)
+
+
+def read_view(v):
+    """Reading a view's requires_grad, is_leaf or grad_fn brings it up to date first, as reading grad_fn does in
+    PyTorch: after an in-place change of its base (or of another view of it) that made the base require grad, the
+    view requires grad too, and an in-place change through it is recorded. (A view an operation handed back, or one
+    made in inference mode, cannot be made again: the operation that uses it says so, step 49 and step 56.)"""
+    view = v.view_record
+    if view.fn is not None and not view.in_inference and not is_inference_mode_enabled():
+        refresh_view(v)
 
 
 def take_place(x, y):

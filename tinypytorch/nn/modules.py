@@ -236,15 +236,16 @@ class Module(Layer):  # step 52
     def _cast(self, dtype):
         if dtype.kind not in "fc":
             raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
+        # A tensor already in `dtype` keeps its memory, as PyTorch's (a state dict taken before still shares it)
         for param in self.parameters():
-            if param.dtype.kind in "fc":
+            if param.dtype.kind in "fc" and param.dtype != dtype:
                 param.data = param.data.astype(dtype)  # a new array, as PyTorch's module.to gives param.data
-                if param.grad is not None:
-                    param.grad = Variable(param.grad.data.astype(dtype), requires_grad=False)
+            if param.grad is not None and param.grad.dtype.kind in "fc" and param.grad.dtype != dtype:
+                param.grad = Variable(param.grad.data.astype(dtype), requires_grad=False)
         for module in self.modules():
             for name in layers.buffer_names(module):
                 buffer = getattr(module, name)
-                if buffer.dtype.kind in "fc":
+                if buffer.dtype.kind in "fc" and buffer.dtype != dtype:
                     object.__setattr__(module, name, buffer.astype(dtype))
 
     def float(self):  # step 57
