@@ -23,6 +23,8 @@ if BENCH not in sys.path:
 # deadline=None: the first call of a case may import torch or warm caches.
 settings.register_profile("default", deadline=None, max_examples=60, derandomize=True)
 settings.register_profile("fuzz", deadline=None, max_examples=300, derandomize=False)
+# the default's budget with new examples each run: a check that `make test` passes whatever hypothesis draws
+settings.register_profile("random", deadline=None, max_examples=60, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
