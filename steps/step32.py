@@ -103,7 +103,8 @@ show_code(Linear, step=32)
 # %%
 show_code(MLP, step=32)
 model = MLP((1, 10, 1), rng=np.random.default_rng(1))
-print([(p.name, p.shape) for p in model.params()], "numbers:", sum(p.numel() for p in model.params()))
+shapes = [(p.name, tuple(p.shape)) for p in model.params()]
+print(shapes, "numbers:", sum(p.numel() for p in model.params()))
 
 # %% [markdown]
 # ## Optimizers

@@ -162,6 +162,11 @@ def _torch_conv2d_same_groups(a, w, b):
         return TF.conv2d(a, w, b, padding="same", dilation=(2, 1), groups=2)
 
 
+# Functions that came with their own tests against torch (tests/test_binary_cross_entropy.py, tests/test_embedding.py)
+# and have no row here yet, so the table's checks (saved tensors, formulas run on arrays, forward mode) do not cover
+# them; a row added removes its name (test_step35 holds the list to the functions still without one)
+NOT_IN_THE_TABLE_YET = {"BinaryCrossEntropy", "BinaryCrossEntropyWithLogits", "Embedding", "LogSigmoid"}
+
 OPERATIONS = [
     Operation("add", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (2, 3)), (Add,)),
     Operation("add, broadcast", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (3,)), (Add, F.SumTo)),

@@ -23,7 +23,7 @@ import numpy as np
 from tinypytorch import dtypes
 from tinypytorch.core import Function, Variable, as_variable, sum_to
 from tinypytorch.cuda import get_array_module
-from tinypytorch.functions import log, maximum, sigmoid
+from tinypytorch.functions import clamp, log, sigmoid
 from tinypytorch.grad_mode import is_grad_enabled
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -109,7 +109,7 @@ class BinaryCrossEntropy(_BinaryCrossEntropy):  # PyTorch's BinaryCrossEntropyBa
             return (t - 1) * xp.maximum(xp.log1p(-p), -100) - t * xp.maximum(xp.log(p), -100)
 
     def input_grad(self, p, t, pos_weight, gy):  # PyTorch's: gy (p - t) / max(p (1 - p), eps)
-        return gy * (p - t) / maximum((1 - p) * p, _EPSILON)
+        return gy * (p - t) / clamp((1 - p) * p, min=_EPSILON)
 
     def target_grad(self, p, pos_weight, gy):  # PyTorch's: -logit(p) gy
         with np.errstate(divide="ignore"):  # inf where p is 0 or 1, as PyTorch's, without NumPy's warning

@@ -276,7 +276,7 @@ class Reshape(Function):  # step 29
         try:
             return x.reshape(self.shape)
         except ValueError:
-            raise ValueError(f"reshape: cannot reshape {tuple(x.shape)} of size {x.size} into {tuple(self.shape)}") from None
+            raise ValueError(f"reshape: cannot reshape {x.shape} of size {x.size} into {self.shape}") from None
 
     def backward(self, gy):
         return reshape(gy, self.x_shape)
@@ -1034,7 +1034,7 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
         axis = self.axis % ndim
         for x in xs[1:]:
             if x.ndim != ndim or x.shape[:axis] + x.shape[axis + 1:] != xs[0].shape[:axis] + xs[0].shape[axis + 1:]:
-                raise ValueError(f"concatenate: shapes {tuple(xs[0].shape)} and {tuple(x.shape)} differ outside axis {self.axis}")
+                raise ValueError(f"concatenate: shapes {xs[0].shape} and {x.shape} differ outside axis {self.axis}")
         self.bounds = np.cumsum([0] + [x.shape[axis] for x in xs])
         self.axis = axis
         return get_array_module(*xs).concatenate(xs, axis=axis)

@@ -302,7 +302,7 @@ def _column_forward(column, x, cs, alphas, states):
             above = Variable(cs[i + 1], requires_grad=False) if i + 1 < n else None
             out = level(below, above).data
             if out.shape != cs[i].shape:
-                raise ValueError(f"RevColumn: level {i} returned shape {tuple(out.shape)} for a state of shape {cs[i].shape}")
+                raise ValueError(f"RevColumn: level {i} returned shape {out.shape} for a state of shape {cs[i].shape}")
             new.append(out + alphas[i] * cs[i])
     return new
 
