@@ -6,6 +6,7 @@ module or classes as an argument, so the tests of a snapshot step (01-22) keep e
 step's own classes; tinypytorch is imported only inside the helpers that test the package.
 """
 import numpy as np
+import pytest
 import torch
 from hypothesis import assume
 from hypothesis import strategies as st
@@ -386,3 +387,13 @@ class TwoOutputs(Function):
 
     def backward(self, gy0, gy1):
         return 2 * gy0 + 3 * gy1
+
+
+def assert_refused_as_torch(make, ours, theirs):
+    """make(framework, functional) raises in torch; the package raises the same exception type with the same words.
+    `ours` and `theirs` are (tinypytorch, its functional module) and (torch, torch.nn.functional)."""
+    with pytest.raises(Exception) as expected:
+        make(*theirs)
+    with pytest.raises(type(expected.value)) as raised:
+        make(*ours)
+    assert str(raised.value) == str(expected.value)

@@ -176,6 +176,16 @@ def lerp_(start, end, weight):
     return start
 
 
+def ascent_and_decay(param, grad, group):
+    """The gradient an update starts from: negated with maximize, plus weight_decay * p (an L2 penalty's gradient),
+    as torch's RMSprop and Adadelta begin."""
+    if group["maximize"]:
+        grad = -grad
+    if group["weight_decay"] != 0:
+        grad = grad + group["weight_decay"] * param.data
+    return grad
+
+
 def _check(ok, message):
     if not ok:
         raise ValueError(message)

@@ -11,7 +11,7 @@ arithmetic is torch's, operation by operation, and so are the state's keys and t
 """
 from tinypytorch.cuda import get_array_module
 from tinypytorch.optim.rmsprop import refuse_switches
-from tinypytorch.optimizers import Optimizer, _check, _check_real, new_step_count
+from tinypytorch.optimizers import Optimizer, ascent_and_decay, _check, _check_real, new_step_count
 
 __all__ = ["Adadelta"]
 
@@ -41,10 +41,7 @@ class Adadelta(Optimizer):
             state["square_avg"] = xp.zeros_like(param.data)
             state["acc_delta"] = xp.zeros_like(param.data)
         state["step"] += 1
-        if group["maximize"]:
-            grad = -grad
-        if group["weight_decay"] != 0:
-            grad = grad + group["weight_decay"] * param.data
+        grad = ascent_and_decay(param, grad, group)
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
         square_avg *= rho
         square_avg += (1 - rho) * grad * grad

@@ -9,7 +9,7 @@ standard deviation; momentum keeps a buffer b <- momentum b + g / (sqrt(v) + eps
 operation by operation, and so are the state's keys, their order and the step count's dtype.
 """
 from tinypytorch.cuda import get_array_module
-from tinypytorch.optimizers import Optimizer, _check, _check_real, lerp_, new_step_count
+from tinypytorch.optimizers import Optimizer, ascent_and_decay, _check, _check_real, lerp_, new_step_count
 
 __all__ = ["RMSprop"]
 
@@ -50,10 +50,7 @@ class RMSprop(Optimizer):
             if group["centered"]:
                 state["grad_avg"] = xp.zeros_like(param.data)
         state["step"] += 1
-        if group["maximize"]:
-            grad = -grad
-        if group["weight_decay"] != 0:
-            grad = grad + group["weight_decay"] * param.data
+        grad = ascent_and_decay(param, grad, group)
         square_avg = state["square_avg"]
         square_avg *= alpha
         square_avg += (1 - alpha) * grad * grad
