@@ -495,7 +495,8 @@ y = Reciprocal()(x)
 (record,) = y.creator.saved
 print("saved:", "its output" if record.variable is None else "an input", f"{record.nbytes()} bytes")
 y.sum().backward()
-print("x.grad =", x.grad, "  -1/x^2 =", Variable(-1 / x.data**2))
+print("x.grad =", x.grad)
+print("-1/x^2 =", Variable(-1 / x.data**2))
 
 # %% [markdown]
 # **2.** Write `held_bytes(y)`: the bytes of the arrays the graph behind `y`

@@ -214,7 +214,7 @@ except RuntimeError as error:
     print("RuntimeError:", error)
 with tinypytorch.no_grad():
     w.sub_(0.1)
-print("under no_grad: w =", w, " version", w._version)
+print("under no_grad:", w, " version", w._version)
 
 # %% [markdown]
 # ## More cases

@@ -31,6 +31,11 @@ from tinypytorch.utils.listing import show_code
 # and for the parameters of its modules. Half the bytes of float64, and
 # enough for training: float32 keeps about seven decimal digits. An
 # array handed over keeps its own dtype.
+#
+# A dtype of the package is PyTorch's kind of object: one per dtype
+# (`x.dtype is tp.float32`), printed as PyTorch prints it,
+# `torch.float32`. It holds NumPy's dtype (`tp.float32.dtype`), which the
+# arrays underneath use, and NumPy takes it wherever a dtype goes.
 
 # %%
 print("np.array([1.5, 2.0]):         ", np.array([1.5, 2.0]).dtype)
@@ -75,22 +80,22 @@ LATTICE = {"bool": ["bool"], "integer": ["uint8", "int8", "int16", "int32", "int
 def lattice_picture():
     """The dtypes by category (columns) and width (rows), and where two of them promote to."""
     fig, axis = plt.subplots(figsize=(8, 3.5))
-    place = {}
+    place = {}  # dtype -> where its name is drawn
     for column, (category, names) in enumerate(LATTICE.items()):
         for name in names:
             bits = np.dtype(name).itemsize * 8
             x = column + {"uint8": -0.22, "int8": 0.22}.get(name, 0.0)  # the two 8-bit integers side by side
-            place[name] = (x, np.log2(bits) - 3)
-            axis.text(*place[name], name, ha="center", va="center", fontsize=9,
+            place[getattr(tp, name)] = (x, np.log2(bits) - 3)
+            axis.text(x, np.log2(bits) - 3, name, ha="center", va="center", fontsize=9,
                       bbox={"boxstyle": "round", "fc": f"C{column}", "alpha": 0.25})
         axis.text(column, -0.85, category, ha="center", fontsize=10, weight="bold")
-    for a, b, color in [("uint8", "int8", "C1"), ("int64", "float16", "C3")]:
-        result = str(tp.promote_types(a, b))
+    for a, b, color in [(tp.uint8, tp.int8, "C1"), (tp.int64, tp.float16, "C3")]:
+        result = tp.promote_types(a, b)
         for start in (a, b):
-            if start != result:
+            if start is not result:
                 axis.annotate("", xy=place[result], xytext=place[start], arrowprops={
                     "arrowstyle": "->", "color": color, "lw": 1.5, "shrinkA": 12, "shrinkB": 12})
-    axis.annotate("", xy=place["float64"], xytext=place["int64"], arrowprops={
+    axis.annotate("", xy=place[tp.float64], xytext=place[tp.int64], arrowprops={
         "arrowstyle": "->", "color": "0.5", "ls": "--", "shrinkA": 12, "shrinkB": 12})
     axis.text(1.35, 0.5, "uint8, int8 -> int16", color="C1", fontsize=9)
     axis.text(2.3, 1.0, "int64, float16 -> float16", color="C3", fontsize=9, va="center")
@@ -139,13 +144,15 @@ def ours(a, b):
     return tp.from_numpy(a) * (b if isinstance(b, (int, float)) else tp.from_numpy(b))
 
 
-print(f"{'':30}{'NumPy':>10}{'tinypytorch':>13}")
+print(f"{'':30}{'NumPy':>10}{'tinypytorch':>15}")
 for name, (a, b) in cases.items():
-    print(f"{name:30}{str((a * b).dtype):>10}{str(ours(a, b).dtype):>13}")
+    print(f"{name:30}{str((a * b).dtype):>10}{str(ours(a, b).dtype):>15}")
 
 # %% [markdown]
 # The rule in the package, `promote_ranks`, takes each operand as a
-# (dtype, rank) pair; `_combine` says when a lower rank counts:
+# (dtype, rank) pair, the dtype its array's (NumPy's: inside, the package
+# works with those, and `promote` is `promote_types` on them); `_combine`
+# says when a lower rank counts:
 
 # %%
 show_code(dtypes.promote_ranks, dtypes._combine, step=57)
@@ -245,7 +252,7 @@ def both(op, left, right):
     for fw in (tp, torch):
         try:
             y = OPS[op](operand(fw, *left), operand(fw, *right))
-            results.append((str(y.dtype).removeprefix("torch."), np.asarray(y.detach() if fw is torch else y.data)))
+            results.append((str(y.dtype), np.asarray(y.detach() if fw is torch else y.data)))
         except (RuntimeError, TypeError) as error:
             results.append(type(error).__name__)
     return results
@@ -292,17 +299,19 @@ print("PyTorch check passed: type promotion, dtype by dtype and rank by rank, eq
 # `bool, int32, int64, float16, float32, float64` and every rank.
 
 # %% tags=["hide-cell"]
-CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+def category(dtype):
+    """bool 0 < integers 1 < floating point 2 < complex 3, from what a dtype says of itself."""
+    return 3 if dtype.is_complex else 2 if dtype.is_floating_point else 0 if dtype == tp.bool else 1
 
 
 def by_hand(a, b):
     """The result dtype of two (dtype, rank) operands; a Python number of a category counts as its default."""
     order = {"dim": 0, "zero": 1, "number": 2}
     (high, high_rank), (low, low_rank) = sorted([a, b], key=lambda operand: order[operand[1]])
-    high, low = np.dtype(high), np.dtype(low)
+    high, low = getattr(tp, high), getattr(tp, low)
     if low_rank == "number":  # a Python number: bool, int64 or the default float of its category
-        low = {0: np.dtype(bool), 1: np.dtype(np.int64), 2: tp.get_default_dtype()}[CATEGORY[low.kind]]
-    if high_rank == low_rank or CATEGORY[low.kind] > CATEGORY[high.kind]:
+        low = [tp.bool, tp.int64, tp.get_default_dtype()][category(low)]
+    if high_rank == low_rank or category(low) > category(high):
         return tp.promote_types(high, low)
     return high
 
@@ -313,7 +322,7 @@ for a in [(d, r) for d in kinds for r in ("dim", "zero")]:
     for b in [(d, r) for d in kinds for r in ("dim", "zero", "number")]:
         operands = [torch.ones((2,) if r == "dim" else (), dtype=getattr(torch, d)) if r != "number"
                     else {"b": True, "i": 2, "f": 2.5}[np.dtype(d).kind] for d, r in (a, b)]
-        agree += str(by_hand(a, b)) == str(torch.result_type(*operands)).removeprefix("torch.")
+        agree += str(by_hand(a, b)) == str(torch.result_type(*operands))
 print(f"by_hand equals torch.result_type on {agree} of {len(kinds) * 2 * len(kinds) * 3} pairs")
 
 # %% [markdown]

@@ -270,7 +270,7 @@ def dtypes(fw, dtype, half):
     out = {}
     with fw.autocast("cpu", dtype=half):
         for name, run in cases(fw).items():
-            out[name] = str(run(*[fw.tensor(a, dtype=dtype) for a in arrays]).dtype).removeprefix("torch.")
+            out[name] = str(run(*[fw.tensor(a, dtype=dtype) for a in arrays]).dtype)
     return out
 
 
@@ -329,7 +329,7 @@ def network_dtypes(fw, half):
         out = fw.nn.functional.linear(r, w2)
         loss = fw.nn.functional.cross_entropy(out, fw.tensor(np.array([0, 1, 0, 1, 0])))
     loss.backward()
-    return [str(t.dtype).removeprefix("torch.") for t in (h, r, out, loss, w1.grad)]
+    return [str(t.dtype) for t in (h, r, out, loss, w1.grad)]
 
 
 print(network_dtypes(tp, tp.float16))

@@ -85,10 +85,11 @@ def test_float_defaults_follow_the_constructor():
 
 
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
-def test_dtypes_are_numpys_and_there_is_no_complex32():
-    assert str(tp.tensor([1.0]).dtype) == "float32" and str(torch.tensor([1.0]).dtype) == "torch.float32"
+def test_a_dtype_also_equals_numpys_and_there_is_no_complex32():
+    assert str(tp.tensor([1.0]).dtype) == str(torch.tensor([1.0]).dtype) == "torch.float32"  # printed alike
+    assert tp.tensor([1.0]).dtype == np.float32 and torch.tensor([1.0]).dtype != np.float32
     half, complex_number = tp.ones(2, dtype=tp.float16), 1j
-    assert (half * complex_number).dtype == np.complex64
+    assert (half * complex_number).dtype is tp.complex64
     assert (torch.ones(2, dtype=torch.float16) * complex_number).dtype == torch.complex32
 
 

@@ -73,7 +73,7 @@ def _is_tensor(value):
 
 
 def _dtype_name(dtype):
-    return str(dtype).removeprefix("torch.")
+    return str(dtype)  # torch.float32 in both frameworks
 
 
 def _attempt(read):
@@ -209,8 +209,8 @@ def run(fw, program):
 #            and a Python number meeting float16 is rounded to float16 first, where torch computes in float32 (a
 #            deliberate difference, book/pytorch_users.md, "Tensors and factories"): one more ulp.
 # Integers and bools are compared exactly. NaN and infinities must sit in the same places.
-LOOSE = {"float32": 1e-4, "float16": 1e-2}
-FLOATS_BY_PRECISION = ("float16", "float32", "float64")
+LOOSE = {"torch.float32": 1e-4, "torch.float16": 1e-2}
+FLOATS_BY_PRECISION = ("torch.float16", "torch.float32", "torch.float64")
 
 
 def _coarsest(run_):
@@ -233,7 +233,7 @@ def _coarsest(run_):
     for observation, gradient in run_.final.values():
         collect(observation)
         collect(gradient)
-    return next((name for name in FLOATS_BY_PRECISION if name in seen), "float64")
+    return next((name for name in FLOATS_BY_PRECISION if name in seen), "torch.float64")
 
 
 def _assert_values_close(actual, expected, coarsest, what):
@@ -247,7 +247,7 @@ def _assert_values_close(actual, expected, coarsest, what):
     np.testing.assert_array_equal(np.isfinite(actual), finite, err_msg=f"{what}: where the values are finite")
     np.testing.assert_array_equal(actual[~finite], expected[~finite], err_msg=f"{what}: the infinities and NaN")
     actual, expected = actual[finite], expected[finite]
-    if coarsest == "float64":
+    if coarsest == "torch.float64":
         assert_close_to_torch(actual, expected, what)
         return
     scale = max(1.0, float(np.abs(expected).max(initial=0.0)))

@@ -208,17 +208,45 @@ def test_len_of_a_0d_variable_raises_and_len_of_an_array_is_its_first_axis():
 
 # ----- Variable's ergonomics and repr (the contract notebooks rely on) -----------------
 
+# float64 data is not the default dtype: torch's repr adds ", dtype=torch.float64" before requires_grad, as here
 @pytest.mark.parametrize("data, name, expected", [
     (None, None, "variable(None)"),
-    (np.array(1.5), None, "variable(1.5000, requires_grad=True)"),  # a leaf that requires grad says so, as torch
-    (np.array(2.0), "x", "variable(2.0000, name='x', requires_grad=True)"),
-    (np.array([1.0, 2.0]), None, "variable([1.0000, 2.0000], requires_grad=True)"),
+    (np.array(1.5), None, "variable(1.5000, dtype=torch.float64, requires_grad=True)"),  # a leaf that requires grad
+    (np.array(2.0), "x", "variable(2.0000, name='x', dtype=torch.float64, requires_grad=True)"),  # says so, as torch
+    (np.array([1.0, 2.0]), None, "variable([1.0000, 2.0000], dtype=torch.float64, requires_grad=True)"),
     (np.array([[1.0, 2.0], [3.0, 4.0]]), None,
-     "variable([[1.0000, 2.0000],\n          [3.0000, 4.0000]], requires_grad=True)"),
-    (np.array([1, 2, 3]), None, "variable([1, 2, 3])"),  # integers require no grad
+     "variable([[1.0000, 2.0000],\n          [3.0000, 4.0000]], dtype=torch.float64, requires_grad=True)"),
+    (np.array([1, 2, 3]), None, "variable([1, 2, 3])"),  # integers require no grad; int64 is implied
 ])
 def test_repr_is_fixed_precision_and_aligned(data, name, expected):
     assert repr(Variable(data, name=name)) == expected
+
+
+REPR_DTYPES = ["float16", "float32", "float64", "int32", "int64", "bool", "complex64", "complex128"]
+
+
+@pytest.mark.parametrize("default", ["float32", "float64"])
+@pytest.mark.parametrize("name", REPR_DTYPES)
+def test_repr_names_the_dtype_exactly_where_torchs_does(name, default):
+    """torch's repr leaves out the dtypes a literal gets (the default float, its complex, int64, bool) and prints
+    ", dtype=torch.float64" for the others, before grad_fn or requires_grad: the same suffix here, under either
+    default dtype."""
+    tinypytorch.set_default_dtype(getattr(tinypytorch, default))
+    torch.set_default_dtype(getattr(torch, default))
+    try:
+        ours, theirs = tinypytorch.tensor([1, 0], dtype=getattr(tinypytorch, name)), \
+            torch.tensor([1, 0], dtype=getattr(torch, name))
+        pairs = [(ours, theirs)]
+        if name.startswith("float"):  # and with what follows the dtype
+            pairs += [(ours.requires_grad_(), theirs.requires_grad_()), (ours * 2, theirs * 2)]
+        for x, t in pairs:
+            suffix = re.search(r"\]((, dtype=torch\.\w+)?(, (grad_fn=<\w+>|requires_grad=True))?)\)$", repr(t))
+            assert suffix is not None, repr(t)
+            assert repr(x).endswith("]" + suffix.group(1) + ")"), (repr(x), repr(t))
+        assert str(ours.dtype) == str(theirs.dtype) == f"torch.{name}"
+    finally:
+        tinypytorch.set_default_dtype(tinypytorch.float32)
+        torch.set_default_dtype(torch.float32)
 
 
 def test_properties_mirror_the_array():
@@ -272,7 +300,7 @@ def test_a_format_spec_formats_a_0d_variable_as_torch_formats_a_0d_tensor(spec):
 
 def test_format_without_a_spec_is_the_repr_and_a_spec_on_an_array_is_a_type_error_as_in_torch():
     x = Variable(np.array(2.0 / 3.0))
-    assert f"{x}" == "variable(0.6667, requires_grad=True)"
+    assert f"{x}" == "variable(0.6667, dtype=torch.float64, requires_grad=True)" == repr(x)
     with pytest.raises(TypeError, match="unsupported format string passed to Tensor.__format__"):
         format(torch.ones(2), ".2f")
     with pytest.raises(TypeError, match="unsupported format string passed to Variable.__format__"):
@@ -734,7 +762,7 @@ def test_python_numbers_keep_float32_data_float32_like_torch(fn):
     y, yt = fn(x), fn(t)
     y.sum().backward()
     yt.backward(torch.ones_like(yt))
-    assert str(y.dtype) == str(yt.dtype).removeprefix("torch.") == "float32"
+    assert str(y.dtype) == str(yt.dtype) == "torch.float32"
     assert x.grad.dtype == np.float32
     np.testing.assert_allclose(y.data, yt.detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(x.grad.data, t.grad.numpy(), rtol=1e-6)

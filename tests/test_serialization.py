@@ -57,6 +57,8 @@ def as_torch(obj, made=None):
         return type(obj)((key, as_torch(value, made)) for key, value in obj.items())
     if isinstance(obj, (list, tuple)):
         return type(obj)(as_torch(value, made) for value in obj)
+    if isinstance(obj, tinypytorch.dtype):
+        return getattr(torch, obj.dtype.name)
     if not isinstance(obj, (Variable, np.ndarray, np.generic)):
         return obj
     if id(obj) not in made:
@@ -83,11 +85,12 @@ def describe(obj):
         return type(obj).__name__, [describe(value) for value in obj]
     if isinstance(obj, torch.Tensor):
         array = obj.detach().numpy()
-        return ("tensor", str(obj.dtype).removeprefix("torch."), array.shape, array.tobytes(), obj.requires_grad,
+        return ("tensor", str(obj.dtype), array.shape, array.tobytes(), obj.requires_grad,
                 isinstance(obj, torch.nn.Parameter))
     if isinstance(obj, (Variable, np.ndarray, np.generic)):
         array = np.asarray(cuda.as_numpy(obj.data if isinstance(obj, Variable) else obj))
-        return ("tensor", array.dtype.name, array.shape, array.tobytes(), getattr(obj, "requires_grad", False),
+        return ("tensor", str(tinypytorch.dtypes.as_torch(array.dtype)), array.shape, array.tobytes(),
+                getattr(obj, "requires_grad", False),
                 isinstance(obj, Parameter))
     return type(obj).__name__, repr(obj)
 
@@ -127,6 +130,10 @@ def trained(opt_class, **options):
     return model, optimizer
 
 
+DTYPE_NAMES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "complex64",
+               "complex128"]
+
+
 def structures():
     model, adam = trained(optim.Adam, amsgrad=True)
     _, sgd = trained(optim.SGD, momentum=0.9)
@@ -150,12 +157,19 @@ def structures():
                                           "kwds": {"file": 3}, "arr_0": np.zeros(1), "mmap_mode": "r"},
         "this module's entry names as keys": {"structure": np.ones(1), "data/0": np.zeros(2), "data/1": 1.0},
         "an OrderedDict in a dict": {"b": collections.OrderedDict([("z", 1), ("a", 2)]), "a": 0},
+        "dtypes": {"dtype": tinypytorch.float16, "all": [getattr(tinypytorch, name) for name in DTYPE_NAMES]},
     }
 
 
 @pytest.mark.parametrize("name", list(structures()))
 def test_every_structure_comes_back_as_from_torch_load(name):
     check_like_torch(structures()[name])
+
+
+def test_a_dtype_comes_back_as_the_one_object_as_from_torch_load():
+    dtypes_ = [getattr(tinypytorch, name) for name in DTYPE_NAMES]
+    assert all(a is b for a, b in zip(round_trip(dtypes_), dtypes_))
+    assert all(a is getattr(torch, name) for a, name in zip(torch_round_trip(as_torch(dtypes_)), DTYPE_NAMES))
 
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.bool_,
@@ -366,7 +380,8 @@ REFUSED = [
     (SGD, TypeError, r"save: obj is of type SGD; save its state_dict\(\) instead"),
     ({"model": MODEL}, TypeError, r"save: obj\['model'\] is of type Sequential; save its state_dict\(\)"),
     (a_function, TypeError, "save: obj is of type function, which cannot be saved; supported are Variables "
-                            r"\(tensors\), NumPy arrays and scalars, int, float, bool, str, None, and dicts"),
+                            r"\(tensors\), NumPy arrays and scalars, int, float, bool, str, None, dtypes, and dicts"),
+    (np.dtype(np.float32), TypeError, "save: obj is of type .*DType.*, which cannot be saved"),  # NumPy's: no
     ({"a": [1, len]}, TypeError, r"save: obj\['a'\]\[1\] is of type builtin_function_or_method, which cannot"),
     (Thing(), TypeError, "save: obj is of type Thing, which cannot be saved"),
     ({1, 2}, TypeError, "save: obj is of type set, which cannot be saved"),
@@ -456,6 +471,9 @@ NOT_OURS = {
     "a later item": (npz(structure=structure_bytes({**GOOD, "nodes": [{"type": "list", "items": [0]}]})),
                      "is damaged: its structure does not match its arrays"),
     "no nodes": (npz(structure=structure_bytes({**GOOD, "nodes": []})), "is damaged"),
+    "a dtype no tensor holds": (npz(structure=structure_bytes({**GOOD, "nodes": [{"type": "dtype",
+                                                                                  "name": "object"}]})),
+                                "is damaged: its structure does not match its arrays"),
     "truncated": (lambda file: file.write(b"PK\x03\x04" + b"\x00" * 20), r"is a damaged zip archive"),
     "text that starts as a zip's name": (lambda file: file.write(b"PKG-INFO\n"), "is neither a zip archive"),
 }

@@ -222,7 +222,8 @@ def test_verbose_labels_add_shape_and_dtype():
     x = Variable(np.ones((2, 3), dtype=np.float32), name="x")
     y = tinypytorch.exp(x) * 2.0
     nodes, _ = parse(get_dot_graph(y, verbose=True))
-    # the number takes float32, as in torch, where float32 * 2.0 stays float32
+    # the number takes float32, as in torch, where float32 * 2.0 stays float32; a label names a dtype as NumPy does
+    # (float32: the label is not a repr, which says torch.float32)
     product = str((torch.ones(2, 3, dtype=torch.float32) * 2.0).dtype).removeprefix("torch.")
     assert [label for label, _, _ in nodes.values()] == [
         f"(2, 3) {product}", "Mul", "(2, 3) float32", f"2\\n() {product}", "Exp", "x\\n(2, 3) float32"]

@@ -2,7 +2,9 @@
 can_cast and result_type over every dtype and rank, the dtypes every operation of the table gives its operands of
 mixed kinds, floating operations of integers, the refusals (matrix products, in-place casts down a category), the
 nn modules' parameters and Module.to, and each case the issue of silent dtype differences listed."""
+import copy
 import itertools
+import pickle
 
 import numpy as np
 import pytest
@@ -23,10 +25,6 @@ def torch_dtype(name):
     return getattr(torch, str(np.dtype(name)))
 
 
-def name_of(dtype):
-    return str(dtype).removeprefix("torch.")
-
-
 def tensor(fw, name, rank):
     """A tensor of dtype `name`: a vector ("dim") or a 0-d one ("zero")."""
     shape = (2,) if rank == "dim" else ()
@@ -37,7 +35,7 @@ def tensor(fw, name, rank):
 
 @pytest.mark.parametrize("a, b", list(itertools.product(NAMES, NAMES)))
 def test_promote_types_and_can_cast_are_torchs(a, b):
-    assert str(tp.promote_types(a, b)) == name_of(torch.promote_types(torch_dtype(a), torch_dtype(b)))
+    assert str(tp.promote_types(a, b)) == str(torch.promote_types(torch_dtype(a), torch_dtype(b)))
     assert tp.can_cast(a, b) == torch.can_cast(torch_dtype(a), torch_dtype(b))
 
 
@@ -50,9 +48,9 @@ def test_result_type_of_every_pair_of_dtype_and_rank_is_torchs(left):
     for right in list(itertools.product(NAMES, ["dim", "zero"])) + NUMBERS:
         ours_right = tensor(tp, *right) if isinstance(right, tuple) else right
         theirs_right = tensor(torch, *right) if isinstance(right, tuple) else right
-        theirs = name_of(torch.result_type(tensor(torch, *left), theirs_right))
-        if theirs == "complex32":
-            assert str(tp.result_type(tensor(tp, *left), ours_right)) == "complex64"  # the nearest NumPy has
+        theirs = str(torch.result_type(tensor(torch, *left), theirs_right))
+        if theirs == "torch.complex32":
+            assert str(tp.result_type(tensor(tp, *left), ours_right)) == "torch.complex64"  # the nearest NumPy has
             continue
         assert str(tp.result_type(tensor(tp, *left), ours_right)) == theirs, (left, right)
         assert str(tp.result_type(ours_right, tensor(tp, *left))) == theirs, (right, left)
@@ -63,10 +61,10 @@ def test_two_python_numbers_give_the_default_dtypes_and_set_default_dtype_moves_
         tp.set_default_dtype(default)
         torch.set_default_dtype(getattr(torch, np.dtype(default).name))
         try:
-            assert str(tp.tensor([1.5]).dtype) == name_of(torch.tensor([1.5]).dtype)
-            assert str(tp.result_type(tp.tensor([1, 2]), 0.5)) == name_of(torch.result_type(torch.tensor([1, 2]), 0.5))
-            assert str(nn.Linear(2, 3).weight.dtype) == name_of(torch.nn.Linear(2, 3).weight.dtype)
-            assert str(tp.exp(tp.tensor([1, 2])).dtype) == name_of(torch.exp(torch.tensor([1, 2])).dtype)
+            assert str(tp.tensor([1.5]).dtype) == str(torch.tensor([1.5]).dtype)
+            assert str(tp.result_type(tp.tensor([1, 2]), 0.5)) == str(torch.result_type(torch.tensor([1, 2]), 0.5))
+            assert str(nn.Linear(2, 3).weight.dtype) == str(torch.nn.Linear(2, 3).weight.dtype)
+            assert str(tp.exp(tp.tensor([1, 2])).dtype) == str(torch.exp(torch.tensor([1, 2])).dtype)
         finally:
             torch.set_default_dtype(torch.float32)
     with pytest.raises(TypeError, match="only floating-point types are supported as the default type"):
@@ -97,7 +95,7 @@ def test_element_wise_operations_of_two_dtypes_give_torchs_dtype_and_values(oper
         values[1] = values[1].reshape(-1)[:1].reshape(())
     ours = operation.ours(*[tp.tensor(v, dtype=getattr(tp, d)) for v, d in zip(values, dtypes_)])
     theirs = operation.theirs(*[torch.tensor(v, dtype=torch_dtype(d)) for v, d in zip(values, dtypes_)])
-    assert str(ours.dtype) == name_of(theirs.dtype), operation.name
+    assert str(ours.dtype) == str(theirs.dtype), operation.name
     tolerance = 1e-3 if "float16" in dtypes_ else 1e-6
     np.testing.assert_allclose(ours.data.astype(np.float64), theirs.double().numpy(), rtol=tolerance, atol=tolerance)
 
@@ -123,7 +121,7 @@ def test_operations_of_integers_and_bools_give_torchs_dtype_and_values(name, our
             ours(tp.from_numpy(values))
         return
     result = ours(tp.from_numpy(values))
-    assert str(result.dtype) == name_of(expected.dtype), (name, dtype)
+    assert str(result.dtype) == str(expected.dtype), (name, dtype)
     np.testing.assert_allclose(result.data, expected.numpy(), rtol=1e-6)
 
 
@@ -133,7 +131,7 @@ def test_sum_with_a_dtype_casts_first_as_torch(dtype):
     for ours_input, theirs_input in [(tp.from_numpy(values), torch.from_numpy(values)),
                                      (tp.tensor([0.1, 0.2]), torch.tensor([0.1, 0.2]))]:
         ours, theirs = ours_input.sum(dtype=getattr(tp, dtype)), theirs_input.sum(dtype=torch_dtype(dtype))
-        assert str(ours.dtype) == name_of(theirs.dtype)
+        assert str(ours.dtype) == str(theirs.dtype)
         np.testing.assert_array_equal(ours.data, theirs.numpy())
 
 
@@ -209,11 +207,11 @@ def test_an_in_place_result_of_a_wider_dtype_is_cast_into_the_variable_as_torchs
 @pytest.mark.parametrize("build", [lambda n, **kw: n.Linear(3, 2, **kw), lambda n, **kw: n.LayerNorm(3, **kw),
                                    lambda n, **kw: n.BatchNorm1d(3, **kw)], ids=["Linear", "LayerNorm", "BatchNorm1d"])
 def test_modules_are_made_in_the_default_dtype_or_dtype_and_cast_by_to_as_torchs(build):
-    for kwargs in ({}, {"dtype": "float64"}):
+    for kwargs in ({}, {"dtype": "float64"}):  # (the package's buffers are arrays: their dtypes are NumPy's)
         ours = build(nn, **{k: getattr(tp, v) for k, v in kwargs.items()})
         theirs = build(torch.nn, **{k: getattr(torch, v) for k, v in kwargs.items()})
-        assert [str(p.dtype) for p in ours.parameters()] == [name_of(p.dtype) for p in theirs.parameters()]
-        assert [str(b.dtype) for b in ours.buffers()] == [name_of(b.dtype) for b in theirs.buffers()]
+        assert [str(p.dtype) for p in ours.parameters()] == [str(p.dtype) for p in theirs.parameters()]
+        assert [str(dtypes.as_torch(b.dtype)) for b in ours.buffers()] == [str(b.dtype) for b in theirs.buffers()]
     for cast in (lambda m, fw: m.double(), lambda m, fw: m.half(), lambda m, fw: m.to(fw.float64),
                  lambda m, fw: m.to(dtype=fw.float16), lambda m, fw: m.float()):
         ours, theirs = build(nn), build(torch.nn)
@@ -221,8 +219,8 @@ def test_modules_are_made_in_the_default_dtype_or_dtype_and_cast_by_to_as_torchs
         assert cast(ours, tp) is ours
         cast(theirs, torch)
         assert ours.weight is weight  # the same Parameter, as an optimizer holds it
-        assert [str(p.dtype) for p in ours.parameters()] == [name_of(p.dtype) for p in theirs.parameters()]
-        assert [str(b.dtype) for b in ours.buffers()] == [name_of(b.dtype) for b in theirs.buffers()]
+        assert [str(p.dtype) for p in ours.parameters()] == [str(p.dtype) for p in theirs.parameters()]
+        assert [str(dtypes.as_torch(b.dtype)) for b in ours.buffers()] == [str(b.dtype) for b in theirs.buffers()]
 
 
 def test_a_float32_input_through_a_module_stays_float32_and_autocast_casts_the_nn_model():
@@ -232,7 +230,7 @@ def test_a_float32_input_through_a_module_stays_float32_and_autocast_casts_the_n
         ours = model(tp.ones(2, 4))
     with torch.autocast("cpu", dtype=torch.float16):
         theirs = twin(torch.ones(2, 4))
-    assert str(ours.dtype) == name_of(theirs.dtype) == "float16"
+    assert str(ours.dtype) == str(theirs.dtype) == "torch.float16"
 
 
 def test_module_apply_and_requires_grad_as_torchs():
@@ -281,7 +279,7 @@ def test_load_state_dict_copies_into_the_parameters_own_dtype_and_refuses_arrays
         "sum dtype", "GradScaler.scale of ints"])
 def test_each_reported_case_gives_torchs_dtype_and_values(case):
     ours, theirs = case(tp), case(torch)
-    assert str(ours.dtype) == name_of(theirs.dtype)
+    assert str(ours.dtype) == str(theirs.dtype)
     np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-6)
 
 
@@ -298,6 +296,61 @@ def test_the_check_covers_every_dtype_the_factories_name():
     assert {str(np.dtype(getattr(tp, name))) for name in ("uint8", "int8", "int16", "short", "int32", "int64", "long",
                                                           "bool", "half", "float", "double")} <= set(NAMES)
     assert dtypes.torch_name(np.float32) == "Float" and dtypes.torch_name(np.int64) == "Long"
+
+
+ALIASES = ["float16", "half", "float32", "float", "float64", "double", "uint8", "int8", "int16", "short", "int32",
+           "int64", "long", "bool", "complex64", "cfloat", "complex128", "cdouble"]
+
+
+@pytest.mark.parametrize("name", ALIASES)
+def test_a_dtype_is_one_object_printed_and_described_as_torchs(name):
+    ours, theirs = getattr(tp, name), getattr(torch, name)
+    assert isinstance(ours, tp.dtype) and isinstance(theirs, torch.dtype)
+    assert str(ours) == repr(ours) == str(theirs) == repr(theirs)
+    assert (ours.is_floating_point, ours.is_complex, ours.is_signed, ours.itemsize) == \
+        (theirs.is_floating_point, theirs.is_complex, theirs.is_signed, theirs.itemsize)
+    # one object per dtype, as torch's: a tensor's dtype, the factories' names, copies and pickles are it
+    assert tp.ones(2, dtype=ours).dtype is ours and torch.ones(2, dtype=theirs).dtype is theirs
+    for fw, dtype in ((tp, ours), (torch, theirs)):
+        assert copy.deepcopy(dtype) is dtype and pickle.loads(pickle.dumps(dtype)) is dtype
+        assert copy.deepcopy({"dtype": dtype})["dtype"] is dtype  # a state dict that holds one
+    assert ours != None and ours != "not a dtype"  # noqa: E711 (the comparison is what is checked)
+    assert (theirs != None) and (theirs != "not a dtype")  # noqa: E711
+    for fw in (tp, torch):
+        with pytest.raises(TypeError, match=f"cannot create '{fw.__name__}.dtype' instances"):
+            fw.dtype()
+
+
+def test_a_dtype_also_equals_numpys_and_numpy_takes_it():
+    """Where the package differs: its dtypes hold NumPy's, equal them and hash as them (x.dtype == np.float32
+    keeps working, and one dict answers for both), and NumPy takes them wherever a dtype goes."""
+    x = tp.ones(2, dtype=tp.float32)
+    assert x.dtype == np.float32 and x.dtype == np.dtype(np.float32) and np.dtype(np.float32) == x.dtype
+    assert x.dtype != np.float64 and x.dtype != tp.float64
+    assert {np.dtype(np.float32): 1}[x.dtype] == 1 and {tp.float32: 1}[x.data.dtype] == 1
+    assert np.dtype(tp.int16) is np.dtype(np.int16) and tp.int16.dtype is np.dtype(np.int16)
+    assert np.zeros(2, dtype=tp.float16).dtype == np.float16 and x.data.astype(tp.int32).dtype == np.int32
+    assert (tp.float32.kind, tp.float32.name, tp.float32.type) == ("f", "float32", np.float32)
+    assert str(tp.get_default_dtype()) == str(torch.get_default_dtype()) and tp.get_default_dtype() is tp.float32
+
+
+def test_dtype_objects_work_on_every_backend(xp):
+    """The factories, casts, promotion, in-place casts and Module.to take the dtype objects on the device too (the
+    strict stand-in refuses what CuPy refuses), and the arrays hold NumPy's dtypes."""
+    device = "cpu" if xp is np else "cuda"
+    x = tp.ones(3, dtype=tp.float16, device=device, requires_grad=True)
+    y = x + tp.full((3,), 2.0, dtype=tp.float32, device=device)
+    assert (x.dtype, y.dtype, x.double().dtype, x.to(tp.int32).dtype) == (tp.float16, tp.float32, tp.float64, tp.int32)
+    assert x.data.dtype is np.dtype(np.float16) and isinstance(x.data, xp.ndarray)
+    z = tp.zeros_like(y, dtype=tp.int64)
+    z += 2
+    assert z.dtype is tp.int64 and tp.zeros_like(x).dtype is tp.float16
+    assert tp.arange(3, device=device).dtype is tp.int64
+    y.sum().backward()
+    assert x.grad.dtype is tp.float16 and x.grad.data.dtype is np.dtype(np.float16)
+    layer = nn.Linear(2, 2).to(device).to(tp.float64)
+    assert layer.weight.dtype is tp.float64 and isinstance(layer.weight.data, xp.ndarray)
+    assert layer(tp.ones(1, 2, dtype=tp.float64, device=device)).dtype is tp.float64
 
 
 def test_a_promoted_input_saved_for_backward_still_sees_its_in_place_change_as_torch():
@@ -321,5 +374,5 @@ def test_mixed_dtype_gradients_come_back_in_each_inputs_dtype_with_torchs_values
         (fw.exp(x * y) / (x + y)).sum().backward()
         grads[fw] = (x.grad, y.grad)
     for ours, theirs in zip(grads[tp], grads[torch]):
-        assert str(ours.dtype) == str(theirs.dtype).removeprefix("torch.")
+        assert str(ours.dtype) == str(theirs.dtype)
         np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-6)

@@ -19,14 +19,14 @@ def torch_of(value):
 
 def test_the_ranks_table_gives_torchs_dtypes_in_the_package_column():
     for name, (a, b) in step.cases.items():
-        assert str(step.ours(a, b).dtype) == str((torch_of(a) * torch_of(b)).dtype).removeprefix("torch."), name
+        assert str(step.ours(a, b).dtype) == str((torch_of(a) * torch_of(b)).dtype), name
     differ = [name for name, (a, b) in step.cases.items() if (a * b).dtype != step.ours(a, b).dtype]
     assert len(differ) == 4  # the page's four rows where NumPy and PyTorch part
 
 
 def test_the_promote_types_table_is_torchs():
     for a, b in step.pairs:
-        assert str(tp.promote_types(a, b)) == str(torch.promote_types(getattr(torch, a), getattr(torch, b)))[6:]
+        assert str(tp.promote_types(a, b)) == str(torch.promote_types(getattr(torch, a), getattr(torch, b)))
 
 
 def test_the_pictures_bytes_are_float32_under_torchs_rule_and_float64_under_numpys():
@@ -42,7 +42,7 @@ def test_exercise_1_the_rule_by_hand_is_torch_result_type():
                                   itertools.product(kinds, ["dim", "zero", "number"])):
         operands = [torch.ones((2,) if r == "dim" else (), dtype=getattr(torch, d)) if r != "number"
                     else numbers[np.dtype(d).kind] for d, r in (a, b)]
-        assert str(step.by_hand(a, b)) == str(torch.result_type(*operands)).removeprefix("torch."), (a, b)
+        assert str(step.by_hand(a, b)) == str(torch.result_type(*operands)), (a, b)
 
 
 def test_exercise_2_every_half_leaves_float32_as_in_torch():
@@ -60,7 +60,7 @@ def test_exercise_3_add_or_new_gives_torchs_dtypes_and_works_in_place_when_it_fi
     result = step.add_or_new(x, ours_y)
     expected = torch.ones(3, dtype=getattr(torch, x_dtype)) + theirs_y
     if torch.can_cast(expected.dtype, getattr(torch, x_dtype)):
-        assert result is x and str(x.dtype) == x_dtype  # in place: the same tensor, its own dtype
+        assert result is x and x.dtype is getattr(tp, x_dtype)  # in place: the same tensor, its own dtype
         expected = torch.ones(3, dtype=getattr(torch, x_dtype)).add_(theirs_y)
-    assert str(result.dtype) == str(expected.dtype).removeprefix("torch.")
+    assert str(result.dtype) == str(expected.dtype)
     np.testing.assert_allclose(result.data, expected.numpy())

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.torch]
 
 def _observe(value):
     if isinstance(value, (torch.Tensor, tinypytorch.Variable)):
-        return (str(value.dtype).removeprefix("torch."), tuple(value.shape), np.array(value.detach().numpy()).tolist(),
+        return (str(value.dtype), tuple(value.shape), np.array(value.detach().numpy()).tolist(),
                 value.requires_grad, value.is_leaf, value._version)
     if isinstance(value, (tuple, list)):
         return tuple(_observe(item) for item in value)

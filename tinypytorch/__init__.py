@@ -54,7 +54,8 @@ import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and 
 from tinypytorch.amp import autocast
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
 from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, rdiv, rsub, sub
-from tinypytorch.dtypes import can_cast, get_default_dtype, promote_types, result_type, set_default_dtype
+from tinypytorch.dtypes import can_cast, dtype, get_default_dtype, promote_types, set_default_dtype
+from tinypytorch.dtypes import torch_result_type as result_type
 from tinypytorch.grad_mode import (
     Config, enable_grad, inference_mode, is_grad_enabled, is_inference_mode_enabled, no_grad, set_grad_enabled,
     using_config,
@@ -98,7 +99,7 @@ __all__ = [
     "long", "bool", "complex64", "complex128", "cfloat", "cdouble",
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
-    "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
+    "dtype", "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
     "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
     "convolution", "conv2d", "max_pool2d",
 ]

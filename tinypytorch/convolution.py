@@ -260,7 +260,7 @@ class AvgPool2d(Function):
         w = self.windows
         n, c = self.x_shape[:2]
         xp = get_array_module(gy)
-        share = reshape(gy, (n, c, 1, w.blocks)) / xp.asarray(self.divisors, dtype=gy.dtype)
+        share = reshape(gy, (n, c, 1, w.blocks)) / xp.asarray(self.divisors, dtype=array_of(gy).dtype)
         return Fold(w)(reshape(broadcast_to(share, (n, c, w.positions, w.blocks)), (n, c * w.positions, w.blocks)))
 
     jvp = Function.jvp_by_forward

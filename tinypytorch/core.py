@@ -41,6 +41,8 @@ def array_of(x):
 # step 56: PyTorch's words; an inference tensor counts no in-place changes, which makes it cheaper
 INFERENCE_NO_VERSION = "Inference tensors do not track version counter."
 
+_AS_TORCH = dtypes.AS_TORCH  # step 57: NumPy's dtype -> PyTorch's dtype object
+
 # PyTorch's words: an integer gradient would be truncated (0.5 -> 0), so integers cannot require one
 _ONLY_FLOATING = "Only Tensors of floating point and complex dtype can require gradients"
 
@@ -156,7 +158,8 @@ class Variable:
 
     @property
     def dtype(self):
-        return self.data.dtype
+        dtype = self.data.dtype  # step 57: PyTorch's dtype object, torch.float32 (the package reads the array's)
+        return _AS_TORCH.get(dtype, dtype)
 
     def __len__(self):
         if self.data.ndim == 0:
@@ -221,7 +224,10 @@ class Variable:
         text = np.array2string(cuda.as_numpy(self.data), precision=4, floatmode="fixed", separator=", ",
                                prefix="variable(")
         name = "" if self.name is None else f", name={self.name!r}"
-        # as PyTorch prints a tensor: the node that made it, or that a leaf requires grad
+        # as PyTorch prints a tensor: a dtype other than those a literal implies, then the node that made it, or
+        # that a leaf requires grad
+        if not dtypes.implied(self.data.dtype):
+            name += f", dtype={self.dtype}"
         if self.creator is not None:
             node = f", grad_fn=<{self.creator.name()}>"
         else:
@@ -477,6 +483,7 @@ def as_variable(obj, op="as_variable", xp=np, like=None):
     if isinstance(obj, cuda.array_types):
         return Variable(obj, requires_grad=False)
     if isinstance(obj, (int, float, complex)) and like is not None:
+        like = like.data if isinstance(like, Variable) else like  # its array's dtype: NumPy's
         number = Variable(xp.asarray(obj, dtype=dtypes.wrapped_dtype(like.dtype, type(obj))), requires_grad=False)
     elif isinstance(obj, scalar_types):
         number = Variable(as_array(obj, xp), requires_grad=False)
@@ -624,7 +631,7 @@ class Function:
             out = self.jvp(*tangents)
         finally:
             del self.primals, self.results
-        tangent_dtype = functools.reduce(dtypes.promote_types, [t.dtype for t in tangents if t is not None])
+        tangent_dtype = functools.reduce(dtypes.promote, [t.dtype for t in tangents if t is not None])
         for output, t in zip(outputs, out if type(out) is tuple else (out,)):
             if t is not None and output.data.dtype.kind == "f":  # an integer output has no tangent
                 xp = cuda.get_array_module(output.data)  # the tangent as its output: its shape, and its dtype
@@ -637,7 +644,7 @@ class Function:
     def tangent_dtype(output_dtype, tangent_dtype):
         """An output's tangent's dtype: its own promoted with the inputs' tangents', as PyTorch's formulas give it (a
         float64 tangent of a float32 primal stays float64); a cast (Cast) casts the tangent too."""
-        return dtypes.promote_types(output_dtype, tangent_dtype)
+        return dtypes.promote(output_dtype, tangent_dtype)
 
     def jvp(self, *tangents):  # step 62
         """Forward mode: the outputs' tangents, J t, from one tangent (array or None: zero) per input; the
@@ -1144,7 +1151,7 @@ class Cast(Function):  # step 43: a change of dtype; its gradient goes back to t
 def astype(x, dtype):
     """`x` as `dtype` (NumPy's astype, PyTorch's x.to(dtype)); differentiable, and x itself if nothing changes."""
     x = as_variable(x, "astype")
-    if x.dtype == np.dtype(dtype):
+    if array_of(x).dtype == np.dtype(dtype):  # (x is an array in a formula on arrays)
         return x
     return Cast(dtype)(x)
 

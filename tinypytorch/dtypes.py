@@ -11,12 +11,88 @@ NumPy and PyTorch agree on what one dtype holds, and part ways on three rules, w
   NumPy promotes by value of dtype alone (its Python numbers are "weak", 0-d arrays are not).
 - An in-place operation may not cast its result down a category: an int tensor cannot take `add_(1.5)`.
 
-dtypes are NumPy's dtypes under PyTorch's names (`tinypytorch.float32` is `numpy.float32`).
+A dtype is PyTorch's kind of object (`dtype` below): one per dtype, so `x.dtype is tinypytorch.float32`, printed
+as PyTorch prints it, `torch.float32`. It holds NumPy's dtype, which NumPy reads through `__numpy_dtype__` (NumPy
+2.4) or `dtype` (older NumPy, CuPy), and equals it: `x.dtype == np.float32` holds too. Only the public names
+(`x.dtype`, `get_default_dtype`, `promote_types`, `result_type`, the factories' dtypes) give these objects; inside,
+the package works with its arrays' NumPy dtypes (`x.data.dtype`), which NumPy reads fastest.
 """
 import functools
 import numbers
 
 import numpy as np
+
+
+class dtype:  # noqa: N801 (PyTorch's name: torch.dtype)
+    """PyTorch's `torch.dtype`: `tinypytorch.float32` is the one object for float32 data."""
+
+    __slots__ = ("dtype",)  # NumPy's dtype: NumPy and CuPy accept any object with one as a dtype
+
+    def __new__(cls, *args, **kwargs):  # as torch.dtype: the objects are made once, below
+        raise TypeError("cannot create 'tinypytorch.dtype' instances")
+
+    @property
+    def __numpy_dtype__(self):  # NumPy 2.4's protocol: read before `dtype`, and without the __getattr__ below
+        return self.dtype
+
+    def __repr__(self):
+        return f"torch.{self.dtype.name}"  # torch.float32, torch.int64, torch.bool: PyTorch's words
+
+    def __eq__(self, other):
+        if type(other) is dtype:
+            return self is other
+        if other is None:  # np.dtype(None) is float64
+            return False
+        try:
+            return self.dtype == np.dtype(other)
+        except (TypeError, ValueError):
+            return NotImplemented
+
+    def __hash__(self):  # as NumPy's, so one dict answers for both
+        return hash(self.dtype)
+
+    def __reduce__(self):  # copy, deepcopy and pickle give the same object back
+        return as_torch, (self.dtype.str,)
+
+    def __getattr__(self, name):  # kind, itemsize, name, char, type: NumPy's, for code that asks them of either
+        if name.startswith("_") or name == "dtype":  # protocols NumPy, copy and pickle probe for: none
+            raise AttributeError(name)
+        return getattr(self.dtype, name)
+
+    @property
+    def is_floating_point(self):
+        return self.dtype.kind == "f"
+
+    @property
+    def is_complex(self):
+        return self.dtype.kind == "c"
+
+    @property
+    def is_signed(self):
+        return self.dtype.kind in "ifc"
+
+
+_DTYPE = dtype  # (the class, where a parameter is named dtype)
+
+
+def _made(numpy_dtype):
+    made = object.__new__(dtype)
+    made.dtype = np.dtype(numpy_dtype)
+    return made
+
+
+# PyTorch's dtypes the package holds, each one object; NumPy's dtype -> the object
+AS_TORCH = {np.dtype(t): _made(t) for t in (np.bool_, np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16,
+                                            np.int32, np.int64, np.float16, np.float32, np.float64, np.complex64,
+                                            np.complex128)}
+
+
+def as_torch(numpy_dtype):
+    """The dtype object of `numpy_dtype` (a NumPy dtype, type or name, or a dtype object); a dtype PyTorch lacks
+    stays NumPy's."""
+    numpy_dtype = np.dtype(numpy_dtype)
+    return AS_TORCH.get(numpy_dtype, numpy_dtype)
+
 
 FLOATING = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _default = np.dtype(np.float32)
@@ -27,7 +103,13 @@ DIM, ZERO, WRAPPED = 0, 1, 2  # an operand's rank: a tensor with dimensions, a 0
 
 
 def get_default_dtype():
-    """The dtype of Python floats and of new floating point tensors and parameters (PyTorch's; float32)."""
+    """The dtype of Python floats and of new floating point tensors and parameters (PyTorch's; float32), as a dtype
+    object (torch.get_default_dtype)."""
+    return AS_TORCH[_default]
+
+
+def default():
+    """The default dtype as NumPy's, for the package's own arrays."""
     return _default
 
 
@@ -49,6 +131,12 @@ def default_complex():
     return np.dtype(np.complex128) if _default == np.float64 else np.dtype(np.complex64)
 
 
+def implied(dtype):
+    """Whether a tensor's printout leaves its dtype out, as PyTorch's does: the dtypes a literal gets (the default
+    float, its complex, int64, bool)."""
+    return dtype == _default or dtype == default_complex() or dtype.kind == "b" or dtype == np.int64
+
+
 def category(dtype):
     return _CATEGORY[dtype.kind]
 
@@ -58,8 +146,13 @@ def is_floating(dtype):
 
 
 def promote_types(a, b):
-    """torch.promote_types: the smallest dtype both fit in; across categories the higher one's, so int64 with float32
-    is float32 (NumPy: float64) and complex widens to a float's precision."""
+    """torch.promote_types, as a dtype object: see promote."""
+    return as_torch(promote(a, b))
+
+
+def promote(a, b):
+    """PyTorch's promote_types on NumPy's dtypes: the smallest dtype both fit in; across categories the higher one's,
+    so int64 with float32 is float32 (NumPy: float64) and complex widens to a float's precision."""
     a, b = np.dtype(a), np.dtype(b)
     if a == b:
         return a
@@ -107,16 +200,16 @@ def _operand(x):
 
 
 _WRAPPED_AS = {"b": lambda: np.dtype(np.bool_), "u": lambda: np.dtype(np.int64), "i": lambda: np.dtype(np.int64),
-               "f": get_default_dtype, "c": default_complex}
+               "f": default, "c": default_complex}
 
 
 def result_type(*operands):
-    """The dtype an element-wise operation on these operands computes in and returns (torch.result_type): each
-    operand described by its dtype and rank, then promote_ranks."""
+    """The dtype an element-wise operation on these operands computes in and returns (torch.result_type), as
+    NumPy's: each operand described by its dtype and rank, then promote_ranks."""
     if len(operands) == 2:  # speed: the common case, both operands of one dtype (whatever their ranks)
         da = getattr(operands[0], "dtype", None)
         if da is not None and da is getattr(operands[1], "dtype", None):
-            return da
+            return da.dtype if type(da) is _DTYPE else da  # two Variables: their dtype object holds NumPy's
     return promote_ranks(tuple(_operand(x) for x in operands), _default)
 
 
@@ -127,7 +220,7 @@ def promote_ranks(described, default):
     higher than the ranks above it (_combine)."""
     best = [None, None, None]  # one dtype per rank: DIM, ZERO, WRAPPED
     for dtype, rank in described:
-        best[rank] = dtype if best[rank] is None else promote_types(best[rank], dtype)
+        best[rank] = dtype if best[rank] is None else promote(best[rank], dtype)
     return _combine(best[DIM], _combine(best[ZERO], best[WRAPPED]))
 
 
@@ -139,8 +232,13 @@ def _combine(higher, lower):
     if _CATEGORY[lower.kind] <= _CATEGORY[higher.kind]:
         return higher
     if lower.kind == "c" and higher.kind == "f":  # complex128 meeting a float32 tensor: complex64
-        return promote_types(higher, np.complex64)
-    return promote_types(higher, lower)
+        return promote(higher, np.complex64)
+    return promote(higher, lower)
+
+
+def torch_result_type(tensor, other):
+    """torch.result_type(tensor, other): result_type as a dtype object."""
+    return as_torch(result_type(tensor, other))
 
 
 def floating(dtype):
@@ -200,4 +298,4 @@ def check_in_place(op, result, target):
                            f"{torch_name(target)}")
 
 
-__all__ = ["get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type"]
+__all__ = ["dtype", "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type"]

@@ -100,6 +100,6 @@ def _renorm_(weight, indices, max_norm, norm_type):
     values = weight.data[rows]
     norms = xp.linalg.norm(values.astype(np.float64), ord=norm_type, axis=1)
     over = norms > max_norm
-    scale = (max_norm / (norms[over] + 1e-7)).astype(weight.dtype)
+    scale = (max_norm / (norms[over] + 1e-7)).astype(weight.data.dtype)
     with no_grad():  # written even if no row is over: an in-place operation, the weight's version moves on
         weight[rows[over]] = values[over] * scale[:, None]

@@ -6,7 +6,7 @@
 
 As in PyTorch, floating point data is the default dtype (float32; `set_default_dtype` changes it), Python integers int64
 and bools bool; a made tensor does not require grad unless asked (a `Variable` made directly
-does, step 33). dtypes are NumPy's under PyTorch's names: `tinypytorch.float32` is `numpy.float32`.
+does, step 33). dtypes are PyTorch's objects (`tinypytorch.float32` prints `torch.float32`) holding NumPy's.
 `device` is "cpu" (the default) or "cuda" (CuPy, when a GPU is usable).
 """
 import builtins  # this module's `float` and `bool` are dtypes, as torch.float and torch.bool
@@ -19,18 +19,18 @@ import numpy as np
 from tinypytorch import cuda, dtypes, random
 from tinypytorch.core import Variable
 
-# PyTorch's dtype names, as NumPy dtypes
-float16 = half = np.float16
-float32 = float = np.float32  # noqa: A001 (PyTorch's name: torch.float is float32)
-float64 = double = np.float64
-uint8 = np.uint8
-int8 = np.int8
-int16 = short = np.int16
-int32 = np.int32
-int64 = long = np.int64
-complex64 = cfloat = np.complex64
-complex128 = cdouble = np.complex128
-bool = np.bool_  # noqa: A001 (PyTorch's name)
+# PyTorch's dtype names, each one dtype object (step 57)
+float16 = half = dtypes.as_torch(np.float16)
+float32 = float = dtypes.as_torch(np.float32)  # noqa: A001 (PyTorch's name: torch.float is float32)
+float64 = double = dtypes.as_torch(np.float64)
+uint8 = dtypes.as_torch(np.uint8)
+int8 = dtypes.as_torch(np.int8)
+int16 = short = dtypes.as_torch(np.int16)
+int32 = dtypes.as_torch(np.int32)
+int64 = long = dtypes.as_torch(np.int64)
+complex64 = cfloat = dtypes.as_torch(np.complex64)
+complex128 = cdouble = dtypes.as_torch(np.complex128)
+bool = dtypes.as_torch(np.bool_)  # noqa: A001 (PyTorch's name)
 
 _KINDS = "biufc"  # bool, integers, floating point, complex: what a tensor holds
 _SEQUENCES = (list, tuple, range)
@@ -110,8 +110,8 @@ def _gather(data, shape, depth, flat, op):
     dtype = None
     for item in data:
         item_dtype = _gather(item, shape, depth + 1, flat, op)
-        dtype = item_dtype if dtype is None else dtypes.promote_types(dtype, item_dtype)
-    return dtypes.get_default_dtype() if dtype is None else dtype  # an empty list is float32, as in PyTorch
+        dtype = item_dtype if dtype is None else dtypes.promote(dtype, item_dtype)
+    return dtypes.default() if dtype is None else dtype  # an empty list is float32, as in PyTorch
 
 
 def _number(value, op):
@@ -211,7 +211,7 @@ def _finish(array, device, requires_grad, op):
 
 def _float_dtype(op, dtype):
     """The dtype of a random factory: floating point only (PyTorch has no random integers from rand)."""
-    result = _dtype(op, dtype, dtypes.get_default_dtype())
+    result = _dtype(op, dtype, dtypes.default())
     if result.kind != "f":
         raise TypeError(f"{op}: dtype must be a floating point dtype, got {result}")
     return result
@@ -221,13 +221,13 @@ def _float_dtype(op, dtype):
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
     """A Variable of zeros of shape `size` (PyTorch's `torch.zeros`): `zeros(2, 3)` or `zeros((2, 3))`, float32."""
-    shape, dtype = _size("zeros", size), _dtype("zeros", dtype, dtypes.get_default_dtype())
+    shape, dtype = _size("zeros", size), _dtype("zeros", dtype, dtypes.default())
     return _finish(_module("zeros", device).zeros(shape, dtype=dtype), device, requires_grad, "zeros")
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
     """A Variable of ones of shape `size` (PyTorch's `torch.ones`): `ones(2, 3)` or `ones((2, 3))`, float32."""
-    shape, dtype = _size("ones", size), _dtype("ones", dtype, dtypes.get_default_dtype())
+    shape, dtype = _size("ones", size), _dtype("ones", dtype, dtypes.default())
     return _finish(_module("ones", device).ones(shape, dtype=dtype), device, requires_grad, "ones")
 
 
@@ -253,7 +253,7 @@ def _fill_dtype(op, value):
     if not isinstance(value, (numbers.Number, np.bool_)):
         raise TypeError(f"{op}(): argument 'fill_value' must be Number, not {type(value).__name__}")
     if isinstance(value, np.bool_):
-        return dtypes.get_default_dtype()
+        return dtypes.default()
     if isinstance(value, np.complexfloating):
         raise TypeError(f"{op}: a NumPy complex fill_value loses its imaginary part in PyTorch; pass complex(value)")
     return _python_dtype(value, op)
@@ -270,7 +270,7 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
             raise TypeError(f"eye(): argument '{name}' must be int, not {type(k).__name__}")
         if k < 0:
             raise ValueError(f"eye: {name} must be greater or equal to 0, got {k}")
-    dtype = _dtype("eye", dtype, dtypes.get_default_dtype())
+    dtype = _dtype("eye", dtype, dtypes.default())
     array = _module("eye", device).eye(int(n), None if m is None else int(m), dtype=dtype)
     return _finish(array, device, requires_grad, "eye")
 
@@ -287,7 +287,7 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         if not isinstance(value, (numbers.Real, np.bool_)):
             raise TypeError(f"arange(): argument '{name}' must be Number, not {type(value).__name__}")
     integral = all(isinstance(v, (numbers.Integral, np.bool_)) for v in (start, end, step))
-    dtype = _dtype("arange", dtype, np.int64 if integral else dtypes.get_default_dtype())
+    dtype = _dtype("arange", dtype, np.int64 if integral else dtypes.default())
     if dtype.kind == "b":
         raise TypeError("arange: dtype bool is not supported")
     if not (math.isfinite(start) and math.isfinite(end)):
@@ -322,7 +322,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
     if steps < 0:
         raise ValueError("linspace: number of steps must be non-negative")
     is_complex = any(isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real) for v in (start, end))
-    dtype = _dtype("linspace", dtype, dtypes.default_complex() if is_complex else dtypes.get_default_dtype())
+    dtype = _dtype("linspace", dtype, dtypes.default_complex() if is_complex else dtypes.default())
     xp = _module("linspace", device)
     return _finish(_spaced(xp, start, end, int(steps), dtype), device, requires_grad, "linspace")
 
@@ -393,7 +393,7 @@ def _normal(xp, shape):
 def _like(op, input, dtype, device):
     if not isinstance(input, Variable):
         raise TypeError(f"{op}(): argument 'input' must be a Variable, not {type(input).__name__}")
-    return input.shape, (input.dtype if dtype is None else dtype), (input.device if device is None else device)
+    return input.shape, (input.data.dtype if dtype is None else dtype), (input.device if device is None else device)
 
 
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002 (PyTorch's name)

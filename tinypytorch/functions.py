@@ -610,7 +610,7 @@ class Max(Function):  # step 50
             # (divided after the selection: NumPy makes a 0-d gy / n a number, which `where` takes for a Python one)
             return where(winners, gy, 0.0) / int(winners.sum())
         # amax multiplies, as PyTorch's: an infinite gy gives NaN off the maximum, and a NaN maximum NaN everywhere
-        winners = (array_of(x) == array_of(y).reshape(_kept_shape(self.axes, self.x_shape))).astype(gy.dtype)
+        winners = (array_of(x) == array_of(y).reshape(_kept_shape(self.axes, self.x_shape))).astype(array_of(gy).dtype)
         share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
 
@@ -1358,7 +1358,7 @@ class Remainder(_Binary):  # step 57
         gx1 = None
         if self.needs_input_grad[1]:
             x0, x1 = [array_of(v) for v in self.saved_tensors]
-            gx1 = -gy * get_array_module(x0).floor(x0 / x1).astype(gy.dtype)
+            gx1 = -gy * get_array_module(x0).floor(x0 / x1).astype(array_of(gy).dtype)
         return self.sum_to_inputs(gy if self.needs_input_grad[0] else None, gx1)
 
     def jvp(self, t0, t1):

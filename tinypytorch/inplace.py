@@ -141,7 +141,7 @@ def apply(op, x, other):
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
         new = OPERATIONS[op](Variable(x.data, requires_grad=False), other).data
-        dtypes.check_in_place(op, new.dtype, x.dtype)  # step 57: never down a category, PyTorch's rule and words
+        dtypes.check_in_place(op, new.dtype, x.data.dtype)  # step 57: never down a category, PyTorch's rule and words
         write(op, x, new)
         return x
     if x.view_record is not None:  # step 37: a view whose base changed is made again first
@@ -150,9 +150,9 @@ def apply(op, x, other):
     # does: writing into x's array would otherwise change the tensor the function saved.
     needs_old = op in ("mul_", "div_") and other.requires_grad
     y = OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other)
-    dtypes.check_in_place(op, y.dtype, x.dtype)  # step 57
-    if y.dtype != x.dtype:  # step 57: a float32 x stays float32
-        y = astype(y, x.dtype)
+    dtypes.check_in_place(op, y.data.dtype, x.data.dtype)  # step 57
+    if y.data.dtype != x.data.dtype:  # step 57: a float32 x stays float32
+        y = astype(y, x.data.dtype)
     return record(op, x, y)
 
 

@@ -27,7 +27,7 @@ class Parameter(Variable):  # step 32
         if isinstance(data, Variable):
             data = data.data
         elif data is None:  # PyTorch's empty parameter
-            data = np.empty(0, dtypes.get_default_dtype())
+            data = np.empty(0, dtypes.default())
         super().__init__(data, name=name, requires_grad=requires_grad)
         if shared is not None:
             views.share_version_counter(self, shared)

@@ -157,13 +157,13 @@ def _loaded(key, value, param):
     if not isinstance(value, cuda.array_types) or key == "step":
         return _copied(value)
     value = cuda.to_device(value, param.device)
-    return value.astype(param.dtype if value.dtype.kind == "f" else value.dtype, copy=True)
+    return value.astype(param.data.dtype if value.dtype.kind == "f" else value.dtype, copy=True)
 
 
 def new_step_count():
     """A 0-d count of steps, on the CPU as torch keeps it, in torch's scalar dtype: float64 where the default dtype
     is float64, else float32."""
-    return np.zeros((), dtype=np.float64 if dtypes.get_default_dtype() == np.float64 else np.float32)
+    return np.zeros((), dtype=np.float64 if dtypes.default() == np.float64 else np.float32)
 
 
 def lerp_(start, end, weight):

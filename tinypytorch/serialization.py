@@ -4,9 +4,10 @@
     save({"epoch": 3, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "loss": 0.25}, "ckpt.pt")
     checkpoint = load("ckpt.pt", weights_only=True)
 
-`save` keeps a Variable (tensor) or a Parameter, a NumPy array or scalar, an int, float, bool, str or None, and
-dicts (str or int keys), OrderedDicts, lists and tuples of these, nested: a model's or an optimizer's
-`state_dict()`, a training checkpoint. `load` gives the same structure back: the same container types and key
+`save` keeps a Variable (tensor) or a Parameter, a NumPy array or scalar, an int, float, bool, str or None, a
+dtype (`tinypytorch.float32`: it comes back as itself, as torch.load gives back a torch.dtype), and dicts (str or
+int keys), OrderedDicts, lists and tuples of these, nested: a model's or an optimizer's `state_dict()`, a training
+checkpoint. `load` gives the same structure back: the same container types and key
 order, arrays of the same dtypes and shapes; Variables and Parameters as leaves that require grad as they did when
 saved (torch's rule; no gradient, no graph), NumPy arrays as NumPy arrays, a NumPy scalar as a 0-d array of its
 dtype (as torch.load gives back a 0-d tensor with its dtype; its weights-only loader refuses NumPy scalars
@@ -31,7 +32,7 @@ import zipfile
 
 import numpy as np
 
-from tinypytorch import cuda
+from tinypytorch import cuda, dtypes
 from tinypytorch.core import Variable
 from tinypytorch.layers import Parameter
 
@@ -39,8 +40,8 @@ FORMAT, VERSION = "tinypytorch.save", 1
 STRUCTURE = "structure"  # the JSON entry; the arrays are "data/0", "data/1", ...: no name a caller picks
 CONTAINERS = {dict: "dict", collections.OrderedDict: "OrderedDict", list: "list", tuple: "tuple"}
 NUMBERS = (bool, int, float, str)  # exact types: a subclass (an IntEnum, np.float64) would not come back as itself
-SUPPORTED = ("Variables (tensors), NumPy arrays and scalars, int, float, bool, str, None, and dicts (str or int "
-             "keys), lists and tuples of these")
+SUPPORTED = ("Variables (tensors), NumPy arrays and scalars, int, float, bool, str, None, dtypes, and dicts (str "
+             "or int keys), lists and tuples of these")
 
 
 def save(obj, f):  # step 52
@@ -143,6 +144,8 @@ class _Writer:
             return self.add(None, self.array_node(np.asarray(obj), where))
         if type(obj) in (Variable, Parameter, *cuda.array_types):  # a subclass (a masked array) would lose its kind
             return self.add(obj, self.array_node(obj, where))
+        if type(obj) is dtypes.dtype:  # by name: one object per dtype, found again when loaded
+            return self.add(None, {"type": "dtype", "name": obj.dtype.name})
         raise TypeError(_unsupported(obj, where))
 
     def array_node(self, obj, where):
@@ -281,6 +284,8 @@ class _Reader:
         kind = node["type"]
         if kind in ("Variable", "Parameter", "ndarray"):
             return self.leaf(node)
+        if kind == "dtype":
+            return _dtype(node["name"])
         items = node["items"]
         if kind in ("dict", "OrderedDict"):
             pairs = ((key, _earlier(built, item)) for key, item in items)
@@ -301,6 +306,14 @@ class _Reader:
             raise RuntimeError(f"load: cannot place the arrays of {self.name} on {where}: {cuda.why_unavailable()}; "
                                "on a machine without a GPU pass map_location='cpu'")
         return cuda.to_device(array, where, op="load")
+
+
+def _dtype(name):
+    """The dtype object a file names; only the names of dtypes a tensor holds (no NumPy dtype from its text)."""
+    found = next((d for d in dtypes.AS_TORCH.values() if d.dtype.name == name), None)
+    if found is None:
+        raise ValueError(f"unknown dtype {name!r}")
+    return found
 
 
 def _earlier(built, index):

@@ -126,7 +126,7 @@ class GradScaler:  # step 60
                 bad = not bool(xp.isfinite(g.data).all())
                 found[device] = np.float32(max(found.get(device, 0.0), 1.0 if bad else 0.0))
                 if inv_scale != 1.0:  # PyTorch's kernel skips the multiply for a scale of 1
-                    inplace.write("unscale_", g, g.data * xp.asarray(inv_scale, dtype=g.dtype))
+                    inplace.write("unscale_", g, g.data * xp.asarray(inv_scale, dtype=g.data.dtype))
         return found
 
     def step(self, optimizer, *args, **kwargs):

@@ -118,7 +118,7 @@ def forward_jacobian(fn, inputs):  # step 62
             continue
         xp = get_array_module(x.data)
         for k in range(x.numel()):
-            tangent = xp.zeros(x.numel(), dtype=x.dtype)
+            tangent = xp.zeros(x.numel(), dtype=x.data.dtype)
             tangent[k] = 1
             with forward_ad.dual_level():
                 duals = [forward_ad.make_dual(a, tangent.reshape(a.shape)) if a is x else a for a in inputs]

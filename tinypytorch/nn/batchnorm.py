@@ -106,7 +106,7 @@ def _batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum,
     cuda.check_same_device("batch_norm", [x.data] + [p.data if isinstance(p, Variable) else p for p in params])
     axes = (0,) + tuple(range(2, x.ndim))  # every position of a channel
     shape = (1, channels) + (1,) * (x.ndim - 2)  # a per-channel vector, broadcast over those positions
-    dtype = x.dtype
+    dtype = x.data.dtype
     if dtype == np.float16:  # computed in float32, rounded once at the end (PyTorch's opmath type)
         x = astype(x, np.float32)
     if use_batch:
@@ -123,10 +123,10 @@ def _batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum,
             running_var += (momentum * var.data.reshape(channels) * n / (n - 1)).astype(running_var.dtype)
     else:
         xp = get_array_module(x)
-        scale = (1.0 / xp.sqrt(running_var + eps)).astype(x.dtype).reshape(shape)
-        y = (x - running_mean.astype(x.dtype).reshape(shape)) * scale
+        scale = (1.0 / xp.sqrt(running_var + eps)).astype(x.data.dtype).reshape(shape)
+        y = (x - running_mean.astype(x.data.dtype).reshape(shape)) * scale
     if weight is not None:
-        y = y * reshape(astype(weight, y.dtype), shape)
+        y = y * reshape(astype(weight, y.data.dtype), shape)
     if bias is not None:
-        y = y + reshape(astype(bias, y.dtype), shape)
+        y = y + reshape(astype(bias, y.data.dtype), shape)
     return astype(y, dtype)

@@ -59,7 +59,7 @@ def _fill(op, tensor, values):
     """Write `values` into the Variable in place, under no_grad (a parameter may be filled); returns it."""
     xp = get_array_module(tensor.data)
     with no_grad():
-        inplace.write(op, tensor, xp.asarray(values).astype(tensor.dtype, copy=False))
+        inplace.write(op, tensor, xp.asarray(values).astype(tensor.data.dtype, copy=False))
     return tensor
 
 

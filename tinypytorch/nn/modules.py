@@ -222,7 +222,7 @@ class Module(Layer):  # step 52
         Parameters stay the same objects, so an optimizer made before still holds them); returns the module."""
         for arg in args:
             if isinstance(arg, Variable):
-                device, dtype = arg.device, arg.dtype
+                device, dtype = arg.device, arg.data.dtype
             elif isinstance(arg, (str, cuda.device)):
                 device = arg
             else:
@@ -235,12 +235,13 @@ class Module(Layer):  # step 52
 
     def _cast(self, dtype):
         if dtype.kind not in "fc":
-            raise TypeError(f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}")
+            raise TypeError("nn.Module.to only accepts floating point or complex dtypes, but got desired "
+                            f"dtype={dtypes.as_torch(dtype)}")
         # A tensor already in `dtype` keeps its memory, as PyTorch's (a state dict taken before still shares it)
         for param in self.parameters():
-            if param.dtype.kind in "fc" and param.dtype != dtype:
+            if param.data.dtype.kind in "fc" and param.data.dtype != dtype:
                 param.data = param.data.astype(dtype)  # a new array, as PyTorch's module.to gives param.data
-            if param.grad is not None and param.grad.dtype.kind in "fc" and param.grad.dtype != dtype:
+            if param.grad is not None and param.grad.data.dtype.kind in "fc" and param.grad.data.dtype != dtype:
                 param.grad = Variable(param.grad.data.astype(dtype), requires_grad=False)
         for module in self.modules():
             for name in layers.buffer_names(module):
@@ -367,10 +368,10 @@ class Module(Layer):  # step 52
 def factory_dtype(dtype):
     """The dtype of a module's new parameters: `dtype` (floating) or the default dtype, as PyTorch's modules."""
     if dtype is None:
-        return dtypes.get_default_dtype()
+        return dtypes.default()
     dtype = np.dtype(dtype)
     if dtype.kind not in "fc":
-        raise TypeError(f"nn modules' parameters must be floating point or complex, got dtype {dtype}")
+        raise TypeError(f"nn modules' parameters must be floating point or complex, got dtype {dtypes.as_torch(dtype)}")
     return dtype
 
 

@@ -208,7 +208,7 @@ class _Frame:
 
 def _metadata(x):
     """What must not change between the first run and the recomputation: shape, dtype, device."""
-    return {"shape": tuple(x.shape), "dtype": str(x.dtype), "device": str(cuda.device_of(x.data))}
+    return {"shape": tuple(x.shape), "dtype": x.dtype, "device": str(cuda.device_of(x.data))}  # dtype: torch.float64
 
 
 def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, determinism_check):

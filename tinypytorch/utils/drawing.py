@@ -44,7 +44,9 @@ def _label(name, shape, dtype, number, verbose):
 
 def _variable_label(v, verbose):
     number = v.data.item() if v.creator is None and v.data is not None and v.data.ndim == 0 else None
-    return _label(v.name, None if v.data is None else tuple(v.shape), None if v.data is None else v.dtype, number, verbose)
+    # the array's dtype, NumPy's short name (float32): a label, not a repr (which prints torch.float32)
+    return _label(v.name, None if v.data is None else tuple(v.shape), None if v.data is None else v.data.dtype, number,
+                  verbose)
 
 
 def _saved_label(saved):
