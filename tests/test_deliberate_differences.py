@@ -35,6 +35,23 @@ def test_data_is_an_array_sharing_memory_and_not_the_version_counter_in_both():
         assert float(v[0]) == 5.0 and v._version == 0
 
 
+def test_a_tensor_put_into_data_is_refused_by_name_at_the_next_operation():
+    # PyTorch's `p.data -= lr * p.grad` updates p; here it stores a Variable where the array goes, and the next
+    # operation on p says what happened instead of computing with it
+    t = torch.nn.Parameter(torch.ones(3))
+    p = tp.nn.Parameter(tp.ones(3))
+    for v in (t, p):
+        (v * v).sum().backward()
+        v.data -= 0.5 * v.grad
+    assert t.tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(TypeError, match=r"`x.data` is the array inside a Variable.*no_grad"):
+        p * 2
+    with tp.no_grad():  # the package's way, PyTorch's too
+        q = tp.nn.Parameter(tp.ones(3))
+        q -= 0.5 * tp.full((3,), 2.0)
+    assert q.tolist() == [0.0, 0.0, 0.0]
+
+
 def test_repr_is_stable_and_names_the_package():
     assert repr(tp.tensor([1.0, 2.5])) == "variable([1.0000, 2.5000])"
     assert repr(torch.tensor([1.0, 2.5])) == "tensor([1.0000, 2.5000])"

@@ -64,6 +64,15 @@ def _comparison(op):
     return method
 
 
+def _not_an_array(data):
+    message = f"Variable data must be an ndarray (numpy or cupy) or None, got {type(data).__name__}"
+    if isinstance(data, Variable):  # PyTorch's idiom `p.data -= lr * p.grad` put a tensor where the array goes
+        message += (": in tinypytorch `x.data` is the array inside a Variable, not a tensor, so `x.data = tensor` "
+                    "and `x.data -= tensor` store a Variable there; write `with torch.no_grad(): x -= ...` (see "
+                    "'tinypytorch for PyTorch users', deliberate differences)")
+    return message
+
+
 class Variable:
     """A box around an array that remembers the function that created it."""
 
@@ -73,7 +82,7 @@ class Variable:
     def __init__(self, data, name=None, requires_grad=None):
         # step 09: refuse anything that is not an array, early and by name
         if data is not None and not isinstance(data, cuda.array_types):
-            raise TypeError(f"Variable data must be an ndarray (numpy or cupy) or None, got {type(data).__name__}")
+            raise TypeError(_not_an_array(data))
         self.data = data
         self.name = name  # step 19: shown by repr and in drawings
         self.grad = None  # step 06; a Variable since step 27, so gradients can be differentiated
