@@ -742,6 +742,14 @@ class Function:
             anomaly.record_creation(self)  # step 39: where it was made, for a NaN's report
 
     torch_name = None  # PyTorch's name for this node where it is not the class name + "Backward0"
+    saved_names = ()  # PyTorch's names of what forward saves, in order: grad_fn._saved_self, _saved_result, ...
+
+    def __getattr__(self, name):  # reached only for names not found: PyTorch's grad_fn._saved_<name>
+        names = type(self).saved_names
+        if name.startswith("_saved_") and name[7:] in names:
+            saved = self._saved[names.index(name[7:])] if self._saved else None
+            return saved.unpack(self) if isinstance(saved, graph.SavedTensor) else saved  # hooks run, as PyTorch's
+        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
 
     def name(self):
         """PyTorch's name for this node, as a variable's grad_fn shows it: MulBackward0, SumBackward0, ..."""
@@ -854,6 +862,7 @@ class Add(_Binary):  # step 11
 
 
 class Mul(_Binary):  # step 20
+    saved_names = ("self", "other")
     def forward(self, x0, x1):
         self.keep_shapes("mul", x0, x1)
         # d(x0 x1)/dx0 = x1 and d(x0 x1)/dx1 = x0: keep each only if the other input needs a gradient
@@ -901,6 +910,7 @@ class Sub(_Binary):  # step 22
 
 
 class Div(_Binary):  # step 22
+    saved_names = ("self", "other")
     def forward(self, x0, x1):
         self.keep_shapes("div", x0, x1)
         # d(x0/x1)/dx0 = 1/x1 needs x1; d(x0/x1)/dx1 = -x0/x1^2 needs both (PyTorch keeps the same)
@@ -939,6 +949,11 @@ class Reciprocal(Function):
 
 class Pow(Function):  # step 22
     """x ** c for a constant number c (an exponent that is a Variable needs log, not here yet)."""
+    saved_names = ("self",)
+
+    @property
+    def _saved_exponent(self):  # PyTorch's PowBackward0 shows its exponent, a number, beside _saved_self
+        return self.c
 
     def __init__(self, c):
         if not isinstance(c, numbers.Real):

@@ -41,6 +41,7 @@ class Square(Function):  # step 02 (backward: step 06)
 
 
 class Exp(Function):  # step 03 (backward: step 06)
+    saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 57: an integer or bool input gives the default float, as PyTorch's
             x = dtypes.as_floating(x)
@@ -58,6 +59,7 @@ class Exp(Function):  # step 03 (backward: step 06)
 
 
 class Sin(Function):  # step 26
+    saved_names = ("self",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 57: integers compute in the default float
             x = dtypes.as_floating(x)
@@ -74,6 +76,7 @@ class Sin(Function):  # step 26
 
 
 class Cos(Function):  # step 26
+    saved_names = ("self",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 57: integers compute in the default float
             x = dtypes.as_floating(x)
@@ -90,6 +93,7 @@ class Cos(Function):  # step 26
 
 
 class Tanh(Function):  # step 27
+    saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 57: integers compute in the default float
             x = dtypes.as_floating(x)
@@ -108,6 +112,7 @@ class Tanh(Function):  # step 27
 
 
 class Log(Function):  # step 39
+    saved_names = ("self",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 57: integers compute in the default float
             x = dtypes.as_floating(x)
@@ -177,6 +182,7 @@ def _mask(condition):
 
 
 class Sqrt(Function):
+    saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 57: integers compute in the default float
             x = dtypes.as_floating(x)
@@ -1063,6 +1069,7 @@ def concatenate(xs, axis=0):
 # ----- activations and a loss (step 32) ----------------------------------------------------
 
 class Sigmoid(Function):  # step 32
+    saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 57: integers compute in the default float
             x = dtypes.as_floating(x)
