@@ -142,6 +142,9 @@ class Device:
     def __repr__(self):
         return f"<CUDA Device {self.id}>"
 
+    def synchronize(self):
+        pass  # host arrays: no queued work to wait for
+
 
 class MemoryHook:
     """cupy.cuda.MemoryHook: `with hook:` calls its malloc_postprocess at each allocation."""
@@ -456,6 +459,7 @@ for _name in ("float16", "float32", "float64", "int8", "int32", "int64", "uint8"
 cuda = types.SimpleNamespace(
     Device=Device, MemoryHook=MemoryHook, MemoryPool=MemoryPool, get_device_id=lambda: 0,
     runtime=types.SimpleNamespace(getDeviceCount=lambda: 1),
+    memory_hook=types.SimpleNamespace(get_memory_hooks=lambda: {hook.name: hook for hook in _hooks}),
     is_available=is_available,
 )
 

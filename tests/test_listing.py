@@ -39,6 +39,11 @@ class Node:  # step 11
 
         return self.call(xs)
 
+    def ported(self, xs):
+        if self.options:  # no step: PyTorch's surface
+            return self.options(xs)
+        return xs
+
 
 
 def broken(x):
@@ -71,6 +76,11 @@ def test_a_statement_tagged_speed_is_in_no_steps_listing_and_leaves_no_blank_at_
     at_99 = source_at_step(Function.__call__, step=99)
     assert "BackwardMode" not in at_99 and "on_arrays" not in at_99
     assert "BackwardMode" in source_at_step(Function.__call__)
+
+
+def test_a_statement_tagged_no_step_is_in_no_steps_listing(sample):
+    assert "no step" in source_at_step(sample.Node.ported)
+    assert source_at_step(sample.Node.ported, step=99) == "def ported(self, xs):\n    return xs\n"
 
 
 def test_later_statements_their_blocks_and_their_comment_lines_are_left_out(sample):

@@ -12,6 +12,8 @@ on it lives here, in modules:
     tensor_methods  x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
+    backends    torch.backends: mps and cudnn, answered truthfully (the package uses neither)
+    not_there   PyTorch's names the package lacks (compile, nn.LSTM, profiler.profile, ...): a clear error where used
     utils       numerical gradients (utils.numerical), walking and drawing the graph (utils.walking, utils.drawing);
                 utils.checkpoint (steps 42-44, selective checkpointing 60), utils.data (step 51), utils.memory
                 (steps 64-65), the book's listings and pictures (utils.listing, utils.pictures)
@@ -51,6 +53,8 @@ from tinypytorch.tensor_methods import wire_tensor_methods
 wire_tensor_methods()  # x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
 import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.checkpoint and .data after `import tinypytorch`,
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
+from tinypytorch import backends, profiler  # noqa: E402  (torch.backends, torch.profiler)
+from tinypytorch.not_there import compile  # noqa: E402,A001  (torch.compile: a clear error where it is used)
 from tinypytorch.amp import autocast
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
 from tinypytorch.core import Function, Variable, add, as_array, as_variable, div, mul, neg, rdiv, rsub, sub
@@ -103,3 +107,4 @@ __all__ = [
     "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
     "convolution", "conv2d", "max_pool2d",
 ]
+__all__ += ["backends", "profiler", "compile"]  # torch.backends, torch.profiler, torch.compile (not_there)

@@ -7,9 +7,15 @@ Package code never calls `numpy` directly on data that may live on the GPU; it a
 Devices have PyTorch's names (step 48): `device("cpu")`, `device("cuda")`, `device("cuda:0")`;
 `to_device` moves an array; `memory_allocated` and `max_memory_allocated` read CuPy's
 memory pool, the instrument that measures device memory.
+
+PyTorch's other everyday `torch.cuda` names (no step): `device_count`, `synchronize`,
+`empty_cache`, `reset_peak_memory_stats`; `tinypytorch.cuda.amp` is PyTorch's deprecated
+`torch.cuda.amp` (tinypytorch/amp/deprecated.py).
 """
 import contextlib
 import numbers
+import warnings
+import weakref
 
 import numpy as np
 
@@ -163,9 +169,16 @@ def check_same_device(op, arrays):
 
 # ----- device memory: CuPy's memory pool is the instrument (step 48) ----------------------------------
 
-def memory_allocated():
-    """Bytes of device memory held by arrays now (CuPy's pool; PyTorch's `torch.cuda.memory_allocated`)."""
-    return cupy.get_default_memory_pool().used_bytes() if cupy is not None else 0
+def memory_allocated(device=None):
+    """Bytes of device memory held by arrays now (CuPy's pool; PyTorch's `torch.cuda.memory_allocated`).
+
+    `device`: which GPU (an index, "cuda:1" or a device); the current one by default."""
+    if cupy is None:
+        return 0
+    if device is None:
+        return cupy.get_default_memory_pool().used_bytes()
+    with cupy.cuda.Device(_index("memory_allocated", device)):  # CuPy's pool answers for the current device
+        return cupy.get_default_memory_pool().used_bytes()
 
 
 @contextlib.contextmanager
@@ -192,10 +205,79 @@ def max_memory_allocated():
 
 
 class _Peak:
-    __slots__ = ("start", "bytes")
+    __slots__ = ("start", "bytes", "__weakref__")
 
     def __init__(self, start):
         self.start = self.bytes = start
+        _peaks[f"tinypytorch.max_memory_allocated.{id(self)}"] = self  # the name its block's hook takes
+
+
+_peaks = weakref.WeakValueDictionary()  # hook name -> the peak of a max_memory_allocated() block
+
+
+# ----- PyTorch's everyday torch.cuda names (no step) ------------------------------------------------
+# Without a GPU each does what PyTorch's CPU build does: device_count is 0, empty_cache has nothing to free,
+# synchronize and the resets raise the error types PyTorch's CPU build raises.
+
+def device_count():
+    """How many GPUs CuPy sees (PyTorch's `torch.cuda.device_count`); 0 without a usable one."""
+    return int(cupy.cuda.runtime.getDeviceCount()) if GPU else 0
+
+
+def _index(op, where):
+    """The GPU index `where` names (None: the current GPU; an int; "cuda:1" or a device), as torch reads it."""
+    if where is None:
+        return cupy.cuda.get_device_id()
+    if isinstance(where, numbers.Integral) and not isinstance(where, bool):
+        return int(where)
+    where = device(where)
+    if where.type != "cuda":
+        raise ValueError(f"{op}: Expected a cuda device, but got: {where}")  # PyTorch's words
+    return cupy.cuda.get_device_id() if where.index is None else where.index
+
+
+def synchronize(device=None):
+    """Wait until the work queued on the GPU has finished (PyTorch's `torch.cuda.synchronize`).
+
+    CuPy, as PyTorch, queues kernels and returns at once: a clock read without this measures
+    the queueing, not the work. Without a GPU it raises AssertionError, as PyTorch's CPU build does."""
+    if not GPU:
+        raise AssertionError(f"synchronize: no CUDA device: {why_unavailable()}")
+    cupy.cuda.Device(_index("synchronize", device)).synchronize()
+
+
+def empty_cache():
+    """Hand the blocks CuPy's memory pool keeps for reuse back to the GPU (PyTorch's `torch.cuda.empty_cache`).
+
+    The bytes held by live arrays (`memory_allocated`) do not change; what the pool holds beyond them
+    (`cupy.get_default_memory_pool().total_bytes()`) does. Without a GPU there is nothing to free."""
+    if GPU:
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def reset_peak_memory_stats(device=None):
+    """Start the peak of every open `max_memory_allocated()` block again from the bytes held now.
+
+    PyTorch's `torch.cuda.reset_peak_memory_stats` starts its one peak again, so that
+    `max_memory_allocated()` afterwards is the peak since the reset. The package keeps peaks only
+    inside `with max_memory_allocated() as peak:` blocks (CuPy's pool keeps none), so those are what
+    a reset starts again (`peak.start` stays the block's start); outside every block there is no
+    peak to reset. Without a GPU it raises AttributeError, as PyTorch's CPU build does."""
+    if not GPU:
+        raise AttributeError(f"reset_peak_memory_stats: no CUDA device: {why_unavailable()}")
+    _index("reset_peak_memory_stats", device)  # checked: a GPU
+    now = memory_allocated()
+    for name in list(cupy.cuda.memory_hook.get_memory_hooks()):  # this thread's open hooks, by name
+        peak = _peaks.get(name)
+        if peak is not None:
+            peak.bytes = now
+
+
+def reset_max_memory_allocated(device=None):
+    """PyTorch's deprecated name of `reset_peak_memory_stats`, with its FutureWarning."""
+    warnings.warn("torch.cuda.reset_max_memory_allocated now calls torch.cuda.reset_peak_memory_stats, which "
+                  "resets /all/ peak memory stats.", FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
 
 
 # ----- the device's random generator (step 48) ------------------------------------------------------

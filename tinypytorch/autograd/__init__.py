@@ -14,6 +14,7 @@ The public tools above it, which the floors above use (never the engine itself):
     function   Function with a ctx, once_differentiable: custom functions written PyTorch's way (step 49)
     forward_ad dual_level, make_dual, unpack_dual: forward-mode AD (step 62)
     functional vjp, jvp, jacobian, hessian, hvp, vhp of whole functions (step 63)
+    profiler   PyTorch's profile: not in tinypytorch, a clear error where it is used
 """
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
 from tinypytorch.autograd.gradients import backward, grad
@@ -22,8 +23,9 @@ from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradch
 from tinypytorch.autograd.function import Function, FunctionCtx, once_differentiable
 from tinypytorch.autograd import forward_ad  # step 62
 from tinypytorch.autograd import functional  # step 63
+from tinypytorch.autograd import profiler
 
 
 __all__ = ["grad", "backward", "engine", "hooks", "graph", "anomaly", "detect_anomaly", "set_detect_anomaly",
            "gradcheck", "gradgradcheck", "GradcheckError", "Function", "FunctionCtx", "once_differentiable",
-           "forward_ad", "functional"]
+           "forward_ad", "functional", "profiler"]

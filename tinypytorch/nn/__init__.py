@@ -12,6 +12,9 @@
     flatten        Flatten, Unflatten, Identity; activation: Softmax, LogSoftmax
     utils          clip_grad_norm_, clip_grad_value_
 
+RNN, LSTM, GRU (and their cells) and DataParallel are not in tinypytorch: constructing one raises a clear
+error (tinypytorch.not_there).
+
 `Parameter` is step 32's.
 """
 from tinypytorch.layers import Parameter
@@ -28,6 +31,7 @@ from tinypytorch.nn.flatten import Flatten, Identity, Unflatten
 from tinypytorch.nn.loss import BCELoss, BCEWithLogitsLoss
 from tinypytorch.nn.pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
 from tinypytorch.nn.sparse import Embedding
+from tinypytorch.not_there import GRU, LSTM, RNN, DataParallel, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
     "functional", "modules", "init", "utils", "Parameter", "Module", "Sequential", "ModuleList", "Linear", "Dropout",
@@ -36,4 +40,5 @@ __all__ = [
     "loss", "BCELoss", "BCEWithLogitsLoss",
     "conv", "Conv2d", "pooling", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
     "flatten", "Flatten", "Unflatten", "Identity", "activation", "Softmax", "LogSoftmax",
+    "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "DataParallel",
 ]

@@ -8,12 +8,14 @@
 """
 import collections.abc
 import numbers
+import warnings
 
 import numpy as np
 
 from tinypytorch import cuda, functions, random
 from tinypytorch.core import Variable
 from tinypytorch.factories import tensor_data
+from tinypytorch.not_there import PAGE
 
 
 class Dataset:
@@ -71,9 +73,28 @@ class DataLoader:
     the framework's generator (so `manual_seed` fixes it). The last batch holds what is left
     over, unless `drop_last`. Samples become a batch as PyTorch's `default_collate` makes them:
     a tuple (x, t) gives a list [x stacked, t stacked], its Variables on `device`.
+
+    PyTorch's other arguments (no step), keyword-only here:
+
+        collate_fn   makes a batch of a list of samples, in place of default_collate
+        generator    a NumPy Generator (the kind the framework's generator is) that draws the shuffled
+                     order in place of the framework's generator
+        num_workers  PyTorch's worker processes: here every sample is loaded in the main process, so
+                     the batches are the same, in the same order, as with num_workers=0 (PyTorch's are
+                     too), and nothing loads faster. prefetch_factor and persistent_workers are checked
+                     as PyTorch checks them and have no workers to act on. worker_init_fn, which
+                     PyTorch runs in each worker, raises NotImplementedError with num_workers > 0
+                     (there is no worker to run it in); with num_workers=0 PyTorch never calls it
+                     either.
+        pin_memory   each batch's arrays copied into page-locked host memory, which copies to a GPU
+                     faster; without a GPU, PyTorch's warning, and nothing changes (as in PyTorch)
+
+    `device` is the package's own: the batches' Variables are moved there.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, device="cpu"):
+    def __init__(self, dataset, batch_size=1, shuffle=False, *, num_workers=0, collate_fn=None, pin_memory=False,
+                 drop_last=False, worker_init_fn=None, generator=None, prefetch_factor=None,
+                 persistent_workers=False, device="cpu"):
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise TypeError(f"DataLoader: dataset must support len() and indexing (a Dataset), "
                             f"got {type(dataset).__name__}")
@@ -81,6 +102,16 @@ class DataLoader:
             raise ValueError(f"batch_size should be a positive integer value, but got batch_size={batch_size!r}")
         self.dataset, self.batch_size, self.shuffle, self.drop_last = dataset, int(batch_size), shuffle, drop_last
         self.device = cuda.device(device)
+        self.num_workers, self.prefetch_factor = _workers(num_workers, prefetch_factor, persistent_workers,
+                                                          worker_init_fn)
+        self.persistent_workers, self.worker_init_fn = persistent_workers, worker_init_fn
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"DataLoader: collate_fn must be callable, got {type(collate_fn).__name__}")
+        self.collate_fn = default_collate if collate_fn is None else collate_fn
+        if generator is not None and not isinstance(generator, np.random.Generator):
+            raise TypeError("DataLoader: generator must be a numpy.random.Generator (the framework's generators are "
+                            f"NumPy's), got {type(generator).__name__}")
+        self.generator, self.pin_memory = generator, bool(pin_memory)
 
     def __len__(self):
         """The number of batches in an epoch."""
@@ -90,16 +121,22 @@ class DataLoader:
     def batches(self):
         """The sample indices of each batch of one epoch."""
         n = len(self.dataset)
+        if self.shuffle and self.generator is not None:  # no step: the loader's own generator draws the order
+            return _in_batches(self.generator.permutation(n), self.batch_size, self.drop_last)
         order = random.default_generator().permutation(n) if self.shuffle else np.arange(n)
         stop = n - n % self.batch_size if self.drop_last else n
         return [order[i:i + self.batch_size].tolist() for i in range(0, stop, self.batch_size)]
 
     def __iter__(self):
+        _check_pinning(self.pin_memory)  # no step: PyTorch's warning where no GPU can use pinned memory
         for indices in self.batches():
             yield self.collate([self.dataset[i] for i in indices])
 
     def collate(self, samples):
         """One batch of `samples` by PyTorch's `default_collate` rules, its Variables on the loader's device."""
+        if self.collate_fn is not default_collate or self.pin_memory:  # no step: PyTorch's collate_fn, pin_memory
+            batch = self.collate_fn(samples)
+            return _to(_pinned(batch) if self.pin_memory and cuda.GPU else batch, self.device)
         return _to(default_collate(samples), self.device)
 
 
@@ -167,12 +204,69 @@ def _same_type(mapping, items):
 
 def _to(batch, device):
     """The Variables of a collated batch moved to `device`; lists, dicts and namedtuples walked."""
+    return _each_variable(batch, lambda v: v.to(device))
+
+
+def _each_variable(batch, change):
+    """The batch with change(v) in place of each Variable v; lists, dicts and namedtuples walked."""
     if isinstance(batch, Variable):
-        return batch.to(device)
+        return change(batch)
     if isinstance(batch, collections.abc.Mapping):
-        return _same_type(batch, {key: _to(value, device) for key, value in batch.items()})
+        return _same_type(batch, {key: _each_variable(value, change) for key, value in batch.items()})
     if isinstance(batch, list):
-        return [_to(field, device) for field in batch]
+        return [_each_variable(field, change) for field in batch]
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_to(field, device) for field in batch))
+        return type(batch)(*(_each_variable(field, change) for field in batch))
     return batch  # strings
+
+
+# ----- PyTorch's other DataLoader arguments (no step) -------------------------------------------------
+
+def _workers(num_workers, prefetch_factor, persistent_workers, worker_init_fn):
+    """(num_workers, prefetch_factor), checked in PyTorch's order and words. No worker process is started:
+    the loader loads every sample in the main process, whatever num_workers says."""
+    if not isinstance(num_workers, numbers.Integral):
+        raise TypeError(f"DataLoader: num_workers must be an int, got {type(num_workers).__name__}")
+    if num_workers < 0:
+        raise ValueError("num_workers option should be non-negative; use num_workers=0 to disable multiprocessing.")
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError("prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 to "
+                         "enable multiprocessing, otherwise set prefetch_factor to None.")
+    if num_workers > 0 and prefetch_factor is None:
+        prefetch_factor = 2  # PyTorch's default: batches loaded ahead per worker
+    elif prefetch_factor is not None and not isinstance(prefetch_factor, numbers.Integral):
+        raise TypeError(f"DataLoader: prefetch_factor must be an int, got {type(prefetch_factor).__name__}")
+    elif prefetch_factor is not None and prefetch_factor < 0:
+        raise ValueError("prefetch_factor option should be non-negative")
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0")
+    if num_workers > 0 and worker_init_fn is not None:
+        raise NotImplementedError("DataLoader: worker_init_fn runs in each worker process, and tinypytorch starts "
+                                  "none: it loads every sample in the main process, with the batches num_workers=0 "
+                                  f"gives; {PAGE}")
+    return int(num_workers), prefetch_factor
+
+
+def _in_batches(order, batch_size, drop_last):
+    """The sample indices `order` cut into batches (the last one short, or dropped with drop_last)."""
+    stop = len(order) - len(order) % batch_size if drop_last else len(order)
+    return [order[i:i + batch_size].tolist() for i in range(0, stop, batch_size)]
+
+
+def _check_pinning(pin_memory):
+    if pin_memory and not cuda.GPU:  # PyTorch's warning, and as in PyTorch the batches stay as they are
+        warnings.warn("'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+                      "won't be used.", stacklevel=3)
+
+
+def _pinned(batch):
+    """The batch with each host array copied into page-locked memory, which copies to a GPU faster (PyTorch's
+    pin_memory); device arrays, and Variables that require grad (a copy would leave the graph), as they are."""
+    def pin(v):
+        if v.requires_grad or not isinstance(v.data, np.ndarray):
+            return v
+        host = cuda.cupyx.empty_pinned(v.data.shape, v.data.dtype)
+        host[...] = v.data
+        return Variable(host, requires_grad=False)
+
+    return _each_variable(batch, pin)

@@ -5,7 +5,8 @@ A statement tagged with a later step than the one being read (`x = y  # step 37:
 comment line `# step 37: why` just above it) is left out, with its body if it has one; so is a
 block whose every statement was left out. A statement tagged `# speed: why` belongs to no step
 (the book's chapter "How tinypytorch is made fast" explains it) and is left out of every step's
-listing. What remains must still be valid Python, or
+listing; so is one tagged `# no step: why`, PyTorch's surface that no step builds (the page for
+PyTorch users marks it "no step"). What remains must still be valid Python, or
 `source_at_step` says which listing needs its tags fixed.
 
 It serves only the book, yet lives in the package: steps run as `python steps/stepNN.py` (so
@@ -23,7 +24,7 @@ import textwrap
 import tokenize
 
 _OPENS_BLOCK = re.compile(r":\s*(#.*)?$")  # a line ending in a colon, before any comment
-_TAG = re.compile(r"#\s*(?:step (\d+)\b|speed\b)")
+_TAG = re.compile(r"#\s*(?:step (\d+)\b|speed\b|no step\b)")
 
 
 def source_at_step(obj, step=None):
