@@ -52,9 +52,11 @@ import torch.autograd.functional
 import torch.func
 import torch.nn.modules.module
 import torch.utils.checkpoint
+import torch.utils.benchmark
 import torch.utils.data
 
 import tinypytorch
+import tinypytorch.utils.benchmark
 import tinypytorch.functions
 
 pytestmark = pytest.mark.torch
@@ -657,8 +659,25 @@ NOT_THERE = {
     "clamp_": Absent("x.clamp_"),
     "exp_": Absent("x.exp_"),
     "F.dropout(x, inplace=True)": Refused("F.dropout(x, inplace=True)", ValueError),
-    "num_workers": Refused("torch.utils.data.DataLoader([1, 2], num_workers=2)", TypeError),
-    "pin_memory": Refused("torch.utils.data.DataLoader([1, 2], pin_memory=True)", TypeError),
+    "num_workers": Present("torch.utils.data.DataLoader([1, 2], num_workers=2)"),
+    "worker_init_fn": Refused("torch.utils.data.DataLoader([1, 2], num_workers=2, worker_init_fn=print)",
+                              NotImplementedError),
+    "sampler": Refused("torch.utils.data.DataLoader([1, 2], sampler=[0, 1])", TypeError),
+    "batch_sampler": Refused("torch.utils.data.DataLoader([1, 2], batch_sampler=[[0, 1]])", TypeError),
+    "timeout": Refused("torch.utils.data.DataLoader([1, 2], timeout=1)", TypeError),
+    "x.pin_memory()": Absent("x.pin_memory"),
+    "pin_memory": Present("torch.utils.data.DataLoader([1, 2], pin_memory=True)"),
+    "torch.compile": Refused("torch.compile(model)", NotImplementedError),
+    "nn.DataParallel": Refused("nn.DataParallel(model)", NotImplementedError),
+    "nn.RNN": Refused("nn.RNN(2, 3)", NotImplementedError),
+    "nn.LSTM": Refused("nn.LSTM(2, 3)", NotImplementedError),
+    "nn.GRU": Refused("nn.GRU(2, 3)", NotImplementedError),
+    "nn.Linear": Present("nn.Linear(2, 3)"),
+    "tanh": Present("torch.tanh(x)"),
+    "sigmoid": Present("torch.sigmoid(x)"),
+    "torch.profiler.profile": Refused("torch.profiler.profile()", NotImplementedError),
+    "torch.autograd.profiler.profile": Refused("torch.autograd.profiler.profile()", NotImplementedError),
+    "torch.utils.benchmark.Timer": Present("torch.utils.benchmark.Timer('1 + 1').timeit(1)"),
     "DataLoader": Present("torch.utils.data.DataLoader([1, 2])"),
     "save_on_cpu(pin_memory=True)": Present("torch.autograd.graph.save_on_cpu(pin_memory=True)"),
 }
