@@ -80,14 +80,14 @@ class LogSoftmax(Function):  # step 50
         return t - (get_array_module(y).exp(y) * t).sum(axis=self.axis, keepdims=True)
 
 
-def softmax(x, dim=None, *, axis=None):
-    """PyTorch's `softmax(x, dim)`: probabilities along `dim`, each row summing to 1 (NumPy's name axis= too)."""
-    return Softmax(_one_dim("softmax", x, dim, axis))(x)
+def softmax(input, dim=None, *, axis=None):  # noqa: A002 (PyTorch's parameter name)
+    """PyTorch's `softmax(input, dim)`: probabilities along `dim`, each row summing to 1 (NumPy's name axis= too)."""
+    return Softmax(_one_dim("softmax", input, dim, axis))(input)
 
 
-def log_softmax(x, dim=None, *, axis=None):
-    """PyTorch's `log_softmax(x, dim)`: log-probabilities along `dim`, finite even where softmax rounds to 0."""
-    return LogSoftmax(_one_dim("log_softmax", x, dim, axis))(x)
+def log_softmax(input, dim=None, *, axis=None):  # noqa: A002 (PyTorch's parameter name)
+    """PyTorch's `log_softmax(input, dim)`: log-probabilities along `dim`, finite even where softmax rounds to 0."""
+    return LogSoftmax(_one_dim("log_softmax", input, dim, axis))(input)
 
 
 def _one_dim(op, x, dim, axis):

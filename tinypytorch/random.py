@@ -51,11 +51,11 @@ def get_rng_state():
     return _generator.bit_generator.state
 
 
-def set_rng_state(state):
+def set_rng_state(new_state):
     """Put the default generator back where a `get_rng_state()` snapshot found it."""
-    if not isinstance(state, dict) or state.get("bit_generator") != "PCG64":
+    if not isinstance(new_state, dict) or new_state.get("bit_generator") != "PCG64":
         raise TypeError("set_rng_state: expected a state from tinypytorch.get_rng_state()")
-    _generator.bit_generator.state = state
+    _generator.bit_generator.state = new_state
 
 
 # ----- the device's generator (step 48) -------------------------------------------------------------
