@@ -109,6 +109,7 @@ def test_the_cpu_column_equals_torch_cpu_autocast_measured():
             "layer_norm": lambda: torch.nn.functional.layer_norm(x.half(), (3,)), "sum": lambda: x.half().sum(),
             "exp": lambda: x.half().exp(), "log": lambda: x.half().log(), "pow": lambda: x.half() ** 2,
             "norm": lambda: x.half().norm(), "cat": lambda: torch.cat([x.half(), x]),
+            "stack": lambda: torch.stack([x.half(), x]), "cross": lambda: torch.cross(x.half(), x.half(), dim=1),
             "cross_entropy": lambda: torch.nn.functional.cross_entropy(x.half(), torch.tensor([0, 1, 2])),
             "conv2d": lambda: torch.nn.functional.conv2d(x[None, None], x[None, None, :2, :2])}
     expected = {"lower": torch.float16, "float32": torch.float32, "promote": torch.float32, None: torch.float16}

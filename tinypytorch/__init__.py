@@ -31,6 +31,9 @@ on it lives here, in modules:
     binary_cross_entropy  binary cross-entropy of probabilities and of logits (no step: nn.functional's)
     embedding   the embedding lookup, rows of a weight picked by integer indices (no step: nn.functional's)
     convolution  unfold, fold, conv2d as a matrix product over unfolded patches, max and average pooling
+    structure   stack, scatter (x.scatter_), unique: operations that arrange elements (no step: PyTorch's)
+    linear_algebra  cross, einsum (from the package's operations, as PyTorch's), svd (no step: PyTorch's);
+                linalg: torch.linalg.cross
     datasets    a spiral and handwritten digits, offline (step 51); utils.data: Dataset, DataLoader (step 51)
 
 PyTorch's everyday surface, so that a PyTorch program runs with its imports renamed:
@@ -77,6 +80,11 @@ from tinypytorch.functions import (
 from tinypytorch.cuda import device
 from tinypytorch import convolution
 from tinypytorch.convolution import conv2d, max_pool2d  # torch.conv2d, torch.max_pool2d
+from tinypytorch import linalg, linear_algebra, structure  # no step: PyTorch's surface
+from tinypytorch.cuda import get_default_device, set_default_device
+from tinypytorch.factories import empty, empty_like, randint
+from tinypytorch.linear_algebra import cross, einsum, svd
+from tinypytorch.structure import scatter, stack, unique
 from tinypytorch.layers import Parameter
 from tinypytorch.size import Size
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
@@ -108,3 +116,5 @@ __all__ = [
     "convolution", "conv2d", "max_pool2d",
 ]
 __all__ += ["backends", "profiler", "compile"]  # torch.backends, torch.profiler, torch.compile (not_there)
+__all__ += ["empty", "empty_like", "randint", "set_default_device", "get_default_device", "stack", "scatter", "unique",
+            "cross", "einsum", "svd", "linalg", "linear_algebra", "structure"]

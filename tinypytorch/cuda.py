@@ -14,6 +14,7 @@ PyTorch's other everyday `torch.cuda` names (no step): `device_count`, `synchron
 """
 import contextlib
 import numbers
+import threading
 import warnings
 import weakref
 
@@ -165,6 +166,42 @@ def check_same_device(op, arrays):
             found = sorted({str(device_of(x)) for x in arrays}, reverse=True)
             raise RuntimeError(f"{op}: Expected all tensors to be on the same device, but found at least two "
                                f"devices, {found[0]} and {found[1]}!")
+
+
+# ----- the factories' default device (PyTorch's torch.set_default_device) ------------------------------
+
+class _DefaultDevice(threading.local):
+    """Where factories make tensors when no `device=` is given, per thread as in PyTorch: None stands for the CPU,
+    so that the factories' usual case reads one attribute and finds nothing to do."""
+
+    device = None
+
+
+DEFAULT = _DefaultDevice()
+
+
+def set_default_device(where):
+    """Factories (tensor, zeros, ones, full, eye, arange, linspace, rand, randn, randint, empty) called without
+    `device=` make tensors on `where` from now on, in this thread (PyTorch's `torch.set_default_device`); None or
+    "cpu" goes back to the CPU. *_like and new_* keep their source's device, and from_numpy shares host memory,
+    as in PyTorch. Asking for "cuda" without a usable GPU is accepted here, as PyTorch accepts it: the factories
+    raise the clear error when they are asked to make a tensor there."""
+    where = None if where is None else device(where)
+    DEFAULT.device = None if where is None or where.type == "cpu" else where
+
+
+def get_default_device():
+    """The device factories make tensors on when no `device=` is given (PyTorch's `torch.get_default_device`):
+    device(type='cpu') unless set_default_device said otherwise; a GPU with its index (the current one's if the
+    device was named without one), which needs a usable GPU."""
+    where = DEFAULT.device
+    if where is None:
+        return CPU
+    if where.index is not None:
+        return where
+    if not GPU:
+        raise RuntimeError(f"get_default_device: the default device is {where}: {why_unavailable()}")
+    return device("cuda", cupy.cuda.Device().id)
 
 
 # ----- device memory: CuPy's memory pool is the instrument (step 48) ----------------------------------

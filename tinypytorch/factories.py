@@ -1,5 +1,6 @@
 """Making Variables the way PyTorch makes tensors: `tensor`, `zeros`, `ones`, `full`, `eye`, `arange`, `linspace`,
-`rand`, `randn`, the `*_like` forms and `from_numpy`, with PyTorch's signatures and defaults.
+`rand`, `randn`, `randint`, `empty`, the `*_like` forms, `from_numpy`, and the tensor methods `new_tensor`, `new_zeros`,
+`new_ones`, `new_full`, `new_empty`, with PyTorch's signatures and defaults.
 
     x = tinypytorch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)   # float32, as torch.tensor
     w = tinypytorch.randn(3, 2, dtype=tinypytorch.float64)
@@ -7,7 +8,7 @@
 As in PyTorch, floating point data is the default dtype (float32; `set_default_dtype` changes it), Python integers int64
 and bools bool; a made tensor does not require grad unless asked (a `Variable` made directly
 does, step 33). dtypes are PyTorch's objects (`tinypytorch.float32` prints `torch.float32`) holding NumPy's.
-`device` is "cpu" (the default) or "cuda" (CuPy, when a GPU is usable).
+`device` is "cpu" (the default) or "cuda" (CuPy, when a GPU is usable); `set_default_device` changes the default.
 """
 import builtins  # this module's `float` and `bool` are dtypes, as torch.float and torch.bool
 import math
@@ -18,6 +19,8 @@ import numpy as np
 
 from tinypytorch import cuda, dtypes, random
 from tinypytorch.core import Variable
+from tinypytorch.grad_mode import is_grad_enabled
+from tinypytorch.views import increment_version
 
 # PyTorch's dtype names, each one dtype object (step 57)
 float16 = half = dtypes.as_torch(np.float16)
@@ -151,7 +154,8 @@ def _checked_cast(source, dtype, op):
         raise TypeError(f"{op}: can't convert complex to {dtype}")
     if dtype.kind in "iu" and source.dtype.kind in "iuf" and source.size:
         info = np.iinfo(dtype)
-        low = -info.max if dtype.kind == "u" else info.min  # PyTorch lets -1 wrap to 255 in uint8
+        # PyTorch lets -1 wrap to 255 in uint8, an integer only: -1.0 (and -0.2) it refuses
+        low = -info.max if dtype.kind == "u" and source.dtype.kind in "iu" else info.min
         if not np.all((source >= low) & (source <= info.max)):  # NaN fails too
             raise ValueError(f"{op}: value cannot be converted to type {dtype} without overflow")
     with np.errstate(over="ignore", invalid="ignore"):  # a float beyond float32's range becomes inf, as in PyTorch
@@ -189,7 +193,10 @@ def _size(op, size):
 
 
 def _module(op, device):
-    """The array module that makes arrays on `device`: NumPy for the CPU, CuPy for a GPU (RuntimeError without one)."""
+    """The array module that makes arrays on `device`: NumPy for the CPU, CuPy for a GPU (RuntimeError without one).
+    No device is the default device (set_default_device), which is the CPU unless set."""
+    if device is None:
+        device = cuda.DEFAULT.device  # (None: the CPU, the usual case)
     if device is None or cuda.device(device).type == "cpu":
         return np
     if not cuda.GPU:
@@ -203,6 +210,8 @@ def _finish(array, device, requires_grad, op):
         raise RuntimeError(REQUIRES_FLOAT)
     if isinstance(array, np.generic):  # NumPy's arithmetic on a 0-d array gives a scalar
         array = np.asarray(array)
+    if device is None:
+        device = cuda.DEFAULT.device  # the default device (set_default_device); None: the CPU
     if device is not None:
         _module(op, device)  # a clear error when there is no GPU
         array = cuda.to_device(array, device, op)
@@ -388,6 +397,211 @@ def _normal(xp, shape):
     return xp.sqrt(-2.0 * xp.log1p(-u1)) * xp.cos(2.0 * np.pi * u2)  # 1 - u1 > 0: the log is finite
 
 
+def randint(*args, low=None, high=None, size=None, generator=None, out=None, dtype=None, device=None,
+            requires_grad=False):
+    """Integers drawn uniformly from [low, high) (low 0 unless given) in shape `size`, int64 unless `dtype` says
+    otherwise (PyTorch's `torch.randint`): `randint(high, size)` or `randint(low, high, size)`, `size` a tuple.
+
+    Drawn as `rand` draws: from the framework's generator on the CPU (NumPy's exact integers) and from the
+    device's generator on a GPU, so `tinypytorch.manual_seed` fixes them; they are not torch's numbers for the
+    same seed. `generator`, if given, is a NumPy Generator (the package has no torch.Generator): the draws come
+    from it, on the CPU, then move to `device`. The bounds are checked against `dtype` as PyTorch checks them.
+    """
+    low, high, size = _randint_arguments(args, low, high, size)
+    shape = _size("randint", (size,))
+    if generator is not None and not isinstance(generator, np.random.Generator):
+        raise TypeError("randint(): argument 'generator' must be a numpy.random.Generator (tinypytorch draws from "
+                        f"NumPy's generators), not {type(generator).__name__}")
+    if out is not None:
+        check_factory_out("randint", out, dtype)
+        dtype = out.data.dtype
+    dtype = _dtype("randint", dtype, np.int64)
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    _check_random_bounds(low, high - 1, dtype)
+    xp = _module("randint", device if out is None else out.device)
+    if generator is not None:
+        drawn = xp.asarray(generator.integers(low, high, size=shape, dtype=np.int64, endpoint=False))
+    elif xp is np:
+        drawn = random.default_generator().integers(low, high, size=shape, dtype=np.int64, endpoint=False)
+    else:  # the device's uniforms, scaled: floor(u (high - low)) < high - low, unless u (high - low) rounds up
+        span = high - low
+        drawn = low + xp.minimum(xp.floor(random.uniform(shape, xp) * span), builtins.float(span - 1)).astype(np.int64)
+    drawn = xp.asarray(drawn).astype(dtype)
+    if out is not None:
+        return write_out("randint", drawn, out, warn_resize=False)
+    return _finish(drawn, device, requires_grad, "randint")
+
+
+def _randint_arguments(args, low, high, size):
+    """(low, high, size) from PyTorch's two forms, randint(high, size) and randint(low, high, size), positional or
+    by keyword; the bounds as ints (a bool is refused, as PyTorch refuses it)."""
+    names = ("low", "high", "size") if len(args) == 3 or (len(args) == 2 and size is not None) \
+        or (len(args) == 1 and size is not None and high is not None) else ("high", "size")
+    given = dict(low=low, high=high, size=size)
+    for name, value in zip(names, args):
+        if given[name] is not None:
+            raise TypeError(f"randint() got multiple values for argument '{name}'")
+        given[name] = value
+    if len(args) > 3 or given["high"] is None or given["size"] is None:
+        raise TypeError(f"randint() received an invalid combination of arguments - got {len(args)} positional "
+                        "argument(s), but expected one of: (int high, tuple of ints size, *, ...) or (int low, "
+                        "int high, tuple of ints size, *, ...)")
+    bounds = []
+    for position, name in enumerate(("low", "high")):
+        value = 0 if given[name] is None else given[name]
+        if isinstance(value, (builtins.bool, np.bool_)) or not hasattr(value, "__index__") \
+                or isinstance(value, Variable) and value.data.dtype.kind not in "iu":
+            raise TypeError(f"randint(): argument '{name}' (position {position + (len(names) == 3)}) must be int, "
+                            f"not {type(value).__name__}")
+        bounds.append(int(value.__index__()))
+    if not isinstance(given["size"], (tuple, list)):
+        raise TypeError(f"randint(): argument 'size' (position {len(names)}) must be tuple of ints, not "
+                        f"{type(given['size']).__name__}")
+    return bounds[0], bounds[1], tuple(given["size"])
+
+
+def _check_random_bounds(low, last, dtype):
+    """PyTorch's check of randint's bounds against the dtype (low and high - 1 must be values of it, C++'s names in
+    the message); for floating dtypes, its warning where the integers are beyond those the dtype holds exactly."""
+    name = dtypes._C_NAMES.get(dtype.name, dtype.name)
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype) if dtype.kind in "iu" else None
+    number = builtins.float if dtype.kind == "f" else int  # Python numbers: compared exactly, without NumPy's casts
+    lowest, highest = (0, 1) if dtype.kind == "b" else (number(info.min), number(info.max))
+    for what, value in (("from", low), ("to - 1", last)):
+        if not lowest <= value <= highest:
+            raise RuntimeError(f"{what} is out of bounds for {name}")
+    if dtype.kind == "f":
+        digits = info.nmant + 1
+        for what, value in (("from", low), ("to - 1", last)):
+            if not -(2 ** digits) <= value <= 2 ** digits:
+                warnings.warn(f"{what} is out of bounds [-(2^{digits}), 2^{digits}]. Due to precision limitations "
+                              f"{name} can support discrete uniform distribution only within this range. This "
+                              "warning will become an error in version 1.7 release, please fix the code in advance",
+                              UserWarning, stacklevel=3)
+
+
+# ----- empty: a Variable whose values do not matter ----------------------------------------------------------
+
+def empty(*sizes, size=None, out=None, dtype=None, device=None, requires_grad=False):
+    """A Variable of shape `size` whose values are unspecified (PyTorch's `torch.empty`): `empty(2, 3)` or
+    `empty((2, 3))`, float32. The package fills it with zeros (NumPy's empty would hand out old memory, and a
+    program that reads it should not depend on it either way). With `out`, `out` itself, resized to `size`."""
+    shape = _size("empty", _new_size("empty", sizes, size))
+    if out is not None:
+        check_factory_out("empty", out, dtype)
+        if tuple(out.shape) == shape:
+            return out  # torch leaves its values as they are
+        return write_out("empty", cuda.get_array_module(out.data).zeros(shape, out.data.dtype), out, warn_resize=False)
+    dtype = _dtype("empty", dtype, dtypes.default())
+    return _finish(_module("empty", device).zeros(shape, dtype=dtype), device, requires_grad, "empty")
+
+
+# ----- out=: a result written into a given Variable ----------------------------------------------------------
+
+OUT_OF_AUTOGRAD = "{}(): functions with out=... arguments don't support automatic differentiation, but one of the " \
+                  "arguments requires grad."
+
+
+def check_out(op, out, inputs=()):
+    """Refuse `out` (a Variable) where PyTorch refuses it before computing: not a Variable, or a gradient that could
+    flow through an input or into out itself (an out= result is outside the graph)."""
+    if not isinstance(out, Variable):
+        raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if is_grad_enabled() and (out.requires_grad or any(getattr(x, "requires_grad", False) for x in inputs)):
+        raise RuntimeError(OUT_OF_AUTOGRAD.format(op))
+
+
+def check_factory_out(op, out, dtype):
+    """A factory's out=: its dtype is out's, and a dtype given must be that one (PyTorch's words)."""
+    if not isinstance(out, Variable):
+        raise TypeError(f"{op}(): argument 'out' must be Tensor, not {type(out).__name__}")
+    if is_grad_enabled() and out.requires_grad:
+        raise RuntimeError("cannot resize variables that require grad")
+    if dtype is not None and _dtype(op, dtype) != out.data.dtype:
+        raise RuntimeError(f"dtype {dtypes.torch_name(_dtype(op, dtype))} does not match dtype of out parameter "
+                           f"({dtypes.torch_name(out.data.dtype)})")
+
+
+def write_out(op, result, out, exact_dtype=False, warn_resize=True):
+    """`result` (an array) written into Variable `out`, which is returned: PyTorch's out= after the computation.
+
+    The dtype: out's must be result's (`exact_dtype`, as cross, scatter, svd require), or one result casts to without
+    going down a category (stack's rule). A shape other than result's is resized (out's array replaced), with
+    PyTorch's deprecation warning when out held elements (`warn_resize`; factories resize silently). The change
+    counts as an in-place one (out's version counter).
+    """
+    if exact_dtype and result.dtype != out.data.dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {dtypes._C_NAMES.get(result.dtype.name)}, but got "
+                           f"{dtypes._C_NAMES.get(out.data.dtype.name)} instead")
+    if not exact_dtype and not dtypes.can_cast(result.dtype, out.data.dtype):
+        raise TypeError(f"{op}(): input types can't be cast to the desired output type "
+                        f"{dtypes.torch_name(out.data.dtype)}")
+    cuda.check_same_device(op, [result, out.data])
+    xp = cuda.get_array_module(out.data)
+    if tuple(out.shape) != tuple(result.shape):
+        if warn_resize and out.data.size:
+            warnings.warn(f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
+                          f"which does not match the required output shape {list(result.shape)}. This behavior is "
+                          "deprecated, and in a future PyTorch release outputs will not be resized unless they have "
+                          "zero elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero "
+                          "elements with t.resize_(0).", UserWarning, stacklevel=3)
+        out.data = xp.empty(result.shape, dtype=out.data.dtype)
+    xp.copyto(out.data, result, casting="unsafe")
+    increment_version(out)
+    return out
+
+
+# ----- new_*: factories of a Variable's dtype and device (PyTorch's tensor methods) ----------------------------
+
+def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False):
+    """`x.new_tensor(data)`: `tensor(data)` in x's dtype and on x's device unless given (PyTorch's
+    `Tensor.new_tensor`): the data is cast to that dtype (x.new_tensor([1.7]) of an int64 x holds 1)."""
+    if isinstance(data, Variable):
+        warnings.warn("To copy construct from a tensor, it is recommended to use sourceTensor.detach().clone() or "
+                      "sourceTensor.detach().clone().requires_grad_(True), rather than "
+                      "tensor.new_tensor(sourceTensor).", UserWarning, stacklevel=2)
+    dtype = self.data.dtype if dtype is None else dtype
+    return _finish(tensor_data(data, dtype, "new_tensor"), self.device if device is None else device, requires_grad,
+                   "new_tensor")
+
+
+def _new_size(op, sizes, size):
+    """The shape of a new_* call: `x.new_zeros(2, 3)`, `x.new_zeros((2, 3))` or `x.new_zeros(size=(2, 3))`."""
+    if size is not None:
+        if sizes:
+            raise TypeError(f"{op}() got multiple values for argument 'size'")
+        sizes = (size,)
+    return sizes
+
+
+def new_empty(self, *sizes, size=None, dtype=None, device=None, requires_grad=False):
+    """`x.new_empty(size)`: `empty(size)` of x's dtype and device unless given (PyTorch's `Tensor.new_empty`)."""
+    return empty(*_new_size("new_empty", sizes, size), dtype=self.data.dtype if dtype is None else dtype,
+                 device=self.device if device is None else device, requires_grad=requires_grad)
+
+
+def new_zeros(self, *sizes, size=None, dtype=None, device=None, requires_grad=False):
+    """`x.new_zeros(size)`: zeros of x's dtype and device unless given (PyTorch's `Tensor.new_zeros`)."""
+    return zeros(*_new_size("new_zeros", sizes, size), dtype=self.data.dtype if dtype is None else dtype,
+                 device=self.device if device is None else device, requires_grad=requires_grad)
+
+
+def new_ones(self, *sizes, size=None, dtype=None, device=None, requires_grad=False):
+    """`x.new_ones(size)`: ones of x's dtype and device unless given (PyTorch's `Tensor.new_ones`)."""
+    return ones(*_new_size("new_ones", sizes, size), dtype=self.data.dtype if dtype is None else dtype,
+                device=self.device if device is None else device, requires_grad=requires_grad)
+
+
+def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    """`x.new_full(size, fill_value)`: `fill_value` in x's dtype and on x's device unless given, whatever the
+    value's own type (PyTorch's `Tensor.new_full`: an int64 x's new_full((2,), 1.7) holds 1)."""
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"new_full(): argument 'size' (position 1) must be tuple of ints, not {type(size).__name__}")
+    return full(size, fill_value, dtype=self.data.dtype if dtype is None else dtype,
+                device=self.device if device is None else device, requires_grad=requires_grad)
+
+
 # ----- *_like: the shape, dtype and device of another Variable -----------------------------------------------------
 
 def _like(op, input, dtype, device):
@@ -426,6 +640,13 @@ def randn_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa:
     return randn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
 
 
+def empty_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
+    """A Variable of `input`'s shape, dtype and device unless given (PyTorch's `torch.empty_like`); zeros here (see
+    `empty`)."""
+    shape, dtype, device = _like("empty_like", input, dtype, device)
+    return empty(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
 def from_numpy(array):
     """A Variable that shares `array`'s memory (PyTorch's `torch.from_numpy`): a change to one shows in the other."""
     if not isinstance(array, np.ndarray):
@@ -437,6 +658,7 @@ def from_numpy(array):
 __all__ = [
     "tensor", "zeros", "ones", "full", "eye", "arange", "linspace", "rand", "randn",
     "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "from_numpy",
+    "empty", "empty_like", "randint", "new_tensor", "new_empty", "new_zeros", "new_ones", "new_full",
     "float16", "float32", "float64", "uint8", "int8", "int16", "int32", "int64", "bool", "half", "float", "double",
     "short", "long", "complex64", "complex128", "cfloat", "cdouble",
 ]

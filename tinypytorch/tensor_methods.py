@@ -11,6 +11,7 @@ import numpy as np
 
 from tinypytorch import classification as C
 from tinypytorch import cuda, inplace
+from tinypytorch import factories, linear_algebra, structure
 from tinypytorch import functions as F
 from tinypytorch.core import Variable, check_sub
 from tinypytorch.grad_mode import no_grad
@@ -210,6 +211,14 @@ FORWARDED = ("min", "amax", "amin", "argmax", "argmin", "logsumexp", "norm", "ex
              "sigmoid", "relu", "abs", "sqrt", "square", "unsqueeze", "squeeze", "expand", "t")
 
 
+# PyTorch's tensor methods that are functions of other modules taking the tensor first: factories of x's dtype and
+# device (x.new_zeros), and x's structure and linear algebra (x.scatter_, x.unique, x.cross, x.svd)
+def _other_modules():
+    names = {factories: ("new_tensor", "new_empty", "new_zeros", "new_ones", "new_full"),
+             structure: ("scatter", "scatter_", "unique"), linear_algebra: ("cross", "svd")}
+    return {name: getattr(module, name) for module, names_ in names.items() for name in names_}
+
+
 def _forwarding(function):
     def method(self, *args, **kwargs):
         return function(self, *args, **kwargs)
@@ -226,6 +235,8 @@ def wire_tensor_methods():
             setattr(Variable, name, method)
     for name in FORWARDED:
         setattr(Variable, name, _forwarding(getattr(F, name)))
+    for name, function in _other_modules().items():
+        setattr(Variable, name, function)
 
 
 _OPERATORS = ("__getitem__", "__setitem__", "__matmul__", "__rmatmul__", "__abs__", "__pow__", "__rpow__",

@@ -22,6 +22,8 @@ from tinypytorch.classification import LogSoftmax, NLLLoss, Softmax
 from tinypytorch.core import Pow, astype
 from tinypytorch.functions import Concatenate, Exp, LinearFunction, Log, MatMul, MeanSquaredError, Norm, Sum
 from tinypytorch.normalization import NativeLayerNorm
+from tinypytorch.linear_algebra import Cross
+from tinypytorch.structure import Stack
 
 # step 59: PyTorch's lists (docs "Autocast Op Reference"; "float16 shares the lists of bfloat16" on CPU), for the
 # operations the package has. "lower": to the autocast dtype; "float32"; "promote": to the widest input dtype;
@@ -41,6 +43,8 @@ POLICY = [
     ("pow",           Pow,              "pow",            None,      "float32"),
     ("norm",          Norm,             "norm",           None,      "float32"),
     ("concatenate",   Concatenate,      "cat",            "promote", "promote"),
+    ("stack",         Stack,            "stack",          "promote", "promote"),
+    ("cross",         Cross,            "cross",          None,      "promote"),
     # built from several operations (autocast_state.autocast_composite): cast once, as torch's one operation
     ("cross_entropy", None,             "cross_entropy",  "float32", "float32"),
     ("conv2d",        None,             "conv2d",         "lower",   "lower"),  # unfold, matmul, reshape
