@@ -52,8 +52,8 @@ def main(argv=None):
     text, slopes, _ = report(results, scaling, s, "quick" if args.quick else "full")
     write_results(output_folder(args.out, args.quick), "autograd", text,
                   lambda path: plot(results, scaling, slopes, s["sizes"], path))
-    speed_grad_modes.run(args.quick, args.out)  # step 56: each gradient mode's cost, into grad_modes.md
-    speed_jacobians.run(args.quick, args.out)  # step 63: jacfwd against jacrev, into jacobians.md
+    speed_grad_modes.run(args.quick, args.out)  # step 57: each gradient mode's cost, into grad_modes.md
+    speed_jacobians.run(args.quick, args.out)  # step 64: jacfwd against jacrev, into jacobians.md
     if args.profile:
         profile(s)
 
