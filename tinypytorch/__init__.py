@@ -72,7 +72,7 @@ from tinypytorch.functions import (
 )
 from tinypytorch.cuda import device
 from tinypytorch import convolution
-from tinypytorch.convolution import conv2d, max_pool2d  # torch.conv2d, torch.max_pool2d
+from tinypytorch.convolution import conv2d, conv_transpose2d, max_pool2d  # torch.conv2d, torch.max_pool2d, ...
 from tinypytorch.layers import Parameter
 from tinypytorch.size import Size
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
@@ -101,5 +101,5 @@ __all__ = [
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
     "dtype", "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
     "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
-    "convolution", "conv2d", "max_pool2d",
+    "convolution", "conv2d", "conv_transpose2d", "max_pool2d",
 ]

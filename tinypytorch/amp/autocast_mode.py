@@ -44,6 +44,7 @@ POLICY = [
     # built from several operations (autocast_state.autocast_composite): cast once, as torch's one operation
     ("cross_entropy", None,             "cross_entropy",  "float32", "float32"),
     ("conv2d",        None,             "conv2d",         "lower",   "lower"),  # unfold, matmul, reshape
+    ("conv_transpose2d", None,          "conv_transpose2d", "lower", "lower"),  # matmul, fold, reshape
 ]
 _DEVICES = ("cpu", "cuda")
 _BY_CLASS = {cls: {"cpu": cpu, "cuda": gpu} for _, cls, _, cpu, gpu in POLICY if cls is not None}
