@@ -16,7 +16,8 @@ Workloads (each computes a gradient; tests/test_bench.py checks every one agains
 - scaling: backward time against graph size, 10^3 to 10^5 functions, for a chain and a wide graph;
 - grad modes: a small MLP's forward with the graph recorded, under no_grad and under inference_mode
   (speed_grad_modes.py, written to grad_modes.md);
-- Jacobians: jacfwd (columns) against jacrev (rows) as n and m vary (speed_jacobians.py, jacobians.md).
+- Jacobians: jacfwd (columns) against jacrev (rows) as n and m vary (speed_jacobians.py, jacobians.md);
+- convolution: conv2d forward and backward against PyTorch and a hand-written NumPy im2col (speed_conv.py, conv.md).
 
 "NumPy" is the same arithmetic written by hand: a forward pass that keeps what the backward
 needs, and the chain rule spelt out, with no graph at all; it is the floor a framework's
@@ -34,6 +35,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads: one th
 import argparse  # noqa: E402 (after the environment is set)
 import pathlib  # noqa: E402
 
+import speed_conv  # noqa: E402
 import speed_grad_modes  # noqa: E402
 import speed_jacobians  # noqa: E402
 from speed_autograd import SETTINGS, plot, profile, report, run_workloads  # noqa: E402
@@ -43,7 +45,7 @@ from writing import output_folder, write_results  # noqa: E402
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke test")
-    parser.add_argument("--out", type=pathlib.Path, help="folder for autograd.md, autograd.png and grad_modes.md "
+    parser.add_argument("--out", type=pathlib.Path, help="folder for autograd.md, autograd.png, grad_modes.md and conv.md "
                         "(default: bench/results, or bench/_out with --quick)")
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of tinypytorch")
     args = parser.parse_args(argv)
@@ -52,8 +54,9 @@ def main(argv=None):
     text, slopes, _ = report(results, scaling, s, "quick" if args.quick else "full")
     write_results(output_folder(args.out, args.quick), "autograd", text,
                   lambda path: plot(results, scaling, slopes, s["sizes"], path))
-    speed_grad_modes.run(args.quick, args.out)  # step 56: each gradient mode's cost, into grad_modes.md
-    speed_jacobians.run(args.quick, args.out)  # step 63: jacfwd against jacrev, into jacobians.md
+    speed_grad_modes.run(args.quick, args.out)  # step 57: each gradient mode's cost, into grad_modes.md
+    speed_jacobians.run(args.quick, args.out)  # step 64: jacfwd against jacrev, into jacobians.md
+    speed_conv.run(args.quick, args.out)  # step 55: conv2d forward and backward against torch and NumPy, conv.md
     if args.profile:
         profile(s)
 

@@ -1,565 +1,498 @@
 # %% [markdown]
-# # Step 56: Every gradient mode
+# # Step 56: Gradient clipping and gradient accumulation
 #
-# Step 18 gave the framework one switch, `no_grad`: inside it, operations
-# record no graph. PyTorch has a family of them: `set_grad_enabled`, which
-# is a call, a block and a decorator at once; `enable_grad`, which turns
-# recording back on inside `no_grad`; decorators that also work on
-# generators; and `inference_mode`, a stricter `no_grad` whose tensors skip
-# even the bookkeeping of steps 36 and 37 (version counters and views).
-# Every one of them belongs to the thread that set it. This step walks
-# through them all, in the one file of the package where they live,
-# `tinypytorch/grad_mode.py`, shown part by part, then whole. It ends with the
-# oldest trap in PyTorch: `.data` against `.detach()`.
+# Two small things happen in almost every PyTorch training loop between
+# `loss.backward()` and `optimizer.step()`. **Clipping** guards the step
+# against one bad batch: if the gradient is huge, it is cut down before
+# the optimizer sees it. **Accumulation** trains with a batch too large
+# for memory: the batch is cut into micro-batches, each one's gradient is
+# added into `.grad`, and the optimizer steps once. Both are a few lines;
+# this step shows what they compute, checks them against
+# `torch.nn.utils`, and shows where accumulation is *not* the big batch
+# it imitates: batch normalisation, and micro-batches of unequal size.
 
 # %%
-import re
+import math
 import textwrap
-import threading
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 
-import tinypytorch as tp
-from tinypytorch import grad_mode
+import tinypytorch
+from tinypytorch import Variable, nn, optim
+from tinypytorch.nn.utils import clip_grad_norm_, clip_grad_value_
+from tinypytorch.nn.utils.clip_grad import clip_grads_with_norm_
 from tinypytorch.utils.listing import show_code
 
-torch.set_num_threads(1)
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 58)
 
 
 # %% tags=["hide-input"]
-def key(error):
-    """An error's type and the key phrase of its message: the words before the first '.' or ':'."""
-    return f"{type(error).__name__}: {re.split(r'[.:]', str(error))[0]}"
+def below(error, bound):
+    """'< 1e-12', after checking it: rounding differs between CPUs, a bound does not."""
+    assert error < bound, f"{error:.3g} is not below {bound:.0e}"
+    return f"< {bound:.0e}"
+
+
+def with_grad(values):
+    """A parameter whose gradient is `values`, as backward would have left it."""
+    p = nn.Parameter(np.zeros(len(values)))
+    p.grad = Variable(np.array(values, dtype=np.float64), requires_grad=False)
+    return p
 
 
 # %% [markdown]
-# ## One home for every mode
+# ## Clipping by norm
 #
-# A mode is a flag that operations read before they act. The package keeps
-# all of them in one module that imports nothing else of the package, so
-# that every other module may ask it. Each flag lives on a
-# `threading.local` object: a thread sees its own value, starting from the
-# class's default. Step 18's `Config.enable_backprop` is the grad mode,
-# and `Config = _Config()` its one instance:
-
-# %%
-show_code(grad_mode._Config)
-
-# %% [markdown]
-# ## set_grad_enabled: a call, a block, a decorator
+# `clip_grad_norm_(parameters, max_norm, norm_type=2)` looks at every
+# gradient of the model at once, as if they were concatenated into one
+# long vector $g$, and computes its norm $\|g\|_p$: the 2-norm
+# $\sqrt{\sum g_i^2}$, the 1-norm $\sum |g_i|$, or the largest $|g_i|$
+# for `norm_type=inf`. Then every gradient is multiplied, in place, by
 #
-# `no_grad` and `enable_grad` save the old flag on entering and put it
-# back on leaving, so they nest. `set_grad_enabled(mode)` does its switch
-# in `__init__`: called bare, it switches at once and stays switched;
-# used in `with`, it also switches back at the end.
-
-# %%
-show_code(grad_mode.no_grad, grad_mode.enable_grad, grad_mode.is_grad_enabled, grad_mode.set_grad_enabled)
-
-# %%
-w = tp.tensor([1.0, 2.0], requires_grad=True)
-tp.set_grad_enabled(False)  # a call: off until switched back
-print("after the call:  ", tp.is_grad_enabled(), (w * 2).requires_grad)
-tp.set_grad_enabled(True)
-with tp.set_grad_enabled(False):
-    with tp.enable_grad():
-        print("enable_grad inside:", tp.is_grad_enabled(), (w * 2).requires_grad)
-    print("in the block:    ", tp.is_grad_enabled())
-print("after the block: ", tp.is_grad_enabled())
-
-# %% [markdown]
-# `requires_grad_` is the other switch, on a tensor rather than a thread:
-# `w.requires_grad_(False)` freezes `w` (nothing computed from it alone
-# records), the everyday way to fine-tune part of a model.
-
-# %%
-w.requires_grad_(False)
-print("frozen:", (w * 2).requires_grad, "| again:", (w.requires_grad_() * 2).requires_grad)
-
-# %% [markdown]
-# ## Modes as decorators, on functions and generators
+# $$c = \min\left(\frac{m}{\|g\|_p + 10^{-6}},\ 1\right),
+#   \qquad m = \mathtt{max\_norm}.$$
 #
-# `@no_grad` (bare or called) wraps a function so that each call runs in a
-# fresh copy of the mode. A generator is subtler: its body runs a piece
-# at a time, and the caller runs in between. PyTorch enters the mode
-# around each piece only, so the caller's own code between two `next`
-# calls records as usual.
+# A gradient already short enough is left as it is ($c = 1$); a long one
+# is shortened to `max_norm`, all its components by the same factor, so
+# the **direction is kept**. The function returns the total norm
+# *before* clipping, which is worth logging: a spike in it is the bad
+# batch. Here one gradient $(3, 4)$, clipped to 2 in each norm:
 
 # %%
-show_code(grad_mode._DecoratorContextManager)
+for norm_type in (2, 1, math.inf):
+    p = with_grad([3.0, 4.0])
+    total = clip_grad_norm_([p], max_norm=2.0, norm_type=norm_type)
+    print(f"norm_type={norm_type}: total norm {float(total.data):g} -> grad {np.round(p.grad.data, 4)}")
+small = with_grad([0.3, 0.4])
+clip_grad_norm_([small], max_norm=2.0)
+print("a gradient of norm 0.5 is left as it was:", np.array_equal(small.grad.data, [0.3, 0.4]))
 
 # %% [markdown]
-# `_wrap_generator` steps the generator by hand: a fresh copy of the mode
-# around each `next`, `send`, `throw` and `close`, and none around the
-# `yield` that hands a value to the caller.
-
+# The code is PyTorch's recipe. The coefficient is clamped to 1 and every
+# gradient multiplied by it, rather than testing `total > max_norm`
+# first: on a GPU the test would make the host wait for the device. The
+# $10^{-6}$ keeps the division finite when every gradient is zero.
 
 # %%
-@tp.no_grad()
-def steps():
-    seen = yield tp.is_grad_enabled()
-    yield seen
+show_code(clip_grad_norm_, clip_grads_with_norm_)
 
+# %% [markdown]
+# ## Clipping by value
+#
+# `clip_grad_value_(parameters, clip_value)` clamps every element to
+# $[-v, v]$ on its own. It is cheaper (no norm to compute) but the
+# **direction changes**: $(3, 4)$ clipped to 2 becomes $(2, 2)$, which
+# points elsewhere.
 
-it = steps()
-inside = next(it)
-between = tp.is_grad_enabled()  # the caller, between two steps
-print("inside the generator:", inside, "| the caller, between:", between, "| sent back:", it.send(between))
+# %%
+p = with_grad([3.0, 4.0])
+clip_grad_value_([p], clip_value=2.0)
+turn = math.degrees(math.atan2(4, 3) - math.atan2(*p.grad.data[::-1]))
+print("clipped by value:", p.grad.data, f"| turned by {turn:.1f} degrees")
 
 
 # %% tags=["hide-input"]
-def generator_picture():
-    """When grad mode is on, along a generator decorated with @no_grad: on in the caller, off in each step."""
-    fig, axis = plt.subplots(figsize=(8, 1.2))
-    spans = [("caller", 0, 1, True), ("next(): body", 1, 2, False), ("caller", 2, 3, True),
-             ("send(): body", 3, 4, False), ("caller", 4, 5, True)]
-    for label, a, b, on in spans:
-        axis.barh(0, b - a, left=a, color="C2" if on else "0.85", edgecolor="white")
-        axis.text((a + b) / 2, 0, f"{label}\n{'records' if on else 'no_grad'}", ha="center", va="center",
-                  fontsize=8.5)
-    axis.set(xlim=(0, 5), ylim=(-0.5, 0.5))
-    axis.axis("off")
-    axis.set_title("@no_grad on a generator: the mode is on only while the body runs (green: grad mode on)",
-                   fontsize=9.5)
+def clipping_picture():
+    """One 2-D gradient, clipped by norm (onto the circle, same direction) and by value (into the square)."""
+    g, limit = np.array([3.0, 4.0]), 2.0
+    by_norm = g * min(limit / (np.linalg.norm(g) + 1e-6), 1.0)
+    by_value = np.clip(g, -limit, limit)
+    fig, axis = plt.subplots(figsize=(5.5, 4.2))
+    axis.add_patch(plt.Circle((0, 0), limit, fill=False, ls="--", color="C0"))
+    axis.add_patch(plt.Rectangle((-limit, -limit), 2 * limit, 2 * limit, fill=False, ls=":", color="C1"))
+    for vector, color, label in [(g, "0.4", "gradient (3, 4), norm 5"),
+                                 (by_norm, "C0", "clip_grad_norm_(max_norm=2): (1.2, 1.6)"),
+                                 (by_value, "C1", "clip_grad_value_(2): (2, 2)")]:
+        axis.annotate("", vector, (0, 0), arrowprops=dict(arrowstyle="->", color=color, lw=2))
+        axis.plot([], [], color=color, lw=2, label=label)
+    axis.set(xlim=(-2.5, 4.5), ylim=(-2.5, 4.5), aspect="equal", xlabel="$g_1$", ylabel="$g_2$")
+    axis.legend(loc="lower right", fontsize=8)
+    axis.set_title("by norm: same direction, length 2; by value: each element to [-2, 2]", fontsize=9)
     fig.tight_layout()
     plt.show()
 
 
-generator_picture()
+clipping_picture()
 
 # %% [markdown]
-# ## inference_mode: no graph, and no bookkeeping either
+# ## A gradient that is not finite
 #
-# `no_grad` stops the graph, but every new tensor still gets a version
-# counter (step 36) and every view a record of its base (step 37), in case
-# it is used later in a computation that records. `inference_mode`
-# promises that it will not be: tensors made inside are *inference
-# tensors*, with neither. Inside the mode even `enable_grad` records
-# nothing; `inference_mode(False)` turns both off again. The counter of
-# open blocks is a speed shortcut: while no thread is in the mode, making
-# a tensor does not read the thread-local flag (`InferenceMode.enabled`).
+# If one gradient holds a NaN or an infinity, so does the total norm, and
+# the coefficient multiplies every gradient into NaN: one bad element
+# spoils the whole step. With `error_if_nonfinite=True` the function
+# raises PyTorch's error instead, before touching anything.
 
 # %%
-show_code(grad_mode.inference_mode)
-
-# %%
-w = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
-with tp.inference_mode():
-    x = w * 2
-    print("made inside:", "is_inference", x.is_inference(), "| requires_grad", x.requires_grad,
-          "| counter", x.version_counter, "| a view's record", x[0:2].view_record)
-print("a normal tensor's view outside keeps a record:", w[0:2].view_record is not None)
+bad = with_grad([float("nan"), 4.0])
+try:
+    clip_grad_norm_([bad], max_norm=1.0, error_if_nonfinite=True)
+except RuntimeError as error:
+    print(textwrap.fill(f"RuntimeError: {error}", 100))
+print("without the check:", clip_grad_norm_([bad], max_norm=1.0), "-> grad", bad.grad.data)
 
 # %% [markdown]
-# The promise is enforced: with no counter, backward could not tell if an
-# inference tensor had changed since it was saved, so PyTorch refuses to
-# save one, to change one in place outside the mode, or to make one
-# require grad (nor does it give its `_version`). The package raises the
-# same errors, in PyTorch's words:
-
-# %%
-attempts = [lambda fw, x: x * fw.tensor([1.0, 1.0, 1.0], requires_grad=True),  # saves x for w's gradient
-            lambda fw, x: x.add_(1)]  # an in-place change outside the mode
-for attempt in attempts:
-    for fw in (torch, tp):
-        with fw.inference_mode():
-            x = fw.tensor([1.0, 2.0, 3.0])
-        try:
-            attempt(fw, x)
-        except RuntimeError as error:
-            lines = textwrap.wrap(str(error), 94)
-            print(f"{fw.__name__:12}", lines[0], *(f"\n{'':12} {line}" for line in lines[1:]))
-    print()
-
-# %% [markdown]
-# Only the path of a file differs (`tinypytorch.no_grad()` where torch
-# says `torch.no_grad()`). What *is* allowed outside the mode: using an
-# inference tensor where nothing is saved of it (`x + w`), and
-# `x.clone()`, a normal tensor with a fresh counter.
+# ## Where clipping goes in a training loop
 #
-# A view of a *normal* tensor made inside the mode is not an inference
-# tensor: it shares its base's counter and requires grad as its base
-# does. But nothing recorded how it was made, so outside the mode, where
-# recording is on, PyTorch forbids changing it in place ("A view was
-# created in inference mode and is being modified inplace in normal
-# mode"); the package too (the check at the end asks both).
+# After `backward` (the gradients must exist) and before `step` (which
+# uses them). A small regression, the norms before clipping logged:
+
+# %%
+rng = np.random.default_rng(0)
+x, t = rng.normal(size=(12, 3)), rng.normal(size=(12, 2))
+tinypytorch.manual_seed(0)
+model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+optimizer = optim.SGD(model.parameters(), lr=0.5)
+norms = []
+for _ in range(20):
+    optimizer.zero_grad()
+    loss = nn.MSELoss()(model(Variable(x)), Variable(t))
+    loss.backward()
+    norms.append(float(clip_grad_norm_(model.parameters(), max_norm=0.5).data))
+    optimizer.step()
+print("total norm before clipping, steps 1-3:", np.round(norms[:3], 3))
+print("loss after 20 steps:", round(float(loss.data), 3))
+
+# %% [markdown]
+# ## Gradient accumulation
+#
+# A gradient is linear in the loss. The mean loss over a batch of
+# $N = km$ samples is the mean of the $k$ micro-batch means, each over
+# $m$ samples, so
+#
+# $$\nabla \frac{1}{N}\sum_{i=1}^N \ell_i
+#   = \sum_{j=1}^{k} \nabla \frac{1}{k}\Big(\frac{1}{m}\sum_{i \in B_j} \ell_i\Big).$$
+#
+# Since `backward` *adds* into `.grad`, the right side is $k$ backward
+# passes, each of a micro-batch's loss divided by $k$. Only one
+# micro-batch's activations are alive at a time, so the memory is that
+# of a batch of $m$. The optimizer steps once, after the $k$-th pass:
+
+# %%
+def gradients(model):
+    return [p.grad.data.copy() for p in model.parameters()]
+
+
+model.zero_grad()
+nn.MSELoss()(model(Variable(x)), Variable(t)).backward()
+full = gradients(model)
+
+k = 4
+model.zero_grad()
+history = []  # the first layer's weight.grad after each backward, for the picture
+for xb, tb in zip(np.split(x, k), np.split(t, k)):
+    loss = nn.MSELoss()(model(Variable(xb)), Variable(tb)) / k
+    loss.backward()  # adds into .grad
+    history.append(model[0].weight.grad.data.copy())
+accumulated = gradients(model)
+difference = max(np.abs(a - f).max() for a, f in zip(accumulated, full))
+print(f"{k} micro-batches of 3 vs one batch of 12: max |difference| {below(difference, 1e-12)}")
+
 
 # %% tags=["hide-input"]
-def probe(fw, mode):
-    """What a mode does, asked of the framework: five yes/no answers."""
-    w = fw.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    with mode(fw):
-        y = w * 2
-        view = y[0:2]
-    try:
-        counted = y._version == 0
-    except RuntimeError:
-        counted = False
-    try:
-        (y * fw.tensor([1.0, 1.0, 1.0], requires_grad=True)).sum().backward()
-        savable = True
-    except RuntimeError:
-        savable = False
-    return {"records a graph": y.grad_fn is not None,
-            "counts versions": counted, "views keep their base": view._base is not None,
-            "may be saved later": savable, "inference tensors": y.is_inference()}
-
-
-MODES = {"grad enabled": lambda fw: fw.enable_grad(), "no_grad": lambda fw: fw.no_grad(),
-         "inference_mode": lambda fw: fw.inference_mode()}
-
-
-def modes_picture(table):
-    """The modes (rows) against what each does (columns): green yes, grey no."""
-    columns = list(next(iter(table.values())))
-    fig, axis = plt.subplots(figsize=(8, 2.2))
-    for r, (mode, answers) in enumerate(table.items()):
-        axis.text(-0.1, -r, mode, ha="right", va="center", fontsize=9, family="monospace")
-        for c, column in enumerate(columns):
-            axis.add_patch(plt.Rectangle((c + 0.05, -r - 0.4), 0.9, 0.8, color="C2" if answers[column] else "0.85"))
-            axis.text(c + 0.5, -r, "yes" if answers[column] else "no", ha="center", va="center", fontsize=9)
-    for c, column in enumerate(columns):
-        axis.text(c + 0.5, 0.6, column.replace(" ", "\n", 1), ha="center", va="bottom", fontsize=8.5)
-    axis.set(xlim=(-1.6, len(columns)), ylim=(-len(table) + 0.4, 1.6))
-    axis.axis("off")
+def timeline_picture(history, full, k):
+    """Forward and backward per micro-batch along time; one weight's .grad growing to the full batch's."""
+    where = np.unravel_index(np.abs(full).argmax(), full.shape)  # the weight with the largest gradient
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 3.8), sharex=True, height_ratios=[1, 2])
+    for j in range(k):
+        top.broken_barh([(2 * j, 1), (2 * j + 1, 1)], (0, 1), facecolors=["C0", "C1"], alpha=0.7)
+        top.text(2 * j + 1, 1.25, f"micro-batch {j + 1}: loss / {k}", ha="center", fontsize=8)
+    top.broken_barh([(2 * k + 0.2, 1.3)], (0, 1), facecolors="C2", alpha=0.8)
+    top.text(2 * k + 0.85, 0.5, "step\nzero_grad", ha="center", va="center", fontsize=8, color="w")
+    top.text(0.5, 0.5, "fwd", ha="center", va="center", fontsize=8, color="w")
+    top.text(1.5, 0.5, "bwd", ha="center", va="center", fontsize=8, color="w")
+    top.set(ylim=(0, 1.7), yticks=[])
+    steps = [0] + [2 * j + 2 for j in range(k)] + [2 * k + 1.5]  # the last value held through the step
+    bottom.step(steps, [0.0] + [h[where] for h in history] + [history[-1][where]], where="post", color="C1",
+                label=f"accumulated .grad of weight{list(map(int, where))} of layer 0")
+    bottom.axhline(full[where], ls="--", color="0.3", label="gradient of the full batch")
+    bottom.set(xlabel="time", xticks=[], ylabel=".grad")
+    bottom.legend(fontsize=8, loc="best")
     fig.tight_layout()
     plt.show()
 
 
-mode_table = {name: probe(tp, mode) for name, mode in MODES.items()}
-modes_picture(mode_table)
+timeline_picture(history, full[0], k)
 
 # %% [markdown]
-# Each cell above was asked of the package just now (the check at the end
-# asks torch the same). `no_grad` and `inference_mode` differ only in the
-# three right-hand columns: what a tensor made in the mode may do later.
-# What the bookkeeping saved costs in time is measured in
-# `bench/results/grad_modes.md`, a forward pass of a small MLP in each
-# mode, against torch's.
+# ## Where accumulation is not the big batch
 #
-# ## A mode belongs to its thread
+# The identity above needs the loss of the big batch to be a sum of
+# per-sample terms, with the same weight for every sample. Two everyday
+# cases break it.
 #
-# Because each flag is a `threading.local`, a thread started inside
-# `no_grad` does not inherit it: it starts from the default, grad mode on,
-# as in PyTorch. (Anomaly mode, step 39, is the one process-wide switch.)
+# **Batch normalisation** normalises each sample with its batch's mean
+# and variance: a sample's output depends on the other samples in its
+# batch. In a micro-batch those are its own 3 neighbours, not all 12, so
+# the outputs, the loss and the gradients change; and the running
+# statistics are updated $k$ times with micro-batch statistics instead of
+# once. The package's `nn.BatchNorm1d` (and `nn.BatchNorm2d`, for
+# images; both share `_BatchNorm`) is step 45's layer given PyTorch's face:
+# its printout and its state dict, in which the number of batches seen is a
+# buffer, counted once per training batch.
 
 # %%
-def seen_in_a_thread(fw):
-    seen = {}
-
-    def look(name):  # grad mode on? does w * 2 record?
-        seen[name] = fw.is_grad_enabled(), (fw.tensor([1.0], requires_grad=True) * 2).requires_grad
-
-    with fw.no_grad():
-        thread = threading.Thread(target=look, args=("worker",))
-        thread.start()
-        thread.join()
-        look("main")
-    return seen
-
-
-print("tinypytorch:", seen_in_a_thread(tp), "\ntorch:      ", seen_in_a_thread(torch))
+show_code(nn.batchnorm._BatchNorm.__init__, nn.batchnorm._BatchNorm.forward)
 
 
 # %% tags=["hide-input"]
-def threads_picture(seen):
-    """Each thread's own flag: the main thread inside no_grad, the worker at the default."""
-    fig, axis = plt.subplots(figsize=(8, 1.7))
-    for row, name in enumerate(("main", "worker")):
-        on, records = seen[name]
-        axis.barh(-row, 4, left=1, color="C2" if on else "0.85")
-        axis.text(3, -row, f"Config.enable_backprop = {on}: w * 2 {'records' if records else 'records nothing'}",
-                  ha="center", va="center", fontsize=9)
-        axis.text(0.9, -row, f"{name} thread", ha="right", va="center", fontsize=9, family="monospace")
-    axis.annotate("", xy=(2, -0.7), xytext=(2, -0.3), arrowprops=dict(arrowstyle="->", color="0.4"))
-    axis.text(2.05, -0.5, "start(): the flag is not copied", fontsize=8, color="0.4", va="center")
-    axis.set(xlim=(-0.4, 5.2), ylim=(-1.5, 0.5))
-    axis.axis("off")
-    axis.set_title("a threading.local flag per thread (green: grad mode on)", fontsize=9.5)
+def batchnorm_twins():
+    """The same model with BatchNorm, in tinypytorch and in torch (float64), torch's initial weights in both."""
+    import torch
+
+    torch.manual_seed(0)
+    twin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Tanh(),
+                               torch.nn.Linear(4, 2)).double()
+    ours = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 2))
+    ours.load_state_dict({key: tinypytorch.from_numpy(value.numpy()) for key, value in twin.state_dict().items()})
+    return ours, twin
+
+
+def torch_run(twin, parts, k):
+    """torch: the same micro-batches, each loss divided by k; (gradients, state dict), as arrays."""
+    import torch
+
+    for p in twin.parameters():
+        p.grad = None
+    for xb, tb in parts:
+        (torch.nn.functional.mse_loss(twin(torch.from_numpy(xb)), torch.from_numpy(tb)) / k).backward()
+    return [p.grad.numpy().copy() for p in twin.parameters()], {n: v.numpy().copy() for n, v in twin.state_dict().items()}
+
+
+# %%
+def run(model, parts, k):
+    """Micro-batches (x, t) with each loss divided by k; the gradients and the state dict after."""
+    model.zero_grad()
+    for xb, tb in parts:
+        (nn.MSELoss()(model(Variable(xb)), Variable(tb)) / k).backward()
+    return gradients(model), {key: value.data.copy() for key, value in model.state_dict().items()}
+
+
+def gaps(a, b):
+    """The largest difference between two runs' gradients, and between their running means."""
+    return max(np.abs(g - h).max() for g, h in zip(a[0], b[0])), np.abs(a[1]["1.running_mean"]
+                                                                      - b[1]["1.running_mean"]).max()
+
+
+bn, bn_twin = batchnorm_twins()
+start = {key: value.clone() for key, value in bn.state_dict().items()}  # the state dict shares memory
+one_batch = run(bn, [(x, t)], 1)
+bn.load_state_dict(start)
+micro = run(bn, list(zip(np.split(x, 4), np.split(t, 4))), 4)
+print(bn)
+print("batches tracked:", one_batch[1]["1.num_batches_tracked"], "vs", micro[1]["1.num_batches_tracked"])
+ours_gaps = gaps(one_batch, micro)
+print("max |gradient difference| %.3g, max |running_mean difference| %.3g" % ours_gaps)
+
+
+# %% tags=["hide-input"]
+def batchnorm_picture(model, x, k):
+    """Feature 0 entering BatchNorm, sample by sample: each micro-batch's mean against the full batch's."""
+    h = model[0](Variable(x)).data[:, 0]
+    fig, axis = plt.subplots(figsize=(8, 2.4))
+    for j, part in enumerate(np.split(np.arange(len(h)), k)):
+        axis.scatter(part, h[part], color=f"C{j}", zorder=3)
+        axis.hlines(h[part].mean(), part[0] - 0.4, part[-1] + 0.4, color=f"C{j}", lw=2)
+    axis.axhline(h.mean(), color="0.2", ls="--", label="the full batch's mean, used by every sample of one batch")
+    axis.plot([], [], color="C0", lw=2, label="each micro-batch's own mean, used by its 3 samples")
+    axis.set(xlabel="sample", ylabel="feature 0 before BatchNorm", xticks=range(len(h)))
+    axis.legend(fontsize=8, loc="best")
     fig.tight_layout()
     plt.show()
 
 
-threads_picture(seen_in_a_thread(tp))
+batchnorm_picture(bn, x, 4)
+
 
 # %% [markdown]
-# ## .data against .detach()
-#
-# Both give the tensor's values without its history, sharing the same
-# memory. The difference is the version counter. `.detach()` is a new
-# tensor that *shares* the counter (step 36), so a change through it is
-# seen by every graph that saved the original. `.data` escapes the counter:
-# in PyTorch it is a tensor with a counter of its own; in tinypytorch it is
-# the array itself. Here `b` is saved by `b * b`, then changed by 1:
+# **Micro-batches of unequal size.** 12 samples in micro-batches of 5,
+# 5 and 2 (the last batch of an epoch is often short). Dividing each
+# micro-batch's *mean* loss by $k = 3$ gives each sample of the short
+# batch a weight $\frac{1}{3}\cdot\frac{1}{2} = \frac{1}{6}$, and each of
+# the others $\frac{1}{15}$, instead of $\frac{1}{12}$ for everyone. The
+# fix: sum the losses and divide by the total number of samples.
 
 # %%
-def through_data(fw):
-    a = fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=True)
-    b = a * 1
-    c = (b * b).sum()  # saves b: dc/da = 2b
-    b.data += 1  # nothing counts this change
-    c.backward()
-    return a.grad
-
-
-def through_detach(fw):
-    a = fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=True)
-    b = a * 1
-    c = (b * b).sum()
-    b.detach().add_(1)  # the shared counter goes to 1
-    c.backward()
-
-
-for fw in (torch, tp):
-    try:
-        through_detach(fw)
-    except RuntimeError as error:
-        found = [re.search(p, str(error)).group() for p in ("modified by an inplace operation",
-                                                            r"is at version \d+; expected version \d+")]
-        print(f"{fw.__name__:11} .detach(): raises '... {found[0]} ... {found[1]}'")
-    grad = np.asarray(through_data(fw).detach()).tolist()
-    print(f"{fw.__name__:11} .data:      a.grad = {grad}, silently")
-print("the right gradient, 2a:", [2.0, 4.0, 6.0])
+sizes = [5, 5, 2]
+cuts = np.cumsum(sizes)[:-1]
+uneven = list(zip(np.split(x, cuts), np.split(t, cuts)))
+wrong = run(model, uneven, len(sizes))
+model.zero_grad()
+for xb, tb in uneven:
+    (nn.MSELoss(reduction="sum")(model(Variable(xb)), Variable(tb)) / (len(x) * t.shape[1])).backward()
+fixed = gradients(model)
+uneven_gap = max(np.abs(w - f).max() for w, f in zip(wrong[0], full))
+print("mean / k:            max |difference| from the full batch %.3g" % uneven_gap)
+print("sum / total samples: max |difference| from the full batch",
+      below(max(np.abs(g - f).max() for g, f in zip(fixed, full)), 1e-12))
 
 
 # %% tags=["hide-input"]
-def data_detach_picture():
-    """b, b.detach() and b.data: one array, and which of them share b's version counter."""
-    fig, axis = plt.subplots(figsize=(8, 2.1))
-    axis.add_patch(plt.Rectangle((3.2, 0.8), 1.6, 0.6, color="C0", alpha=0.3))
-    axis.text(4.0, 1.1, "the array [2, 3, 4]", ha="center", va="center", fontsize=9)
-    axis.add_patch(plt.Rectangle((3.2, -0.9), 1.6, 0.6, color="C1", alpha=0.3))
-    axis.text(4.0, -0.6, "b's version counter: 1", ha="center", va="center", fontsize=9)
-    for x, name, counted in [(1.0, "b.detach()", True), (4.0, "b (saved at version 0)", True),
-                             (7.0, "b.data", False)]:
-        axis.text(x, 0.25, name, ha="center", va="center", fontsize=9, family="monospace",
-                  bbox=dict(boxstyle="round", fc="white", ec="0.5"))
-        axis.annotate("", xy=(4.0 + (x - 4) * 0.2, 0.8), xytext=(x, 0.45), arrowprops=dict(arrowstyle="->"))
-        if counted:
-            axis.annotate("", xy=(4.0 + (x - 4) * 0.2, -0.3), xytext=(x, 0.05), arrowprops=dict(arrowstyle="->",
-                                                                                                 color="C1"))
-    axis.text(7.0, -0.3, "no counter of b's:\nthe change goes unseen", ha="center", va="center", fontsize=8.5,
-              color="C3")
-    axis.text(1.0, -0.3, "shares it: backward\nsees version 1, raises", ha="center", va="center", fontsize=8.5,
-              color="C1")
-    axis.set(xlim=(-0.3, 8.3), ylim=(-1.1, 1.6))
-    axis.axis("off")
+def weights_picture(sizes):
+    """The weight each sample's loss has in the gradient: full batch, mean / k, sum / N."""
+    n, k = sum(sizes), len(sizes)
+    by_k = np.concatenate([np.full(s, 1 / (k * s)) for s in sizes])
+    fig, axis = plt.subplots(figsize=(8, 2.5))
+    index = np.arange(n)
+    axis.bar(index - 0.2, by_k, width=0.4, color="C3", label="each micro-batch's mean / k")
+    axis.bar(index + 0.2, np.full(n, 1 / n), width=0.4, color="C2", label="full batch = sum / N (the fix)")
+    for edge in np.cumsum(sizes)[:-1]:
+        axis.axvline(edge - 0.5, color="0.5", ls=":")
+    axis.set(xticks=index, xlabel="sample (micro-batches of 5, 5, 2)", ylabel="weight in the gradient")
+    axis.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     plt.show()
 
 
-data_detach_picture()
-
-# %% [markdown]
-# The `.data` gradient is $2(a + 1)$, computed from the changed `b`: wrong
-# by exactly the change, and nothing warns. Use `.detach()` (or a `no_grad`
-# block) to change a tensor outside the graph, and let the counter catch
-# the mistake.
-#
-# ## The whole home
-#
-# The other modes of the package live in the same file, each taught in its
-# step: formulas on bare arrays (the engine's speed path, step 33),
-# saved-tensor hooks (step 38), anomaly mode (step 39) and recomputation
-# (steps 42 to 47). Here is the file whole, top to bottom, with the parts
-# shown above in their places (folded: open it to read):
-
-# %% tags=["hide-output"]
-show_code(grad_mode)
+weights_picture(sizes)
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# Every scenario of the page, run in both frameworks: what it records, the
-# `requires_grad` and `is_inference` of its result, the error it raises and
-# its key phrase, the `.data` gradient. The collapsed cell writes the
-# scenarios once, for a framework `fw`.
+# The same gradients in torch (float64): clipping by norm for
+# `norm_type` 2, 1 and inf must give `torch.nn.utils.clip_grad_norm_`'s
+# total norm and clipped gradients, value clipping its clamped ones, and
+# the non-finite error its message. The accumulated gradients must equal
+# the full batch's and torch's. The two counterexamples must differ from
+# the full batch by the same amounts in torch.
 
 # %% tags=["hide-cell"]
-def v(fw, grad=False):
-    return fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=grad)
+import torch  # noqa: E402
+import torch.nn.utils as TU  # noqa: E402
+
+torch.set_num_threads(1)
 
 
-def inference(fw):
-    with fw.inference_mode():
-        return v(fw)
+def torch_params(grads):
+    params = [torch.zeros(g.shape, dtype=torch.float64, requires_grad=True) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = torch.from_numpy(g.copy())
+    return params
 
 
-def state(y):
-    return f"requires_grad={y.requires_grad}, grad_fn={'None' if y.grad_fn is None else 'set'}, " \
-           f"is_inference={y.is_inference()}"
-
-
-def view_made_inside(fw):
-    w = v(fw, True)
-    with fw.inference_mode():
-        return w[0:2]
-
-
-def a_thread(fw):
-    on, records = seen_in_a_thread(fw)["worker"]
-    return f"grad mode in the thread: {on}, records: {records}"
-
-
-def set_grad_enabled_call(fw):
-    fw.set_grad_enabled(False)
-    try:
-        return state(v(fw, True) * 2)
-    finally:
-        fw.set_grad_enabled(True)
-
-
-def in_block(fw, mode):
-    with mode(fw):
-        y = v(fw, True) * 2
-    return state(y)
-
-
-def decorated(fw):
-    return fw.no_grad()(lambda: state(v(fw, True) * 2))()
-
-
-def on_a_generator(fw):
-    gen = fw.no_grad()(lambda: (yield fw.is_grad_enabled()))  # noqa: PLC3002 (a generator function, on the spot)
-    it = gen()
-    return f"grad mode inside: {next(it)}, in the caller: {fw.is_grad_enabled()}"
-
-
-SCENARIOS = {
-    "set_grad_enabled(False), called": set_grad_enabled_call,
-    "set_grad_enabled(False), block": lambda fw: in_block(fw, lambda fw: fw.set_grad_enabled(False)),
-    "enable_grad inside no_grad": lambda fw: in_block(fw, lambda fw: _both(fw.no_grad(), fw.enable_grad())),
-    "@no_grad on a function": decorated,
-    "@no_grad on a generator": on_a_generator,
-    "requires_grad_(False)": lambda fw: state(v(fw, True).requires_grad_(False) * 2),
-    "no_grad": lambda fw: in_block(fw, lambda fw: fw.no_grad()),
-    "inference_mode": lambda fw: in_block(fw, lambda fw: fw.inference_mode()),
-    "enable_grad in inference_mode": lambda fw: in_block(fw, lambda fw: _both(fw.inference_mode(),
-                                                                                   fw.enable_grad())),
-    "inference: _version": lambda fw: inference(fw)._version,
-    "inference: saved for backward": lambda fw: inference(fw) * v(fw, True),
-    "inference: add_ outside": lambda fw: inference(fw).add_(1),
-    "inference: requires_grad_ outside": lambda fw: inference(fw).requires_grad_(),
-    "inference: + outside": lambda fw: state(inference(fw) + v(fw, True)),
-    "inference: clone()": lambda fw: state(inference(fw).clone()),
-    "a normal tensor's view made inside": lambda fw: state(view_made_inside(fw)),
-    "that view changed in place outside": lambda fw: view_made_inside(fw).mul_(2),
-    "a thread under no_grad": a_thread,
-    ".data changed after saving": lambda fw: f"a.grad = {np.asarray(through_data(fw).detach()).tolist()}",
-    ".detach() changed after saving": through_detach,
-}
-
-
-class _both:
-    """Two modes entered as one block (the second inside the first)."""
-
-    def __init__(self, first, second):
-        self.first, self.second = first, second
-
-    def __enter__(self):
-        self.first.__enter__()
-        self.second.__enter__()
-
-    def __exit__(self, *exc_info):
-        self.second.__exit__(*exc_info)
-        self.first.__exit__(*exc_info)
-
-
-def outcome(scenario, fw):
-    """What the scenario gives: its result, or its error's type and key phrase."""
-    try:
-        result = scenario(fw)
-    except RuntimeError as error:
-        return key(error)
-    finally:  # a scenario leaves no mode on
-        assert fw.is_grad_enabled() and not fw.is_inference_mode_enabled()
-    return state(result) if isinstance(result, (torch.Tensor, tp.Variable)) else str(result)
+def ours_params(grads):
+    params = [nn.Parameter(np.zeros(g.shape)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = Variable(g.copy(), requires_grad=False)
+    return params
 
 
 # %%
-table = {name: (outcome(s, tp), outcome(s, torch)) for name, s in SCENARIOS.items()}
-for name, (ours, theirs) in table.items():
-    assert ours == theirs, (name, ours, theirs)
-    print(textwrap.fill(ours.replace("RuntimeError: ", "raises: "), 108, initial_indent=f"{name:33} ",
-                        subsequent_indent=" " * 34))
-assert {name: probe(torch, mode) for name, mode in MODES.items()} == mode_table
-assert table[".data changed after saving"][0] == "a.grad = [4.0, 6.0, 8.0]"  # 2a would be [2, 4, 6]
-print(f"\nthe modes table: {len(MODES)} modes x {len(mode_table['no_grad'])} answers, equal to torch's")
-print(f"PyTorch check passed: {len(table)} scenarios as torch's "
-      "(outcomes, errors, the .data wrong gradient)")
+for norm_type in (2, 1, math.inf):
+    ours, theirs = ours_params(full), torch_params(full)
+    total, total_t = clip_grad_norm_(ours, 0.01, norm_type), TU.clip_grad_norm_(theirs, 0.01, norm_type)
+    np.testing.assert_allclose(total.data, total_t.numpy(), rtol=1e-12)
+    assert float(total.data) > 0.01  # the clipping happened
+    for p, p_t in zip(ours, theirs):
+        np.testing.assert_allclose(p.grad.data, p_t.grad.numpy(), rtol=1e-12, atol=0)
+ours, theirs = ours_params(full), torch_params(full)
+clip_grad_value_(ours, 0.01), TU.clip_grad_value_(theirs, 0.01)
+assert any(np.abs(g).max() > 0.01 for g in full)  # some elements clamped
+assert all(np.array_equal(p.grad.data, p_t.grad.numpy()) for p, p_t in zip(ours, theirs))
+messages = []
+for clip, params in [(TU.clip_grad_norm_, torch_params), (clip_grad_norm_, ours_params)]:
+    try:
+        clip(params([np.array([np.nan, 4.0])]), 1.0, error_if_nonfinite=True)
+    except RuntimeError as error:
+        messages.append(str(error))
+assert len(messages) == 2 and messages[0] == messages[1]
+print("clip_grad_norm_ (norm_type 2, 1, inf): total norms and clipped gradients equal torch's")
+print("clip_grad_value_: equal; the non-finite error: torch's message")
+
+twin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2)).double()
+twin.load_state_dict({k: torch.from_numpy(v.data.copy()) for k, v in model.state_dict().items()})
+even = list(zip(np.split(x, k), np.split(t, k)))
+grads_t = torch_run(twin, even, k)[0]
+full_t = torch_run(twin, [(x, t)], 1)[0]
+for a, a_t, f_t in zip(run(model, even, k)[0], grads_t, full_t):
+    np.testing.assert_allclose(a, a_t, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(a, f_t, rtol=1e-12, atol=1e-15)
+print(f"{k} accumulated micro-batches: gradients equal the full batch's and torch's")
+
+bn_one = torch_run(bn_twin, [(x, t)], 1)
+bn_twin.load_state_dict({key: torch.from_numpy(value.data) for key, value in start.items()})
+torch_gaps = gaps(bn_one, torch_run(bn_twin, list(zip(np.split(x, 4), np.split(t, 4))), 4))
+np.testing.assert_allclose(ours_gaps, torch_gaps, rtol=1e-9)
+uneven_t = torch_run(twin, uneven, len(sizes))[0]
+np.testing.assert_allclose(uneven_gap, max(np.abs(w - f).max() for w, f in zip(uneven_t, full_t)),
+                           rtol=1e-9)
+print("BatchNorm: gradient and running_mean differences %.3g and %.3g in torch too" % torch_gaps)
+print("unequal micro-batches: %.3g in torch too" % uneven_gap)
+print("PyTorch check passed: clipping, accumulation and its two counterexamples equal torch's")
 
 # %% [markdown]
 # ## Recap
 #
-# - `set_grad_enabled(mode)` switches when called, and switches back at
-#   the end of a `with` block or a decorated call; `is_grad_enabled()`
-#   asks. `no_grad` and `enable_grad` nest, and decorate functions and
-#   generators (a generator's body runs in the mode, its caller does not).
-# - `requires_grad_(False)` freezes one tensor, where a mode freezes a
-#   thread.
-# - `inference_mode` is `no_grad` plus a promise: its tensors keep no
-#   version counter and no view record, so they may never be saved for
-#   backward, changed in place outside the mode, or made to require grad;
-#   `clone()` gives a normal tensor back.
-# - Every mode but anomaly mode is per thread: a new thread starts with
-#   grad mode on.
-# - `.data` and `.detach()` share the memory; only `.detach()` shares the
-#   version counter. A change through `.data` gives a wrong gradient
-#   silently; through `.detach()`, backward raises.
+# - `clip_grad_norm_` scales every gradient by
+#   $\min(m / (\|g\| + 10^{-6}), 1)$ ($m$ = `max_norm`, $g$ all gradients
+#   together), keeping the direction; it returns the norm before clipping.
+#   `clip_grad_value_` clamps each element and changes the direction.
+# - A NaN or infinite gradient makes every gradient NaN after clipping;
+#   `error_if_nonfinite=True` raises instead.
+# - Clip after `backward`, before `step`; with accumulation, after the
+#   last micro-batch's `backward`.
+# - $k$ micro-batches, each mean loss divided by $k$, `backward` each,
+#   one `step`: the big batch's gradient, as long as samples do not see
+#   each other (BatchNorm does) and the micro-batches are of equal size
+#   (otherwise sum the losses and divide by the number of samples).
+# - `nn.BatchNorm1d` has PyTorch's printout and state dict, with
+#   `num_batches_tracked` a 0-d int64 buffer.
 #
 # ## Exercises
 #
-# **1. Freeze the first layer.** In `nn.Sequential(nn.Linear(2, 3),
-# nn.Tanh(), nn.Linear(3, 1))`, freeze the first layer with
-# `requires_grad_(False)`, run a backward pass, and list which parameters
-# got a gradient.
+# **1. Clipping by hand.** Write `clip_by_hand(grads, max_norm,
+# norm_type)` with NumPy alone: a list of arrays in, the clipped list and
+# the total norm out. It must give `torch.nn.utils.clip_grad_norm_`'s
+# numbers for the 2-, 1- and inf-norms.
 
 # %% tags=["hide-cell"]
-def trained_names(model, x):
-    for p in model[0].parameters():
-        p.requires_grad_(False)
-    model(x).sum().backward()
-    return [name for name, p in model.named_parameters() if p.grad is not None]
+def clip_by_hand(grads, max_norm, norm_type=2.0):
+    flat = np.concatenate([g.ravel() for g in grads])
+    total = np.abs(flat).max() if norm_type == math.inf else (np.abs(flat) ** norm_type).sum() ** (1 / norm_type)
+    scale = min(max_norm / (total + 1e-6), 1.0)
+    return [g * scale for g in grads], total
 
 
-tp.manual_seed(0)
-frozen = tp.nn.Sequential(tp.nn.Linear(2, 3), tp.nn.Tanh(), tp.nn.Linear(3, 1))
-print(trained_names(frozen, tp.tensor([[0.5, -1.0]])))
+clipped, total = clip_by_hand(full, 0.1, 1)
+print("1-norm of the full batch's gradients:", round(float(total), 4))
 
 # %% [markdown]
-# **2. Features from inference mode, trained on.** A feature computed under
-# `inference_mode` cannot enter a product that is trained. Write
-# `head_gradient(x, w)`: the features `x * x` made in inference mode, then
-# the gradient of `sum(features * w)` with respect to `w`, using the fix the
-# error message suggests.
+# **2. Accumulating unequal micro-batches.** Write
+# `accumulate(model, x, t, sizes)`: micro-batches of the given sizes,
+# each loss a mean, weighted so that the gradients are those of the whole
+# batch's mean loss. (Hint: a micro-batch of $n_j$ samples weighs
+# $n_j / N$.)
 
 # %% tags=["hide-cell"]
-def head_gradient(x, w):
-    with tp.inference_mode():
-        features = x * x
-    (features.clone() * w).sum().backward()  # a normal tensor, which may be saved
-    return w.grad
+def accumulate(model, x, t, sizes):
+    model.zero_grad()
+    cuts = np.cumsum(sizes)[:-1]
+    for xb, tb in zip(np.split(x, cuts), np.split(t, cuts)):
+        (nn.MSELoss()(model(Variable(xb)), Variable(tb)) * (len(xb) / len(x))).backward()
+    return gradients(model)
 
 
-print(head_gradient(tp.tensor([1.0, -2.0, 3.0]), tp.tensor([0.5, 0.5, 0.5], requires_grad=True)))
+print("sizes 7, 4, 1 vs the full batch:",
+      below(max(np.abs(a - f).max() for a, f in zip(accumulate(model, x, t, [7, 4, 1]), full_t)), 1e-12))
 
 # %% [markdown]
-# **3. Predictions batch by batch.** Write a generator `predictions(model,
-# batches)`, decorated with `@tp.no_grad()`, that yields the model's output
-# for each batch. Check that the outputs record nothing, and that a loss
-# the caller computes between two batches still records.
+# **3. Clip once, not per micro-batch.** With accumulation, clip after
+# the last `backward`. Write `clip_each(model, parts, k, max_norm)`, which
+# clips after *every* micro-batch's backward instead, and compare with
+# clipping the accumulated gradient once. Which one equals clipping the
+# full batch's gradient?
 
 # %% tags=["hide-cell"]
-@tp.no_grad()
-def predictions(model, batches):
-    for batch in batches:
-        yield model(batch)
+def clip_each(model, parts, k, max_norm):
+    model.zero_grad()
+    for xb, tb in parts:
+        (nn.MSELoss()(model(Variable(xb)), Variable(tb)) / k).backward()
+        clip_grad_norm_(model.parameters(), max_norm)
+    return gradients(model)
 
 
-model = tp.nn.Linear(2, 1)
-batches = [tp.tensor([[1.0, 2.0]]), tp.tensor([[3.0, 4.0]])]
-for out in predictions(model, batches):
-    caller_loss = (model(batches[0]) - out).sum()  # the caller, between two batches
-    print("output records:", out.requires_grad, "| the caller's loss records:", caller_loss.requires_grad)
+once = clip_by_hand(run(model, even, k)[0], 0.02)[0]
+each = clip_each(model, even, k, 0.02)
+print("clipped once vs the full batch clipped:",
+      below(max(np.abs(a - b).max() for a, b in zip(once, clip_by_hand(full, 0.02)[0])), 1e-12))
+print("clipped per micro-batch vs once: max |difference| %.3g" % max(np.abs(a - b).max() for a, b in zip(each, once)))

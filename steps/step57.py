@@ -1,356 +1,565 @@
 # %% [markdown]
-# # Step 57: Dtypes and type promotion, PyTorch's rules
+# # Step 57: Every gradient mode
 #
-# Every tensor has a dtype, and when two dtypes meet in one operation
-# something must decide the dtype of the result. NumPy and PyTorch decide
-# differently, and until now the package let NumPy decide: its arrays did
-# the arithmetic. Most of the time nobody notices. But a float32 model
-# whose activations quietly become float64 takes twice the memory, and
-# autocast (step 59) casts only float32: a model built of float64 modules
-# it leaves alone. This step gives the package PyTorch's three rules, in
-# one module that every operation asks (`tinypytorch.dtypes`): the
-# **default dtype**, the **category lattice** of dtypes, and the three
-# **ranks** of operands.
+# Step 18 gave the framework one switch, `no_grad`: inside it, operations
+# record no graph. PyTorch has a family of them: `set_grad_enabled`, which
+# is a call, a block and a decorator at once; `enable_grad`, which turns
+# recording back on inside `no_grad`; decorators that also work on
+# generators; and `inference_mode`, a stricter `no_grad` whose tensors skip
+# even the bookkeeping of steps 36 and 37 (version counters and views).
+# Every one of them belongs to the thread that set it. This step walks
+# through them all, in the one file of the package where they live,
+# `tinypytorch/grad_mode.py`, shown part by part, then whole. It ends with the
+# oldest trap in PyTorch: `.data` against `.detach()`.
 
 # %%
+import re
 import textwrap
+import threading
 
 import matplotlib.pyplot as plt
 import numpy as np
+import torch
 
 import tinypytorch as tp
-from tinypytorch import dtypes, nn
-from tinypytorch.core import Function
+from tinypytorch import grad_mode
 from tinypytorch.utils.listing import show_code
 
-# %% [markdown]
-# ## The default dtype
-#
-# NumPy makes a float64 array of Python floats; PyTorch makes float32,
-# its *default dtype*, for Python floats, for new tensors (`ones`, `rand`)
-# and for the parameters of its modules. Half the bytes of float64, and
-# enough for training: float32 keeps about seven decimal digits. An
-# array handed over keeps its own dtype.
-#
-# A dtype of the package is PyTorch's kind of object: one per dtype
-# (`x.dtype is tp.float32`), printed as PyTorch prints it,
-# `torch.float32`. It holds NumPy's dtype (`tp.float32.dtype`), which the
-# arrays underneath use, and NumPy takes it wherever a dtype goes.
+torch.set_num_threads(1)
 
-# %%
-print("np.array([1.5, 2.0]):         ", np.array([1.5, 2.0]).dtype)
-print("tp.tensor([1.5, 2.0]):        ", tp.tensor([1.5, 2.0]).dtype)
-print("tp.ones(2), nn.Linear's weight:", tp.ones(2).dtype, nn.Linear(2, 3).weight.dtype)
-print("tp.from_numpy(np.ones(2)):    ", tp.from_numpy(np.ones(2)).dtype)
-
-# %% [markdown]
-# `set_default_dtype` changes it for everything made afterwards, as
-# `torch.set_default_dtype` does. The pages of steps 52 to 55 start with
-# `set_default_dtype(float64)`: their checks against PyTorch then hold to
-# $10^{-12}$ rather than float32's $10^{-6}$.
-
-# %%
-tp.set_default_dtype(tp.float64)
-print("under float64:", tp.tensor([1.5]).dtype, nn.Linear(2, 3).weight.dtype)
-tp.set_default_dtype(tp.float32)
-
-# %% [markdown]
-# ## Categories first
-#
-# The dtypes fall into four categories, ordered: bool < integers <
-# floating point < complex. Two dtypes of one category promote to the
-# smaller one that holds both (`int8` and `uint8` to `int16`). Two of
-# different categories promote to the higher category's dtype, whatever
-# the widths: `int64` with `float16` gives `float16`. NumPy looks at the
-# widths too, and gives `float64`, the float it counts as wide enough for
-# any int64.
-
-# %%
-pairs = [("int8", "uint8"), ("int64", "float16"), ("int32", "float32"),
-         ("bool", "int8"), ("float16", "float32")]
-print(f"{'':18}{'promote_types':>15}{'NumPy':>10}")
-for a, b in pairs:
-    print(f"{a + ', ' + b:18}{str(tp.promote_types(a, b)):>15}{str(np.promote_types(a, b)):>10}")
 
 # %% tags=["hide-input"]
-LATTICE = {"bool": ["bool"], "integer": ["uint8", "int8", "int16", "int32", "int64"],
-           "floating": ["float16", "float32", "float64"], "complex": ["complex64", "complex128"]}
+def key(error):
+    """An error's type and the key phrase of its message: the words before the first '.' or ':'."""
+    return f"{type(error).__name__}: {re.split(r'[.:]', str(error))[0]}"
 
 
-def lattice_picture():
-    """The dtypes by category (columns) and width (rows), and where two of them promote to."""
-    fig, axis = plt.subplots(figsize=(8, 3.5))
-    place = {}  # dtype -> where its name is drawn
-    for column, (category, names) in enumerate(LATTICE.items()):
-        for name in names:
-            bits = np.dtype(name).itemsize * 8
-            x = column + {"uint8": -0.22, "int8": 0.22}.get(name, 0.0)  # the two 8-bit integers side by side
-            place[getattr(tp, name)] = (x, np.log2(bits) - 3)
-            axis.text(x, np.log2(bits) - 3, name, ha="center", va="center", fontsize=9,
-                      bbox={"boxstyle": "round", "fc": f"C{column}", "alpha": 0.25})
-        axis.text(column, -0.85, category, ha="center", fontsize=10, weight="bold")
-    for a, b, color in [(tp.uint8, tp.int8, "C1"), (tp.int64, tp.float16, "C3")]:
-        result = tp.promote_types(a, b)
-        for start in (a, b):
-            if start is not result:
-                axis.annotate("", xy=place[result], xytext=place[start], arrowprops={
-                    "arrowstyle": "->", "color": color, "lw": 1.5, "shrinkA": 12, "shrinkB": 12})
-    axis.annotate("", xy=place[tp.float64], xytext=place[tp.int64], arrowprops={
-        "arrowstyle": "->", "color": "0.5", "ls": "--", "shrinkA": 12, "shrinkB": 12})
-    axis.text(1.35, 0.5, "uint8, int8 -> int16", color="C1", fontsize=9)
-    axis.text(2.3, 1.0, "int64, float16 -> float16", color="C3", fontsize=9, va="center")
-    axis.text(1.5, 3.25, "NumPy: float64", color="0.4", fontsize=9, ha="center")
-    axis.set_yticks(range(5), [f"{2 ** (k + 3)} bits" for k in range(5)], fontsize=8)
-    axis.set(xlim=(-0.5, 3.5), ylim=(-1.1, 4.5), xticks=[],
-             title="promote_types: the higher category wins, then the wider dtype within it")
-    for side in ("top", "right", "bottom"):
-        axis.spines[side].set_visible(False)
+# %% [markdown]
+# ## One home for every mode
+#
+# A mode is a flag that operations read before they act. The package keeps
+# all of them in one module that imports nothing else of the package, so
+# that every other module may ask it. Each flag lives on a
+# `threading.local` object: a thread sees its own value, starting from the
+# class's default. Step 18's `Config.enable_backprop` is the grad mode,
+# and `Config = _Config()` its one instance:
+
+# %%
+show_code(grad_mode._Config)
+
+# %% [markdown]
+# ## set_grad_enabled: a call, a block, a decorator
+#
+# `no_grad` and `enable_grad` save the old flag on entering and put it
+# back on leaving, so they nest. `set_grad_enabled(mode)` does its switch
+# in `__init__`: called bare, it switches at once and stays switched;
+# used in `with`, it also switches back at the end.
+
+# %%
+show_code(grad_mode.no_grad, grad_mode.enable_grad, grad_mode.is_grad_enabled, grad_mode.set_grad_enabled)
+
+# %%
+w = tp.tensor([1.0, 2.0], requires_grad=True)
+tp.set_grad_enabled(False)  # a call: off until switched back
+print("after the call:  ", tp.is_grad_enabled(), (w * 2).requires_grad)
+tp.set_grad_enabled(True)
+with tp.set_grad_enabled(False):
+    with tp.enable_grad():
+        print("enable_grad inside:", tp.is_grad_enabled(), (w * 2).requires_grad)
+    print("in the block:    ", tp.is_grad_enabled())
+print("after the block: ", tp.is_grad_enabled())
+
+# %% [markdown]
+# `requires_grad_` is the other switch, on a tensor rather than a thread:
+# `w.requires_grad_(False)` freezes `w` (nothing computed from it alone
+# records), the everyday way to fine-tune part of a model.
+
+# %%
+w.requires_grad_(False)
+print("frozen:", (w * 2).requires_grad, "| again:", (w.requires_grad_() * 2).requires_grad)
+
+# %% [markdown]
+# ## Modes as decorators, on functions and generators
+#
+# `@no_grad` (bare or called) wraps a function so that each call runs in a
+# fresh copy of the mode. A generator is subtler: its body runs a piece
+# at a time, and the caller runs in between. PyTorch enters the mode
+# around each piece only, so the caller's own code between two `next`
+# calls records as usual.
+
+# %%
+show_code(grad_mode._DecoratorContextManager)
+
+# %% [markdown]
+# `_wrap_generator` steps the generator by hand: a fresh copy of the mode
+# around each `next`, `send`, `throw` and `close`, and none around the
+# `yield` that hands a value to the caller.
+
+
+# %%
+@tp.no_grad()
+def steps():
+    seen = yield tp.is_grad_enabled()
+    yield seen
+
+
+it = steps()
+inside = next(it)
+between = tp.is_grad_enabled()  # the caller, between two steps
+print("inside the generator:", inside, "| the caller, between:", between, "| sent back:", it.send(between))
+
+
+# %% tags=["hide-input"]
+def generator_picture():
+    """When grad mode is on, along a generator decorated with @no_grad: on in the caller, off in each step."""
+    fig, axis = plt.subplots(figsize=(8, 1.2))
+    spans = [("caller", 0, 1, True), ("next(): body", 1, 2, False), ("caller", 2, 3, True),
+             ("send(): body", 3, 4, False), ("caller", 4, 5, True)]
+    for label, a, b, on in spans:
+        axis.barh(0, b - a, left=a, color="C2" if on else "0.85", edgecolor="white")
+        axis.text((a + b) / 2, 0, f"{label}\n{'records' if on else 'no_grad'}", ha="center", va="center",
+                  fontsize=8.5)
+    axis.set(xlim=(0, 5), ylim=(-0.5, 0.5))
+    axis.axis("off")
+    axis.set_title("@no_grad on a generator: the mode is on only while the body runs (green: grad mode on)",
+                   fontsize=9.5)
     fig.tight_layout()
     plt.show()
 
 
-lattice_picture()
+generator_picture()
 
 # %% [markdown]
-# ## Three ranks of operands
+# ## inference_mode: no graph, and no bookkeeping either
 #
-# The second rule is about *which operands count*. PyTorch ranks them: a
-# tensor with dimensions, then a 0-d tensor, then a Python number. Each
-# rank is promoted on its own, and a lower rank changes the result only
-# if its category is higher than the ranks above it. So a 0-d float64
-# tensor (a loss scale, a learning rate kept as a tensor) leaves a
-# float32 tensor float32: it is only a number that happens to be stored
-# as a tensor. And an int64 tensor times 0.5 becomes float, but the
-# default float: a Python float counts as float32.
+# `no_grad` stops the graph, but every new tensor still gets a version
+# counter (step 36) and every view a record of its base (step 37), in case
+# it is used later in a computation that records. `inference_mode`
+# promises that it will not be: tensors made inside are *inference
+# tensors*, with neither. Inside the mode even `enable_grad` records
+# nothing; `inference_mode(False)` turns both off again. The counter of
+# open blocks is a speed shortcut: while no thread is in the mode, making
+# a tensor does not read the thread-local flag (`InferenceMode.enabled`).
+
+# %%
+show_code(grad_mode.inference_mode)
+
+# %%
+w = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+with tp.inference_mode():
+    x = w * 2
+    print("made inside:", "is_inference", x.is_inference(), "| requires_grad", x.requires_grad,
+          "| counter", x.version_counter, "| a view's record", x[0:2].view_record)
+print("a normal tensor's view outside keeps a record:", w[0:2].view_record is not None)
+
+# %% [markdown]
+# The promise is enforced: with no counter, backward could not tell if an
+# inference tensor had changed since it was saved, so PyTorch refuses to
+# save one, to change one in place outside the mode, or to make one
+# require grad (nor does it give its `_version`). The package raises the
+# same errors, in PyTorch's words:
+
+# %%
+attempts = [lambda fw, x: x * fw.tensor([1.0, 1.0, 1.0], requires_grad=True),  # saves x for w's gradient
+            lambda fw, x: x.add_(1)]  # an in-place change outside the mode
+for attempt in attempts:
+    for fw in (torch, tp):
+        with fw.inference_mode():
+            x = fw.tensor([1.0, 2.0, 3.0])
+        try:
+            attempt(fw, x)
+        except RuntimeError as error:
+            lines = textwrap.wrap(str(error), 94)
+            print(f"{fw.__name__:12}", lines[0], *(f"\n{'':12} {line}" for line in lines[1:]))
+    print()
+
+# %% [markdown]
+# Only the path of a file differs (`tinypytorch.no_grad()` where torch
+# says `torch.no_grad()`). What *is* allowed outside the mode: using an
+# inference tensor where nothing is saved of it (`x + w`), and
+# `x.clone()`, a normal tensor with a fresh counter.
 #
-# NumPy 2 ranks only Python numbers below arrays ("weak" scalars); a 0-d
-# array counts like any array, and an integer array that meets a float
-# becomes float64.
+# A view of a *normal* tensor made inside the mode is not an inference
+# tensor: it shares its base's counter and requires grad as its base
+# does. But nothing recorded how it was made, so outside the mode, where
+# recording is on, PyTorch forbids changing it in place ("A view was
+# created in inference mode and is being modified inplace in normal
+# mode"); the package too (the check at the end asks both).
 
-# %%
-v32, v16 = np.ones(3, np.float32), np.ones(3, np.float16)
-i64, i32 = np.arange(3), np.arange(3, dtype=np.int32)
-cases = {  # written once, each side computed by its library
-    "float32 vector * 0-d float64": (v32, np.array(2.0)),
-    "int64 vector * 0.5": (i64, 0.5),
-    "float16 vector + 0-d float32": (v16, np.array(1.0, np.float32)),
-    "int32 vector + 0-d int64": (i32, np.array(5)),
-    "int64 vector * 0-d float64": (i64, np.array(2.5)),
-    "bool vector + 1": (np.array([True, False]), 1),
-}
-
-
-def ours(a, b):
-    return tp.from_numpy(a) * (b if isinstance(b, (int, float)) else tp.from_numpy(b))
-
-
-print(f"{'':30}{'NumPy':>10}{'tinypytorch':>15}")
-for name, (a, b) in cases.items():
-    print(f"{name:30}{str((a * b).dtype):>10}{str(ours(a, b).dtype):>15}")
-
-# %% [markdown]
-# The rule in the package, `promote_ranks`, takes each operand as a
-# (dtype, rank) pair, the dtype its array's (NumPy's: inside, the package
-# works with those, and `promote` is `promote_types` on them); `_combine`
-# says when a lower rank counts:
-
-# %%
-show_code(dtypes.promote_ranks, dtypes._combine, step=57)
-
-# %% [markdown]
-# ## Where the operations ask
-#
-# An element-wise operation of several inputs (`+`, `*`, `/`, `**`,
-# `maximum`, `where`) sets `promotes = True`. When its inputs' dtypes
-# differ, `Function.__call__` hands them to `promoted` before the
-# forward runs, so that NumPy only ever computes on arrays of one dtype,
-# the one PyTorch's rule chose. An input of another dtype is replaced by
-# a stand-in: the cast array, with the input's place in the graph and its
-# version counter, so a saved tensor still notices an in-place change of
-# the input (step 36). Inputs of one dtype, nearly every call, skip it.
-
-# %%
-show_code(Function.promoted, step=57)
-
-# %% [markdown]
-# Three more of PyTorch's rules follow from the same module. A floating
-# operation (`exp`, `sqrt`, `sigmoid`, true division) of integers gives
-# the default float. A matrix product does not promote at all: mixed
-# dtypes are refused, since a silent cast of a large matrix is costly.
-# And an in-place operation may not cast its result *down* a category:
-# an integer tensor cannot hold `x + 1.5`.
-
-# %%
-i = tp.tensor([1, 2, 3])
-print("exp(int64):", tp.exp(i).dtype, "| int64 / int64:", (i / i).dtype, "| int64 // 2:", (i // 2).dtype)
-for attempt in (lambda: tp.ones(2, 2) @ tp.ones(2, 2, dtype=tp.float64), lambda: i.add_(1.5),
-                lambda: i.mean()):
+# %% tags=["hide-input"]
+def probe(fw, mode):
+    """What a mode does, asked of the framework: five yes/no answers."""
+    w = fw.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    with mode(fw):
+        y = w * 2
+        view = y[0:2]
     try:
-        attempt()
-    except RuntimeError as error:
-        print(textwrap.fill(f"RuntimeError: {error}", 104, subsequent_indent="    "))
-
-# %% [markdown]
-# ## What the ranks save
-#
-# A float32 network that multiplies its activations by a 0-d float64
-# tensor keeps them float32 under PyTorch's rule; NumPy's would make
-# every activation after it float64. Measured on one layer's output,
-# 256 rows of 512:
-
-# %% tags=["hide-input"]
-def activation_bytes():
-    layer = nn.Linear(512, 512)
-    h = layer(tp.ones(256, 512))
-    scale = tp.tensor(0.5, dtype=tp.float64)
-    return {"PyTorch's rule": (h * scale).data.nbytes, "NumPy's rule": (h.data * scale.data).nbytes}
+        counted = y._version == 0
+    except RuntimeError:
+        counted = False
+    try:
+        (y * fw.tensor([1.0, 1.0, 1.0], requires_grad=True)).sum().backward()
+        savable = True
+    except RuntimeError:
+        savable = False
+    return {"records a graph": y.grad_fn is not None,
+            "counts versions": counted, "views keep their base": view._base is not None,
+            "may be saved later": savable, "inference tensors": y.is_inference()}
 
 
-def bytes_picture(sizes):
-    fig, axis = plt.subplots(figsize=(8, 2.4))
-    names = list(sizes)
-    axis.barh(names, [sizes[n] / 2**10 for n in names], color=["C0", "C3"])
-    for row, name in enumerate(names):
-        axis.text(sizes[name] / 2**10, row, f"  {sizes[name] // 2**10:,} KiB", va="center")
-    axis.set(xlabel="KiB of h * 0-d float64 scale (h: float32, 256 x 512)", xlim=(0, 1400))
-    axis.invert_yaxis()
+MODES = {"grad enabled": lambda fw: fw.enable_grad(), "no_grad": lambda fw: fw.no_grad(),
+         "inference_mode": lambda fw: fw.inference_mode()}
+
+
+def modes_picture(table):
+    """The modes (rows) against what each does (columns): green yes, grey no."""
+    columns = list(next(iter(table.values())))
+    fig, axis = plt.subplots(figsize=(8, 2.2))
+    for r, (mode, answers) in enumerate(table.items()):
+        axis.text(-0.1, -r, mode, ha="right", va="center", fontsize=9, family="monospace")
+        for c, column in enumerate(columns):
+            axis.add_patch(plt.Rectangle((c + 0.05, -r - 0.4), 0.9, 0.8, color="C2" if answers[column] else "0.85"))
+            axis.text(c + 0.5, -r, "yes" if answers[column] else "no", ha="center", va="center", fontsize=9)
+    for c, column in enumerate(columns):
+        axis.text(c + 0.5, 0.6, column.replace(" ", "\n", 1), ha="center", va="bottom", fontsize=8.5)
+    axis.set(xlim=(-1.6, len(columns)), ylim=(-len(table) + 0.4, 1.6))
+    axis.axis("off")
     fig.tight_layout()
     plt.show()
 
 
-sizes = activation_bytes()
-bytes_picture(sizes)
+mode_table = {name: probe(tp, mode) for name, mode in MODES.items()}
+modes_picture(mode_table)
+
+# %% [markdown]
+# Each cell above was asked of the package just now (the check at the end
+# asks torch the same). `no_grad` and `inference_mode` differ only in the
+# three right-hand columns: what a tensor made in the mode may do later.
+# What the bookkeeping saved costs in time is measured in
+# `bench/results/grad_modes.md`, a forward pass of a small MLP in each
+# mode, against torch's.
+#
+# ## A mode belongs to its thread
+#
+# Because each flag is a `threading.local`, a thread started inside
+# `no_grad` does not inherit it: it starts from the default, grad mode on,
+# as in PyTorch. (Anomaly mode, step 39, is the one process-wide switch.)
+
+# %%
+def seen_in_a_thread(fw):
+    seen = {}
+
+    def look(name):  # grad mode on? does w * 2 record?
+        seen[name] = fw.is_grad_enabled(), (fw.tensor([1.0], requires_grad=True) * 2).requires_grad
+
+    with fw.no_grad():
+        thread = threading.Thread(target=look, args=("worker",))
+        thread.start()
+        thread.join()
+        look("main")
+    return seen
+
+
+print("tinypytorch:", seen_in_a_thread(tp), "\ntorch:      ", seen_in_a_thread(torch))
+
+
+# %% tags=["hide-input"]
+def threads_picture(seen):
+    """Each thread's own flag: the main thread inside no_grad, the worker at the default."""
+    fig, axis = plt.subplots(figsize=(8, 1.7))
+    for row, name in enumerate(("main", "worker")):
+        on, records = seen[name]
+        axis.barh(-row, 4, left=1, color="C2" if on else "0.85")
+        axis.text(3, -row, f"Config.enable_backprop = {on}: w * 2 {'records' if records else 'records nothing'}",
+                  ha="center", va="center", fontsize=9)
+        axis.text(0.9, -row, f"{name} thread", ha="right", va="center", fontsize=9, family="monospace")
+    axis.annotate("", xy=(2, -0.7), xytext=(2, -0.3), arrowprops=dict(arrowstyle="->", color="0.4"))
+    axis.text(2.05, -0.5, "start(): the flag is not copied", fontsize=8, color="0.4", va="center")
+    axis.set(xlim=(-0.4, 5.2), ylim=(-1.5, 0.5))
+    axis.axis("off")
+    axis.set_title("a threading.local flag per thread (green: grad mode on)", fontsize=9.5)
+    fig.tight_layout()
+    plt.show()
+
+
+threads_picture(seen_in_a_thread(tp))
+
+# %% [markdown]
+# ## .data against .detach()
+#
+# Both give the tensor's values without its history, sharing the same
+# memory. The difference is the version counter. `.detach()` is a new
+# tensor that *shares* the counter (step 36), so a change through it is
+# seen by every graph that saved the original. `.data` escapes the counter:
+# in PyTorch it is a tensor with a counter of its own; in tinypytorch it is
+# the array itself. Here `b` is saved by `b * b`, then changed by 1:
+
+# %%
+def through_data(fw):
+    a = fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=True)
+    b = a * 1
+    c = (b * b).sum()  # saves b: dc/da = 2b
+    b.data += 1  # nothing counts this change
+    c.backward()
+    return a.grad
+
+
+def through_detach(fw):
+    a = fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=True)
+    b = a * 1
+    c = (b * b).sum()
+    b.detach().add_(1)  # the shared counter goes to 1
+    c.backward()
+
+
+for fw in (torch, tp):
+    try:
+        through_detach(fw)
+    except RuntimeError as error:
+        found = [re.search(p, str(error)).group() for p in ("modified by an inplace operation",
+                                                            r"is at version \d+; expected version \d+")]
+        print(f"{fw.__name__:11} .detach(): raises '... {found[0]} ... {found[1]}'")
+    grad = np.asarray(through_data(fw).detach()).tolist()
+    print(f"{fw.__name__:11} .data:      a.grad = {grad}, silently")
+print("the right gradient, 2a:", [2.0, 4.0, 6.0])
+
+
+# %% tags=["hide-input"]
+def data_detach_picture():
+    """b, b.detach() and b.data: one array, and which of them share b's version counter."""
+    fig, axis = plt.subplots(figsize=(8, 2.1))
+    axis.add_patch(plt.Rectangle((3.2, 0.8), 1.6, 0.6, color="C0", alpha=0.3))
+    axis.text(4.0, 1.1, "the array [2, 3, 4]", ha="center", va="center", fontsize=9)
+    axis.add_patch(plt.Rectangle((3.2, -0.9), 1.6, 0.6, color="C1", alpha=0.3))
+    axis.text(4.0, -0.6, "b's version counter: 1", ha="center", va="center", fontsize=9)
+    for x, name, counted in [(1.0, "b.detach()", True), (4.0, "b (saved at version 0)", True),
+                             (7.0, "b.data", False)]:
+        axis.text(x, 0.25, name, ha="center", va="center", fontsize=9, family="monospace",
+                  bbox=dict(boxstyle="round", fc="white", ec="0.5"))
+        axis.annotate("", xy=(4.0 + (x - 4) * 0.2, 0.8), xytext=(x, 0.45), arrowprops=dict(arrowstyle="->"))
+        if counted:
+            axis.annotate("", xy=(4.0 + (x - 4) * 0.2, -0.3), xytext=(x, 0.05), arrowprops=dict(arrowstyle="->",
+                                                                                                 color="C1"))
+    axis.text(7.0, -0.3, "no counter of b's:\nthe change goes unseen", ha="center", va="center", fontsize=8.5,
+              color="C3")
+    axis.text(1.0, -0.3, "shares it: backward\nsees version 1, raises", ha="center", va="center", fontsize=8.5,
+              color="C1")
+    axis.set(xlim=(-0.3, 8.3), ylim=(-1.1, 1.6))
+    axis.axis("off")
+    fig.tight_layout()
+    plt.show()
+
+
+data_detach_picture()
+
+# %% [markdown]
+# The `.data` gradient is $2(a + 1)$, computed from the changed `b`: wrong
+# by exactly the change, and nothing warns. Use `.detach()` (or a `no_grad`
+# block) to change a tensor outside the graph, and let the counter catch
+# the mistake.
+#
+# ## The whole home
+#
+# The other modes of the package live in the same file, each taught in its
+# step: formulas on bare arrays (the engine's speed path, step 33),
+# saved-tensor hooks (step 38), anomaly mode (step 39) and recomputation
+# (steps 42 to 47). Here is the file whole, top to bottom, with the parts
+# shown above in their places (folded: open it to read):
+
+# %% tags=["hide-output"]
+show_code(grad_mode)
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# Every pair of operand kinds (seven dtypes, each as a vector, a 0-d
-# tensor and a Python number of its category) under `+`, `*`, `/` and
-# `==`, in both frameworks: the result's dtype and values. The tests run
-# every operation of the package's table, and the lattice, in full.
+# Every scenario of the page, run in both frameworks: what it records, the
+# `requires_grad` and `is_inference` of its result, the error it raises and
+# its key phrase, the `.data` gradient. The collapsed cell writes the
+# scenarios once, for a framework `fw`.
 
-# %% tags=["hide-input"]
-import torch  # noqa: E402
-
-DTYPES = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]
-NUMBERS = {"b": True, "u": 3, "i": 3, "f": 2.5}
-OPS = {"+": lambda a, b: a + b, "*": lambda a, b: a * b, "/": lambda a, b: a / b, "==": lambda a, b: a == b}
+# %% tags=["hide-cell"]
+def v(fw, grad=False):
+    return fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=grad)
 
 
-def operand(fw, dtype, kind):
-    """A vector, a 0-d tensor, or a Python number of `dtype`'s category, in framework `fw`."""
-    if kind == "number":
-        return NUMBERS[np.dtype(dtype).kind]
-    shape = (3,) if kind == "vector" else ()
-    values = np.full(shape, 1, dtype=dtype) if dtype == "bool" else np.arange(1, 4)[:3 if shape else 1].reshape(shape)
-    return fw.tensor(values.astype(dtype), dtype=getattr(fw, dtype))
+def inference(fw):
+    with fw.inference_mode():
+        return v(fw)
 
 
-def both(op, left, right):
-    """The result in each framework: (dtype name, values), or the error's type."""
-    results = []
-    for fw in (tp, torch):
-        try:
-            y = OPS[op](operand(fw, *left), operand(fw, *right))
-            results.append((str(y.dtype), np.asarray(y.detach() if fw is torch else y.data)))
-        except (RuntimeError, TypeError) as error:
-            results.append(type(error).__name__)
-    return results
+def state(y):
+    return f"requires_grad={y.requires_grad}, grad_fn={'None' if y.grad_fn is None else 'set'}, " \
+           f"is_inference={y.is_inference()}"
 
 
-equal = 0
-for op in OPS:
-    for left in [(d, k) for d in DTYPES for k in ("vector", "scalar")]:
-        for right in [(d, k) for d in DTYPES for k in ("vector", "scalar", "number")]:
-            ours_, theirs_ = both(op, left, right)
-            assert type(ours_) is type(theirs_), (op, left, right, ours_, theirs_)
-            if isinstance(ours_, tuple):
-                assert ours_[0] == theirs_[0], (op, left, right, ours_[0], theirs_[0])
-                np.testing.assert_array_equal(ours_[1], theirs_[1].astype(ours_[1].dtype))
-            equal += 1
-assert sizes == {"PyTorch's rule": 256 * 512 * 4, "NumPy's rule": 256 * 512 * 8}
-print(f"{equal} combinations of operation, dtype and rank: result dtypes and values equal torch's")
-print("PyTorch check passed: type promotion, dtype by dtype and rank by rank, equals torch.result_type")
+def view_made_inside(fw):
+    w = v(fw, True)
+    with fw.inference_mode():
+        return w[0:2]
+
+
+def a_thread(fw):
+    on, records = seen_in_a_thread(fw)["worker"]
+    return f"grad mode in the thread: {on}, records: {records}"
+
+
+def set_grad_enabled_call(fw):
+    fw.set_grad_enabled(False)
+    try:
+        return state(v(fw, True) * 2)
+    finally:
+        fw.set_grad_enabled(True)
+
+
+def in_block(fw, mode):
+    with mode(fw):
+        y = v(fw, True) * 2
+    return state(y)
+
+
+def decorated(fw):
+    return fw.no_grad()(lambda: state(v(fw, True) * 2))()
+
+
+def on_a_generator(fw):
+    gen = fw.no_grad()(lambda: (yield fw.is_grad_enabled()))  # noqa: PLC3002 (a generator function, on the spot)
+    it = gen()
+    return f"grad mode inside: {next(it)}, in the caller: {fw.is_grad_enabled()}"
+
+
+SCENARIOS = {
+    "set_grad_enabled(False), called": set_grad_enabled_call,
+    "set_grad_enabled(False), block": lambda fw: in_block(fw, lambda fw: fw.set_grad_enabled(False)),
+    "enable_grad inside no_grad": lambda fw: in_block(fw, lambda fw: _both(fw.no_grad(), fw.enable_grad())),
+    "@no_grad on a function": decorated,
+    "@no_grad on a generator": on_a_generator,
+    "requires_grad_(False)": lambda fw: state(v(fw, True).requires_grad_(False) * 2),
+    "no_grad": lambda fw: in_block(fw, lambda fw: fw.no_grad()),
+    "inference_mode": lambda fw: in_block(fw, lambda fw: fw.inference_mode()),
+    "enable_grad in inference_mode": lambda fw: in_block(fw, lambda fw: _both(fw.inference_mode(),
+                                                                                   fw.enable_grad())),
+    "inference: _version": lambda fw: inference(fw)._version,
+    "inference: saved for backward": lambda fw: inference(fw) * v(fw, True),
+    "inference: add_ outside": lambda fw: inference(fw).add_(1),
+    "inference: requires_grad_ outside": lambda fw: inference(fw).requires_grad_(),
+    "inference: + outside": lambda fw: state(inference(fw) + v(fw, True)),
+    "inference: clone()": lambda fw: state(inference(fw).clone()),
+    "a normal tensor's view made inside": lambda fw: state(view_made_inside(fw)),
+    "that view changed in place outside": lambda fw: view_made_inside(fw).mul_(2),
+    "a thread under no_grad": a_thread,
+    ".data changed after saving": lambda fw: f"a.grad = {np.asarray(through_data(fw).detach()).tolist()}",
+    ".detach() changed after saving": through_detach,
+}
+
+
+class _both:
+    """Two modes entered as one block (the second inside the first)."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __enter__(self):
+        self.first.__enter__()
+        self.second.__enter__()
+
+    def __exit__(self, *exc_info):
+        self.second.__exit__(*exc_info)
+        self.first.__exit__(*exc_info)
+
+
+def outcome(scenario, fw):
+    """What the scenario gives: its result, or its error's type and key phrase."""
+    try:
+        result = scenario(fw)
+    except RuntimeError as error:
+        return key(error)
+    finally:  # a scenario leaves no mode on
+        assert fw.is_grad_enabled() and not fw.is_inference_mode_enabled()
+    return state(result) if isinstance(result, (torch.Tensor, tp.Variable)) else str(result)
+
+
+# %%
+table = {name: (outcome(s, tp), outcome(s, torch)) for name, s in SCENARIOS.items()}
+for name, (ours, theirs) in table.items():
+    assert ours == theirs, (name, ours, theirs)
+    print(textwrap.fill(ours.replace("RuntimeError: ", "raises: "), 108, initial_indent=f"{name:33} ",
+                        subsequent_indent=" " * 34))
+assert {name: probe(torch, mode) for name, mode in MODES.items()} == mode_table
+assert table[".data changed after saving"][0] == "a.grad = [4.0, 6.0, 8.0]"  # 2a would be [2, 4, 6]
+print(f"\nthe modes table: {len(MODES)} modes x {len(mode_table['no_grad'])} answers, equal to torch's")
+print(f"PyTorch check passed: {len(table)} scenarios as torch's "
+      "(outcomes, errors, the .data wrong gradient)")
 
 # %% [markdown]
 # ## Recap
 #
-# - PyTorch's default dtype is float32 (`get_default_dtype`,
-#   `set_default_dtype`): Python floats, new tensors and module
-#   parameters; an array handed over keeps its dtype.
-# - `promote_types`: the category first (bool < integer < floating <
-#   complex), then the width within it. `int64` with `float16` is
-#   `float16`, where NumPy gives `float64`.
-# - `result_type`: dimensioned tensors over 0-d tensors over Python
-#   numbers; a lower rank counts only with a higher category. A 0-d
-#   float64 tensor leaves a float32 tensor float32.
-# - Floating operations of integers give the default float; matrix
-#   products refuse mixed dtypes; an in-place result may not go down a
-#   category.
-# - The package asks one module, `tinypytorch.dtypes`, from every
-#   operation (`promotes`, `Function.__call__`), never NumPy's promotion.
+# - `set_grad_enabled(mode)` switches when called, and switches back at
+#   the end of a `with` block or a decorated call; `is_grad_enabled()`
+#   asks. `no_grad` and `enable_grad` nest, and decorate functions and
+#   generators (a generator's body runs in the mode, its caller does not).
+# - `requires_grad_(False)` freezes one tensor, where a mode freezes a
+#   thread.
+# - `inference_mode` is `no_grad` plus a promise: its tensors keep no
+#   version counter and no view record, so they may never be saved for
+#   backward, changed in place outside the mode, or made to require grad;
+#   `clone()` gives a normal tensor back.
+# - Every mode but anomaly mode is per thread: a new thread starts with
+#   grad mode on.
+# - `.data` and `.detach()` share the memory; only `.detach()` shares the
+#   version counter. A change through `.data` gives a wrong gradient
+#   silently; through `.detach()`, backward raises.
 #
 # ## Exercises
 #
-# **1. The rule by hand.** Write `by_hand(a, b)` for two operands given
-# as `(dtype, rank)` pairs, ranks `"dim"`, `"zero"` and `"number"`, from
-# `promote_types` and the category order alone (no `result_type`), and
-# compare it with `torch.result_type` on every pair of
-# `bool, int32, int64, float16, float32, float64` and every rank.
+# **1. Freeze the first layer.** In `nn.Sequential(nn.Linear(2, 3),
+# nn.Tanh(), nn.Linear(3, 1))`, freeze the first layer with
+# `requires_grad_(False)`, run a backward pass, and list which parameters
+# got a gradient.
 
 # %% tags=["hide-cell"]
-def category(dtype):
-    """bool 0 < integers 1 < floating point 2 < complex 3, from what a dtype says of itself."""
-    return 3 if dtype.is_complex else 2 if dtype.is_floating_point else 0 if dtype == tp.bool else 1
+def trained_names(model, x):
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    model(x).sum().backward()
+    return [name for name, p in model.named_parameters() if p.grad is not None]
 
 
-def by_hand(a, b):
-    """The result dtype of two (dtype, rank) operands; a Python number of a category counts as its default."""
-    order = {"dim": 0, "zero": 1, "number": 2}
-    (high, high_rank), (low, low_rank) = sorted([a, b], key=lambda operand: order[operand[1]])
-    high, low = getattr(tp, high), getattr(tp, low)
-    if low_rank == "number":  # a Python number: bool, int64 or the default float of its category
-        low = [tp.bool, tp.int64, tp.get_default_dtype()][category(low)]
-    if high_rank == low_rank or category(low) > category(high):
-        return tp.promote_types(high, low)
-    return high
-
-
-kinds = ["bool", "int32", "int64", "float16", "float32", "float64"]
-agree = 0
-for a in [(d, r) for d in kinds for r in ("dim", "zero")]:
-    for b in [(d, r) for d in kinds for r in ("dim", "zero", "number")]:
-        operands = [torch.ones((2,) if r == "dim" else (), dtype=getattr(torch, d)) if r != "number"
-                    else {"b": True, "i": 2, "f": 2.5}[np.dtype(d).kind] for d, r in (a, b)]
-        agree += str(by_hand(a, b)) == str(torch.result_type(*operands))
-print(f"by_hand equals torch.result_type on {agree} of {len(kinds) * 2 * len(kinds) * 3} pairs")
+tp.manual_seed(0)
+frozen = tp.nn.Sequential(tp.nn.Linear(2, 3), tp.nn.Tanh(), tp.nn.Linear(3, 1))
+print(trained_names(frozen, tp.tensor([[0.5, -1.0]])))
 
 # %% [markdown]
-# **2. Three ways to write a half.** A float32 activation `h` is scaled by
-# `0.5` written three ways: the Python number `0.5`, NumPy's scalar
-# `np.float64(0.5)`, and the 0-d tensor `tp.tensor(0.5, dtype=tp.float64)`.
-# Predict the dtype of `h * s` in each case, then check with torch.
+# **2. Features from inference mode, trained on.** A feature computed under
+# `inference_mode` cannot enter a product that is trained. Write
+# `head_gradient(x, w)`: the features `x * x` made in inference mode, then
+# the gradient of `sum(features * w)` with respect to `w`, using the fix the
+# error message suggests.
 
 # %% tags=["hide-cell"]
-h = tp.ones(4)
-scales = {"0.5": 0.5, "np.float64(0.5)": np.float64(0.5), "0-d float64 tensor": tp.tensor(0.5, dtype=tp.float64)}
-for name, s in scales.items():
-    print(f"h * {name:20} {(h * s).dtype}")  # float32 every time: a number, a number, a 0-d tensor
+def head_gradient(x, w):
+    with tp.inference_mode():
+        features = x * x
+    (features.clone() * w).sum().backward()  # a normal tensor, which may be saved
+    return w.grad
+
+
+print(head_gradient(tp.tensor([1.0, -2.0, 3.0]), tp.tensor([0.5, 0.5, 0.5], requires_grad=True)))
 
 # %% [markdown]
-# **3. In place when it fits.** Write `add_or_new(x, y)`: `x.add_(y)` when
-# `can_cast(result_type(x, y), x.dtype)`, otherwise a new `x + y`; and
-# check that its results have torch's dtypes for an int64, a float16 and a
-# float32 `x`, each with `y` an int, a float and a 0-d float64 tensor.
+# **3. Predictions batch by batch.** Write a generator `predictions(model,
+# batches)`, decorated with `@tp.no_grad()`, that yields the model's output
+# for each batch. Check that the outputs record nothing, and that a loss
+# the caller computes between two batches still records.
 
 # %% tags=["hide-cell"]
-def add_or_new(x, y):
-    if tp.can_cast(tp.result_type(x, y), x.dtype):
-        return x.add_(y)
-    return x + y
+@tp.no_grad()
+def predictions(model, batches):
+    for batch in batches:
+        yield model(batch)
 
 
-others = {"2": 2, "0.5": 0.5, "0-d float64": tp.tensor(0.25, dtype=tp.float64)}
-for x_dtype in ("int64", "float16", "float32"):
-    print(f"{x_dtype:8}", "  ".join(f"+ {name} -> {add_or_new(tp.ones(3, dtype=getattr(tp, x_dtype)), y).dtype}"
-                                    for name, y in others.items()))
+model = tp.nn.Linear(2, 1)
+batches = [tp.tensor([[1.0, 2.0]]), tp.tensor([[3.0, 4.0]])]
+for out in predictions(model, batches):
+    caller_loss = (model(batches[0]) - out).sum()  # the caller, between two batches
+    print("output records:", out.requires_grad, "| the caller's loss records:", caller_loss.requires_grad)

@@ -31,7 +31,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 @pytest.fixture(autouse=True)
 def _default_dtype_float32():
     """Every test starts with PyTorch's default dtype, float32, and leaves it so: a step loaded inside a test
-    (steps 52-55 call `set_default_dtype(float64)` at their top) must not change it for the tests after."""
+    (steps 52-56 call `set_default_dtype(float64)` at their top) must not change it for the tests after."""
     import tinypytorch
 
     tinypytorch.set_default_dtype(np.float32)
@@ -41,7 +41,7 @@ def _default_dtype_float32():
 
 @pytest.fixture
 def float64_default():
-    """The default dtype float64 for one test, as the pages of steps 52-55 set it (`set_default_dtype(float64)`),
+    """The default dtype float64 for one test, as the pages of steps 52-56 set it (`set_default_dtype(float64)`),
     so that their tests build the page's float64 models."""
     import tinypytorch
 

@@ -158,6 +158,22 @@ def _torch_conv2d_same_groups_composed(a, w, b):
     return torch.cat(products, 1).reshape(a.shape[0], 6, 5, 6) + b.reshape(-1, 1, 1)
 
 
+_TRANSPOSED = {"stride": 2, "padding": 1, "output_padding": (1, 0), "groups": 2}  # (3, 4) images -> (6, 6)
+
+
+def _torch_conv_transpose2d_composed(a, w, b):
+    """conv_transpose2d with _TRANSPOSED as the package computes it, in torch's operations: for each group, the
+    weight's transpose times the input's pixels as columns (torch.mm, as _torch_product), then fold and the bias."""
+    n, blocks = a.shape[0], a.shape[2] * a.shape[3]
+    columns = []
+    for g in (0, 1):
+        w_g = w[2 * g:2 * g + 2].reshape(2, -1)  # (C_in / G, C_out / G * kh * kw)
+        x_g = a[:, 2 * g:2 * g + 2].reshape(n, 2, blocks).transpose(0, 1).reshape(2, n * blocks)
+        columns.append(torch.mm(w_g.t(), x_g).reshape(-1, n, blocks).transpose(0, 1))
+    folded = TF.fold(torch.cat(columns, 1), (6, 6), w.shape[2:], stride=2, padding=1)
+    return folded + b.reshape(-1, 1, 1)
+
+
 def _torch_conv2d_same_groups(a, w, b):
     with warnings.catch_warnings():  # torch's note that "same" with an even kernel pads a copy of the input
         warnings.filterwarnings("ignore", "Using padding='same'")
@@ -328,7 +344,7 @@ OPERATIONS = [
     Operation("t cubed", lambda a: F.t(a) ** 3, lambda a: a.t() ** 3, ((2, 3),), (F.Transpose, Pow)),
     Operation("permute", lambda a: F.permute(a, (2, 0, 1)), lambda a: a.permute(2, 0, 1), ((2, 3, 2),),
               (F.Transpose,)),
-    # step 57: the element-wise operations of two tensors that PyTorch promotes as it promotes +, -, *, /
+    # step 58: the element-wise operations of two tensors that PyTorch promotes as it promotes +, -, *, /
     Operation("pow, a tensor exponent", lambda a, b: a ** b, lambda a, b: a ** b, ((2, 3), (3,)),
               (F.PowTensor, F.SumTo), domain=(0.5, 2.0)),
     Operation("pow, a number base", lambda a: 2.0 ** a, lambda a: 2.0 ** a, ((2, 3),), (F.PowTensor,)),
@@ -357,6 +373,13 @@ OPERATIONS = [
               _torch_conv2d_same_groups,
               ((2, 4, 5, 6), (6, 2, 3, 2), (6,)), (CV.Unfold, CV.Fold, F.Reshape, F.MatMul, Add),
               theirs_saved=_torch_conv2d_same_groups_composed),
+    Operation("conv_transpose2d, 2 groups, stride 2", lambda a, w, b: CV.conv_transpose2d(a, w, b, **_TRANSPOSED),
+              lambda a, w, b: TF.conv_transpose2d(a, w, b, **_TRANSPOSED), ((2, 4, 3, 4), (4, 3, 3, 2), (6,)),
+              (F.Reshape, F.Transpose, F.MatMul, CV.Fold, CV.Unfold, Add),
+              theirs_saved=_torch_conv_transpose2d_composed,
+              # torch 2.13's third derivative of conv_transpose2d with an output_padding raises ("output_padding is
+              # not supported for non-transposed convolutions"): the composition stands in, as for layer_norm
+              theirs_derivatives=_torch_conv_transpose2d_composed),
     Operation("max_pool2d", lambda a: CV.max_pool2d(a, 3, 2, 1, (1, 2), ceil_mode=True),
               lambda a: TF.max_pool2d(a, 3, 2, 1, (1, 2), ceil_mode=True), ((2, 3, 5, 6),), (CV.MaxPool2d,),
               torch_saves_unused=((2, 3, 5, 6),)),

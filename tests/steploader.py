@@ -19,7 +19,7 @@ STEPS = pathlib.Path(__file__).resolve().parent.parent / "steps"
 
 class _QuietLoader(importlib.machinery.SourceFileLoader):
     def exec_module(self, module):
-        # a step that sets the default dtype (steps 52-55: float64) sets it for its page, not for whatever test or
+        # a step that sets the default dtype (steps 52-56: float64) sets it for its page, not for whatever test or
         # module is collected after it loads
         default = _default_dtype()
         try:

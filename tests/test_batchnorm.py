@@ -9,7 +9,7 @@ import torch
 import tinypytorch
 from tinypytorch import Variable, cuda, nn
 
-pytestmark = [pytest.mark.torch, pytest.mark.step55]
+pytestmark = [pytest.mark.torch, pytest.mark.step56]
 
 CLASSES = {"BatchNorm1d": (nn.BatchNorm1d, torch.nn.BatchNorm1d), "BatchNorm2d": (nn.BatchNorm2d, torch.nn.BatchNorm2d)}
 SHAPES = [("BatchNorm1d", (6, 3)), ("BatchNorm1d", (4, 3, 5)), ("BatchNorm2d", (2, 3, 4, 5)),

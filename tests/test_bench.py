@@ -1,4 +1,4 @@
-"""bench/bench_autograd.py (autograd_workloads, speed_autograd, speed_grad_modes) and bench/bench_changes.py
+"""bench/bench_autograd.py (autograd_workloads, speed_autograd, speed_grad_modes, speed_conv) and bench/bench_changes.py
 (speed_changes): every measured function computes the gradient (or output) PyTorch or maths gives.
 
 Small sizes only; nothing here looks at a timing. The benchmark itself runs with
@@ -20,6 +20,7 @@ import bench_changes
 import dezero_workloads as dz
 import speed_autograd
 import speed_changes
+import speed_conv
 import speed_grad_modes
 import timing
 from reference import floats
@@ -296,3 +297,28 @@ def test_grad_modes_report_gives_each_mode_its_ratio_to_no_grad():
     assert "| no_grad | 10 µs | 1.00 (1.00) | 20 µs | 1.00 (1.00) |" in text
     assert "| inference_mode | 5 µs | 0.50 (0.50) | 10 µs | 0.50 (0.50) |" in text
     assert "| NumPy by hand (no mode, no tensors) | 1 µs | 0.10 (0.10) | 1 µs | 0.05 (0.05) |" in text
+
+
+@pytest.mark.parametrize("name", list(speed_conv.WORKLOADS))
+def test_conv_workloads_give_torchs_gradients_in_tinypytorch_and_numpy_by_hand(name):
+    """Each contender's forward and backward, in float64 on the benchmark's shapes, returns torch's gradients of x,
+    w and b; the by-hand im2col and col2im included."""
+    x_shape, w_shape, stride, padding = speed_conv.WORKLOADS[name]
+    x, w, b, g = speed_conv.arrays(x_shape, w_shape, stride, padding, dtype=np.float64)
+    xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x, w, b))
+    torch.nn.functional.conv2d(xt, wt, bt, stride=stride, padding=padding).backward(torch.tensor(g))
+    expected = [t.grad.numpy() for t in (xt, wt, bt)]
+    for run in (speed_conv.step_framework(tinypytorch, x, w, b, g, stride, padding),
+                speed_conv.step_numpy(x, w, b, g, stride, padding)):
+        for got, want in zip(run(), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+        for got, want in zip(run(), expected):  # a second call starts from cleared gradients
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+
+
+def test_conv_report_gives_tinypytorchs_ratio_to_each():
+    times = {name: {"tinypytorch": (6e-3, 5e-3), "torch": (2e-3, 2.5e-3), "numpy": (3e-3, 1e-3)}
+             for name in speed_conv.WORKLOADS}
+    text = speed_conv.report(times, "quick")
+    first = next(iter(speed_conv.WORKLOADS))
+    assert f"| {first} | 6 ms | 2 ms | 3 ms | 3.0 (2.0) | 2.0 (5.0) |" in text

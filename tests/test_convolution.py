@@ -227,6 +227,149 @@ def test_conv2d_of_integers_equals_torchs():
     np.testing.assert_array_equal(ours.data, theirs.numpy())
 
 
+# ----- conv_transpose2d --------------------------------------------------------------------------------------------
+
+TRANSPOSED_CASES = [  # (input shape, weight shape, bias, stride, padding, output_padding, groups, dilation)
+    ((2, 4, 3, 4), (4, 3, 3, 3), True, 1, 0, 0, 1, 1),
+    ((2, 4, 3, 4), (4, 3, 3, 2), True, 2, 1, 1, 1, 1),
+    ((2, 4, 3, 4), (4, 3, 3, 2), False, (2, 3), (1, 0), (1, 2), 1, 1),
+    ((2, 4, 3, 4), (4, 2, 2, 3), True, (1, 2), (0, 1), 0, 2, (2, 1)),
+    ((1, 6, 3, 3), (6, 1, 3, 3), False, 2, 1, 1, 6, 1),  # depthwise
+    ((2, 4, 3, 4), (4, 3, 2, 2), True, 1, 0, (1, 0), 1, 2),  # an output padding below the dilation, not the stride
+    ((2, 3, 4, 4), (3, 2, 3, 3), True, 1, 2, 0, 1, 1),  # padding crops the output: 4 -> 2
+    ((4, 3, 4), (4, 3, 2, 2), True, 2, 0, 0, 1, 1),  # an image without a batch
+    ((0, 4, 3, 4), (4, 3, 2, 2), True, 2, 0, 0, 1, 1),  # an empty batch
+    ((2, 3, 1, 1), (3, 2, 1, 1), True, 1, 0, 0, 1, 1),  # one pixel, a 1 x 1 kernel
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, bias, stride, padding, output_padding, groups, dilation",
+                         TRANSPOSED_CASES)
+def test_conv_transpose2d_equals_torchs_to_the_second_derivative(x_shape, w_shape, bias, stride, padding,
+                                                                  output_padding, groups, dilation):
+    args = {"stride": stride, "padding": padding, "output_padding": output_padding, "groups": groups,
+            "dilation": dilation}
+    values = [normal(*x_shape), normal(*w_shape)] + ([normal(w_shape[1] * groups)] if bias else [])
+    assert_same_derivatives(lambda *v: F.conv_transpose2d(*v, **args), lambda *v: TF.conv_transpose2d(*v, **args),
+                            values, f"conv_transpose2d {x_shape} {w_shape} {args}")
+
+
+@st.composite
+def transposed_cases(draw):
+    groups = draw(st.integers(1, 3))
+    in_channels, out_channels = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    kernel = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    output_padding = tuple(draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation))
+    padding = (draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    size = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    out = [(size[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1) + output_padding[i] + 1
+           for i in (0, 1)]
+    assume(min(out) >= 1)
+    batch = draw(st.sampled_from([(), (1,), (2,)]))
+    shapes = [batch + (in_channels,) + size, (in_channels, out_channels // groups) + kernel]
+    if draw(st.booleans()):
+        shapes.append((out_channels,))
+    values = [draw(arrays(np.float64, shape, elements=floats(-2.0, 2.0))) for shape in shapes]
+    return values, {"stride": stride, "padding": padding, "output_padding": output_padding, "groups": groups,
+                    "dilation": dilation}
+
+
+@given(transposed_cases())
+def test_conv_transpose2d_of_drawn_shapes_equals_torchs(case):
+    values, args = case
+    assert_same_derivatives(lambda *v: F.conv_transpose2d(*v, **args), lambda *v: TF.conv_transpose2d(*v, **args),
+                            values, f"conv_transpose2d {[v.shape for v in values]} {args}")
+
+
+@pytest.mark.parametrize("x_shape, w_shape, stride, padding, dilation, groups", [
+    ((2, 3, 7, 8), (4, 3, 3, 2), 2, 1, 1, 1), ((2, 4, 9, 7), (6, 2, 3, 3), (3, 2), (0, 1), (1, 2), 2),
+    ((1, 2, 6, 6), (2, 2, 2, 2), 1, 0, 2, 1)])
+def test_conv_transpose2d_is_conv2ds_gradient_with_respect_to_its_input(x_shape, w_shape, stride, padding, dilation,
+                                                                        groups):
+    """What it is for: the input gradient of torch's conv2d, output_padding picking the input's size back among the
+    sizes the stride makes equal."""
+    x, w = torch.tensor(normal(*x_shape), requires_grad=True), torch.tensor(normal(*w_shape))
+    y = TF.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    g = normal(*y.shape)
+    (x_grad,) = torch.autograd.grad(y, x, torch.tensor(g))
+    size = F.conv_transpose2d(Variable(g), Variable(w.numpy()), stride=stride, padding=padding, dilation=dilation,
+                              groups=groups).shape[-2:]
+    output_padding = tuple(x_shape[2 + i] - size[i] for i in (0, 1))
+    ours = F.conv_transpose2d(Variable(g), Variable(w.numpy()), stride=stride, padding=padding,
+                              output_padding=output_padding, dilation=dilation, groups=groups)
+    assert_close_to_torch(ours.data, x_grad.numpy())
+
+
+def test_conv_transpose2d_takes_torchs_positional_arguments_at_the_top_level_too():
+    x, w, b = normal(2, 4, 3, 3), normal(4, 3, 2, 2), normal(6)
+    args = (2, 1, 1, 2, (1, 2))  # stride, padding, output_padding, groups, dilation: torch's order
+    ours = tp.conv_transpose2d(Variable(x), Variable(w), Variable(b), *args)
+    theirs = torch.conv_transpose2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), *args)
+    assert_close_to_torch(ours.data, theirs.numpy())
+    assert tp.conv_transpose2d is F.conv_transpose2d and "conv_transpose2d" in tp.__all__ + F.__all__
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.complex64, np.complex128], ids=str)
+def test_conv_transpose2d_of_each_dtype_torch_takes_gives_its_dtype_and_values(dtype):
+    x, w, b = [(normal(*s) * 3).astype(dtype) for s in ((2, 4, 5, 6), (4, 3, 3, 2), (6,))]
+    ours = F.conv_transpose2d(tp.tensor(x), tp.tensor(w), tp.tensor(b), stride=2, padding=1, groups=2)
+    theirs = TF.conv_transpose2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), stride=2, padding=1, groups=2)
+    assert str(ours.dtype) == str(theirs.dtype)
+    tolerance = {np.float32: 1e-5, np.complex64: 1e-5, np.float16: 1e-2}.get(dtype, 1e-12)
+    np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=tolerance, atol=tolerance * 30)
+
+
+BIAS_DTYPES = [(np.float64, np.float32), (np.float64, np.int64), (np.float64, np.bool_), (np.float16, np.float64),
+               (np.int64, np.int32), (np.int64, np.float32), (np.float32, np.float64), (np.float32, np.float16),
+               (np.float32, np.int64)]
+
+
+@pytest.mark.parametrize("x_dtype, bias_dtype", BIAS_DTYPES, ids=str)
+def test_a_bias_of_another_dtype_is_taken_or_refused_as_torch_takes_or_refuses_it(x_dtype, bias_dtype):
+    """torch's CPU kernel adds the bias in place: a dtype the output can hold is cast (a float32 bias of float64
+    images: its gradient comes back float32), one it cannot is refused; float32 images want a float32 bias."""
+    x, w, b = normal(2, 4, 3, 3).astype(x_dtype), normal(4, 3, 2, 2).astype(x_dtype), np.ones(3).astype(bias_dtype)
+
+    def run(fw, f):
+        return f.conv_transpose2d(fw.tensor(x), fw.tensor(w), fw.tensor(b))
+
+    theirs = _raised_or(lambda: run(torch, TF))
+    ours = _raised_or(lambda: run(tp, F))
+    if isinstance(theirs, Exception):
+        assert type(ours) is type(theirs) and str(ours) == str(theirs).split("\n")[0]
+        return
+    assert str(ours.dtype) == str(theirs.dtype)
+    np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-2 if x_dtype == np.float16 else 1e-12)
+    if x_dtype == np.float64 and bias_dtype == np.float32:
+        bv, bt = Variable(b), torch.tensor(b, requires_grad=True)
+        F.conv_transpose2d(Variable(x), Variable(w), bv).sum().backward()
+        TF.conv_transpose2d(torch.tensor(x), torch.tensor(w), bt).sum().backward()
+        assert bv.grad.dtype == np.float32 and bt.grad.dtype == torch.float32
+        np.testing.assert_array_equal(bv.grad.data, bt.grad.numpy())
+
+
+def _raised_or(call):
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 (compared with torch's)
+        return error
+
+
+def test_conv_transpose2d_under_cpu_autocast_runs_in_float16_as_torchs():
+    x, w, b = [a.astype(np.float32) for a in (normal(2, 4, 3, 3), normal(4, 3, 3, 3) * 0.3, normal(6))]
+    xv, wv, bv = Variable(x), Variable(w), Variable(b)
+    with tp.autocast("cpu", dtype=tp.float16):
+        y = F.conv_transpose2d(xv, wv, bv, stride=2, groups=2)
+    with torch.autocast("cpu", dtype=torch.float16):
+        yt = TF.conv_transpose2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), stride=2, groups=2)
+    assert y.dtype == np.float16 and yt.dtype == torch.float16
+    np.testing.assert_allclose(y.data.astype(np.float64), yt.double().numpy(), rtol=1e-2, atol=2e-2)
+    y.sum().backward()
+    assert wv.grad.dtype == bv.grad.dtype == xv.grad.dtype == np.float32
+
+
 # ----- max pooling -------------------------------------------------------------------------------------------------
 
 MAX_POOL_CASES = [  # (input shape, kernel_size, stride, padding, dilation, ceil_mode)
@@ -419,6 +562,9 @@ JVP_CASES = {  # name: (ours, theirs, shapes)
     "conv2d": (lambda a, w, b: F.conv2d(a, w, b, stride=(1, 2), padding=1, dilation=(2, 1), groups=2),
                lambda a, w, b: TF.conv2d(a, w, b, stride=(1, 2), padding=1, dilation=(2, 1), groups=2),
                [(2, 4, 6, 7), (6, 2, 3, 2), (6,)]),
+    "conv_transpose2d": (lambda a, w, b: F.conv_transpose2d(a, w, b, 2, 1, (1, 0), 2, (1, 2)),
+                         lambda a, w, b: TF.conv_transpose2d(a, w, b, 2, 1, (1, 0), 2, (1, 2)),
+                         [(2, 4, 3, 4), (4, 3, 3, 2), (6,)]),
     "conv2d, same": (lambda a, w: F.conv2d(a, w, padding="same"), lambda a, w: TF.conv2d(a, w, padding="same"),
                      [(3, 6, 7), (4, 3, 2, 3)]),
     "max_pool2d": (lambda a: F.max_pool2d(a, 3, 2, 1, ceil_mode=True),
@@ -475,6 +621,9 @@ BACKEND_CASES = {
     "fold": (lambda a: F.fold(a, (5, 6), 2, padding=1), lambda a: TF.fold(a, (5, 6), 2, padding=1), [(2, 8, 42)]),
     "conv2d": (lambda a, w, b: F.conv2d(a, w, b, padding="same", groups=2),
                lambda a, w, b: TF.conv2d(a, w, b, padding="same", groups=2), [(2, 4, 5, 6), (6, 2, 2, 3), (6,)]),
+    "conv_transpose2d": (lambda a, w, b: F.conv_transpose2d(a, w, b, stride=2, padding=1, output_padding=1, groups=2),
+                         lambda a, w, b: TF.conv_transpose2d(a, w, b, stride=2, padding=1, output_padding=1, groups=2),
+                         [(2, 4, 3, 4), (4, 3, 3, 2), (6,)]),
     "conv2d, unbatched, strided": (lambda a, w: F.conv2d(a, w, stride=2, padding=1),
                                    lambda a, w: TF.conv2d(a, w, stride=2, padding=1), [(3, 5, 6), (2, 3, 3, 3)]),
     "max_pool2d": (lambda a: F.max_pool2d(a, 3, 2, 1, (1, 2), True), lambda a: TF.max_pool2d(a, 3, 2, 1, (1, 2), True),
@@ -538,6 +687,7 @@ def _t(fw, shape, dtype=None):
 
 
 X, W = (2, 4, 5, 6), (6, 2, 3, 2)
+XW = (4, 3, 3, 2)  # conv_transpose2d's weight for X: (in_channels, out_channels / groups, kh, kw)
 # (name, the call on (framework, its functional), whether the package repeats torch's words exactly)
 REFUSALS = [
     ("conv2d: wrong channels", lambda fw, f: f.conv2d(_t(fw, X), _t(fw, W)), True),
@@ -566,6 +716,45 @@ REFUSALS = [
     ("conv2d: three strides", lambda fw, f: f.conv2d(_t(fw, X), _t(fw, W), stride=(1, 2, 3), groups=2), True),
     ("conv2d: a float stride", lambda fw, f: f.conv2d(_t(fw, X), _t(fw, W), stride=1.5, groups=2), False),
     ("conv2d: bool", lambda fw, f: f.conv2d(_t(fw, X).bool(), _t(fw, W).bool(), groups=2), True),
+    ("conv_transpose2d: wrong channels", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, (3, 3, 3, 2))), True),
+    ("conv_transpose2d: groups not dividing in_channels",
+     lambda fw, f: f.conv_transpose2d(_t(fw, (2, 5, 5, 6)), _t(fw, (5, 3, 3, 2)), groups=2), True),
+    ("conv_transpose2d: groups 0", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), groups=0), True),
+    ("conv_transpose2d: a float groups", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), groups=2.0), True),
+    ("conv_transpose2d: a weight of no input channels",
+     lambda fw, f: f.conv_transpose2d(_t(fw, (2, 0, 5, 6)), _t(fw, (0, 3, 3, 2))), True),
+    ("conv_transpose2d: bias of the wrong length",
+     lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), _t(fw, (4,))), True),
+    ("conv_transpose2d: bias of the wrong length, groups",
+     lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), _t(fw, (3,)), groups=2), True),
+    ("conv_transpose2d: output padding as large as the stride",
+     lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), stride=2, output_padding=2), True),
+    ("conv_transpose2d: output padding at stride 1", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW),
+                                                                                      output_padding=(0, 1)), True),
+    ("conv_transpose2d: output too small", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), padding=4), True),
+    ("conv_transpose2d: output empty", lambda fw, f: f.conv_transpose2d(_t(fw, (2, 4, 2, 2)), _t(fw, (4, 3, 1, 1)),
+                                                                       padding=1), True),
+    ("conv_transpose2d: stride 0", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), stride=0), True),
+    ("conv_transpose2d: negative padding", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), padding=-1), True),
+    ("conv_transpose2d: negative output padding",
+     lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), output_padding=(0, -1)), True),
+    ("conv_transpose2d: dilation 0", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), dilation=0), True),
+    ("conv_transpose2d: a padding string", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), padding="same"),
+     True),
+    ("conv_transpose2d: a float stride", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), stride=1.5), True),
+    ("conv_transpose2d: three strides", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), stride=(1, 2, 3)),
+     True),
+    ("conv_transpose2d: three output paddings",
+     lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW), output_padding=(0, 0, 0)), True),
+    ("conv_transpose2d: 2-D input", lambda fw, f: f.conv_transpose2d(_t(fw, (5, 6)), _t(fw, XW)), True),
+    ("conv_transpose2d: 5-D input", lambda fw, f: f.conv_transpose2d(_t(fw, (1,) + X), _t(fw, XW)), True),
+    ("conv_transpose2d: 3-D weight", lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW[1:])), False),
+    ("conv_transpose2d: float32 input, float64 weight",
+     lambda fw, f: f.conv_transpose2d(_t(fw, X, np.float32), _t(fw, XW)), False),
+    ("conv_transpose2d: float64 input, float32 weight",
+     lambda fw, f: f.conv_transpose2d(_t(fw, X), _t(fw, XW, np.float32)), False),
+    ("conv_transpose2d: int32", lambda fw, f: f.conv_transpose2d(_t(fw, X).int(), _t(fw, XW).int()), True),
+    ("conv_transpose2d: bool", lambda fw, f: f.conv_transpose2d(_t(fw, X).bool(), _t(fw, XW).bool()), True),
     ("unfold: 2-D input", lambda fw, f: f.unfold(_t(fw, (5, 6)), 2), False),
     ("unfold: 1-D input", lambda fw, f: f.unfold(_t(fw, (6,)), 2), False),
     ("fold: 1-D input", lambda fw, f: f.fold(_t(fw, (6,)), (5, 6), 2), True),

@@ -130,6 +130,8 @@ NAMES_DIFFER = {
     "conv2d": "torch records a convolution as one node, ConvolutionBackward0; here conv2d is unfold (Im2ColBackward0), "
               "a matrix product and a reshape, each a node of its own (tinypytorch.convolution)",
     "conv2d, 2 groups, padding same": "as conv2d",
+    "conv_transpose2d, 2 groups, stride 2": "torch records it as one node, ConvolutionBackward0; here it is a matrix "
+                                            "product, fold (Col2ImBackward0) and reshapes, each a node of its own",
     "mul_ of a view": "torch records an in-place change of a view as one node, CopySlices, that wraps the "
                       "operation and the view; here ViewScatter, the view's GetItem and the Mul are nodes of their own",
 }

@@ -627,7 +627,7 @@ NOT_THERE = {
     "torch.autocast": Absent("torch.bfloat16"),  # its CPU default
     "conv1d": Absent("F.conv1d"),
     "conv3d": Absent("F.conv3d"),
-    "conv_transpose2d": Absent("F.conv_transpose2d"),
+    "nn.ConvTranspose2d": Absent("nn.ConvTranspose2d"),
     "max_pool1d": Absent("F.max_pool1d"),
     "nn.Conv2d": Refused("nn.Conv2d(1, 1, 3, padding=1, padding_mode='reflect')", NotImplementedError),
     "'zeros'": Present("nn.Conv2d(1, 1, 3, padding=1, padding_mode='zeros')"),

@@ -1,7 +1,5 @@
-"""Step 57's lesson: the page's tables against torch (its NumPy column is NumPy's own arithmetic), the bytes of the
-picture, and the exercises' solutions (the rule by hand, three ways to write a half, in place when it fits)."""
-import itertools
-
+"""Step 57's lesson: the exercises' solutions (a frozen first layer, features made in inference mode and trained
+on, predictions from a no_grad generator), checked against torch doing the same."""
 import numpy as np
 import pytest
 import torch
@@ -13,54 +11,60 @@ pytestmark = [pytest.mark.step57, pytest.mark.torch]
 step = load_step(57)
 
 
-def torch_of(value):
-    return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+def twins():
+    ours = tp.nn.Sequential(tp.nn.Linear(2, 3), tp.nn.Tanh(), tp.nn.Linear(3, 1)).double()
+    theirs = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1)).double()
+    ours.load_state_dict({k: tp.from_numpy(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    return ours, theirs
 
 
-def test_the_ranks_table_gives_torchs_dtypes_in_the_package_column():
-    for name, (a, b) in step.cases.items():
-        assert str(step.ours(a, b).dtype) == str((torch_of(a) * torch_of(b)).dtype), name
-    differ = [name for name, (a, b) in step.cases.items() if (a * b).dtype != step.ours(a, b).dtype]
-    assert len(differ) == 4  # the page's four rows where NumPy and PyTorch part
+def test_freezing_the_first_layer_leaves_torchs_gradients_on_the_last():
+    ours, theirs = twins()
+    x = [[0.5, -1.0], [2.0, 0.25]]
+    names = step.trained_names(ours, tp.tensor(x, dtype=tp.float64))
+    for p in theirs[0].parameters():
+        p.requires_grad_(False)
+    theirs(torch.tensor(x, dtype=torch.float64)).sum().backward()
+    assert names == [n for n, p in theirs.named_parameters() if p.grad is not None] == ["2.weight", "2.bias"]
+    for (name, p), p_t in zip(ours.named_parameters(), theirs.parameters()):
+        assert (p.grad is None) == (p_t.grad is None), name
+        if p.grad is not None:
+            np.testing.assert_allclose(p.grad.data, p_t.grad.numpy(), rtol=1e-12)
 
 
-def test_the_promote_types_table_is_torchs():
-    for a, b in step.pairs:
-        assert str(tp.promote_types(a, b)) == str(torch.promote_types(getattr(torch, a), getattr(torch, b)))
+def test_features_from_inference_mode_give_the_gradient_x_squared_as_torch():
+    x, w = [1.0, -2.0, 3.0], [0.5, 0.5, 0.5]
+    ours = step.head_gradient(tp.tensor(x), tp.tensor(w, requires_grad=True))
+    w_t = torch.tensor(w, requires_grad=True)
+    with torch.inference_mode():
+        features = torch.tensor(x) ** 2
+    (features.clone() * w_t).sum().backward()
+    np.testing.assert_allclose(ours.data, w_t.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(ours.data, np.square(x), rtol=1e-6)  # d/dw sum(x^2 w) = x^2
 
 
-def test_the_pictures_bytes_are_float32_under_torchs_rule_and_float64_under_numpys():
-    assert step.sizes == {"PyTorch's rule": 256 * 512 * 4, "NumPy's rule": 256 * 512 * 8}
-    h = torch.nn.Linear(512, 512)(torch.ones(256, 512))
-    assert (h * torch.tensor(0.5, dtype=torch.float64)).element_size() * h.numel() == step.sizes["PyTorch's rule"]
+@pytest.mark.parametrize("fw", [torch, tp], ids=lambda fw: fw.__name__)
+def test_without_the_clone_both_refuse_to_save_the_features(fw):
+    with fw.inference_mode():
+        features = fw.tensor([1.0, 2.0]) ** 2
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        features * fw.tensor([1.0, 1.0], requires_grad=True)
 
 
-def test_exercise_1_the_rule_by_hand_is_torch_result_type():
-    kinds = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]
-    numbers = {"b": True, "u": 2, "i": 2, "f": 2.5}
-    for a, b in itertools.product(itertools.product(kinds, ["dim", "zero"]),
-                                  itertools.product(kinds, ["dim", "zero", "number"])):
-        operands = [torch.ones((2,) if r == "dim" else (), dtype=getattr(torch, d)) if r != "number"
-                    else numbers[np.dtype(d).kind] for d, r in (a, b)]
-        assert str(step.by_hand(a, b)) == str(torch.result_type(*operands)), (a, b)
+def test_predictions_record_nothing_and_the_caller_between_records_as_torch():
+    ours, theirs = twins()
 
+    @torch.no_grad()
+    def torch_predictions(model, batches):
+        for batch in batches:
+            yield model(batch)
 
-def test_exercise_2_every_half_leaves_float32_as_in_torch():
-    for s in (0.5, np.float64(0.5), torch.tensor(0.5, dtype=torch.float64)):
-        assert (torch.ones(4) * s).dtype == torch.float32
-    assert all((step.h * s).dtype == tp.float32 for s in step.scales.values())
-
-
-@pytest.mark.parametrize("x_dtype", ["int64", "float16", "float32"])
-@pytest.mark.parametrize("y", [2, 0.5, "0-d float64"])
-def test_exercise_3_add_or_new_gives_torchs_dtypes_and_works_in_place_when_it_fits(x_dtype, y):
-    ours_y = tp.tensor(0.25, dtype=tp.float64) if y == "0-d float64" else y
-    theirs_y = torch.tensor(0.25, dtype=torch.float64) if y == "0-d float64" else y
-    x = tp.ones(3, dtype=getattr(tp, x_dtype))
-    result = step.add_or_new(x, ours_y)
-    expected = torch.ones(3, dtype=getattr(torch, x_dtype)) + theirs_y
-    if torch.can_cast(expected.dtype, getattr(torch, x_dtype)):
-        assert result is x and x.dtype is getattr(tp, x_dtype)  # in place: the same tensor, its own dtype
-        expected = torch.ones(3, dtype=getattr(torch, x_dtype)).add_(theirs_y)
-    assert str(result.dtype) == str(expected.dtype)
-    np.testing.assert_allclose(result.data, expected.numpy())
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal((4, 2)) for _ in range(3)]
+    got = step.predictions(ours, [tp.tensor(b) for b in batches])
+    expected = torch_predictions(theirs, [torch.from_numpy(b) for b in batches])
+    for out, out_t, batch in zip(got, expected, batches):
+        assert out.requires_grad is out_t.requires_grad is False
+        between, between_t = ours(tp.tensor(batch)), theirs(torch.from_numpy(batch))
+        assert between.requires_grad is between_t.requires_grad is True
+        np.testing.assert_allclose(out.data, out_t.numpy(), rtol=1e-12)

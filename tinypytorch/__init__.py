@@ -5,7 +5,7 @@ on it lives here, in modules:
 
     grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
     autocast_state  autocast's state beside them: on or off per device and thread, what Function.__call__ asks (58)
-    forward_ad_state  forward mode's state beside them: the open dual level and each Variable's tangent (step 62)
+    forward_ad_state  forward mode's state beside them: the open dual level and each Variable's tangent (step 63)
     dtypes      PyTorch's dtype rules in one place: the default dtype, type promotion, casting
     core        Variable, Function and the arithmetic operators: the floor every other module stands on
     views       version counters and views' records (steps 36-37), asked by every operation
@@ -16,7 +16,7 @@ on it lives here, in modules:
     not_there   PyTorch's names the package lacks (compile, nn.LSTM, profiler.profile, ...): a clear error where used
     utils       numerical gradients (utils.numerical), walking and drawing the graph (utils.walking, utils.drawing);
                 utils.checkpoint (steps 42-44, selective checkpointing 60), utils.data (step 51), utils.memory
-                (steps 64-65), the book's listings and pictures (utils.listing, utils.pictures)
+                (steps 65-66), the book's listings and pictures (utils.listing, utils.pictures)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
@@ -44,8 +44,8 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     serialization  save and load of tensors, state dicts and checkpoints, an .npz file without pickle (step 52)
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown);
                 RMSprop, Adadelta; optim.lr_scheduler: StepLR, MultiStepLR, ExponentialLR, LambdaLR, ...
-    amp         autocast: each listed operation in its dtype, float16 or float32 (step 59); GradScaler (step 60)
-    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 63);
+    amp         autocast: each listed operation in its dtype, float16 or float32 (step 60); GradScaler (step 61)
+    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 64);
                 functional_call, a module as a function of its parameters
 """
 from tinypytorch import (
@@ -79,7 +79,7 @@ from tinypytorch.functions import (
 )
 from tinypytorch.cuda import device
 from tinypytorch import convolution
-from tinypytorch.convolution import conv2d, max_pool2d  # torch.conv2d, torch.max_pool2d
+from tinypytorch.convolution import conv2d, conv_transpose2d, max_pool2d  # torch.conv2d, torch.max_pool2d, ...
 from tinypytorch import linalg, linear_algebra, structure  # no step: PyTorch's surface
 from tinypytorch.cuda import get_default_device, set_default_device
 from tinypytorch.factories import empty, empty_like, randint
@@ -113,7 +113,7 @@ __all__ = [
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
     "dtype", "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
     "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
-    "convolution", "conv2d", "max_pool2d",
+    "convolution", "conv2d", "conv_transpose2d", "max_pool2d",
 ]
 __all__ += ["backends", "profiler", "compile"]  # torch.backends, torch.profiler, torch.compile (not_there)
 __all__ += ["empty", "empty_like", "randint", "set_default_device", "get_default_device", "stack", "scatter", "unique",

@@ -1,5 +1,5 @@
-"""Convolution and pooling over images: PyTorch's unfold, fold, conv2d, max_pool2d, avg_pool2d, adaptive_avg_pool2d
-and adaptive_max_pool2d, with torch.nn.functional's names and signatures.
+"""Convolution and pooling over images (step 55): PyTorch's unfold, fold, conv2d, conv_transpose2d, max_pool2d,
+avg_pool2d, adaptive_avg_pool2d and adaptive_max_pool2d, with torch.nn.functional's names and signatures.
 
 Each of them looks at a batch of images (N, C, H, W) through windows: kh x kw positions, `dilation` apart, moved
 `stride` at a time over the image with `padding` around it; or, for adaptive pooling, as many windows as the output
@@ -11,6 +11,8 @@ as one flat index; every operation gathers by that index, and its backward scatt
                       Each is the other's backward, so derivatives of every order exist
     conv2d            unfold, one matrix product with the weight as a matrix (out_channels, C/groups*kh*kw), and a
                       reshape (plus the bias): its gradients of every order are those of the three operations
+    conv_transpose2d  conv2d's gradient with respect to its input: the weight's transpose times each pixel's
+                      channels, a column per pixel, folded into the larger image
     max pooling       each window's largest value; its gradient goes to that one position (GetItemGrad, whose
                       backward gathers: double backward works too)
     average pooling   each window's sum over its divisor; its gradient is the output's gradient over the divisor,
@@ -26,9 +28,9 @@ import numpy as np
 
 from tinypytorch import dtypes
 from tinypytorch.autocast_state import autocast_composite
-from tinypytorch.core import Function, array_of, as_variable, formulas_on_arrays
+from tinypytorch.core import Function, array_of, as_variable, astype, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
-from tinypytorch.functions import GetItemGrad, broadcast_to, matmul, reshape
+from tinypytorch.functions import GetItemGrad, broadcast_to, matmul, reshape, transpose
 
 # ----- where the windows fall ------------------------------------------------------------------------------------
 
@@ -76,7 +78,7 @@ class _Axis:
         return counted.sum(axis=1)
 
 
-class Windows:
+class Windows:  # step 55
     """Where every position of every window falls, for images of size (H, W): the kernel's kh*kw positions of each of
     the L = oh*ow windows, as a flat index into the padded image. Host arrays (NumPy), copied to a device on use."""
 
@@ -140,7 +142,7 @@ class Windows:
 
 # ----- the operations ---------------------------------------------------------------------------------------------
 
-class Unfold(Function):
+class Unfold(Function):  # step 55
     """PyTorch's im2col: every window's values as a column, (N, C, H, W) -> (N, C*kh*kw, L), channel by channel,
     then row by row within the kernel. Linear in x; its backward is Fold."""
 
@@ -157,10 +159,10 @@ class Unfold(Function):
     def backward(self, gy):
         return Fold(self.windows)(gy)
 
-    jvp = Function.jvp_by_forward
+    jvp = Function.jvp_by_forward  # step 63
 
 
-class Fold(Function):
+class Fold(Function):  # step 55
     """PyTorch's col2im: columns (N, C*kh*kw, L) added back into images (N, C, H, W), where windows overlap the
     values summed; Unfold's adjoint. Linear; its backward is Unfold."""
 
@@ -180,10 +182,10 @@ class Fold(Function):
     def backward(self, gy):
         return Unfold(self.windows)(gy)
 
-    jvp = Function.jvp_by_forward
+    jvp = Function.jvp_by_forward  # step 63
 
 
-class MaxPool2d(Function):
+class MaxPool2d(Function):  # step 55
     """Each window's largest value, and where it is: (values, indices), the indices flat positions in each (H, W)
     image (PyTorch's max_pool2d_with_indices). Among equal values the first of the window (row by row) wins, and a NaN
     wins over every number, the last NaN over the others: the order of PyTorch's CPU kernel, so the gradient goes
@@ -226,13 +228,13 @@ class MaxPool2d(Function):
         g = GetItemGrad(self._key(array_of(indices)), (n, c, h * w))(reshape(gy, (n, c, self.windows.blocks)))
         return reshape(g, self.x_shape)
 
-    def jvp(self, t):  # the tangent of each window's winner
+    def jvp(self, t):  # step 63: the tangent of each window's winner
         n, c, h, w = self.x_shape
         indices = self.results[1]
         return t.reshape(n, c, h * w)[self._key(indices)].reshape(indices.shape), None
 
 
-class AvgPool2d(Function):
+class AvgPool2d(Function):  # step 55
     """Each window's sum divided by its divisor, one per window (PyTorch's avg_pool2d, and adaptive_avg_pool2d).
     Linear; the backward spreads each output's gradient over its window's positions, divided likewise (Fold)."""
 
@@ -263,7 +265,7 @@ class AvgPool2d(Function):
         share = reshape(gy, (n, c, 1, w.blocks)) / xp.asarray(self.divisors, dtype=array_of(gy).dtype)
         return Fold(w)(reshape(broadcast_to(share, (n, c, w.positions, w.blocks)), (n, c * w.positions, w.blocks)))
 
-    jvp = Function.jvp_by_forward
+    jvp = Function.jvp_by_forward  # step 63
 
 
 formulas_on_arrays(Unfold, Fold, MaxPool2d, AvgPool2d)
@@ -313,11 +315,11 @@ def _pool_pair(op, name, value):
     return _pair(op, name, value, wrong_length)
 
 
-def _conv_pair(name, value):
+def _conv_pair(name, value, op="conv2d"):
     def wrong_length(values):
         return RuntimeError(f"expected {name} to be a single integer value or a list of 2 values to match the "
                             f"convolution dimensions, but got {name}={list(values)}")
-    return _pair("conv2d", name, value, wrong_length)
+    return _pair(op, name, value, wrong_length)
 
 
 def _size(shape):
@@ -378,7 +380,7 @@ def _sliding_windows(size, kernel, stride, dilation, pads, out):
     return Windows(*[_Axis.sliding(size[i], kernel[i], stride[i], dilation[i], *pads[i], out[i]) for i in (0, 1)])
 
 
-def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002 (PyTorch's names, here and below)
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # step 55  # noqa: A002 (PyTorch's names)
     """PyTorch's F.unfold (im2col): the values of every kh x kw window of a batch of images (N, C, H, W), each
     window a column: (N, C*kh*kw, L), L the number of windows; an image (C, H, W) gives (C*kh*kw, L)."""
     x = as_variable(input, "unfold")
@@ -401,7 +403,7 @@ def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002 (
     return _unbatched(Unfold(windows)(x), unbatched)
 
 
-def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):  # step 55  # noqa: A002
     """PyTorch's F.fold (col2im): columns (N, C*kh*kw, L), one per window, added back into images (N, C, H, W) of
     `output_size` (H, W), the values of overlapping windows summed; (C*kh*kw, L) gives (C, H, W). fold(unfold(x))
     is x times the number of windows that cover each element."""
@@ -468,7 +470,7 @@ def _check_conv(x, weight, bias, groups):
     _not_for("slow_conv2d_cpu", x, "fiuc")
 
 
-def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # step 55  # noqa: A002
     """PyTorch's F.conv2d: y[n, o] = b[o] + sum over the input channels of its group and the kernel's positions of
     w[o, c, a, b'] x[n, c, i s + a d, j s + b' d], for images x (N, C, H, W) (or one, (C, H, W)) and a weight
     (out_channels, C / groups, kh, kw); `padding` an int, a pair, "valid" or "same".
@@ -509,16 +511,131 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                            f"({span[0]} x {span[1]}). Kernel size can't be greater than actual input size")
     out = tuple((padded[i] - span[i]) // stride[i] + 1 for i in (0, 1))
     windows = _sliding_windows(size, kernel, stride, dilation, pads, out)
-    n, blocks = x.shape[0], out[0] * out[1]
-    columns = Unfold(windows)(x)  # (N, C*kh*kw, L)
+    return _unbatched(_convolve(x, weight, bias, windows, groups), unbatched)
+
+
+def _convolve(x, weight, bias, windows, groups):  # step 55
+    """conv2d of images x (N, C, H, W), its arguments checked: y = W @ unfold(x), reshaped to images, plus the bias."""
+    n, out_channels = x.shape[0], weight.shape[0]
+    columns = Unfold(windows)(x)  # (N, C*kh*kw, L): a column per window
     if groups == 1:
         y = matmul(reshape(weight, (out_channels, -1)), columns)  # (O, C*kh*kw) @ (N, C*kh*kw, L) = (N, O, L)
     else:  # (G, O/G, C/G*kh*kw) @ (N, G, C/G*kh*kw, L) = (N, G, O/G, L)
-        y = matmul(reshape(weight, (groups, out_channels // groups, -1)), reshape(columns, (n, groups, -1, blocks)))
-    y = reshape(y, (n, out_channels) + out)
+        columns = reshape(columns, (n, groups, columns.shape[1] // groups, windows.blocks))
+        y = matmul(reshape(weight, (groups, out_channels // groups, -1)), columns)
+    y = reshape(y, (n, out_channels) + windows.out)
     if bias is not None:
         y = y + reshape(bias, (out_channels, 1, 1))
-    return _unbatched(y, unbatched)
+    return y
+
+
+# ----- conv_transpose2d -------------------------------------------------------------------------------------------
+
+def _transposed_arguments(x, weight, bias, stride, padding, output_padding, groups, dilation):
+    """conv_transpose2d's arguments checked as PyTorch checks them: (stride, padding, dilation, output size)."""
+    op = "conv_transpose2d"
+    stride, padding = _conv_pair("stride", stride, op), _conv_pair("padding", padding, op)
+    output_padding, dilation = _conv_pair("output_padding", output_padding, op), _conv_pair("dilation", dilation, op)
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool):
+        raise TypeError(f"{op}(): argument 'groups' must be int, not {type(groups).__name__}")
+    if x.ndim not in (3, 4):
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to {op}, but got input of size: "
+                           f"{_size(x.shape)}")
+    if weight.ndim != 4:
+        raise RuntimeError(f"{op}: expected a 4-D weight (in_channels, out_channels / groups, kH, kW), but got "
+                           f"weight of size {_size(weight.shape)}")
+    if x.dtype != weight.dtype:
+        raise RuntimeError(f"Input type ({dtypes.tensor_type(x)}) and weight type ({dtypes.tensor_type(weight)}) "
+                           "should be the same")
+    if x.dtype.kind not in "fc" and x.dtype != np.int64:
+        raise NotImplementedError(f'"slow_conv_transpose2d_out_cpu" not implemented for '
+                                  f"'{dtypes.torch_name(x.dtype)}'")
+    if min(stride) <= 0:
+        raise RuntimeError("non-positive stride is not supported")
+    if min(padding) < 0:
+        raise RuntimeError("negative padding is not supported")
+    if min(output_padding) < 0:
+        raise RuntimeError("negative output_padding is not supported")
+    if min(dilation) <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got dilation_height: {dilation[0]}, "
+                           f"dilation_width: {dilation[1]}")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    if weight.shape[0] == 0:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be at least 1 at dimension 0, but got weight "
+                           f"of size {_size(weight.shape)} instead")
+    if weight.shape[0] % groups:
+        raise RuntimeError(f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but "
+                           f"got weight of size [{_size(weight.shape)}] instead")
+    channels = x.shape[-3]
+    if channels != weight.shape[0]:
+        raise RuntimeError(f"Given transposed=1, weight of size {_size(weight.shape)}, expected input"
+                           f"{_size(x.shape)} to have {weight.shape[0]} channels, but got {channels} channels instead")
+    out_channels = weight.shape[1] * groups
+    if bias is not None and bias.shape != (out_channels,):
+        raise RuntimeError(f"Given transposed=1, weight of size {_size(weight.shape)}, expected bias to be "
+                           f"1-dimensional with {out_channels} elements, but got bias of size {_size(bias.shape)} "
+                           "instead")
+    if any(o >= s and o >= d for o, s, d in zip(output_padding, stride, dilation)):
+        raise RuntimeError("output padding must be smaller than either stride or dilation, but got "
+                           f"output_padding_height: {output_padding[0]} output_padding_width: {output_padding[1]} "
+                           f"stride_height: {stride[0]} stride_width: {stride[1]} dilation_height: {dilation[0]} "
+                           f"dilation_width: {dilation[1]}")
+    size, kernel = x.shape[-2:], weight.shape[2:]
+    out = tuple((size[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (kernel[i] - 1) + output_padding[i] + 1
+                for i in (0, 1))
+    if min(out) < 1:
+        raise RuntimeError(f"Given input size per channel: ({size[0]} x {size[1]}). Calculated output size per "
+                           f"channel: ({out[0]} x {out[1]}). Output size is too small")
+    return stride, padding, dilation, out
+
+
+def _transposed_bias(x, bias):
+    """The bias in the output's dtype. PyTorch's CPU kernel adds it in place: another dtype is cast (a float32 bias of
+    float64 images), unless the output could not hold it (a float bias of integer images), or the images are float32,
+    whose kernel wants the bias in their dtype."""
+    if bias is None or bias.dtype == x.dtype:
+        return bias
+    if x.dtype == np.float32:
+        raise RuntimeError(f"Input type ({dtypes.tensor_type(x)}) and bias type ({dtypes.tensor_type(bias)}) should "
+                           "be the same or input should be a MKLDNN tensor and bias is a dense tensor")
+    dtypes.check_in_place("conv_transpose2d", dtypes.promote_types(x.dtype, bias.dtype), x.dtype)
+    return astype(bias, x.dtype)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,  # step 55  # noqa: A002
+                     dilation=1):
+    """PyTorch's F.conv_transpose2d: the gradient of conv2d with respect to its input, as an operation. Images x
+    (N, C_in, H, W) (or one, (C_in, H, W)) and a weight (C_in, C_out / groups, kh, kw), conv2d's weight for a
+    convolution from C_out channels to C_in, give images (N, C_out, H', W'), H' = (H - 1) stride - 2 padding +
+    dilation (kh - 1) + output_padding + 1: the size whose conv2d (with the same stride, padding and dilation) is
+    H x W, output_padding choosing among the sizes that a stride > 1 makes equal.
+
+    Built as conv2d's backward is: each position of x becomes a column W^T x[:, :, i, j] of C_out*kh*kw values, and
+    fold adds the columns into the image, where windows overlap summed. Its gradient with respect to x is conv2d."""
+    x, weight = as_variable(input, "conv_transpose2d"), as_variable(weight, "conv_transpose2d")
+    bias = None if bias is None else as_variable(bias, "conv_transpose2d")
+    x, weight, *rest = autocast_composite("conv_transpose2d", x, weight, *([] if bias is None else [bias]))
+    bias = rest[0] if rest else None
+    stride, padding, dilation, out = _transposed_arguments(x, weight, bias, stride, padding, output_padding, groups,
+                                                           dilation)
+    bias = _transposed_bias(x, bias)
+    x, unbatched = _batched(x)
+    windows = _sliding_windows(out, weight.shape[2:], stride, dilation, [(p, p) for p in padding], x.shape[2:])
+    return _unbatched(_convolve_transposed(x, weight, bias, windows, groups), unbatched)
+
+
+def _convolve_transposed(x, weight, bias, windows, groups):  # step 55
+    """conv_transpose2d of images x (N, C_in, H, W), its arguments checked: fold(W^T @ x), plus the bias."""
+    n, in_channels = x.shape[:2]
+    out_channels = weight.shape[1] * groups
+    w = reshape(weight, (groups, in_channels // groups, -1))  # (G, C_in/G, C_out/G*kh*kw)
+    rows = reshape(x, (n, groups, in_channels // groups, windows.blocks))  # each of the L = H*W positions a column
+    columns = matmul(transpose(w, 1, 2), rows)  # (G, C_out/G*kh*kw, C_in/G) @ (N, G, C_in/G, L): (N, G, ., L)
+    y = Fold(windows)(reshape(columns, (n, out_channels * windows.positions, windows.blocks)))  # (N, C_out, H', W')
+    if bias is not None:
+        y = y + reshape(bias, (out_channels, 1, 1))
+    return y
 
 
 # ----- pooling ----------------------------------------------------------------------------------------------------
@@ -586,7 +703,7 @@ def _max_pool(op, x, windows, return_indices, torch_name):
     return y, _unbatched(indices, unbatched)
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # step 55  # noqa: A002
                return_indices=False):
     """PyTorch's F.max_pool2d: the largest value of each kh x kw window (positions `dilation` apart, the padding
     -inf), and with return_indices its flat position in the (H, W) image. The gradient goes to that one element:
@@ -598,8 +715,8 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool("max_pool2d", x, windows, return_indices, None)
 
 
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,  # noqa: A002
-               divisor_override=None):
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # step 55  # noqa: A002
+               count_include_pad=True, divisor_override=None):
     """PyTorch's F.avg_pool2d: the average of each kh x kw window, the padding zeros. The divisor is the window's
     size within the padded image (count_include_pad=True), or within the image itself (False), or
     `divisor_override`; ceil_mode's partial last window is divided by what of it lies within the padded image."""

@@ -28,7 +28,7 @@ from tinypytorch.cuda import get_array_module
 class Square(Function):  # step 02 (backward: step 06)
     def forward(self, x):
         self.save_for_backward(x)  # step 35: d(x^2)/dx = 2x needs x
-        if x.dtype.kind == "b":  # step 57: as PyTorch's x ** 2, a bool squared is an int64
+        if x.dtype.kind == "b":  # step 58: as PyTorch's x ** 2, a bool squared is an int64
             x = x.astype(np.int64)
         return x ** 2
 
@@ -36,14 +36,14 @@ class Square(Function):  # step 02 (backward: step 06)
         (x,) = self.saved_tensors
         return 2 * x * gy
 
-    def jvp(self, t):  # step 62: d(x^2) = 2x dx
+    def jvp(self, t):  # step 63: d(x^2) = 2x dx
         return 2 * self.primals[0] * t
 
 
 class Exp(Function):  # step 03 (backward: step 06)
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: an integer or bool input gives the default float, as PyTorch's
+        if x.dtype.kind in "biu":  # step 58: an integer or bool input gives the default float, as PyTorch's
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         y = xp.exp(x)
@@ -54,14 +54,14 @@ class Exp(Function):  # step 03 (backward: step 06)
         (y,) = self.saved_tensors
         return gy * y
 
-    def jvp(self, t):  # step 62: d exp(x) = exp(x) dx
+    def jvp(self, t):  # step 63: d exp(x) = exp(x) dx
         return self.results[0] * t
 
 
 class Sin(Function):  # step 26
     saved_names = ("self",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d sin(x)/dx = cos(x) needs x
@@ -71,14 +71,14 @@ class Sin(Function):  # step 26
         (x,) = self.saved_tensors
         return gy * cos(x)
 
-    def jvp(self, t):  # step 62: d sin(x) = cos(x) dx
+    def jvp(self, t):  # step 63: d sin(x) = cos(x) dx
         return get_array_module(t).cos(self.primals[0]) * t
 
 
 class Cos(Function):  # step 26
     saved_names = ("self",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d cos(x)/dx = -sin(x) needs x
@@ -88,14 +88,14 @@ class Cos(Function):  # step 26
         (x,) = self.saved_tensors
         return gy * -sin(x)
 
-    def jvp(self, t):  # step 62: d cos(x) = -sin(x) dx
+    def jvp(self, t):  # step 63: d cos(x) = -sin(x) dx
         return -get_array_module(t).sin(self.primals[0]) * t
 
 
 class Tanh(Function):  # step 27
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         y = xp.tanh(x)
@@ -106,7 +106,7 @@ class Tanh(Function):  # step 27
         (y,) = self.saved_tensors
         return gy * (1 - y * y)
 
-    def jvp(self, t):  # step 62
+    def jvp(self, t):  # step 63
         y = self.results[0]
         return (1 - y * y) * t
 
@@ -114,7 +114,7 @@ class Tanh(Function):  # step 27
 class Log(Function):  # step 39
     saved_names = ("self",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d log(x)/dx = 1/x needs x
@@ -124,7 +124,7 @@ class Log(Function):  # step 39
         (x,) = self.saved_tensors
         return gy / x
 
-    def jvp(self, t):  # step 62
+    def jvp(self, t):  # step 63
         return t / self.primals[0]
 
 
@@ -157,7 +157,7 @@ def log(x):
 
 class Abs(Function):
     def forward(self, x):
-        if x.dtype.kind == "b":  # step 57: PyTorch's refusal
+        if x.dtype.kind == "b":  # step 58: PyTorch's refusal
             raise NotImplementedError('"abs_cpu" not implemented for \'Bool\'')
         self.save_for_backward(x)  # d|x|/dx = sign(x) needs x
         return get_array_module(x).abs(x)
@@ -167,7 +167,7 @@ class Abs(Function):
         x = array_of(x)
         return gy * _sign(x)  # a constant; a product, as PyTorch's (an infinite gy at 0 gives NaN)
 
-    def jvp(self, t):  # step 62: sign(0) = 0, as in backward
+    def jvp(self, t):  # step 63: sign(0) = 0, as in backward
         return _sign(self.primals[0]) * t
 
 
@@ -184,7 +184,7 @@ def _mask(condition):
 class Sqrt(Function):
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
             x = dtypes.as_floating(x)
         y = get_array_module(x).sqrt(x)
         self.save_for_backward(y)  # d sqrt(x)/dx = 1 / (2 sqrt(x)) needs only the output (PyTorch saves it too)
@@ -194,7 +194,7 @@ class Sqrt(Function):
         (y,) = self.saved_tensors
         return gy / (2 * y)
 
-    def jvp(self, t):  # step 62
+    def jvp(self, t):  # step 63
         return t / (2 * self.results[0])
 
 
@@ -207,7 +207,7 @@ class Clamp(Function):
     def forward(self, x):
         xp = get_array_module(x)
         self.save_for_backward(x)  # which elements lie within the bounds (PyTorch saves x too)
-        x = dtypes.cast(x, dtypes.result_type(x, *[b for b in (self.low, self.high) if b is not None]))  # step 57
+        x = dtypes.cast(x, dtypes.result_type(x, *[b for b in (self.low, self.high) if b is not None]))  # step 58
         y = x if self.low is None else xp.maximum(x, self.low)
         return y if self.high is None else xp.minimum(y, self.high)  # low > high: every element is high, as PyTorch
 
@@ -220,7 +220,7 @@ class Clamp(Function):
         # as PyTorch's: an infinite gy outside gives 0 (a product by a 0/1 mask would give inf * 0 = NaN)
         return where(_mask((x >= low) & (x <= high)), gy, 0.0)
 
-    def jvp(self, t):  # step 62: slope 1 within the bounds (included), as in backward
+    def jvp(self, t):  # step 63: slope 1 within the bounds (included), as in backward
         x = self.primals[0]
         low = -math.inf if self.low is None else self.low
         high = math.inf if self.high is None else self.high
@@ -287,7 +287,7 @@ class Reshape(Function):  # step 29
     def backward(self, gy):
         return reshape(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 62
+    jvp = Function.jvp_by_forward  # step 63
 
 
 def reshape(x, shape):
@@ -338,7 +338,7 @@ class Transpose(Function):  # step 29: the one node of permute, transpose and .T
         inverse = tuple(self.perm.index(i) for i in range(len(self.perm)))
         return permute(gy, inverse)
 
-    jvp = Function.jvp_by_forward  # step 62
+    jvp = Function.jvp_by_forward  # step 63
 
 
 def _apply_permutation(x, perm, torch_name=None):
@@ -507,12 +507,12 @@ def _over(axes):
 class Sum(Function):  # step 30
     def __init__(self, axis=None, keepdims=False, dtype=None):
         self.axis, self.keepdims = axis, keepdims
-        self.dtype = dtype  # step 57: sum(dtype=), the input cast first
+        self.dtype = dtype  # step 58: sum(dtype=), the input cast first
 
     def forward(self, x):
         self.x_shape = x.shape
         self.axes = _normalize_axis("sum", self.axis, x.ndim)
-        # step 57: sum(dtype=) casts first; PyTorch sums bools and small integers as int64 (NumPy: by platform)
+        # step 58: sum(dtype=) casts first; PyTorch sums bools and small integers as int64 (NumPy: by platform)
         if self.dtype is not None or x.dtype.kind in "bu" or x.dtype == np.int8 or x.dtype == np.int16:
             x = dtypes.cast(x, np.dtype(np.int64) if self.dtype is None else self.dtype)
         return sum_array(x, self.axes, self.keepdims)
@@ -525,7 +525,7 @@ class Sum(Function):  # step 30
             gy = reshape(gy, kept)
         return broadcast_to(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 62
+    jvp = Function.jvp_by_forward  # step 63
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  # noqa: A001 (PyTorch's, NumPy's)
@@ -534,7 +534,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  #
     return Sum(*_reduction("sum", x, dim, keepdim, axis, keepdims), _dtype_argument("sum", dtype))(x)
 
 
-def _dtype_argument(op, dtype):  # step 57
+def _dtype_argument(op, dtype):  # step 58
     """A `dtype=` argument as a NumPy dtype (None stays None)."""
     if dtype is None:
         return None
@@ -551,7 +551,7 @@ class Mean(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind not in "fc":  # step 57: a mean of integers is no integer; PyTorch asks for a floating dtype
+        if x.dtype.kind not in "fc":  # step 58: a mean of integers is no integer; PyTorch asks for a floating dtype
             raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
                                f"complex dtype. Got: {dtypes.torch_name(x.dtype)}")
         self.x_shape = x.shape
@@ -565,7 +565,7 @@ class Mean(Function):  # step 50
         # each element contributed 1/count of itself to its mean
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) / self.count
 
-    jvp = Function.jvp_by_forward  # step 62
+    jvp = Function.jvp_by_forward  # step 63
 
 
 def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
@@ -620,7 +620,7 @@ class Max(Function):  # step 50
         share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
 
-    def jvp(self, t):  # step 62: the tangents of the tied maxima, averaged, as backward shares the gradient
+    def jvp(self, t):  # step 63: the tangents of the tied maxima, averaged, as backward shares the gradient
         x, y = self.primals[0], self.results[0]
         winners = x == y.reshape(_kept_shape(self.axes, self.x_shape))
         kept = self.keepdims
@@ -656,7 +656,7 @@ class TakeAlongDim(Function):
         gy = reshape(gy, _kept_shape((self.dim,), self.x_shape))  # the index's shape
         return GetItemGrad(key, self.x_shape)(gy), None  # each value's gradient to the element it came from
 
-    def jvp(self, t, t_indices):  # step 62: the tangent at the same indices
+    def jvp(self, t, t_indices):  # step 63: the tangent at the same indices
         return self.forward(t, self.primals[1])
 
 
@@ -753,7 +753,7 @@ class LogSumExp(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.x_shape = x.shape
@@ -771,7 +771,7 @@ class LogSumExp(Function):  # step 50
         gy, y = [_keep_axes(v, self.axes, self.x_shape, self.keepdims) for v in (gy, y)]
         return broadcast_to(gy, self.x_shape) * exp(x - y)
 
-    def jvp(self, t):  # step 62: d logsumexp(x) = sum(softmax(x) dx)
+    def jvp(self, t):  # step 63: d logsumexp(x) = sum(softmax(x) dx)
         x, y = self.primals[0], self.results[0]
         softmax = get_array_module(x).exp(x - y.reshape(_kept_shape(self.axes, self.x_shape)))
         return (softmax * t).sum(axis=self.axes, keepdims=self.keepdims)
@@ -789,7 +789,7 @@ class Norm(Function):
         self.p, self.axis, self.keepdims = p, axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind not in "fc":  # step 57: PyTorch's refusal
+        if x.dtype.kind not in "fc":  # step 58: PyTorch's refusal
             raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as input. "
                                f"Got {dtypes.torch_name(x.dtype)}")
         xp = get_array_module(x)
@@ -816,7 +816,7 @@ class Norm(Function):
         # where the norm is 0, x is 0 too: dividing by 1 there gives PyTorch's gradient, 0
         return x * broadcast_to(gy / (y + (array_of(y) == 0)), self.x_shape)
 
-    def jvp(self, t):  # step 62: d|x|_1 = sum(sign(x) dx); d|x|_2 = sum(x dx) / |x|_2 (0 where the norm is 0)
+    def jvp(self, t):  # step 63: d|x|_1 = sum(sign(x) dx); d|x|_2 = sum(x dx) / |x|_2 (0 where the norm is 0)
         x, y = self.primals[0], self.results[0]
         if self.p == 1:
             return (get_array_module(x).sign(x) * t).sum(axis=self.axes, keepdims=self.keepdims)
@@ -876,7 +876,7 @@ def _check_matmul(x_shape, w_shape, dtypes_=()):
 class MatMul(Function):  # step 31
     def forward(self, x, W):
         _check_matmul(x.shape, W.shape, (x.dtype, W.dtype))
-        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 57: no promotion in a matrix product, as PyTorch's
+        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 58: no promotion in a matrix product, as PyTorch's
         self.shapes = (x.shape, W.shape)
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
@@ -890,7 +890,7 @@ class MatMul(Function):  # step 31
         gW = sum_to(matmul(transpose(x, -2, -1), gy), self.shapes[1]) if self.needs_input_grad[1] else None
         return gx, gW
 
-    def jvp(self, t0, t1):  # step 62: d(x W) = dx W + x dW
+    def jvp(self, t0, t1):  # step 63: d(x W) = dx W + x dW
         x, W = self.primals
         return sum_tangents(None if t0 is None else t0 @ W, None if t1 is None else x @ t1)
 
@@ -922,15 +922,15 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
                              f"in_features {x.shape[-1]} != {W.shape[1]}")
         if b is not None and b.shape != (W.shape[0],):
             raise ValueError(f"linear: bias of shape {tuple(b.shape)} does not match out_features {W.shape[0]}")
-        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 57: no promotion in a matrix product, as PyTorch's
-        if b is not None and b.dtype != x.dtype:  # step 57
+        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 58: no promotion in a matrix product, as PyTorch's
+        if b is not None and b.dtype != x.dtype:  # step 58
             raise RuntimeError(f"self and mat2 must have the same dtype, but got {dtypes.torch_name(b.dtype)} and "
                                f"{dtypes.torch_name(x.dtype)}")
         self.bias_shape = None if b is None else b.shape
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
         if b is not None and x.dtype == W.dtype == b.dtype == np.float16:
-            # step 58: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
+            # step 59: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
             # changes a quarter of the outputs by a step
             return (x.astype(np.float32) @ W.T.astype(np.float32) + b).astype(np.float16)
         y = x @ W.T
@@ -944,7 +944,7 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
             return gx, gW
         return gx, gW, sum_to(gy, self.bias_shape)  # b was broadcast over the rows
 
-    def jvp(self, t0, t1, tb=None):  # step 62: d(x W^T + b) = dx W^T + x dW^T + db
+    def jvp(self, t0, t1, tb=None):  # step 63: d(x W^T + b) = dx W^T + x dW^T + db
         x, W = self.primals[:2]
         t = sum_tangents(None if t0 is None else t0 @ W.T, None if t1 is None else x @ t1.T)
         return sum_tangents(t, tb)
@@ -1003,7 +1003,7 @@ class GetItem(Function):  # step 31
         arrays = [array_of(index) for index in self.saved_tensors]
         return GetItemGrad(_with_index_arrays(self.key, arrays), self.x_shape)(gy)
 
-    jvp = Function.jvp_by_forward  # step 62
+    jvp = Function.jvp_by_forward  # step 63
 
 
 class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differentiable
@@ -1021,7 +1021,7 @@ class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differen
     def backward(self, ggx):
         return get_item(ggx, self.key)
 
-    jvp = Function.jvp_by_forward  # step 62
+    jvp = Function.jvp_by_forward  # step 63
 
 
 def get_item(x, key):
@@ -1050,7 +1050,7 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
         before = (slice(None),) * self.axis
         return tuple(gy[before + (slice(int(a), int(b)),)] for a, b in zip(self.bounds[:-1], self.bounds[1:]))
 
-    jvp = Function.jvp_by_forward  # step 62
+    jvp = Function.jvp_by_forward  # step 63
 
 
 def concatenate(xs, axis=0):
@@ -1071,7 +1071,7 @@ def concatenate(xs, axis=0):
 class Sigmoid(Function):  # step 32
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 57: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
@@ -1085,14 +1085,14 @@ class Sigmoid(Function):  # step 32
         (y,) = self.saved_tensors
         return gy * y * (1 - y)
 
-    def jvp(self, t):  # step 62
+    def jvp(self, t):  # step 63
         y = self.results[0]
         return y * (1 - y) * t
 
 
 class ReLU(Function):  # step 32
     def forward(self, x):
-        if x.dtype.kind == "b":  # step 57: PyTorch's refusal and words
+        if x.dtype.kind == "b":  # step 58: PyTorch's refusal and words
             raise RuntimeError("Boolean inputs not supported for relu")
         xp = get_array_module(x)
         y = xp.maximum(x, 0)
@@ -1105,7 +1105,7 @@ class ReLU(Function):  # step 32
         # an infinite gy where x <= 0 gives 0 (a product by a 0/1 mask would give inf * 0 = NaN)
         return where(_mask(array_of(y) <= 0), 0.0, gy)
 
-    def jvp(self, t):  # step 62: as in backward (a selection, as PyTorch's)
+    def jvp(self, t):  # step 63: as in backward (a selection, as PyTorch's)
         return get_array_module(t).where(self.results[0] <= 0, 0, t)
 
 
@@ -1115,17 +1115,17 @@ class MeanSquaredError(Function):  # step 32
             raise ValueError(f"mean_squared_error: shapes {tuple(x0.shape)} and {tuple(x1.shape)} differ")
         self.save_for_backward(x0, x1)  # step 35: both gradients need x0 - x1 (PyTorch keeps both too)
         diff = x0 - x1
-        # step 58: mean, not sum / size: in float16 the sum overflows long before the mean does;
+        # step 59: mean, not sum / size: in float16 the sum overflows long before the mean does;
         # NumPy's mean adds float16 in float32, as PyTorch does, and rounds once
         return (diff * diff).mean()
 
     def backward(self, gy):
         x0, x1 = self.saved_tensors
-        # d/dx0 of mean((x0 - x1)^2); step 58: in PyTorch's order, which float16 rounds at each product
+        # d/dx0 of mean((x0 - x1)^2); step 59: in PyTorch's order, which float16 rounds at each product
         gx0 = (2.0 / array_of(x0).size) * (x0 - x1) * gy
         return gx0, -gx0
 
-    def jvp(self, t0, t1):  # step 62: d mean((x0 - x1)^2) = mean(2 (x0 - x1) (dx0 - dx1))
+    def jvp(self, t0, t1):  # step 63: d mean((x0 - x1)^2) = mean(2 (x0 - x1) (dx0 - dx1))
         x0, x1 = self.primals
         return (2.0 * (x0 - x1) * sum_tangents(t0, None if t1 is None else -t1)).mean()
 
@@ -1149,7 +1149,7 @@ class Dropout(Function):  # step 41
         (keep,) = self.saved_tensors
         return gy * array_of(keep).astype(gy.dtype) * self.scale
 
-    def jvp(self, t):  # step 62: the same mask (forward's, still in _to_save) on the tangent
+    def jvp(self, t):  # step 63: the same mask (forward's, still in _to_save) on the tangent
         (keep,) = self._to_save
         return t * keep * self.scale
 
@@ -1179,7 +1179,7 @@ def mean_squared_error(x0, x1):
 
 # ----- element-wise operations of two tensors, PyTorch's (promoted as +, -, *, / are: core._Binary) ----------------
 
-class PowTensor(_Binary):  # step 57
+class PowTensor(_Binary):  # step 58
     """x0 ** x1 where the exponent (or the base, `2 ** x`) is a tensor: PyTorch's pow(Tensor, Tensor)."""
 
     torch_name = "PowBackward1"  # PyTorch's: PowBackward2 for a number base (set by pow)
@@ -1214,7 +1214,7 @@ class PowTensor(_Binary):  # step 57
         return sum_tangents(d0, d1)
 
 
-def _refuse_two_numbers(op, x0, x1):  # step 57
+def _refuse_two_numbers(op, x0, x1):  # step 58
     """PyTorch's refusal of pow and remainder of two numbers, which take a number for one operand only (torch.add
     and floor_divide take two: Function.tensor_arguments)."""
     if not isinstance(x0, (Variable, *cuda.array_types)) and not isinstance(x1, (Variable, *cuda.array_types)):
@@ -1222,7 +1222,7 @@ def _refuse_two_numbers(op, x0, x1):  # step 57
                         f"{type(x1).__name__}), but expected a Tensor for one of them")
 
 
-def _integer_pow(x0, x1):  # step 57
+def _integer_pow(x0, x1):  # step 58
     """x0 ** x1 for integers, as PyTorch computes it for a tensor exponent: a negative power is 1 / x0 ** -x1
     rounded toward zero, so 1 for a base of 1, -1 or 1 for -1 (odd or even powers) and 0 for any other base, 0
     included. NumPy refuses negative integer powers (and PyTorch too for a number exponent: Pow)."""
@@ -1235,7 +1235,7 @@ def _integer_pow(x0, x1):  # step 57
     return xp.where(negative, inverse, y).astype(y.dtype, copy=False)
 
 
-def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 57
+def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 58
     """x ** exponent, PyTorch's torch.pow: the exponent a number (core's Pow, step 22) or a tensor (PowTensor);
     `pow(2, x)` too."""
     if type(exponent) in (int, float) and isinstance(x, Variable):  # speed: x ** 2, the common case
@@ -1253,7 +1253,7 @@ def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 57
     return Pow(exponent)(x)
 
 
-class Where(Function):  # step 57
+class Where(Function):  # step 58
     """where(condition, x0, x1): x0's element where the condition holds, else x1's (PyTorch's torch.where)."""
 
     promotes = True
@@ -1280,7 +1280,7 @@ class Where(Function):  # step 57
         return xp.where(self.condition, 0.0 if t0 is None else t0, 0.0 if t1 is None else t1)
 
 
-def where(condition, x0, x1):  # step 57
+def where(condition, x0, x1):  # step 58
     """PyTorch's torch.where(condition, input, other): input's element where `condition` (a bool tensor or array)
     holds, else other's; numbers as either side. Differentiable in input and other."""
     condition = array_of(condition)
@@ -1289,7 +1289,7 @@ def where(condition, x0, x1):  # step 57
     return Where(condition)(x0, x1)
 
 
-class Maximum(_Binary):  # step 57
+class Maximum(_Binary):  # step 58
     """The element-wise maximum of two tensors (PyTorch's maximum); where they tie, each gets half the gradient."""
 
     pick = "maximum"
@@ -1318,19 +1318,19 @@ class Maximum(_Binary):  # step 57
                             None if t1 is None else ((1 - wins) * (x0 != x1) + tie) * t1)
 
 
-class Minimum(Maximum):  # step 57
+class Minimum(Maximum):  # step 58
     pick = "minimum"
 
 
-def maximum(x0, x1):  # step 57
+def maximum(x0, x1):  # step 58
     return Maximum()(x0, x1)
 
 
-def minimum(x0, x1):  # step 57
+def minimum(x0, x1):  # step 58
     return Minimum()(x0, x1)
 
 
-class FloorDivide(_Binary):  # step 57
+class FloorDivide(_Binary):  # step 58
     """x0 // x1, rounded toward minus infinity (PyTorch's floor_divide): no derivative, PyTorch's error if asked."""
 
     torch_name = "NotImplemented"  # PyTorch's node for an operation without a derivative
@@ -1347,7 +1347,7 @@ class FloorDivide(_Binary):  # step 57
         raise RuntimeError("derivative for aten::floor_divide is not implemented")
 
 
-class Remainder(_Binary):  # step 57
+class Remainder(_Binary):  # step 58
     """x0 % x1 with the sign of x1, as Python's and PyTorch's remainder: d/dx0 = 1, d/dx1 = -floor(x0 / x1)."""
 
     torch_name = "RemainderBackward1"  # PyTorch's, for two tensors
@@ -1373,11 +1373,11 @@ class Remainder(_Binary):  # step 57
         return sum_tangents(t0, None if t1 is None else -get_array_module(x0).floor(x0 / x1) * t1)
 
 
-def floor_divide(x0, x1):  # step 57
+def floor_divide(x0, x1):  # step 58
     return FloorDivide()(x0, x1)
 
 
-def remainder(x0, x1):  # step 57
+def remainder(x0, x1):  # step 58
     _refuse_two_numbers("remainder", x0, x1)
     op = Remainder()
     if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor

@@ -156,7 +156,7 @@ class set_grad_enabled(_DecoratorContextManager):  # noqa: N801 (PyTorch's name)
         return type(self)(self.mode)
 
 
-# ----- inference mode (step 56) ----------------------------------------------------------------------
+# ----- inference mode (step 57) ----------------------------------------------------------------------
 
 class _InferenceMode(threading.local):
     """Whether inference mode is on in this thread: Variable.__init__ reads it for every new tensor."""

@@ -35,7 +35,7 @@ from tinypytorch.views import (
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
 
-def refuse_tangents(op, *variables):  # step 62
+def refuse_tangents(op, *variables):  # step 63
     """In-place operations have no tangent rules yet: where a tangent is involved, refuse rather than drop it
     (x.mul_(dual) would otherwise leave x with no tangent, a derivative of 0)."""
     if forward_ad_state.open_dual_levels and any(forward_ad_state.tangent_of(v) is not None for v in variables):
@@ -53,10 +53,10 @@ def check_writable(op, x, other=None, written=_KEEP):
     `written`: the array written, if not x's (x[key]'s), or None where one value is written (zero_, which PyTorch
     lets fill a broadcast view)."""
     views.check_returned_view_writable(x)  # step 49
-    if x.version_counter is None and not is_inference_mode_enabled():  # step 56
+    if x.version_counter is None and not is_inference_mode_enabled():  # step 57
         raise RuntimeError(INFERENCE_INPLACE)
     if x.view_record is not None and x.view_record.in_inference and x.requires_grad and is_grad_enabled():
-        raise RuntimeError(VIEW_FROM_INFERENCE_INPLACE)  # step 56: no graph says what the view was made from
+        raise RuntimeError(VIEW_FROM_INFERENCE_INPLACE)  # step 57: no graph says what the view was made from
     if is_grad_enabled() and x.requires_grad:
         if x.creator is None and x.view_record is None:
             raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")
@@ -137,11 +137,11 @@ def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
     check_writable(op, x, other)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
-    refuse_tangents(op, x, other)  # step 62
+    refuse_tangents(op, x, other)  # step 63
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
         new = OPERATIONS[op](Variable(x.data, requires_grad=False), other).data
-        dtypes.check_in_place(op, new.dtype, x.data.dtype)  # step 57: never down a category, PyTorch's rule and words
+        dtypes.check_in_place(op, new.dtype, x.data.dtype)  # step 58: never down a category, PyTorch's rule and words
         write(op, x, new)
         return x
     if x.view_record is not None:  # step 37: a view whose base changed is made again first
@@ -150,8 +150,8 @@ def apply(op, x, other):
     # does: writing into x's array would otherwise change the tensor the function saved.
     needs_old = op in ("mul_", "div_") and other.requires_grad
     y = OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other)
-    dtypes.check_in_place(op, y.data.dtype, x.data.dtype)  # step 57
-    if y.data.dtype != x.data.dtype:  # step 57: a float32 x stays float32
+    dtypes.check_in_place(op, y.data.dtype, x.data.dtype)  # step 58
+    if y.data.dtype != x.data.dtype:  # step 58: a float32 x stays float32
         y = astype(y, x.data.dtype)
     return record(op, x, y)
 
@@ -159,7 +159,7 @@ def apply(op, x, other):
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
     check_writable("zero_", x, written=None)
-    refuse_tangents("zero_", x)  # step 62
+    refuse_tangents("zero_", x)  # step 63
     if not (is_grad_enabled() and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
         return x
@@ -206,7 +206,7 @@ def set_item(op, x, key, value):
             check_no_partial_overlap(_layout(slot), source, x.data.itemsize)
         if value.ndim > slot.ndim:  # x[0] = tensor([5.0]): PyTorch drops the value's leading 1s
             value = value.reshape(value.shape[next((i for i, n in enumerate(value.shape) if n != 1), value.ndim):])
-    refuse_tangents(op, x, value)  # step 62
+    refuse_tangents(op, x, value)  # step 63
     # an integer x takes the values of a value that requires grad, and no gradient (PyTorch's)
     if not (is_grad_enabled() and (x.requires_grad or (value.requires_grad and x.dtype.kind in "fc"))):
         xp = cuda.get_array_module(x.data)

@@ -45,7 +45,8 @@ def rewrite(text, first):
 
 def tracked():
     names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    return [ROOT / n for n in names if n.endswith(TEXT)]
+    here = pathlib.Path(__file__).resolve()  # not this file: its examples are not steps
+    return [ROOT / n for n in names if n.endswith(TEXT) and (ROOT / n).resolve() != here]
 
 
 def moves(first):

@@ -132,7 +132,7 @@ def call_backward(f, gys):
     A gradient of another floating dtype than its input is cast to the input's, as PyTorch's engine
     does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
-    # step 63: under a dual level the formulas get Variables, whose tangents go forward through them
+    # step 64: under a dual level the formulas get Variables, whose tangents go forward through them
     on_arrays = f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
     if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
         previous = set_backward_on_arrays(True)
@@ -200,7 +200,7 @@ def owned_copy(g):
     copy = Variable(g.data.copy(), requires_grad=g.creator is not None)
     if g.creator is not None:
         copy.set_creator(g.creator, g.output_nr)
-    if forward_ad_state.open_dual_levels:  # step 63: a gradient computed under a dual level keeps its tangent
+    if forward_ad_state.open_dual_levels:  # step 64: a gradient computed under a dual level keeps its tangent
         forward_ad_state.set_tangent(copy, forward_ad_state.tangent_of(g))
     return copy
 
@@ -250,7 +250,7 @@ def call_hooks(hooks, grad, shape):
             result = as_variable(result, f"hook {name!r}")
             if result.shape != shape:
                 raise RuntimeError(f"hook {name!r} has changed the size of value")
-            if result.dtype != grad.dtype or result.device != grad.device:  # step 57
+            if result.dtype != grad.dtype or result.device != grad.device:  # step 58
                 raise RuntimeError(f"hook {name!r} has changed the type of value (was {dtypes.tensor_type(grad)} got "
                                    f"{dtypes.tensor_type(result)})")
             grad = result
@@ -351,7 +351,7 @@ class GraphTask:
             gx = call_hooks(x._backward_hooks, gx, x.data.shape)  # step 34: a hook may replace the gradient
         if (x, 0) in self.targets:
             self.captured[x] = gx
-        # step 56: a view made in inference mode has no way to its base, nor a .grad of its own (PyTorch's)
+        # step 57: a view made in inference mode has no way to its base, nor a .grad of its own (PyTorch's)
         if x.view_record is not None and x.view_record.in_inference:
             return
         if not self.capture:

@@ -110,7 +110,7 @@ def zero_gradient_gives_zero(fn, inputs):
     return all(g is None or not get_array_module(g.data).any(g.data) for g in grads)
 
 
-def forward_jacobian(fn, inputs):  # step 62
+def forward_jacobian(fn, inputs):  # step 63
     """{(i, j): the Jacobian from forward mode}: row k from one forward pass with the one-hot tangent e_k."""
     jacobians = {}
     for i, x in enumerate(inputs):
@@ -150,16 +150,16 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
     inputs: a Variable or a tuple of them; those that require grad are checked (float64
         expected: with float32 the rounding of the central difference exceeds the tolerance).
     raise_exception: on a mismatch raise GradcheckError showing both Jacobians (else return False).
-    check_forward_ad: also forward mode's Jacobians (step 62), one forward pass per input element;
+    check_forward_ad: also forward mode's Jacobians (step 63), one forward pass per input element;
         check_backward_ad=False leaves backward's out, as in PyTorch.
     """
     inputs = _checked_inputs(inputs, "gradcheck")
     numerical = numerical_jacobian(fn, inputs, eps)
-    if check_forward_ad:  # step 62
+    if check_forward_ad:  # step 63
         forward = forward_jacobian(fn, inputs)
         if not jacobians_agree(numerical, forward, atol, rtol, raise_exception, "computed with forward mode "):
             return False
-    if not check_backward_ad:  # step 62
+    if not check_backward_ad:  # step 63
         return True
     if not jacobians_agree(numerical, analytical_jacobian(fn, inputs), atol, rtol, raise_exception):
         return False

@@ -30,7 +30,7 @@ BACKWARD_TWICE = (
 )
 
 
-# step 56: PyTorch 2.13's words
+# step 57: PyTorch 2.13's words
 INFERENCE_SAVED = (
     "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
     "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use it "
@@ -112,7 +112,7 @@ class SavedTensor:
         self.data_ref = self.variable_ref = None  # step 38: what a hooked tensor keeps for its checks
         self.freed = False
         self.counter = variable.version_counter  # step 36: shared with every view of the same data
-        if self.counter is None:  # step 56: an inference tensor's in-place changes could not be detected
+        if self.counter is None:  # step 57: an inference tensor's in-place changes could not be detected
             raise RuntimeError(INFERENCE_SAVED)
         self.version = self.counter.value  # step 36: the version it must still have when unpacked
         self.output_nr = variable.output_nr
@@ -201,7 +201,7 @@ class SavedTensor:
             v.set_creator(self.creator, self.output_nr)
         elif self.requires_grad:  # an output of `function` itself (step 35)
             v.set_creator(function, self.output_nr)
-        # step 63: forward over reverse, the tangent the tensor had when saved, for a backward under a dual level
+        # step 64: forward over reverse, the tangent the tensor had when saved, for a backward under a dual level
         if forward_ad_state.open_dual_levels and getattr(self, "tangent", None) is not None:
             forward_ad_state.set_tangent(v, self.tangent)
         return v
@@ -280,12 +280,12 @@ def save(function, values, inputs, raw_outputs, outputs):
                 raise TypeError(f"{type(function).__name__}.save_for_backward: expected arrays or Variables, "
                                 f"got {type(value).__name__}")
         saved.append(variable if variable.wrapped_number else SavedTensor(variable, function, is_output))
-    if forward_ad_state.open_dual_levels:  # step 63: forward over reverse, the tangents they have now
+    if forward_ad_state.open_dual_levels:  # step 64: forward over reverse, the tangents they have now
         keep_tangents(saved, values, inputs, raw_outputs, outputs)
     return tuple(saved)
 
 
-def keep_tangents(saved, values, inputs, raw_outputs, outputs):  # step 63
+def keep_tangents(saved, values, inputs, raw_outputs, outputs):  # step 64
     """Each saved tensor keeps the tangent its Variable has now (a saved output's comes once its jvp has run:
     keep_output_tangents)."""
     for s, value in zip(saved, values):

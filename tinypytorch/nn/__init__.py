@@ -5,7 +5,7 @@
                    the activations ReLU, Tanh and Sigmoid, the losses MSELoss and CrossEntropyLoss
     normalization  from step 54, LayerNorm
     init           filling weights: xavier_uniform_, kaiming_normal_, calculate_gain, ...
-    batchnorm      from step 55, BatchNorm1d (step 45's layer as a Module, torch's state-dict keys); BatchNorm2d
+    batchnorm      from step 56, BatchNorm1d (step 45's layer as a Module, torch's state-dict keys); BatchNorm2d
     sparse         Embedding; loss: BCELoss, BCEWithLogitsLoss
     conv           Conv2d (tinypytorch.convolution's conv2d as a Module, torch's initialization)
     pooling        MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, AdaptiveMaxPool2d

@@ -1,4 +1,4 @@
-"""PyTorch's torch.nn.BatchNorm1d and BatchNorm2d, as Modules (step 55).
+"""PyTorch's torch.nn.BatchNorm1d and BatchNorm2d, as Modules (step 56).
 
 Step 45's `layers.BatchNorm1d` normalises a batch of feature vectors (N, C); these modules give it PyTorch's
 face, as `nn.Linear` does for `layers.Linear`: torch's signature, printout and state dict, in which the number of
@@ -25,7 +25,7 @@ from tinypytorch.normalization import _check_dtypes
 __all__ = ["BatchNorm1d", "BatchNorm2d"]
 
 
-class _BatchNorm(layers.BatchNorm1d, Module):  # step 55
+class _BatchNorm(layers.BatchNorm1d, Module):  # step 56
     """What BatchNorm1d and BatchNorm2d share; each says which input shapes it takes (`_check_input_dim`)."""
 
     def __init__(self, num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True, device=None,
@@ -68,7 +68,7 @@ class _BatchNorm(layers.BatchNorm1d, Module):  # step 55
                 f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")  # torch 2.13's
 
 
-class BatchNorm1d(_BatchNorm):  # step 55
+class BatchNorm1d(_BatchNorm):  # step 56
     """PyTorch's nn.BatchNorm1d(num_features, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True,
     device=None, dtype=None, *, bias=True), for inputs (N, C) or (N, C, L).
 

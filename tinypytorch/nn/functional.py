@@ -16,13 +16,13 @@ from tinypytorch.core import Variable, as_variable
 from tinypytorch.grad_mode import is_grad_enabled
 from tinypytorch.views import refresh_view
 from tinypytorch.convolution import (  # noqa: F401  (PyTorch's names and signatures already: no wrapper needed)
-    adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, conv2d, fold, max_pool2d, unfold,
+    adaptive_avg_pool2d, adaptive_max_pool2d, avg_pool2d, conv2d, conv_transpose2d, fold, max_pool2d, unfold,
 )
 
 __all__ = ["relu", "relu_", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "dropout", "mse_loss",
            "cross_entropy", "nll_loss", "layer_norm", "embedding", "binary_cross_entropy",
            "binary_cross_entropy_with_logits"]
-__all__ += ["conv2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"]
+__all__ += ["conv2d", "conv_transpose2d", "unfold", "fold", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d"]
 
 
 def _refuse_inplace(op, inplace):
@@ -81,7 +81,7 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
 def mse_loss(input, target, *, reduction="mean"):  # noqa: A002
     """The squared differences, averaged ("mean"), added ("sum") or each ("none")."""
     input, target = as_variable(input, "mse_loss"), as_variable(target, "mse_loss")
-    input, target = autocast_composite("mse_loss", input, target)  # step 59: every reduction in float32
+    input, target = autocast_composite("mse_loss", input, target)  # step 60: every reduction in float32
     if input.shape != target.shape:  # PyTorch broadcasts them, with a warning that it is likely a mistake
         raise ValueError(f"mse_loss: shapes {tuple(input.shape)} and {tuple(target.shape)} differ")
     if reduction == "mean":

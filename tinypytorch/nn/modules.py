@@ -217,7 +217,7 @@ class Module(Layer):  # step 52
 
     # devices and dtypes, PyTorch's forms: to(device), to(dtype), to(device, dtype), to(tensor)
 
-    def to(self, *args, device=None, dtype=None):  # step 57
+    def to(self, *args, device=None, dtype=None):  # step 58
         """Move the parameters and buffers to `device` and/or cast the floating point ones to `dtype`, in place (the
         Parameters stay the same objects, so an optimizer made before still holds them); returns the module."""
         for arg in args:
@@ -249,7 +249,7 @@ class Module(Layer):  # step 52
                 if buffer.dtype.kind in "fc" and buffer.dtype != dtype:
                     object.__setattr__(module, name, buffer.astype(dtype))
 
-    def float(self):  # step 57
+    def float(self):  # step 58
         return self.to(dtype=np.float32)
 
     def double(self):
@@ -258,7 +258,7 @@ class Module(Layer):  # step 52
     def half(self):
         return self.to(dtype=np.float16)
 
-    def requires_grad_(self, requires_grad=True):  # step 56
+    def requires_grad_(self, requires_grad=True):  # step 57
         """Whether autograd records operations on the parameters (freezing a model: False); returns the module."""
         for param in self.parameters():
             param.requires_grad_(requires_grad)
