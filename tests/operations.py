@@ -122,6 +122,18 @@ def _torch_dropout(a):
     return a * torch.tensor(keep) * 2.0
 
 
+def _zero_at(a):
+    """A constant, a's value at [0, 1] and 0 elsewhere, on a's device: a - _zero_at(a) has an element that is exactly
+    0 and still depends on a (its derivative and tangent are not 0)."""
+    if isinstance(a, torch.Tensor):
+        c = torch.zeros_like(a.detach())
+        c[0, 1] = a.detach()[0, 1]
+        return c
+    c = tinypytorch.cuda.get_array_module(a.data).zeros_like(a.data)
+    c[0, 1] = a.data[0, 1]
+    return c
+
+
 def _torch_dropout_device(a):
     """The mask as the device's generator draws it (seeded with 0; tests/test_step48.py checks that generator
     against SplitMix64 written out), applied in torch."""
@@ -413,6 +425,28 @@ OPERATIONS = [
               lambda a, b: torch.scatter(a, 1, _scatter_index(a), b), ((2, 5), (2, 4)), (ST.Scatter, F.GetItemGrad)),
     Operation("scatter value cubed", lambda a: ST.scatter(a, 0, _scatter_index(a), 1.5) ** 3,
               lambda a: torch.scatter(a, 0, _scatter_index(a), 1.5) ** 3, ((4, 4),), (ST.Scatter, Pow)),
+    # more of PyTorch's surface (no step). ceil and floor have derivative 0: times x, so that a derivative is there
+    # to compare (and a tangent: forward mode's test wants one that is not 0).
+    Operation("asin", F.asin, torch.asin, ((2, 3),), (F.Asin,), domain=(-0.9, 0.9)),
+    Operation("x * floor(x)", lambda a: a * F.floor(a), lambda a: a * torch.floor(a), ((2, 3),), (F.Floor, Mul)),
+    Operation("ceil(x) * x", lambda a: F.ceil(a) * a, lambda a: torch.ceil(a) * a, ((2, 3),), (F.Ceil, Mul)),
+    # (away from 0: the second derivative divides by x twice, as Div's does, and x * x of 1e-163 underflows)
+    Operation("prod", F.prod, torch.prod, ((2, 3),), (F.Prod,), domain=(0.5, 2.0)),
+    Operation("prod dim 1 keepdim cubed", lambda a: F.prod(a, 1, keepdim=True) ** 3,
+              lambda a: torch.prod(a, 1, keepdim=True) ** 3, ((2, 3),), (F.Prod, Pow), domain=(-2.0, -0.5)),
+    # an element that is 0: its derivative is the product of the others, which y / x cannot give (0 / 0)
+    Operation("prod, a zero", lambda a: F.prod(a - _zero_at(a)), lambda a: torch.prod(a - _zero_at(a)), ((2, 3),),
+              (F.Prod, Sub, F.GetItem, F.Concatenate), domain=(0.5, 2.0)),
+    Operation("prod dim 0, a zero", lambda a: F.prod(a - _zero_at(a), 0), lambda a: torch.prod(a - _zero_at(a), 0),
+              ((2, 3),), (F.Prod, Sub, F.GetItem, F.Concatenate), domain=(0.5, 2.0)),
+    Operation("var", F.var, torch.var, ((2, 3),), (F.Var,)),
+    Operation("var dim 1 keepdim, correction 0, cubed", lambda a: F.var(a, 1, keepdim=True, correction=0) ** 3,
+              lambda a: torch.var(a, 1, keepdim=True, correction=0) ** 3, ((2, 3),), (F.Var, Pow)),
+    Operation("std", F.std, torch.std, ((2, 3),), (F.Std,)),
+    Operation("std dim 0, unbiased=False, cubed", lambda a: F.std(a, 0, False) ** 3,
+              lambda a: torch.std(a, 0, False) ** 3, ((2, 3),), (F.Std, Pow)),
+    Operation("movedim cubed", lambda a: F.movedim(a, (0, 2), (2, 1)) ** 3,
+              lambda a: torch.movedim(a, (0, 2), (2, 1)) ** 3, ((2, 3, 2),), (F.Transpose, Pow)),
 ]
 
 

@@ -440,6 +440,7 @@ FUNCTIONS = ["sum", "mean", "var", "std", "max", "min", "amax", "amin", "argmax"
              "stack", "split", "zeros_like", "ones_like", "empty_like", "full_like", "outer", "tril", "triu", "diag",
              "ravel", "count_nonzero", "nonzero", "atleast_1d", "logsumexp", "take", "repeat", "tile", "flip", "sort",
              "argsort", "diff", "pad", "sqrt", "result_type", "iscomplexobj"]
+FUNCTIONS.append("cumprod")  # (prod's gradient where an element is zero)
 CREATION = ["zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity"]
 
 for _name in UFUNCS:

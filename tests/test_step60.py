@@ -112,7 +112,8 @@ def test_the_cpu_column_equals_torch_cpu_autocast_measured():
             "stack": lambda: torch.stack([x.half(), x]), "cross": lambda: torch.cross(x.half(), x.half(), dim=1),
             "cross_entropy": lambda: torch.nn.functional.cross_entropy(x.half(), torch.tensor([0, 1, 2])),
             "conv2d": lambda: torch.nn.functional.conv2d(x[None, None], x[None, None, :2, :2]),
-            "conv_transpose2d": lambda: torch.nn.functional.conv_transpose2d(x[None, None], x[None, None, :2, :2])}
+            "conv_transpose2d": lambda: torch.nn.functional.conv_transpose2d(x[None, None], x[None, None, :2, :2]),
+            "prod": lambda: x.half().prod(), "asin": lambda: (x.half() - 1).asin()}
     expected = {"lower": torch.float16, "float32": torch.float32, "promote": torch.float32, None: torch.float16}
     with torch.autocast("cpu", dtype=torch.float16):
         for _, _, torch_op, cpu_policy, _ in autocast_mode.POLICY:

@@ -47,11 +47,14 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     amp         autocast: each listed operation in its dtype, float16 or float32 (step 60); GradScaler (step 61)
     func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 64);
                 functional_call, a module as a function of its parameters
+    comparisons eq, ne, lt, le, gt, ge, equal, allclose, all, any, bitwise_xor: results without a gradient
+    outputs     out= arguments: add, sub, mul, div, matmul (and the factories rand, randn) writing into a given tensor
 """
 from tinypytorch import (
     amp, autograd, classification, cuda, datasets, dtypes, factories, func, functions, inplace, layers, nn, optim,
     optimizers, random, reversible, serialization, testfunctions, utils, views,
 )
+from tinypytorch import comparisons, outputs  # (no step)
 from tinypytorch.tensor_methods import wire_tensor_methods
 wire_tensor_methods()  # x.reshape, x.sum, x.add_, x.to, ...: Variable's methods that call the floors above core
 import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.checkpoint and .data after `import tinypytorch`,
@@ -77,6 +80,12 @@ from tinypytorch.functions import (
     get_item, linear, log, logsumexp, matmul, max, maximum, mean, mean_squared_error, min, minimum, norm, permute, pow,
     relu, remainder, reshape, sigmoid, sin, sqrt, square, squeeze, sum, sum_to, t, tanh, transpose, unsqueeze, where,
 )
+from tinypytorch.functions import asin, ceil, floor, movedim, prod, std, var  # (no step)
+from tinypytorch.functions import movedim as moveaxis  # PyTorch's other name of movedim
+from tinypytorch.comparisons import all, allclose, any, bitwise_xor, eq, equal, ge, gt, le, lt, ne  # noqa: A004
+from tinypytorch.inplace import sin_  # (no step)
+# PyTorch's signatures of add, sub, mul, div and matmul, with out= (and alpha=): they replace core's and functions'
+from tinypytorch.outputs import add, div, matmul, mul, sub  # noqa: F811
 from tinypytorch.cuda import device
 from tinypytorch import convolution
 from tinypytorch.convolution import conv2d, conv_transpose2d, max_pool2d  # torch.conv2d, torch.max_pool2d, ...
@@ -114,6 +123,9 @@ __all__ = [
     "dtype", "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
     "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
     "convolution", "conv2d", "conv_transpose2d", "max_pool2d",
+    # no step: more of PyTorch's surface
+    "asin", "ceil", "floor", "prod", "var", "std", "movedim", "moveaxis", "sin_", "all", "any", "allclose", "equal",
+    "eq", "ne", "lt", "le", "gt", "ge", "bitwise_xor", "comparisons", "outputs",
 ]
 __all__ += ["backends", "profiler", "compile"]  # torch.backends, torch.profiler, torch.compile (not_there)
 __all__ += ["empty", "empty_like", "randint", "set_default_device", "get_default_device", "stack", "scatter", "unique",

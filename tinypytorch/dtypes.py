@@ -266,6 +266,9 @@ _NAMES = {"bool": "Bool", "uint8": "Byte", "int8": "Char", "int16": "Short", "in
           "complex128": "ComplexDouble"}
 
 
+_NAMES.update(uint16="UInt16", uint32="UInt32", uint64="UInt64")  # (no step: PyTorch's other unsigned integers)
+
+
 # ... and the C++ names its matrix products use ("expected m1 and m2 to have the same dtype, but got: float != double")
 _C_NAMES = {"bool": "bool", "uint8": "unsigned char", "int8": "signed char", "int16": "short int", "int32": "int",
             "int64": "long int", "float16": "c10::Half", "float32": "float", "float64": "double",
@@ -289,6 +292,18 @@ def tensor_type(x):
     """PyTorch's legacy name of a tensor's type, as its hook errors give it: torch.DoubleTensor, torch.cuda.FloatTensor."""
     where = "cuda." if x.device.type == "cuda" else ""
     return f"torch.{where}{torch_name(x.dtype)}Tensor"
+
+
+def from_tensor_type(name):
+    """(dtype, device type) of a legacy name of a tensor's type (no step): 'torch.DoubleTensor' is (float64, 'cpu'),
+    'torch.cuda.FloatTensor' (float32, 'cuda'), as PyTorch's Tensor.type(str) reads them."""
+    for device, prefix in (("cuda", "torch.cuda."), ("cpu", "torch.")):
+        if name.startswith(prefix) and name.endswith("Tensor"):
+            kind = name[len(prefix):-len("Tensor")]
+            for numpy_name, torch_name_ in _NAMES.items():
+                if torch_name_ == kind:
+                    return np.dtype(numpy_name), device
+    raise ValueError(f"invalid type: '{name}'")
 
 
 def check_in_place(op, result, target):

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch import cuda, dtypes, random
+from tinypytorch import cuda, dtypes, outputs, random
 from tinypytorch.core import Variable
 from tinypytorch.grad_mode import is_grad_enabled
 from tinypytorch.views import increment_version
@@ -355,13 +355,16 @@ def _spaced(xp, start, end, steps, dtype):
 
 # ----- random: from the framework's generator --------------------------------------------------------------------
 
-def rand(*size, dtype=None, device=None, requires_grad=False):
-    """Uniform numbers in [0, 1) of shape `size`, float32 (PyTorch's `torch.rand`).
+def rand(*size, out=None, dtype=None, device=None, requires_grad=False):
+    """Uniform numbers in [0, 1) of shape `size`, float32 (PyTorch's `torch.rand`); with out=, written into it.
 
     Drawn from the framework's generator (`tinypytorch.random.default_generator()` on the CPU,
     the device's generator on a GPU), so `tinypytorch.manual_seed` fixes them. They are not the
     numbers `torch.rand` draws after `torch.manual_seed` with the same seed: the generators differ.
     """
+    if out is not None:  # in out's dtype and on its device (tinypytorch.outputs)
+        dtype = outputs.factory_dtype("rand", out, dtype, "check_uniform_bounds")
+        return outputs.fill("rand", out, rand(*size, dtype=dtype, device=out.device), requires_grad)
     shape, dtype = _size("rand", size), _float_dtype("rand", dtype)
     xp = _module("rand", device)
     return _finish(_below_one(xp, random.uniform(shape, xp), dtype), device, requires_grad, "rand")
@@ -378,12 +381,15 @@ def _below_one(xp, u, dtype):
     return (xp.floor(u * grid) / grid).astype(dtype)
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False):
-    """Standard normal numbers of shape `size`, float32 (PyTorch's `torch.randn`).
+def randn(*size, out=None, dtype=None, device=None, requires_grad=False):
+    """Standard normal numbers of shape `size`, float32 (PyTorch's `torch.randn`); with out=, written into it.
 
     Drawn from the framework's generator, so `tinypytorch.manual_seed` fixes them; they differ
     from torch.randn's for the same seed, since the generators differ.
     """
+    if out is not None:  # as rand's
+        dtype = outputs.factory_dtype("randn", out, dtype, "normal_kernel_cpu")
+        return outputs.fill("randn", out, randn(*size, dtype=dtype, device=out.device), requires_grad)
     shape, dtype = _size("randn", size), _float_dtype("randn", dtype)
     xp = _module("randn", device)
     return _finish(_normal(xp, shape).astype(dtype), device, requires_grad, "randn")

@@ -9,6 +9,7 @@ import builtins
 import collections
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -1053,17 +1054,31 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
     jvp = Function.jvp_by_forward  # step 63
 
 
-def concatenate(xs, axis=0):
-    """Join a sequence of Variables (or arrays) along an existing axis, as NumPy's concatenate and torch.cat."""
+def concatenate(xs, dim=None, *, axis=None):
+    """Join a sequence of Variables (or arrays) along an existing dim, as torch.cat(tensors, dim=0) and NumPy's
+    concatenate(arrays, axis=0) (either name); in their promoted dtype, as PyTorch's cat (NumPy's promotion differs)."""
     if isinstance(xs, (Variable, *cuda.array_types)):  # tuple() would split it into its rows
         raise TypeError("concatenate: expected a sequence of Variables or arrays, got a single "
                         f"{type(xs).__name__}")
     xs = tuple(xs)
     if not xs:
         raise ValueError("concatenate: need at least one variable to concatenate")
-    if not isinstance(axis, numbers.Integral) or isinstance(axis, bool):
-        raise TypeError(f"concatenate: axis must be an int, got {axis!r}")
-    return Concatenate(int(axis))(*xs)
+    if axis is not None:
+        if dim is not None:
+            raise TypeError("concatenate: got both dim and axis, two names of one argument (PyTorch's and NumPy's)")
+        dim, name = axis, "axis"
+    else:
+        dim, name = (0 if dim is None else dim), "dim"
+    if not isinstance(dim, numbers.Integral) or isinstance(dim, bool):
+        raise TypeError(f"concatenate: {name} must be an int, got {dim!r}")
+    # Function.__call__ promotes where the first and the last input differ in dtype (Concatenate.promotes); here,
+    # where one between them does
+    if len(xs) > 2:
+        first = array_of(xs[0]).dtype
+        if any(getattr(array_of(x), "dtype", first) != first for x in xs[1:-1]):
+            dtype = dtypes.result_type(*xs)
+            xs = tuple(astype(x, dtype) for x in xs)
+    return Concatenate(int(dim))(*xs)
 
 
 # ----- activations and a loss (step 32) ----------------------------------------------------
@@ -1448,3 +1463,300 @@ Concatenate.torch_name = "CatBackward0"
 ReLU.torch_name = "ReluBackward0"
 MeanSquaredError.torch_name = "MseLossBackward0"
 Dropout.torch_name = "MulBackward0"  # on the CPU PyTorch multiplies by the scaled mask (NativeDropout on a GPU)
+
+
+# ----- more of PyTorch's surface (no step): asin, ceil, floor, prod, var, std, movedim ------------------------------
+
+class Asin(Function):
+    """arcsin, element-wise (PyTorch's asin): nan outside [-1, 1], d asin(x)/dx = 1 / sqrt(1 - x^2)."""
+
+    def forward(self, x):
+        if x.dtype.kind in "biu":  # integers compute in the default float, as PyTorch's
+            x = dtypes.as_floating(x)
+        self.save_for_backward(x)  # the derivative needs x (PyTorch saves it too)
+        with np.errstate(invalid="ignore"):  # nan outside [-1, 1], without NumPy's warning (PyTorch gives none)
+            return get_array_module(x).arcsin(x)
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        with np.errstate(divide="ignore"):  # PyTorch's grad * (1 - x^2).rsqrt(): inf at -1 and 1, without a warning
+            return gy * (1 - x * x) ** -0.5
+
+    def jvp(self, t):
+        x = self.primals[0]
+        with np.errstate(divide="ignore"):
+            return t * (1 - x * x) ** -0.5
+
+
+class _Rounding(Function):
+    """ceil or floor: a step function, so the derivative is zero everywhere (at the steps too, as PyTorch's)."""
+
+    rounding = None  # the array module's function: "ceil" or "floor"
+
+    def forward(self, x):
+        if x.dtype.kind == "b":  # PyTorch's refusal and words
+            raise NotImplementedError(f'"{self.rounding}_vml_cpu" not implemented for \'Bool\'')
+        if x.dtype.kind in "iu":  # an integer is its own ceiling and floor: a copy of its dtype, as PyTorch's
+            return x.copy()
+        return getattr(get_array_module(x), self.rounding)(x)
+
+    def backward(self, gy):
+        # zeros of their own, as PyTorch's zeros_like(grad): not gy * 0, which is NaN where gy is infinite
+        gy = array_of(gy)
+        return get_array_module(gy).zeros_like(gy)
+
+    def jvp(self, t):
+        return get_array_module(t).zeros_like(t)
+
+
+class Ceil(_Rounding):
+    rounding = "ceil"
+
+
+class Floor(_Rounding):
+    rounding = "floor"
+
+
+def asin(x):
+    return Asin()(x)
+
+
+def ceil(x):
+    return Ceil()(x)
+
+
+def floor(x):
+    return Floor()(x)
+
+
+class Prod(Function):
+    """The product of every element, or along one dim `axis` (PyTorch's prod).
+
+    The derivative with respect to an element is the product of the others. Where no element is zero that is y / x,
+    as PyTorch computes it; where one is, y / x is 0 / 0, and PyTorch multiplies the products of the elements before
+    and after it instead (_products_of_the_others), which this does too.
+    """
+
+    def __init__(self, axis=None, keepdims=False, dtype=None):
+        self.axis, self.keepdims, self.dtype = axis, keepdims, dtype
+
+    def forward(self, x):
+        # prod(dtype=) casts first; bools and integers multiply in int64, as PyTorch's (and as sum does)
+        if self.dtype is not None or x.dtype.kind in "biu":
+            x = dtypes.cast(x, np.dtype(np.int64) if self.dtype is None else self.dtype)
+        self.x_shape = x.shape
+        axis = None if x.ndim == 0 else self.axis  # a 0-d x has dims 0 and -1, which name no axis of its array
+        if x.dtype == np.float16:  # in float32, rounded once, as float16 sums are (sum_array)
+            y = x.prod(axis=axis, keepdims=self.keepdims, dtype=np.float32).astype(np.float16)
+        else:
+            y = x.prod(axis=axis, keepdims=self.keepdims)
+        self.save_for_backward(x, y)  # PyTorch saves input and result too
+        return y
+
+    def backward(self, gy):
+        x, y = self.saved_tensors
+        if not self.x_shape:
+            return gy
+        if self.axis is not None and not self.keepdims:  # the reduced dim back, as length 1
+            kept = _kept_shape((self.axis,), self.x_shape)
+            gy, y = reshape(gy, kept), reshape(y, kept)
+        if not (array_of(x) == 0).any():  # (PyTorch's test: any zero anywhere takes the other formula everywhere)
+            return gy * (y / x)
+        if isinstance(x, Variable):  # create_graph: the other formula, recorded
+            return gy * _recorded_products_of_the_others(x, self.axis)
+        return gy * _products_of_the_others(x, self.axis)
+
+    def jvp(self, t):  # PyTorch's: the sum of the products of the others times the tangents
+        x, y = self.primals[0], self.results[0]
+        if x.ndim == 0:
+            return t
+        axis = self.axis
+        if axis is not None and not self.keepdims:
+            y = get_array_module(y).expand_dims(y, axis)
+        others = _products_of_the_others(x, axis) if (x == 0).any() else y / x
+        return (others * t).sum(axis=axis, keepdims=self.keepdims)
+
+
+def _products_of_the_others(x, axis):
+    """For each element of array x, the product of the other elements of its slice along `axis` (of all of x if
+    None): the products before it times those after it, cumulative products from either end, as PyTorch's
+    prod_safe_zeros_backward computes them (no division, so zeros are no trouble)."""
+    xp, shape = get_array_module(x), x.shape
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    n, before = x.shape[axis], (slice(None),) * axis
+    ones = xp.ones_like(x[before + (slice(0, 1),)])
+    left = xp.cumprod(xp.concatenate([ones, x[before + (slice(0, n - 1),)]], axis), axis)
+    right = xp.flip(xp.cumprod(xp.concatenate([ones, xp.flip(x[before + (slice(1, n),)], axis)], axis), axis), axis)
+    return (left * right).reshape(shape)
+
+
+def _recorded_products_of_the_others(x, axis):
+    """_products_of_the_others of Variable x, recorded, so that it can be differentiated again: each element's as
+    the product of its slice without it (n products of n - 1 elements, where PyTorch records cumulative products)."""
+    shape = x.shape
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    before = (slice(None),) * axis
+    others = [prod(concatenate([x[before + (slice(0, i),)], x[before + (slice(i + 1, None),)]], axis), axis, True)
+              for i in range(x.shape[axis])]
+    return reshape(concatenate(others, axis), shape)
+
+
+def prod(x, dim=None, keepdim=False, *, dtype=None):
+    """PyTorch's prod(input, *, dtype=None) and prod(input, dim, keepdim=False, *, dtype=None): the product of every
+    element, or along one dim (an int: PyTorch's prod takes no tuple), in `dtype` if given."""
+    dtype = _dtype_argument("prod", dtype)
+    if dim is None:
+        if keepdim:  # PyTorch has no prod(input, keepdim=) without a dim
+            raise TypeError("prod(): keepdim=True needs a dim")
+        return Prod(None, False, dtype)(x)
+    return Prod(_dim("prod", dim, _ndim(x)), keepdim, dtype)(x)
+
+
+class Var(Function):
+    """The variance over `axis` (PyTorch's var): sum(|x - mean|^2) / (n - correction), n the number of elements
+    reduced. Backward is PyTorch's formula, 2 / (n - correction) * gy * (x - mean), its edges included."""
+
+    op = "var"
+
+    def __init__(self, axis, correction, keepdims, named=None):
+        self.axis, self.correction, self.keepdims = axis, correction, keepdims
+        self.named = named  # the dims as the call named them: None if none were; () for dim=[] (see var_backward)
+
+    def variance(self, x):
+        """The variance of array x, in x's (real) dtype."""
+        if x.dtype.kind not in "fc":  # PyTorch's refusal and words
+            raise RuntimeError("std and var only support floating point and complex dtypes")
+        self.x_shape = x.shape
+        self.axes = _normalize_axis(self.op, self.axis, x.ndim)
+        n = math.prod(x.shape[a] for a in self.axes)
+        self.dof = n - self.correction
+        if self.dof <= 0:  # PyTorch's warning; then inf (or nan where every element equals the mean), as PyTorch's
+            warnings.warn(f"{self.op}(): degrees of freedom is <= 0. Correction should be strictly less than the "
+                          "reduction factor (input numel divided by output numel).", UserWarning, stacklevel=5)
+        work = x.astype(np.float32) if x.dtype == np.float16 else x  # float16 in float32, as PyTorch's
+        d = work - work.sum(axis=self.axes, keepdims=True) / builtins.max(n, 1)
+        squares = d.real * d.real + d.imag * d.imag if d.dtype.kind == "c" else d * d
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return squares.sum(axis=self.axes, keepdims=self.keepdims) / builtins.max(self.dof, 0)
+
+    def forward(self, x):
+        self.save_for_backward(x)  # (PyTorch saves x too)
+        return self.variance(x).astype(x.real.dtype, copy=False)
+
+    def backward(self, gy):
+        (x,) = self.saved_tensors
+        return self.var_backward(gy, x)
+
+    def var_backward(self, gy, x):
+        """PyTorch's var_backward: with dims named, n is the number of elements over those dims, and dim=[] (which
+        reduces every dim) counts 1, so that PyTorch's gradient there is infinite; it is followed."""
+        xa = array_of(x)
+        if xa.size == 0:
+            return get_array_module(xa).zeros_like(xa)
+        gy = _keep_axes(gy, self.axes, self.x_shape, self.keepdims)
+        if self.named is None or not self.x_shape:
+            if self.dof <= 0:  # inf, or nan where x is its mean (inf * 0), as PyTorch's
+                return gy * get_array_module(xa).where(xa == xa.mean(), np.nan, np.inf).astype(xa.dtype)
+            return (2.0 / self.dof) * gy * (x - Mean(None, True)(x))
+        dof = math.prod(self.x_shape[a] for a in self.named) - self.correction
+        scale = 2.0 / dof if dof else math.inf  # (PyTorch divides in floating point: 2 / 0 is inf)
+        return scale * gy * (x - Mean(self.named or None, True)(x))
+
+    def jvp(self, t):  # d var = 2 / (n - correction) * sum((x - mean) dx)
+        x = self.primals[0]
+        centred = x - x.mean(axis=self.axes, keepdims=True)
+        return (2.0 / self.dof if self.dof > 0 else math.inf) * (centred * t).sum(axis=self.axes,
+                                                                                   keepdims=self.keepdims)
+
+
+class Std(Var):
+    """The standard deviation, sqrt(var) (PyTorch's std); its gradient is var's times gy / (2 std), 0 where std is 0."""
+
+    op = "std"
+
+    def forward(self, x):
+        y = get_array_module(x).sqrt(self.variance(x)).astype(x.real.dtype, copy=False)
+        self.save_for_backward(x, y)  # (PyTorch saves both too)
+        return y
+
+    def backward(self, gy):
+        x, y = self.saved_tensors
+        zero = _mask(array_of(y) == 0)
+        # PyTorch's (grad / (2 std)).masked_fill_(std == 0, 0); dividing by 1 where std is 0 keeps NumPy quiet
+        return self.var_backward(where(zero, 0.0, gy / (y * 2 + zero)), x)
+
+    def jvp(self, t):
+        y = self.results[0]
+        zero = y == 0
+        return get_array_module(y).where(zero, 0, super().jvp(t) / (2 * y + zero))
+
+
+def _variance_arguments(op, x, dim, unbiased, keepdim, correction):
+    """(axes, correction, keepdim, named) from PyTorch's three signatures: (input, dim, unbiased=True, keepdim=False),
+    (input, dim=None, *, correction=1, keepdim=False) and (input, unbiased=True)."""
+    if isinstance(dim, bool):  # var(x, False): the third signature
+        if unbiased is not None:
+            raise TypeError(f"{op}() received an invalid combination of arguments: unbiased given twice")
+        dim, unbiased = None, dim
+    if unbiased is not None:
+        if correction is not None:  # PyTorch's signatures take one or the other
+            raise TypeError(f"{op}() received an invalid combination of arguments: unbiased and correction, two "
+                            "ways of saying one thing")
+        if not isinstance(unbiased, (bool, np.bool_)):
+            raise TypeError(f"{op}(): argument 'unbiased' must be bool, not {type(unbiased).__name__}")
+        correction = 1 if unbiased else 0
+    elif correction is None:
+        correction = 1
+    elif not isinstance(correction, numbers.Real):
+        raise TypeError(f"{op}(): argument 'correction' must be Number, not {type(correction).__name__}")
+    if dim is None:
+        return None, correction, keepdim, None
+    axes = _dims(op, dim, _ndim(x))  # None for dim=[]: every dim, as PyTorch reads it
+    return axes, correction, keepdim, (() if axes is None else axes)
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """PyTorch's var: the variance over `dim` (every dim by default), divided by n - correction (1 by default;
+    unbiased=False is correction=0)."""
+    return Var(*_variance_arguments("var", x, dim, unbiased, keepdim, correction))(x)
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """PyTorch's std: the square root of var, with var's arguments."""
+    return Std(*_variance_arguments("std", x, dim, unbiased, keepdim, correction))(x)
+
+
+def movedim(x, source, destination):
+    """PyTorch's movedim (and moveaxis): x's dims `source` (an int or a sequence of ints) moved to the places
+    `destination`, the others kept in their order; a view (PyTorch records it as a permute)."""
+    x = as_variable(x, "movedim")
+    given = {}
+    for name, dims in (("source", source), ("destination", destination)):
+        dims = [dims] if isinstance(dims, numbers.Integral) else dims
+        if not isinstance(dims, (tuple, list)) or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                                                         for d in dims):
+            raise TypeError(f"movedim(): {name} must be an int or a tuple of ints, got {dims!r}")
+        given[name] = [int(d) for d in dims]
+    if len(given["source"]) != len(given["destination"]):  # PyTorch's words
+        raise RuntimeError(f"movedim: Invalid source or destination dims: source ({given['source']} dims) should "
+                           f"contain the same number of dims as destination ({given['destination']} dims)")
+    moved = {}
+    for name, dims in given.items():
+        moved[name] = [_dim("movedim", d, x.ndim) for d in dims]  # (a 0-d x has dims 0 and -1, and nothing to move)
+        if len(set(moved[name])) != len(dims):
+            raise RuntimeError(f"movedim: repeated dim in `{name}` ({dims})")
+    perm = [None] * x.ndim  # dim i of the result is dim perm[i] of x
+    for s, d in zip(moved["source"], moved["destination"]):
+        if x.ndim:
+            perm[d] = s
+    rest = iter(i for i in range(x.ndim) if i not in moved["source"])
+    return _apply_permutation(x, tuple(next(rest) if p is None else p for p in perm), "PermuteBackward0")
+
+
+formulas_on_arrays(Asin, Ceil, Floor, Prod, Var, Std)  # speed
+for _function, _name in ((Asin, "asin"), (Ceil, "ceil"), (Floor, "floor"), (Prod, "prod"), (Var, "var"), (Std, "std")):
+    _function.tensor_arguments = (_name, "input")
+Prod.torch_name = property(_reduction_node)  # ProdBackward0 of every element, ProdBackward1 along a dim
+Concatenate.promotes = True  # cat computes in its inputs' promoted dtype, as PyTorch's (NumPy's promotion differs)

@@ -26,6 +26,7 @@ from tinypytorch.core import (
     Function, Variable, add, as_variable, astype, div, expanded_strides, formulas_on_arrays, mul, sub, sum_to,
 )
 from tinypytorch.functions import array_of, where
+from tinypytorch.functions import _dim, sin, unsqueeze  # (for sin_ and unsqueeze_)
 from tinypytorch import views
 from tinypytorch.grad_mode import is_grad_enabled, is_inference_mode_enabled, no_grad
 from tinypytorch.views import (
@@ -342,3 +343,55 @@ def rebase_view(v, y):
 
 
 formulas_on_arrays(Zero, ViewScatter, SetItem)  # speed: their backward runs on arrays too (grad_mode.BackwardMode)
+
+
+# ----- more of PyTorch's in-place operations (no step) -----------------------------------------
+
+def unary_(op, x, function):
+    """x <- function(x) in place (op "sin_": function sin); returns x. Recorded as function itself when a gradient can
+    flow, on a copy of the old value, which function's backward reads and the write overwrites (as PyTorch saves
+    the original for sin_)."""
+    check_writable(op, x)
+    refuse_tangents(op, x)  # step 63
+    if not (is_grad_enabled() and x.requires_grad):
+        new = function(Variable(x.data, requires_grad=False)).data
+        dtypes.check_in_place(op, new.dtype, x.data.dtype)  # an integer x refuses a float result, in PyTorch's words
+        write(op, x, new)
+        return x
+    if x.view_record is not None:  # step 37: a view whose base changed is made again first
+        refresh_view(x)
+    return record(op, x, function(alias(x, x.data.copy())))
+
+
+def sin_(x):
+    """PyTorch's sin_ (torch.sin_ and x.sin_()): x <- sin(x) in place."""
+    if not isinstance(x, Variable):  # PyTorch's refusal and words
+        raise TypeError(f"sin_(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}")
+    return unary_("sin_", x, sin)
+
+
+def unsqueeze_(x, dim):
+    """PyTorch's x.unsqueeze_(dim): x itself gets a new dimension of length 1 at `dim` (its memory unchanged), and
+    one more version, as PyTorch counts. Recorded as unsqueeze when a gradient can flow: x takes its place in the
+    graph; a view keeps remaking itself from its base, unsqueezed.
+
+    (A view of x made before, whose graph is remade later from x, would be remade from x's new shape: the package
+    supports in-place changes of x's shape only where x's earlier views are not changed in place or remade.)"""
+    dim = _dim("unsqueeze_", dim, x.ndim + 1)
+    check_writable("unsqueeze_", x, written=None)  # a leaf that requires grad, an inference tensor (PyTorch's words)
+    refuse_tangents("unsqueeze_", x)  # step 63
+    recording = is_grad_enabled() and x.requires_grad
+    if recording and x.view_record is not None:  # step 37: a view whose base changed is made again first
+        refresh_view(x)
+    y = unsqueeze(alias(x) if recording else Variable(x.data, requires_grad=False), dim)
+    if recording:
+        y.creator.torch_name = "UnsqueezeBackward1"  # PyTorch's node for unsqueeze_
+    x.data = y.data  # the same memory, laid out as PyTorch's unsqueeze lays it
+    increment_version(x)
+    record_ = x.view_record
+    if record_ is not None and record_.fn is not None:  # the view is now its base's view, unsqueezed
+        made = record_.fn
+        record_.fn = lambda t: unsqueeze(made(t), dim)
+    if recording:
+        take_place(x, y)
+    return x

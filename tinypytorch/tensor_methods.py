@@ -7,9 +7,12 @@ here, in TensorMethods, and `wire_tensor_methods()` puts them on Variable once, 
 is imported (DeZero wires its operators the same way, in one function). So core imports none
 of those modules, and for a user `x.reshape` is a method like any other.
 """
+import numbers
+
 import numpy as np
 
 from tinypytorch import classification as C
+from tinypytorch import comparisons, core, dtypes
 from tinypytorch import cuda, inplace
 from tinypytorch import factories, linear_algebra, structure
 from tinypytorch import functions as F
@@ -107,13 +110,13 @@ class TensorMethods:
 
     floor_divide, remainder = __floordiv__, __mod__
 
-    def all(self):
-        """Whether every element is true (nonzero): a 0-d bool Variable, as PyTorch's `x.all()`."""
-        return Variable(cuda.get_array_module(self.data).asarray(self.data.all()), requires_grad=False)
+    def all(self, dim=None, keepdim=False):
+        """Whether every element (over `dim`) is true (nonzero): a bool Variable, as PyTorch's `x.all()`."""
+        return comparisons.all(self, dim, keepdim)
 
-    def any(self):
-        """Whether some element is true (nonzero): a 0-d bool Variable, as PyTorch's `x.any()`."""
-        return Variable(cuda.get_array_module(self.data).asarray(self.data.any()), requires_grad=False)
+    def any(self, dim=None, keepdim=False):
+        """Whether some element (over `dim`) is true (nonzero): a bool Variable, as PyTorch's `x.any()`."""
+        return comparisons.any(self, dim, keepdim)
 
     def where(self, condition, other):
         """PyTorch's `x.where(condition, y)`: torch.where(condition, x, y)."""
@@ -204,6 +207,57 @@ class TensorMethods:
     def log_softmax(self, dim):
         return C.log_softmax(self, dim=dim)
 
+    # more of PyTorch's methods (no step)
+    def mul(self, other):
+        return core.mul(self, other)
+
+    def view_as(self, other):
+        """`x.view(other.size())`, as PyTorch's: no copy, PyTorch's error where the data cannot be viewed so."""
+        if not isinstance(other, Variable):
+            kind = type(other)
+            kind = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+            raise TypeError(f"view_as(): argument 'other' (position 1) must be Tensor, not {kind}")
+        return self.view(other.shape)
+
+    def movedim(self, source, destination):
+        return F.movedim(self, source, destination)
+
+    moveaxis = movedim
+
+    def type(self, dtype=None, non_blocking=False):
+        """PyTorch's `x.type()`: the legacy name of x's type, 'torch.FloatTensor' (on a GPU 'torch.cuda.FloatTensor');
+        `x.type(dtype)` or `x.type('torch.DoubleTensor')`: x as that type, x itself if it has it already."""
+        if dtype is None:
+            return dtypes.tensor_type(self)
+        device = None
+        if isinstance(dtype, str):
+            dtype, device = dtypes.from_tensor_type(dtype)
+        if np.dtype(dtype).kind in "fc":
+            return F.to(self, device, dtype)
+        with no_grad():  # an integer or bool copy has no gradient (as long() and bool())
+            return F.to(self, device, dtype)
+
+    def sin_(self):
+        return inplace.sin_(self)
+
+    def unsqueeze_(self, dim):
+        return inplace.unsqueeze_(self, dim)
+
+    def bitwise_xor_(self, other):
+        return comparisons.bitwise_xor_(self, other)
+
+    def __xor__(self, other):
+        if not isinstance(other, (Variable, *cuda.array_types, numbers.Number, np.bool_)):
+            return NotImplemented  # Python's TypeError, as for a torch tensor
+        return comparisons.bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        if not isinstance(other, (Variable, *cuda.array_types, numbers.Number, np.bool_)):
+            return NotImplemented
+        return comparisons.bitwise_xor(other, self)
+
+    __ixor__ = bitwise_xor_  # in place, as PyTorch's `^=`
+
 
 # PyTorch's tensor methods that are nothing but a call of the function of the same name in tinypytorch.functions
 FORWARDED = ("min", "amax", "amin", "argmax", "argmin", "logsumexp", "norm", "exp", "log", "sin", "cos", "tanh",
@@ -219,13 +273,18 @@ def _other_modules():
     return {name: getattr(module, name) for module, names_ in names.items() for name in names_}
 
 
-def _forwarding(function):
+def _forwarding(function, module="functions"):
     def method(self, *args, **kwargs):
         return function(self, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = function.__name__
-    method.__doc__ = f"`x.{function.__name__}(...)` is `tinypytorch.functions.{function.__name__}(x, ...)`."
+    method.__doc__ = f"`x.{function.__name__}(...)` is `tinypytorch.{module}.{function.__name__}(x, ...)`."
     return method
+
+
+# more of them, each a call of the function of the same name (no step)
+FORWARDED += ("asin", "ceil", "floor", "prod", "var", "std")
+FORWARDED_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose", "bitwise_xor")
 
 
 def wire_tensor_methods():
@@ -237,8 +296,11 @@ def wire_tensor_methods():
         setattr(Variable, name, _forwarding(getattr(F, name)))
     for name, function in _other_modules().items():
         setattr(Variable, name, function)
+    for name in FORWARDED_COMPARISONS:
+        setattr(Variable, name, _forwarding(getattr(comparisons, name), "comparisons"))
 
 
 _OPERATORS = ("__getitem__", "__setitem__", "__matmul__", "__rmatmul__", "__abs__", "__pow__", "__rpow__",
               "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__",
               "__iadd__", "__isub__", "__imul__", "__itruediv__")
+_OPERATORS += ("__xor__", "__rxor__", "__ixor__")  # (no step)

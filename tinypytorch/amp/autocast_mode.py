@@ -21,6 +21,7 @@ from tinypytorch import autocast_state, cuda
 from tinypytorch.classification import LogSoftmax, NLLLoss, Softmax
 from tinypytorch.core import Pow, astype
 from tinypytorch.functions import Concatenate, Exp, LinearFunction, Log, MatMul, MeanSquaredError, Norm, Sum
+from tinypytorch.functions import Asin, Prod  # (no step)
 from tinypytorch.normalization import NativeLayerNorm
 from tinypytorch.linear_algebra import Cross
 from tinypytorch.structure import Stack
@@ -45,6 +46,8 @@ POLICY = [
     ("concatenate",   Concatenate,      "cat",            "promote", "promote"),
     ("stack",         Stack,            "stack",          "promote", "promote"),
     ("cross",         Cross,            "cross",          None,      "promote"),
+    ("prod",          Prod,             "prod",           "float32", "float32"),  # (no step)
+    ("asin",          Asin,             "asin",           None,      "float32"),  # (no step)
     # built from several operations (autocast_state.autocast_composite): cast once, as torch's one operation
     ("cross_entropy", None,             "cross_entropy",  "float32", "float32"),
     ("conv2d",        None,             "conv2d",         "lower",   "lower"),  # unfold, matmul, reshape
