@@ -644,6 +644,26 @@ def test_unsqueeze_in_place_of_a_view_keeps_it_a_view_of_its_base_as_torch():
         np.testing.assert_array_equal(ours, theirs)
 
 
+def test_a_view_made_before_unsqueeze_in_place_is_refused_where_torch_keeps_its_strides():
+    # torch's view keeps its own strides and its gradient reaches the base; the package remakes a view from its base
+    # (step 37), which has another shape now: it says so instead of remaking a wrong view
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1
+    v = y[1:]
+    y.unsqueeze_(0)
+    (v * torch.tensor([10.0, 100.0])).sum().backward()
+    assert x.grad.tolist() == [0.0, 10.0, 100.0]
+    x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 1
+    v = y[1:]
+    y.unsqueeze_(0)
+    with pytest.raises(RuntimeError, match=r"a view of a tensor whose shape has since changed in place \(unsqueeze_\)"):
+        (v * tp.tensor([10.0, 100.0])).sum().backward()
+    w = y[0, 1:]  # a view made after the change is remade from the new shape
+    (w * tp.tensor([10.0, 100.0])).sum().backward()
+    assert x.grad.tolist() == [0.0, 10.0, 100.0]
+
+
 def test_unsqueeze_in_place_refuses_as_torch():
     raises_as_torch(lambda: tp.tensor([1.0], requires_grad=True).unsqueeze_(0),
                     lambda: torch.tensor([1.0], requires_grad=True).unsqueeze_(0), same_words=False)
@@ -831,6 +851,15 @@ def test_out_keeps_its_dtype_where_the_result_casts_into_it_as_torch(out_dtype):
 ])
 def test_out_refuses_as_torch_with_its_words(call):
     raises_as_torch(lambda: call(tp), lambda: call(torch), "after the op")
+
+
+def test_out_from_numpy_is_written_in_place_and_never_resized_as_torch():
+    for m in (tp, torch):
+        shared = np.zeros(3, dtype=np.float32)
+        m.add(m.ones(3), m.ones(3), out=m.from_numpy(shared))
+        assert shared.tolist() == [2.0, 2.0, 2.0]  # the caller's array holds the result
+    raises_as_torch(lambda: tp.add(tp.ones(3), tp.ones(3), out=tp.from_numpy(np.zeros(2, dtype=np.float32))),
+                    lambda: torch.add(torch.ones(3), torch.ones(3), out=torch.from_numpy(np.zeros(2, dtype=np.float32))))
 
 
 def test_out_that_overlaps_an_input_in_part_is_refused_and_out_that_is_an_input_is_fine_as_in_torch():

@@ -658,7 +658,9 @@ def from_numpy(array):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy: expected np.ndarray (got {type(array).__name__})")
     _array_dtype(array, "from_numpy")
-    return Variable(array, requires_grad=False)
+    shared = Variable(array, requires_grad=False)
+    shared.storage_fixed = True  # no step: its memory is the caller's array, which out= may not resize (outputs.py)
+    return shared
 
 
 __all__ = [

@@ -375,8 +375,8 @@ def unsqueeze_(x, dim):
     one more version, as PyTorch counts. Recorded as unsqueeze when a gradient can flow: x takes its place in the
     graph; a view keeps remaking itself from its base, unsqueezed.
 
-    (A view of x made before, whose graph is remade later from x, would be remade from x's new shape: the package
-    supports in-place changes of x's shape only where x's earlier views are not changed in place or remade.)"""
+    A view of x made before cannot be remade from x's new shape: using one afterwards raises a RuntimeError that
+    says so (PyTorch keeps each view's own strides; the package remakes views from their base, step 37)."""
     dim = _dim("unsqueeze_", dim, x.ndim + 1)
     check_writable("unsqueeze_", x, written=None)  # a leaf that requires grad, an inference tensor (PyTorch's words)
     refuse_tangents("unsqueeze_", x)  # step 63
@@ -388,6 +388,7 @@ def unsqueeze_(x, dim):
         y.creator.torch_name = "UnsqueezeBackward1"  # PyTorch's node for unsqueeze_
     x.data = y.data  # the same memory, laid out as PyTorch's unsqueeze lays it
     increment_version(x)
+    x.shape_changed_at = x._version  # views of x made before cannot be remade from x now (views.refresh_view)
     record_ = x.view_record
     if record_ is not None and record_.fn is not None:  # the view is now its base's view, unsqueezed
         made = record_.fn

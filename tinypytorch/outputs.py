@@ -51,6 +51,8 @@ def _resize(op, out, shape):
                       "future PyTorch release outputs will not be resized unless they have zero elements. You can "
                       "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
                       UserWarning, stacklevel=4)
+    if getattr(out, "storage_fixed", False):  # from_numpy's: resizing would leave the caller's array behind
+        raise RuntimeError("Trying to resize storage that is not resizable")
     if out.view_record is not None or out.data.base is not None:
         raise RuntimeError(f"{op}: out= of shape {tuple(out.shape)} would have to be resized to {tuple(shape)}, but it "
                            "shares its memory with another tensor (a view): the package resizes only a tensor that "

@@ -157,6 +157,11 @@ def refresh_view(v):
             raise RuntimeError(VIEW_FROM_INFERENCE_STALE)
         return
     if view.version != v._version and (view.base._requires_grad or v._requires_grad):
+        changed = getattr(view.base, "shape_changed_at", None)  # no step: unsqueeze_ changed the base's shape
+        if changed is not None and view.version < changed:  # no step
+            raise RuntimeError("a view of a tensor whose shape has since changed in place (unsqueeze_) cannot be "
+                               "remade from it in tinypytorch; make the view again after the change, or clone it "
+                               "before")
         with enable_grad():
             fresh = view.fn(view.base)
         take_place(v, fresh)
