@@ -1036,3 +1036,12 @@ def test_stack_and_scatter_of_random_shapes_equal_torchs(data):
     src = RNG.standard_normal(index_shape)
     assert_value_and_gradients_equal_torch(lambda a, b: tinypytorch.scatter(a, dim, tinypytorch.tensor(index), b),
                                            lambda a, b: torch.scatter(a, dim, torch.tensor(index), b), arrays[0], src)
+
+
+def test_torch_functional_holds_the_same_functions_as_torch():
+    import torch.functional
+
+    import tinypytorch.functional
+    for name in tinypytorch.functional.__all__:
+        assert getattr(torch.functional, name) is getattr(torch, name)
+        assert getattr(tinypytorch.functional, name) is getattr(tp, name)

@@ -13,6 +13,7 @@ on it lives here, in modules:
     functions   differentiable functions that are not operators (exp, sin, reshape, matmul, ...)
     cuda        the array backend: NumPy, or CuPy on a GPU; devices, moves and device memory (step 48)
     backends    torch.backends: mps and cudnn, answered truthfully (the package uses neither)
+    functional  torch.functional: einsum, norm, unique, for `import torch.functional as F`
     not_there   PyTorch's names the package lacks (compile, nn.LSTM, profiler.profile, ...): a clear error where used
     utils       numerical gradients (utils.numerical), walking and drawing the graph (utils.walking, utils.drawing);
                 utils.checkpoint (steps 42-44, selective checkpointing 60), utils.data (step 51), utils.memory
@@ -60,6 +61,7 @@ wire_tensor_methods()  # x.reshape, x.sum, x.add_, x.to, ...: Variable's methods
 import tinypytorch.utils.checkpoint  # noqa: E402,F401  (tinypytorch.utils.checkpoint and .data after `import tinypytorch`,
 import tinypytorch.utils.data  # noqa: E402,F401  as torch.utils.checkpoint and .data after `import torch`)
 from tinypytorch import backends, profiler  # noqa: E402  (torch.backends, torch.profiler)
+from tinypytorch import functional  # noqa: E402  (torch.functional: einsum, norm, unique)
 from tinypytorch.not_there import compile  # noqa: E402,A001  (torch.compile: a clear error where it is used)
 from tinypytorch.amp import autocast
 from tinypytorch.classification import cross_entropy, log_softmax, softmax
@@ -127,6 +129,6 @@ __all__ = [
     "asin", "ceil", "floor", "prod", "var", "std", "movedim", "moveaxis", "sin_", "all", "any", "allclose", "equal",
     "eq", "ne", "lt", "le", "gt", "ge", "bitwise_xor", "comparisons", "outputs",
 ]
-__all__ += ["backends", "profiler", "compile"]  # torch.backends, torch.profiler, torch.compile (not_there)
+__all__ += ["backends", "profiler", "compile", "functional"]  # torch.backends, torch.profiler, torch.compile (not_there)
 __all__ += ["empty", "empty_like", "randint", "set_default_device", "get_default_device", "stack", "scatter", "unique",
             "cross", "einsum", "svd", "linalg", "linear_algebra", "structure"]
