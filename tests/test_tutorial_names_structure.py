@@ -1044,4 +1044,4 @@ def test_torch_functional_holds_the_same_functions_as_torch():
     import tinypytorch.functional
     for name in tinypytorch.functional.__all__:
         assert getattr(torch.functional, name) is getattr(torch, name)
-        assert getattr(tinypytorch.functional, name) is getattr(tp, name)
+        assert getattr(tinypytorch.functional, name) is getattr(tinypytorch, name)
