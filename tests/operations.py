@@ -22,7 +22,7 @@ from tinypytorch import classification as C
 from tinypytorch import convolution as CV
 from tinypytorch import functions as F
 from tinypytorch import inplace
-from tinypytorch.core import Add, Clone, Div, Mul, Neg, Pow, Reciprocal, Sub
+from tinypytorch.core import Add, Clone, Div, Mul, Neg, Pow, Reciprocal, Rsub, Sub
 from tinypytorch.normalization import NativeLayerNorm
 
 
@@ -171,6 +171,7 @@ OPERATIONS = [
     Operation("add", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (2, 3)), (Add,)),
     Operation("add, broadcast", lambda a, b: a + b, lambda a, b: a + b, ((2, 3), (3,)), (Add, F.SumTo)),
     Operation("sub", lambda a, b: a - b, lambda a, b: a - b, ((2, 3), (2, 3)), (Sub,)),
+    Operation("rsub, broadcast", tinypytorch.rsub, torch.rsub, ((2, 3), (3,)), (Rsub, F.SumTo)),
     Operation("mul", lambda a, b: a * b, lambda a, b: a * b, ((2, 3), (2, 3)), (Mul,)),
     Operation("mul, broadcast", lambda a, b: a * b, lambda a, b: a * b, ((2, 1), (1, 3)), (Mul, F.SumTo)),
     Operation("div", lambda a, b: a / b, lambda a, b: a / b, ((2, 3), (2, 3)), (Div,), domain=(0.5, 2.0)),
