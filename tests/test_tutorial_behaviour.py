@@ -188,3 +188,236 @@ def test_a_linear_net_still_gives_torchs_gradients():
         grads.append([p.grad.numpy() if m is torch else p.grad.data for p in net.parameters()])
     for ours, theirs in zip(*grads):
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-7)  # float32
+
+
+# ----- gradcheck and gradgradcheck: torch's signature, and each check catches its wrong backward -------------------
+
+def functions_of(m):
+    """Custom functions written the same way in both frameworks: right, and wrong in one way each."""
+
+    class Sin(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * a.cos()
+
+    class Double(Sin):  # the Jacobian is twice the true one
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return 2 * g * a.cos()
+
+    class Forgetful(Sin):  # does not multiply by its incoming gradient: right for a one-hot seed of one element
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return a.cos()
+
+    class UndefinedAsOnes(Sin):  # given no gradient (None), returns ones: an undefined gradient is not zero
+        @staticmethod
+        def forward(ctx, a):
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(a)
+            return a.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return m.ones_like(a) if g is None else g * a.cos()
+
+    class UndefinedRaises(UndefinedAsOnes):  # given no gradient, fails
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            if g is None:
+                raise RuntimeError("no gradient")
+            return g * a.cos()
+
+    class Noisy(Sin):  # a different answer on each call, within 1e-8 relative
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            noise = m.tensor(np.random.default_rng().random(tuple(a.shape)), dtype=m.float64)
+            return g * a.cos() * (1 + 1e-8 * noise)
+
+    class Float32Gradient(Sin):  # a float32 gradient for a float64 input: both engines cast it back
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return (g * a.cos()).to(m.float32)
+
+    return {c.__name__: c.apply for c in (Sin, Double, Forgetful, UndefinedAsOnes, UndefinedRaises, Noisy,
+                                          Float32Gradient)}
+
+
+def gradcheck_both(name, values=(0.3, -0.7, 1.1), **options):
+    """{framework: gradcheck's verdict (True/False) or the type and first line of what it raised}."""
+    verdicts = {}
+    for key, m in FRAMEWORKS.items():
+        x = m.tensor(values, dtype=m.float64, requires_grad=True)
+        fn = functions_of(m)[name] if isinstance(name, str) else name(m)
+        try:
+            verdicts[key] = m.autograd.gradcheck(fn, (x,), **options)
+        except Exception as error:
+            verdicts[key] = type(error).__name__, str(error).splitlines()[0] if str(error) else ""
+    return verdicts
+
+
+@pytest.mark.step40
+def test_the_census_form_with_check_undefined_grad_false_passes_in_both():
+    verdicts = gradcheck_both(lambda m: lambda a: a.sin() * a, check_undefined_grad=False)
+    assert verdicts == {"torch": True, "tinypytorch": True}
+
+
+ALL_OPTIONS = dict(eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0, check_undefined_grad=True,
+                   check_grad_dtypes=True, check_batched_grad=False, check_batched_forward_grad=False,
+                   check_forward_ad=True, check_backward_ad=True, masked=False)
+
+
+@pytest.mark.step40
+@pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
+def test_gradcheck_takes_torchs_whole_signature(fast_mode):
+    verdicts = gradcheck_both(lambda m: lambda a: a.sin() * a, fast_mode=fast_mode, **ALL_OPTIONS)
+    assert verdicts == {"torch": True, "tinypytorch": True}
+
+
+# the wrong backward, the options that turn its check on, and the first words of the message
+CAUGHT = {
+    "Jacobian": ("Double", {}, "Jacobian mismatch for output 0 with respect to input 0,"),
+    "multiplied by grad_output": ("Forgetful", {}, "backward not multiplied by grad_output"),
+    "undefined gradient taken for ones": ("UndefinedAsOnes", {}, "Expected all input grads to be undefined or zero "
+                                                                 "when all output grads are undefined or zero."),
+    "undefined gradient refused": ("UndefinedRaises", {}, "Expected backward function to handle undefined output "
+                                                          "grads"),
+    "not reentrant": ("Noisy", {}, "Backward is not reentrant, i.e., running backward with same input and "
+                                   "grad_output multiple times gives different values, although analytical gradient "
+                                   "matches numerical gradient."),
+}
+
+
+@pytest.mark.step40
+@pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
+@pytest.mark.parametrize("check", list(CAUGHT))
+def test_each_check_catches_its_wrong_backward_in_both(check, fast_mode):
+    name, options, words = CAUGHT[check]
+    values = (0.4,) if name == "Forgetful" else (0.3, -0.7, 1.1)  # one element: the Jacobian test cannot see it
+    assert gradcheck_both("Sin", values, fast_mode=fast_mode, **options) == {"torch": True, "tinypytorch": True}
+    caught = gradcheck_both(name, values, fast_mode=fast_mode, **options)
+    assert caught["torch"][0] == caught["tinypytorch"][0] == "GradcheckError"
+    assert caught["torch"][1].startswith(words) and caught["tinypytorch"][1].startswith(words), caught
+    quiet = gradcheck_both(name, values, fast_mode=fast_mode, raise_exception=False, **options)
+    assert quiet == {"torch": False, "tinypytorch": False}
+
+
+@pytest.mark.step40
+@pytest.mark.parametrize("name, options", [("UndefinedAsOnes", {"check_undefined_grad": False}),
+                                           ("UndefinedRaises", {"check_undefined_grad": False}),
+                                           ("Noisy", {"nondet_tol": 1e-6}),
+                                           ("Float32Gradient", {"check_grad_dtypes": True})])
+def test_turning_a_check_off_or_widening_it_passes_in_both(name, options):
+    assert gradcheck_both(name, **options) == {"torch": True, "tinypytorch": True}
+
+
+def wrong_jvp(m):
+    class SinWrongJvp(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            ctx.a = a  # (jvp reads the primal from ctx)
+            return a.sin()
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            return g * a.cos()
+
+        @staticmethod
+        def jvp(ctx, t):
+            return 2 * t * ctx.a.cos()
+
+    return SinWrongJvp.apply
+
+
+@pytest.mark.step40
+@pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
+def test_forward_mode_catches_a_wrong_jvp_in_both(fast_mode):
+    assert gradcheck_both(wrong_jvp, fast_mode=fast_mode) == {"torch": True, "tinypytorch": True}
+    caught = gradcheck_both(wrong_jvp, fast_mode=fast_mode, check_forward_ad=True, raise_exception=False)
+    assert caught == {"torch": False, "tinypytorch": False}
+
+
+@pytest.mark.step40
+@pytest.mark.parametrize("options", [{"check_forward_ad": False, "check_backward_ad": False},
+                                     {"check_batched_forward_grad": True},
+                                     {"check_batched_grad": True, "check_backward_ad": False,
+                                      "check_forward_ad": True}], ids=repr)
+def test_contradictory_options_are_refused_as_torch_refuses_them(options):
+    verdicts = gradcheck_both("Sin", **options)
+    assert verdicts["torch"][0] == "AssertionError" and verdicts["tinypytorch"] == verdicts["torch"]
+
+
+@pytest.mark.step40
+def test_batched_gradients_need_vmap_which_the_package_has_not():
+    verdicts = gradcheck_both("Sin", check_batched_grad=True)
+    assert verdicts["torch"] is True
+    assert verdicts["tinypytorch"][0] == "NotImplementedError" and "vmap" in verdicts["tinypytorch"][1]
+
+
+def gradgradcheck_both(**options):
+    verdicts = {}
+    for key, m in FRAMEWORKS.items():
+        x = m.tensor((0.3, -0.7, 1.1), dtype=m.float64, requires_grad=True)
+        try:
+            verdicts[key] = m.autograd.gradgradcheck(lambda a: a.sin() * a, (x,), **options)
+        except Exception as error:
+            verdicts[key] = type(error).__name__, str(error)
+    return verdicts
+
+
+@pytest.mark.step40
+@pytest.mark.parametrize("options", [
+    dict(eps=1e-6, atol=1e-5, rtol=1e-3, gen_non_contig_grad_outputs=True, raise_exception=True, nondet_tol=0.0,
+         check_undefined_grad=True, check_grad_dtypes=True, check_batched_grad=False, check_fwd_over_rev=True,
+         check_rev_over_rev=True, fast_mode=False, masked=False),
+    {"fast_mode": True},
+    {"check_rev_over_rev": False, "check_undefined_grad": False, "check_fwd_over_rev": True},
+    {"check_rev_over_rev": False},
+    {"check_rev_over_rev": False, "check_fwd_over_rev": True},
+], ids=["every option", "fast", "forward over reverse only", "no check", "undefined without reverse over reverse"])
+def test_gradgradcheck_takes_torchs_whole_signature(options):
+    verdicts = gradgradcheck_both(**options)
+    assert verdicts["tinypytorch"] == verdicts["torch"]
+
+
+def undefined_then_sin(m):
+    """A node whose backward sends no gradient (None), placed after sin: what reaches sin's node is nothing."""
+
+    class Undefined(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return None
+
+    return lambda a: Undefined.apply(a.sin() * 3)
+
+
+@pytest.mark.step40
+def test_a_node_that_gets_no_gradient_passes_none_on_as_torchs():
+    results = {}
+    for key, m in FRAMEWORKS.items():
+        x = m.tensor((0.3, -0.7), dtype=m.float64, requires_grad=True)
+        y = undefined_then_sin(m)(x)
+        unused = m.autograd.grad(y, [x], m.ones_like(y), allow_unused=True)
+        with pytest.raises(RuntimeError, match="appears to not have been used in the graph"):
+            m.autograd.grad(undefined_then_sin(m)(x), [x], m.ones_like(y))
+        undefined_then_sin(m)(x).sum().backward()
+        results[key] = unused, x.grad
+    assert results["torch"] == results["tinypytorch"] == ((None,), None)

@@ -567,6 +567,9 @@ class Function:
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
     formula_on_arrays = False
+    # False: when no gradient arrives at any output, the engine passes None on without calling backward (PyTorch's
+    # nodes return undefined gradients then); a node that must run all the same (a custom Function's) says True
+    runs_without_gradients = False
 
     def __call__(self, *inputs):
         if self.dispatch_mode is not None:  # step 61: inside a selective-checkpoint region, the region runs it
