@@ -2,6 +2,7 @@
 frameworks: what PyTorch does, and what the package does instead. One test per entry of the list; a difference
 that is closed, or a new one, changes both the page and this file."""
 import pathlib
+import pickle
 
 import numpy as np
 import pytest
@@ -112,10 +113,18 @@ def test_layer_norm_refuses_a_wrong_shape_with_the_packages_type_for_shapes():
         torch.nn.functional.layer_norm(torch.ones(2, 3), (4,))
 
 
-def test_save_never_pickles_and_refuses_a_module_that_torch_pickles(tmp_path):
-    torch.save(torch.nn.Linear(2, 1), tmp_path / "whole.pt")  # torch pickles the object
-    with pytest.raises(TypeError, match="state_dict"):
-        tp.save(nn.Linear(2, 1), tmp_path / "ours.pt")
+def test_weights_only_load_gives_back_numpy_arrays_that_torchs_refuses(tmp_path):
+    obj = {"a": np.arange(3), "s": np.float32(1.5)}
+    torch.save(obj, tmp_path / "theirs.pt")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(tmp_path / "theirs.pt")  # weights_only=True: NumPy's globals are not allowed
+    tp.save(obj, tmp_path / "ours.pt")
+    loaded = tp.load(tmp_path / "ours.pt")  # a structure of arrays, never pickled
+    assert loaded["a"].tolist() == [0, 1, 2] and loaded["s"].shape == () and loaded["s"].dtype == np.float32
+    with pytest.raises(ValueError, match="mmap=True is not supported"):
+        tp.load(tmp_path / "ours.pt", mmap=True)
+    with pytest.raises(RuntimeError, match="was written by torch.save"):
+        tp.load(tmp_path / "theirs.pt")
 
 
 def test_buffers_are_arrays_where_torchs_are_tensors():

@@ -3,6 +3,8 @@ result: the order of a node's `next_functions` (the reflected operators, `linear
 torch's whole signature, each check catching its wrong backward; and torch.save / torch.load of any object under
 torch's weights-only rule.
 """
+import io
+import pickle
 
 import numpy as np
 import pytest
@@ -421,3 +423,100 @@ def test_a_node_that_gets_no_gradient_passes_none_on_as_torchs():
         undefined_then_sin(m)(x).sum().backward()
         results[key] = unused, x.grad
     assert results["torch"] == results["tinypytorch"] == ((None,), None)
+
+
+# ----- torch.save / torch.load of any object ------------------------------------------------------------------------
+
+@pytest.mark.step52
+def test_a_whole_module_is_saved_refused_by_default_and_loaded_with_weights_only_false(tmp_path):
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    messages, outputs = {}, {}
+    for key, m in FRAMEWORKS.items():
+        model, path = linear_net(m), tmp_path / f"{key}.pth"
+        m.save(model, path)
+        with pytest.raises(pickle.UnpicklingError) as refused:
+            m.load(path)
+        messages[key] = str(refused.value)
+        loaded = m.load(path, weights_only=False)
+        assert type(loaded) is type(model) and list(loaded.state_dict()) == list(model.state_dict())
+        for k, v in loaded.state_dict().items():
+            np.testing.assert_array_equal(v.detach().numpy() if m is torch else v.data,
+                                          model.state_dict()[k].detach().numpy() if m is torch
+                                          else model.state_dict()[k].data)
+        out = loaded(m.from_numpy(x))
+        out.sum().backward()  # the loaded module trains: its parameters are leaves that require grad
+        assert all(p.grad is not None for p in loaded.parameters())
+        outputs[key] = out.detach().numpy() if m is torch else out.data
+    np.testing.assert_allclose(outputs["tinypytorch"], outputs["torch"], rtol=1e-6, atol=1e-7)
+    for message in messages.values():
+        assert message.startswith("Weights only load failed.")
+        assert "`weights_only` set to `False` will likely succeed" in message
+        assert "Do it only if you got the file from a trusted source." in message
+        assert "Unsupported global: GLOBAL" in message and "Sequential was not an allowed global by default" in message
+
+
+LONE = {"int16": ([1, 2, 3], "int16", False), "float32": ([1.5, -2.0], "float32", False),
+        "float64 that requires grad": ([0.25], "float64", True), "a 0-d bool": (True, "bool", False)}
+
+
+@pytest.mark.step52
+@pytest.mark.parametrize("name", list(LONE))
+def test_a_lone_tensor_comes_back_with_its_values_dtype_and_requires_grad(tmp_path, name):
+    values, dtype, requires_grad = LONE[name]
+    loaded = {}
+    for key, m in FRAMEWORKS.items():
+        m.save(m.tensor(values, dtype=getattr(m, dtype), requires_grad=requires_grad), tmp_path / f"{key}.pt")
+        loaded[key] = m.load(tmp_path / f"{key}.pt")
+    ours, theirs = loaded["tinypytorch"], loaded["torch"]
+    assert type(ours) is tinypytorch.Variable and str(ours.dtype) == str(theirs.dtype)
+    assert ours.requires_grad == theirs.requires_grad and ours.is_leaf
+    np.testing.assert_array_equal(ours.data, theirs.detach().numpy())
+
+
+@pytest.mark.step52
+def test_a_model_and_its_optimizer_in_one_file_keep_sharing_their_parameters(tmp_path):
+    for key, m in FRAMEWORKS.items():
+        model = linear_net(m)
+        optimizer = m.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model(m.ones(2, 4)).sum().backward()
+        optimizer.step()
+        m.save({"model": model, "optimizer": optimizer, "epoch": 3}, tmp_path / f"{key}.pt")
+        loaded = m.load(tmp_path / f"{key}.pt", weights_only=False)
+        assert loaded["epoch"] == 3
+        assert all(p is q for p, q in zip(loaded["optimizer"].param_groups[0]["params"],
+                                          loaded["model"].parameters()))
+
+
+@pytest.mark.step52
+@pytest.mark.parametrize("map_location", ["cpu", "torch.device('cpu')", {"cuda:0": "cpu"},
+                                          lambda storage, location: storage], ids=repr)
+def test_the_tutorials_map_locations_load_a_state_dict_and_a_module(tmp_path, map_location):
+    for key, m in FRAMEWORKS.items():
+        where = m.device("cpu") if map_location == "torch.device('cpu')" else map_location
+        model = linear_net(m)
+        m.save(model.state_dict(), tmp_path / f"{key}.pt")
+        m.save(model, tmp_path / f"{key}-whole.pt")
+        state = m.load(tmp_path / f"{key}.pt", map_location=where, weights_only=True)
+        whole = m.load(tmp_path / f"{key}-whole.pt", map_location=where, weights_only=False)
+        assert list(state) == list(model.state_dict()) == list(whole.state_dict())
+
+
+@pytest.mark.step52
+def test_what_weights_only_allows_is_what_torchs_allows():
+    objects = {"set": ({1, 2}, {1, 2}), "complex": (1 + 2j, 1 + 2j), "bytes": (b"ab", b"ab"),
+               "bytearray": (bytearray(b"ab"), bytearray(b"ab")), "frozenset": (frozenset([1]), frozenset([1])),
+               "slice": (slice(1, 2), slice(1, 2)), "range": (range(3), range(3)), "Ellipsis": (..., ...),
+               "dtype": (tinypytorch.float32, torch.float32),
+               "device": (tinypytorch.device("cpu"), torch.device("cpu")),
+               "Size": (tinypytorch.Size([2, 3]), torch.Size([2, 3]))}
+    for name, (ours, theirs) in objects.items():
+        verdicts = []
+        for m, obj in ((tinypytorch, ours), (torch, theirs)):
+            buffer = io.BytesIO()
+            m.save(obj, buffer)
+            buffer.seek(0)
+            try:
+                verdicts.append(repr(m.load(buffer)).replace("tinypytorch", "torch"))
+            except pickle.UnpicklingError:
+                verdicts.append("refused")
+        assert verdicts[0] == verdicts[1], name
