@@ -357,18 +357,20 @@ def test_load_refuses_mmap_and_a_weights_only_that_is_not_a_bool():
         round_trip(np.ones(1), weights_only="yes")
 
 
-def test_arrays_come_back_on_the_device_they_were_saved_from(xp):
+@pytest.mark.parametrize("extra", [{}, {"s": {1}}], ids=["described", "pickled"])
+def test_arrays_come_back_on_the_device_they_were_saved_from(xp, extra):
     x = Variable(xp.asarray(np.arange(3.0)), requires_grad=True)
     a = xp.asarray(np.arange(4))
-    loaded = round_trip({"x": x, "a": a})
+    loaded = round_trip({"x": x, "a": a, **extra})
     assert type(loaded["x"].data) is type(x.data) and type(loaded["a"]) is type(a)
     assert cuda.device_of(loaded["x"].data) == cuda.device_of(x.data) and loaded["x"].requires_grad
-    on_cpu = round_trip({"x": x, "a": a}, map_location="cpu")
-    assert type(on_cpu["x"].data) is np.ndarray and type(on_cpu["a"]) is np.ndarray
-    np.testing.assert_array_equal(on_cpu["x"].data, np.arange(3.0))
-    np.testing.assert_array_equal(on_cpu["a"], np.arange(4))
+    for to_cpu in ("cpu", {str(cuda.device_of(x.data)): "cpu"}):
+        on_cpu = round_trip({"x": x, "a": a, **extra}, map_location=to_cpu)
+        assert type(on_cpu["x"].data) is np.ndarray and type(on_cpu["a"]) is np.ndarray
+        np.testing.assert_array_equal(on_cpu["x"].data, np.arange(3.0))
+        np.testing.assert_array_equal(on_cpu["a"], np.arange(4))
     if cuda.is_available():
-        on_gpu = round_trip({"x": Variable(np.arange(3.0))}, map_location=tinypytorch.device("cuda"))
+        on_gpu = round_trip({"x": Variable(np.arange(3.0)), **extra}, map_location=tinypytorch.device("cuda"))
         assert cuda.is_on(on_gpu["x"].data, "cuda")
         np.testing.assert_array_equal(cuda.as_numpy(on_gpu["x"].data), np.arange(3.0))
 

@@ -288,6 +288,19 @@ def test_gradcheck_takes_torchs_whole_signature(fast_mode):
     assert verdicts == {"torch": True, "tinypytorch": True}
 
 
+@pytest.mark.step40
+@pytest.mark.parametrize("fast_mode", [False, True], ids=["slow", "fast"])
+def test_every_check_runs_on_every_backend(xp, fast_mode):
+    x = tinypytorch.Variable(xp.asarray(np.array([0.3, -0.7, 1.1])))
+    fn = lambda a: a.sin() * a  # noqa: E731
+    assert tinypytorch.autograd.gradcheck(fn, (x,), fast_mode=fast_mode, **ALL_OPTIONS)
+    assert tinypytorch.autograd.gradgradcheck(fn, (x,), fast_mode=fast_mode, gen_non_contig_grad_outputs=True,
+                                              check_fwd_over_rev=True, check_grad_dtypes=True)
+    wrong = tinypytorch.autograd.gradcheck(functions_of(tinypytorch)["Double"], (x,), fast_mode=fast_mode,
+                                           raise_exception=False)
+    assert wrong is False
+
+
 # the wrong backward, the options that turn its check on, and the first words of the message
 CAUGHT = {
     "Jacobian": ("Double", {}, "Jacobian mismatch for output 0 with respect to input 0,"),

@@ -1379,8 +1379,8 @@ def floor_divide(x0, x1):  # step 57
 def remainder(x0, x1):  # step 57
     _refuse_two_numbers("remainder", x0, x1)
     op = Remainder()
-    if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor, which it lists no
-        op.torch_name, op.scalar_inputs = "RemainderBackward0", (1,)  # edge for
+    if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor lists no edge
+        op.torch_name, op.scalar_inputs = "RemainderBackward0", (1,)  # for the number
     return op(x0, x1)
 
 
