@@ -308,8 +308,8 @@ class GraphTask:
         gys = [finish_output(f, nr, gy) for nr, gy in enumerate(self.buffers.pop(f))]
         if self.capture and f not in self.leading:
             return  # reached only to hand back the gradient of a target it created
-        if gys[0] is None and not f.runs_without_gradients and all(gy is None for gy in gys):
-            self.pass_no_gradient(f)
+        if gys[0] is None and not f.runs_without_gradients and all(gy is None for gy in gys):  # step 40: no
+            self.pass_no_gradient(f)  # gradient arrived (gradcheck's check_undefined_grad asks for this case)
             return
         call = call_backward
         if anomaly.enabled():  # step 39: the backward runs under anomaly mode's checks

@@ -388,7 +388,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
             check_projections(fn, inputs, eps, atol, rtol, nondet_tol, check_grad_dtypes, forward=True)
         elif check_forward_ad:
             jacobians_agree(numerical, forward_jacobian(fn, inputs), atol, rtol, True, "computed with forward mode ")
-        if check_forward_ad and check_undefined_grad:
+        if check_forward_ad and check_undefined_grad:  # step 62
             check_undefined_tangents(fn, inputs)
         if check_backward_ad:
             check_multiplied_by_grad_output(fn, inputs, masked)
