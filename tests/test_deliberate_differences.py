@@ -2,6 +2,7 @@
 frameworks: what PyTorch does, and what the package does instead. One test per entry of the list; a difference
 that is closed, or a new one, changes both the page and this file."""
 import pathlib
+import pickle
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ PAGE = pathlib.Path(__file__).resolve().parents[1] / "book" / "pytorch_users.md"
 
 def test_the_page_lists_the_differences_this_file_shows():
     listed = PAGE.read_text().split("## Deliberate differences")[1].split("## What is not there")[0]
-    assert listed.count("\n- **") == 16
+    assert listed.count("\n- **") == 17
 
 
 def test_a_variable_made_directly_requires_grad_the_factories_do_not():
@@ -129,10 +130,18 @@ def test_layer_norm_refuses_a_wrong_shape_with_the_packages_type_for_shapes():
         torch.nn.functional.layer_norm(torch.ones(2, 3), (4,))
 
 
-def test_save_never_pickles_and_refuses_a_module_that_torch_pickles(tmp_path):
-    torch.save(torch.nn.Linear(2, 1), tmp_path / "whole.pt")  # torch pickles the object
-    with pytest.raises(TypeError, match="state_dict"):
-        tp.save(nn.Linear(2, 1), tmp_path / "ours.pt")
+def test_weights_only_load_gives_back_numpy_arrays_that_torchs_refuses(tmp_path):
+    obj = {"a": np.arange(3), "s": np.float32(1.5)}
+    torch.save(obj, tmp_path / "theirs.pt")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(tmp_path / "theirs.pt")  # weights_only=True: NumPy's globals are not allowed
+    tp.save(obj, tmp_path / "ours.pt")
+    loaded = tp.load(tmp_path / "ours.pt")  # a structure of arrays, never pickled
+    assert loaded["a"].tolist() == [0, 1, 2] and loaded["s"].shape == () and loaded["s"].dtype == np.float32
+    with pytest.raises(ValueError, match="mmap=True is not supported"):
+        tp.load(tmp_path / "ours.pt", mmap=True)
+    with pytest.raises(RuntimeError, match="was written by torch.save"):
+        tp.load(tmp_path / "theirs.pt")
 
 
 def test_buffers_are_arrays_where_torchs_are_tensors():
@@ -169,3 +178,14 @@ def test_conv2d_is_three_nodes_that_keep_the_unfolded_input():
     assert len(our_nodes) == 3 and "Im2ColBackward0" in our_nodes
     # the matrix product keeps the unfolded input (2 channels x 3 x 3 per window, 4 x 4 windows) and the weight
     assert ours == 2 * 3 * 3 * 4 * 4 + w.size
+
+
+def test_linears_node_lists_the_weight_itself_where_torch_lists_the_transposes_node():
+    x, t = tp.ones(2, 3, requires_grad=True) * 1.0, torch.ones(2, 3, requires_grad=True) * 1.0
+    ours = tp.nn.functional.linear(x, tp.ones(4, 3, requires_grad=True), tp.ones(4, requires_grad=True))
+    theirs = torch.nn.functional.linear(t, torch.ones(4, 3, requires_grad=True), torch.ones(4, requires_grad=True))
+    assert repr(ours.grad_fn) == "<AddmmBackward0>" and type(theirs.grad_fn).__name__ == "AddmmBackward0"
+    names = [[type(n).__name__ for n, _ in f.grad_fn.next_functions] for f in (theirs,)][0]
+    assert names == ["AccumulateGrad", "MulBackward0", "TBackward0"]  # bias, input, weight.t()
+    ours_names = [n.name() for n, _ in ours.grad_fn.next_functions]
+    assert ours_names == ["AccumulateGrad", "MulBackward0", "AccumulateGrad"]  # bias, input, the weight itself

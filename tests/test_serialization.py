@@ -1,9 +1,11 @@
 """tinypytorch.save / tinypytorch.load against torch.save / torch.load(weights_only=True), torch 2.13.
 
 Every structure is saved by both libraries (ours as built, torch's twin made of torch tensors) and what comes back
-is compared: container types, key order, leaf types, dtypes, shapes, bytes and requires_grad. Then what no file of
-ours can do (run code when loaded), what load refuses to read, what save refuses to write, and a training
-checkpoint that continues training exactly as the run that was never saved.
+is compared: container types, key order, leaf types, dtypes, shapes, bytes and requires_grad. Then what the
+structure cannot describe (a Module, a set, any object): pickled, loaded by weights_only=True exactly where torch's
+weights-only load allows it and by weights_only=False always; what no file can do when loaded with weights_only
+(run code), what load refuses to read, what save refuses to write, and a training checkpoint that continues
+training exactly as the run that was never saved.
 """
 import collections
 import io
@@ -311,13 +313,41 @@ def test_load_takes_torchs_options(options):
     assert describe(round_trip(obj, **options)) == describe(obj)
 
 
-@pytest.mark.parametrize("map_location", ["meta", "mps", "cuda:x", {"cuda:0": "cpu"}, lambda storage, where: storage,
-                                          torch.device("cpu")], ids=["meta", "mps", "cuda:x", "dict", "function",
-                                                                     "torch.device"])
+@pytest.mark.parametrize("map_location", ["meta", "mps", "cuda:x", torch.device("cpu"), {"cpu": "mps"}],
+                         ids=["meta", "mps", "cuda:x", "torch.device", "a dict to a device it does not have"])
 def test_load_refuses_the_map_locations_it_does_not_have(map_location):
-    with pytest.raises(ValueError, match="load: map_location must be None, 'cpu', 'cuda', 'cuda:<index>' or a "
-                                         "tinypytorch.device, got"):
+    with pytest.raises(ValueError, match="load: map_location must be None, 'cpu', 'cuda', 'cuda:<index>', a "
+                                         "tinypytorch.device, a dict of these or a function, got"):
         round_trip(np.ones(1), map_location=map_location)
+
+
+@pytest.mark.parametrize("map_location", [{"cuda:0": "cpu"}, {"cpu": "cpu"}, {}, lambda storage, where: storage,
+                                          lambda storage, where: None],
+                         ids=["dict from cuda", "dict from cpu", "empty dict", "function", "function giving None"])
+def test_load_takes_torchs_dict_and_function_forms_of_map_location(map_location):
+    obj = {"w": Variable(np.arange(3.0)), "a": np.ones(2, np.int16), "s": {1}}  # the set: a pickled file too
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(3.0, dtype=torch.float64, requires_grad=True), "a": torch.ones(2, dtype=torch.int16),
+                "s": {1}}, buffer)
+    buffer.seek(0)
+    theirs = torch.load(buffer, map_location=map_location)
+    for part in (obj, {"w": obj["w"], "a": obj["a"]}):  # pickled, then described without pickle
+        ours = round_trip(part, map_location=map_location)
+        assert describe(ours) == describe({key: theirs[key] for key in part})
+
+
+def test_a_map_location_function_gets_each_array_and_its_saved_device_and_places_it():
+    seen = []
+
+    def where(array, location):
+        seen.append((type(array), location))
+        return Variable(array * 2)  # whatever it returns, placed: here doubled, to see that it is used
+
+    loaded = round_trip({"w": Variable(np.arange(3.0))}, map_location=where)
+    assert seen == [(np.ndarray, "cpu")]
+    np.testing.assert_array_equal(loaded["w"].data, np.arange(3.0) * 2)
+    with pytest.raises(TypeError, match="load: map_location returned a str; it must return the array"):
+        round_trip(np.ones(1), map_location=lambda array, location: "cpu")
 
 
 def test_load_refuses_mmap_and_a_weights_only_that_is_not_a_bool():
@@ -327,18 +357,20 @@ def test_load_refuses_mmap_and_a_weights_only_that_is_not_a_bool():
         round_trip(np.ones(1), weights_only="yes")
 
 
-def test_arrays_come_back_on_the_device_they_were_saved_from(xp):
+@pytest.mark.parametrize("extra", [{}, {"s": {1}}], ids=["described", "pickled"])
+def test_arrays_come_back_on_the_device_they_were_saved_from(xp, extra):
     x = Variable(xp.asarray(np.arange(3.0)), requires_grad=True)
     a = xp.asarray(np.arange(4))
-    loaded = round_trip({"x": x, "a": a})
+    loaded = round_trip({"x": x, "a": a, **extra})
     assert type(loaded["x"].data) is type(x.data) and type(loaded["a"]) is type(a)
     assert cuda.device_of(loaded["x"].data) == cuda.device_of(x.data) and loaded["x"].requires_grad
-    on_cpu = round_trip({"x": x, "a": a}, map_location="cpu")
-    assert type(on_cpu["x"].data) is np.ndarray and type(on_cpu["a"]) is np.ndarray
-    np.testing.assert_array_equal(on_cpu["x"].data, np.arange(3.0))
-    np.testing.assert_array_equal(on_cpu["a"], np.arange(4))
+    for to_cpu in ("cpu", {str(cuda.device_of(x.data)): "cpu"}):
+        on_cpu = round_trip({"x": x, "a": a, **extra}, map_location=to_cpu)
+        assert type(on_cpu["x"].data) is np.ndarray and type(on_cpu["a"]) is np.ndarray
+        np.testing.assert_array_equal(on_cpu["x"].data, np.arange(3.0))
+        np.testing.assert_array_equal(on_cpu["a"], np.arange(4))
     if cuda.is_available():
-        on_gpu = round_trip({"x": Variable(np.arange(3.0))}, map_location=tinypytorch.device("cuda"))
+        on_gpu = round_trip({"x": Variable(np.arange(3.0)), **extra}, map_location=tinypytorch.device("cuda"))
         assert cuda.is_on(on_gpu["x"].data, "cuda")
         np.testing.assert_array_equal(cuda.as_numpy(on_gpu["x"].data), np.arange(3.0))
 
@@ -363,52 +395,144 @@ def test_a_gpu_file_on_a_machine_without_a_gpu_names_the_fix(xp):
         cuda.use_backend(*previous)
 
 
-# ----- what save refuses ----------------------------------------------------------------------------------------
+# ----- what the structure cannot describe: pickled, loaded under torch's weights-only rule -----------------------
 
 def a_function():
     pass
 
 
 class Thing:
-    pass
+    def __init__(self):
+        self.value = 3
+
+    def __eq__(self, other):
+        return type(other) is Thing and other.value == self.value
+
+
+def a_cycle():
+    loop = [1]
+    loop.append({"back": loop})
+    return loop
+
+
+def cycle_shape(obj):
+    return obj[0], list(obj[1]), obj[1]["back"] is obj
 
 
 MODEL, SGD = trained(optim.SGD, momentum=0.9)
-REFUSED = [
-    (MODEL[0], TypeError, r"save: obj is of type Linear; save its state_dict\(\) instead, and load that "
-                                 r"into a new Linear with load_state_dict\(\)"),
-    (SGD, TypeError, r"save: obj is of type SGD; save its state_dict\(\) instead"),
-    ({"model": MODEL}, TypeError, r"save: obj\['model'\] is of type Sequential; save its state_dict\(\)"),
-    (a_function, TypeError, "save: obj is of type function, which cannot be saved; supported are Variables "
-                            r"\(tensors\), NumPy arrays and scalars, int, float, bool, str, None, dtypes, and dicts"),
-    (np.dtype(np.float32), TypeError, "save: obj is of type .*DType.*, which cannot be saved"),  # NumPy's: no
-    ({"a": [1, len]}, TypeError, r"save: obj\['a'\]\[1\] is of type builtin_function_or_method, which cannot"),
-    (Thing(), TypeError, "save: obj is of type Thing, which cannot be saved"),
-    ({1, 2}, TypeError, "save: obj is of type set, which cannot be saved"),
-    (collections.defaultdict(list), TypeError, "save: obj is of type defaultdict, which cannot be saved"),
-    (np.ma.masked_array([1.0]), TypeError, "save: obj is of type MaskedArray, which cannot be saved"),
-    ({(1, 2): 3}, TypeError, r"save: the keys of obj must be str or int, got tuple \(\(1, 2\)\)"),
-    ({"a": {True: 3}}, TypeError, r"save: the keys of obj\['a'\] must be str or int, got bool \(True\)"),
-    ({"a": {1.5: 3}}, TypeError, r"save: the keys of obj\['a'\] must be str or int, got float \(1.5\)"),
-    (np.array(["text"]), TypeError, "save: obj is an array of dtype <U4; arrays of numbers and booleans are saved"),
-    ([np.array([None])], TypeError, r"save: obj\[0\] is an array of dtype object; arrays of numbers"),
-    (Variable(None), ValueError, "save: obj is a Variable without data"),
-]
 
 
-@pytest.mark.parametrize("obj, error, message", REFUSED, ids=lambda v: type(v).__name__)
-def test_save_refuses_what_it_cannot_keep_and_writes_nothing(tmp_path, obj, error, message):
-    with pytest.raises(error, match=message):
-        tinypytorch.save(obj, tmp_path / "x.pt")
+def torch_twins():
+    """torch's Sequential with MODEL's weights, and an SGD on its parameters."""
+    twin = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    twin.load_state_dict({key: torch.from_numpy(value.data.copy()) for key, value in MODEL.state_dict().items()})
+    return twin, torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+
+
+def same_module(loaded, saved):
+    return type(loaded) is type(saved) and describe(loaded.state_dict()) == describe(saved.state_dict())
+
+
+# name: (ours, torch's twin, how to compare what ours gives back with weights_only=False)
+PICKLED = {
+    "a Module": (MODEL, torch_twins()[0], same_module),
+    "an optimizer": (SGD, torch_twins()[1],
+                     lambda a, b: type(a) is type(b) and describe(a.state_dict()) == describe(b.state_dict())),
+    "a Module in a dict": ({"model": MODEL}, {"model": torch_twins()[0]}, lambda a, b: same_module(a["model"],
+                                                                                                  b["model"])),
+    "a function": (a_function, a_function, lambda a, b: a is b),
+    "a NumPy dtype": (np.dtype(np.float32), np.dtype(np.float32), lambda a, b: a == b),
+    "a builtin in a list": ({"a": [1, len]}, {"a": [1, len]}, lambda a, b: a == b),
+    "an object": (Thing(), Thing(), lambda a, b: a == b),
+    "a set": ({1, 2}, {1, 2}, lambda a, b: a == b),
+    "a frozenset": (frozenset([1]), frozenset([1]), lambda a, b: a == b),
+    "a defaultdict": (collections.defaultdict(list, a=[1]), collections.defaultdict(list, a=[1]),
+                      lambda a, b: a == b and a.default_factory is list),
+    "a masked array": (np.ma.masked_array([1.0, 2.0], mask=[0, 1]), np.ma.masked_array([1.0, 2.0], mask=[0, 1]),
+                       lambda a, b: type(a) is type(b) and a.mask.tolist() == b.mask.tolist()),
+    "tuple keys": ({(1, 2): 3}, {(1, 2): 3}, lambda a, b: a == b),
+    "bool keys": ({"a": {True: 3}}, {"a": {True: 3}}, lambda a, b: a == b and type(next(iter(a["a"]))) is bool),
+    "float keys": ({"a": {1.5: 3}}, {"a": {1.5: 3}}, lambda a, b: a == b),
+    "an array of strings": (np.array(["text"]), np.array(["text"]), lambda a, b: a.tolist() == b.tolist()),
+    "an array of objects": ([np.array([None])], [np.array([None])], lambda a, b: a[0].tolist() == [None]),
+    "a container that holds itself": (a_cycle(), a_cycle(), lambda a, b: cycle_shape(a) == cycle_shape(b)),
+    "bytes, a complex number, a Counter": ([b"ab", 1 + 2j, collections.Counter("aab")],
+                                           [b"ab", 1 + 2j, collections.Counter("aab")], lambda a, b: a == b),
+    "a set beside tensors": ({"w": Variable(np.ones(2)), "s": {3}}, {"w": torch.ones(2, dtype=torch.float64,
+                                                                                     requires_grad=True), "s": {3}},
+                             lambda a, b: describe(a["w"]) == describe(b["w"]) and a["s"] == b["s"]),
+    "a device, a Size, a dtype in a set's company": ([tinypytorch.device("cpu"), tinypytorch.Size([2, 3]),
+                                                      tinypytorch.float16, {1}],
+                                                     [torch.device("cpu"), torch.Size([2, 3]), torch.float16, {1}],
+                                                     lambda a, b: a[0] == b[0] and a[1] == b[1] and a[2] is b[2]),
+}
+
+
+def torch_allows(obj):
+    """Whether torch.load with weights_only=True (its default) gives back what torch.save wrote of obj."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    try:
+        torch.load(buffer)
+    except pickle.UnpicklingError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", list(PICKLED))
+def test_what_the_structure_cannot_describe_is_pickled_and_loaded_under_torchs_weights_only_rule(name):
+    ours, theirs, same = PICKLED[name]
+    buffer = io.BytesIO()
+    tinypytorch.save(ours, buffer)
+    with np.load(io.BytesIO(buffer.getvalue()), allow_pickle=False) as archive:
+        assert "pickle" in archive.files
+    if torch_allows(theirs):
+        buffer.seek(0)
+        assert same(tinypytorch.load(buffer), ours)
+    else:
+        buffer.seek(0)
+        with pytest.raises(pickle.UnpicklingError, match="Weights only load failed. .* re-running `tinypytorch.load` "
+                                                         "with `weights_only` set to `False` will likely succeed"):
+            tinypytorch.load(buffer)
+    buffer.seek(0)
+    assert same(tinypytorch.load(buffer, weights_only=False), ours)
+
+
+def test_the_refusal_names_the_global_as_torchs_does():
+    for obj, name in ((MODEL, "tinypytorch.nn.modules.Sequential"), (frozenset([1]), "frozenset"),
+                      (a_function, f"{__name__}.a_function")):
+        buffer = io.BytesIO()
+        tinypytorch.save(obj, buffer)
+        buffer.seek(0)
+        with pytest.raises(pickle.UnpicklingError, match=f"Unsupported global: GLOBAL {re.escape(name)} was not an "
+                                                         "allowed global by default"):
+            tinypytorch.load(buffer)
+
+
+def test_a_pickled_file_keeps_its_arrays_as_entries_that_numpy_reads_without_pickle(tmp_path):
+    tinypytorch.save({"w": Variable(np.arange(3.0)), "s": {1}}, tmp_path / "c.pt")
+    with np.load(tmp_path / "c.pt", allow_pickle=False) as archive:
+        assert sorted(archive.files) == ["data/0", "pickle", "structure"]
+        np.testing.assert_array_equal(archive["data/0"], np.arange(3.0))
+        assert json.loads(archive["structure"].tobytes()) == {"format": "tinypytorch.save", "version": 1,
+                                                              "pickle": "pickle"}
+
+
+def test_save_refuses_what_pickle_refuses_as_torch_does_and_writes_nothing(tmp_path):
+    unpicklable = {"f": lambda: 1}  # a local object: pickle's AttributeError
+    with pytest.raises((pickle.PicklingError, AttributeError)) as theirs:
+        torch.save(unpicklable, io.BytesIO())
+    with pytest.raises(type(theirs.value), match="Can't pickle local object"):
+        tinypytorch.save(unpicklable, tmp_path / "x.pt")
     assert not (tmp_path / "x.pt").exists()
 
 
-def test_save_refuses_a_container_that_holds_itself():
-    loop = [1]
-    loop.append({"back": loop})
-    with pytest.raises(ValueError, match=r"save: obj\[1\]\['back'\] is a container that holds itself; the file "
-                                         "describes trees, not cycles"):
-        tinypytorch.save(loop, io.BytesIO())
+@pytest.mark.parametrize("obj", [Variable(None), {"s": {1}, "v": [Variable(None)]}], ids=["described", "pickled"])
+def test_save_refuses_a_variable_without_data_and_writes_nothing(tmp_path, obj):
+    with pytest.raises(ValueError, match="save: obj.* is a Variable without data"):
+        tinypytorch.save(obj, tmp_path / "x.pt")
+    assert not (tmp_path / "x.pt").exists()
 
 
 def test_save_and_load_refuse_what_is_not_a_path_or_a_binary_file(tmp_path):
@@ -446,6 +570,19 @@ def structure_bytes(structure):
 
 
 GOOD = {"format": "tinypytorch.save", "version": 1, "nodes": [{"type": "ndarray", "data": 0, "device": "cpu"}]}
+PICKLED_STRUCTURE = {"format": "tinypytorch.save", "version": 1, "pickle": "pickle"}
+
+
+def naming(pid):
+    """The bytes of a pickle of {"w": <persistent id pid>}, as an array: an archive's pickle entry."""
+    marker, buffer = object(), io.BytesIO()
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            return pid if obj is marker else None
+
+    Pickler(buffer, 2).dump({"w": marker})
+    return np.frombuffer(buffer.getvalue(), dtype=np.uint8)
 NOT_OURS = {
     "empty": (lambda file: None, "load: 'FILE' is empty, not a file that tinypytorch.save wrote"),
     "text": (lambda file: file.write(b"epoch,loss\n3,0.25\n"), "is neither a zip archive nor a NumPy file"),
@@ -475,6 +612,15 @@ NOT_OURS = {
                                                                                   "name": "object"}]})),
                                 "is damaged: its structure does not match its arrays"),
     "truncated": (lambda file: file.write(b"PK\x03\x04" + b"\x00" * 20), r"is a damaged zip archive"),
+    "no pickle where one is named": (npz(structure=structure_bytes(PICKLED_STRUCTURE)),
+                                     "load: 'FILE' is damaged: its structure names no pickle that save wrote"),
+    "a pickle of floats": (npz(structure=structure_bytes(PICKLED_STRUCTURE), pickle=np.ones(3)),
+                           "is damaged: its structure names no pickle"),
+    "a pickle that names a missing array": (
+        npz(structure=structure_bytes(PICKLED_STRUCTURE), pickle=naming(("array", "Variable", 5, "cpu", False))),
+        "load: 'FILE' is damaged: its pickle does not match its arrays"),
+    "a pickle that names something else": (npz(structure=structure_bytes(PICKLED_STRUCTURE),
+                                               pickle=naming(("module", "os"))), "its pickle does not match"),
     "text that starts as a zip's name": (lambda file: file.write(b"PKG-INFO\n"), "is neither a zip archive"),
 }
 
@@ -531,6 +677,25 @@ def test_a_file_cannot_run_code_when_loaded(tmp_path, name, weights_only):
     with pytest.raises(RuntimeError, match=message.replace("FILE", re.escape(str(path)))):
         tinypytorch.load(path, weights_only=weights_only)
     assert UNPICKLED == []
+
+
+def test_a_pickle_in_our_archive_runs_no_code_with_weights_only_and_runs_it_without_as_torchs(tmp_path):
+    UNPICKLED.clear()
+    hostile = np.frombuffer(pickle.dumps({"w": Sentinel()}, protocol=2), dtype=np.uint8)
+    path = written(tmp_path, npz(structure=structure_bytes(PICKLED_STRUCTURE), pickle=hostile))
+    with pytest.raises(pickle.UnpicklingError, match=r"Unsupported global: GLOBAL \S*record was not an allowed"):
+        tinypytorch.load(path)
+    assert UNPICKLED == []
+    tinypytorch.load(path, weights_only=False)  # as torch.load(weights_only=False): for a trusted file only
+    assert UNPICKLED == ["code ran"]
+    UNPICKLED.clear()
+    torch.save({"w": Sentinel()}, tmp_path / "theirs.pt")
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(tmp_path / "theirs.pt")
+    assert UNPICKLED == []
+    torch.load(tmp_path / "theirs.pt", weights_only=False)
+    assert UNPICKLED == ["code ran"]
+    UNPICKLED.clear()
 
 
 # ----- a training checkpoint --------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ zero_grad), Sequential, ModuleList, Linear, Dropout, the activation and loss mod
 tinypytorch.save/load, against torch.nn 2.13: names, shapes, keys, printouts, outputs, gradients and messages."""
 import collections
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -377,10 +378,16 @@ def test_a_model_loaded_from_a_file_gives_the_same_outputs(tmp_path):
     np.testing.assert_array_equal(other[2](other[0](x)).data, model[2](model[0](x)).data)
 
 
-def test_save_refuses_a_module_and_names_its_state_dict(tmp_path):
-    with pytest.raises(TypeError, match=r"save: obj is of type Linear; save its state_dict\(\) instead"):
-        tinypytorch.save(nn.Linear(1, 1), tmp_path / "m.pt")
-    assert not (tmp_path / "m.pt").exists()  # refused before the file is opened
+def test_save_pickles_a_module_that_load_gives_back_only_with_weights_only_false(tmp_path):
+    torch.save(torch.nn.Linear(1, 1), tmp_path / "theirs.pt")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        torch.load(tmp_path / "theirs.pt")
+    model = nn.Linear(1, 1)
+    tinypytorch.save(model, tmp_path / "m.pt")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        tinypytorch.load(tmp_path / "m.pt")
+    loaded = tinypytorch.load(tmp_path / "m.pt", weights_only=False)
+    assert type(loaded) is nn.Linear and np.array_equal(loaded.weight.data, model.weight.data)
 
 
 def test_an_optimizer_over_a_modules_parameters_trains_it_like_torch():

@@ -243,19 +243,20 @@ class Variable:
             node = ", requires_grad=True" if self._requires_grad else ""
         return f"variable({text}{name}{node})"
 
-    # steps 20-22: operators. A reflected method (`2 + x` arrives as x.__radd__(2)) passes
-    # the operands on in their written order, so the graph records 2 + x as Add(2, x).
+    # steps 20-22: operators. A reflected method (`2 + x` arrives as x.__radd__(2)) records x first, as
+    # PyTorch's does (its node for 2 * x lists x's edge, then the number's): + and * commute, so the
+    # values are the same either way.
     def __add__(self, other):
         return add(self, other)
 
     def __radd__(self, other):
-        return add(other, self)
+        return add(self, other)
 
     def __mul__(self, other):
         return mul(self, other)
 
     def __rmul__(self, other):
-        return mul(other, self)
+        return mul(self, other)
 
     def __neg__(self):
         return neg(self)
@@ -575,6 +576,9 @@ class Function:
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
     formula_on_arrays = False
+    # False: when no gradient arrives at any output, the engine passes None on without calling backward (PyTorch's
+    # nodes return undefined gradients then); a node that must run all the same (a custom Function's) says True
+    runs_without_gradients = False
 
     def __call__(self, *inputs):
         if self.dispatch_mode is not None:  # step 62: inside a selective-checkpoint region, the region runs it
@@ -758,12 +762,17 @@ class Function:
     def __repr__(self):
         return f"<{self.name()}>"
 
+    # The inputs that PyTorch's node for the same call takes as a number (a Scalar argument), not as a tensor: the
+    # 1 of `1 - x` (rsub), the 2 of `2 ** x`, the divisor of `x % 2`. Here they are constant inputs (drawn, as
+    # step 25 draws every number), but PyTorch's node has no edge for them, so next_functions lists none.
+    scalar_inputs = ()
+
     @property
     def next_functions(self):
         """Where each input's gradient goes, as PyTorch shows it: (node, output index); a leaf's node is an
-        AccumulateGrad, a constant's (None, 0)."""
+        AccumulateGrad, a constant's (None, 0); an input in scalar_inputs is not listed."""
         return tuple([(AccumulateGrad(node), 0) if isinstance(node, Variable) else (node, nr)
-                      for node, nr in self.edges])
+                      for i, (node, nr) in enumerate(self.edges) if i not in self.scalar_inputs])
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__}.forward is not implemented")
@@ -1028,9 +1037,28 @@ def sub(x0, x1):
     return Sub()(x0, x1)
 
 
+class Rsub(_Binary):
+    """x1 - x0, PyTorch's rsub of two tensors (RsubBackward0): its node lists x0's edge, then x1's."""
+
+    def forward(self, x0, x1):
+        self.keep_shapes("rsub", x0, x1)
+        return x1 - x0
+
+    def backward(self, gy):
+        return self.sum_to_inputs(-gy if self.needs_input_grad[0] else None, gy)
+
+    def jvp(self, t0, t1):
+        return sum_tangents(None if t0 is None else -t0, t1)
+
+
 def rsub(x0, x1):
+    """x1 - x0 (PyTorch's torch.rsub); `2 - x` arrives here as rsub(x, 2)."""
     check_sub(x1, x0)  # step 58
-    return Sub()(x1, x0)  # step 22: `2 - x` arrives as rsub(x, 2); swap back to 2 - x
+    if isinstance(x1, scalar_types):  # step 22: computed as 2 - x, a Sub whose number is drawn where the formula
+        op = Sub()  # writes it; PyTorch's node (RsubBackward1) takes the number as a Scalar and lists x alone
+        op.torch_name, op.scalar_inputs = "RsubBackward1", (0,)
+        return op(x1, x0)
+    return Rsub()(x0, x1)
 
 
 def div(x0, x1):
@@ -1038,16 +1066,16 @@ def div(x0, x1):
 
 
 def rdiv(x0, x1):
-    if isinstance(x1, scalar_types):  # a number over x: PyTorch's x.reciprocal() * number, which saves no x (x
-        return mul(Reciprocal()(x0), x1)  # may change in place before backward), and the same derivatives
-    return Div()(x1, x0)  # step 22: `2 / x` arrives as rdiv(x, 2); swap back to 2 / x
+    """x1 / x0, as PyTorch's reflected division computes it: x0.reciprocal() * x1 (`2 / x` arrives here as
+    rdiv(x, 2)), which saves no x (x may change in place before backward) and has the same derivatives."""
+    return mul(Reciprocal()(x0), x1)
 
 
 def pow(x, c):  # noqa: A001 (the name PyTorch and DeZero use)
     return Pow(c)(x)
 
 
-formulas_on_arrays(_Binary, Neg, Reciprocal, Pow, Clone)  # speed: Add, Mul, Sub and Div through _Binary
+formulas_on_arrays(_Binary, Neg, Reciprocal, Pow, Clone)  # speed: Add, Mul, Sub, Rsub and Div through _Binary
 
 # ----- broadcasting and casting (steps 30, 43) -------------------------------------------
 # Here rather than in tinypytorch.functions: the arithmetic above sums its gradients back to the

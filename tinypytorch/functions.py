@@ -915,7 +915,10 @@ def matmul(x, W):
 
 
 class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the graph
-    def forward(self, x, W, b=None):
+    # Its inputs in the order of PyTorch's node for the same call, addmm(b, x, W^T): (b, x, W), or (x, W) without a
+    # bias (mm), so that next_functions lists the bias, the input, then the weight, as PyTorch's does
+    def forward(self, *inputs):
+        b, x, W = inputs if len(inputs) == 3 else (None, *inputs)
         if W.ndim != 2:
             raise ValueError(f"linear: weight must be 2-D, got shape {tuple(W.shape)}")
         if x.shape[-1] != W.shape[1]:
@@ -929,7 +932,8 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
                                f"{dtypes.torch_name(x.dtype)}")
         self.bias_shape = None if b is None else b.shape
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
-        self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
+        needs_x, needs_W = self.needs_input_grad[-2:]
+        self.save_for_backward(x if needs_W else None, W if needs_x else None)
         if b is not None and x.dtype == W.dtype == b.dtype == np.float16:
             # step 59: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
             # changes a quarter of the outputs by a step
@@ -939,15 +943,17 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
 
     def backward(self, gy):
         x, W = self.saved_tensors
-        gx = matmul(gy, W) if self.needs_input_grad[0] else None  # y = x W^T, so dL/dx = dL/dy W
-        gW = matmul(gy.T, x) if self.needs_input_grad[1] else None  # and dL/dW = (dL/dy)^T x
+        needs_x, needs_W = self.needs_input_grad[-2:]
+        gx = matmul(gy, W) if needs_x else None  # y = x W^T, so dL/dx = dL/dy W
+        gW = matmul(gy.T, x) if needs_W else None  # and dL/dW = (dL/dy)^T x
         if self.bias_shape is None:
             return gx, gW
-        return gx, gW, sum_to(gy, self.bias_shape)  # b was broadcast over the rows
+        return sum_to(gy, self.bias_shape), gx, gW  # b was broadcast over the rows
 
-    def jvp(self, t0, t1, tb=None):  # step 63: d(x W^T + b) = dx W^T + x dW^T + db
-        x, W = self.primals[:2]
-        t = sum_tangents(None if t0 is None else t0 @ W.T, None if t1 is None else x @ t1.T)
+    def jvp(self, *tangents):  # step 63: d(x W^T + b) = dx W^T + x dW^T + db
+        tb, tx, tW = tangents if len(tangents) == 3 else (None, *tangents)
+        x, W = self.primals[-2:]
+        t = sum_tangents(None if tx is None else tx @ W.T, None if tW is None else x @ tW.T)
         return sum_tangents(t, tb)
 
 
@@ -958,9 +964,9 @@ def linear(x, W, b=None):
     if x.ndim == 0:
         raise RuntimeError(f"both arguments to linear need to be at least 1D, but they are 0D and {np.ndim(W)}D")
     if x.ndim == 2 or np.ndim(W) != 2 or x.shape[-1] != W.shape[1]:
-        return LinearFunction()(x, W) if b is None else LinearFunction()(x, W, b)  # or its error, naming x's shape
+        return LinearFunction()(x, W) if b is None else LinearFunction()(b, x, W)  # or its error, naming x's shape
     rows = reshape(x, (-1, x.shape[-1]))
-    y = LinearFunction()(rows, W) if b is None else LinearFunction()(rows, W, b)
+    y = LinearFunction()(rows, W) if b is None else LinearFunction()(b, rows, W)
     return reshape(y, (*x.shape[:-1], W.shape[0]))
 
 
@@ -1261,7 +1267,7 @@ def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 58
     _refuse_two_numbers("pow", x, exponent)
     if not isinstance(x, (Variable, *cuda.array_types)):
         op = PowTensor()
-        op.torch_name = "PowBackward2"
+        op.torch_name, op.scalar_inputs = "PowBackward2", (0,)  # PyTorch's node lists no edge for a number base
         return op(x, exponent)
     if isinstance(exponent, (Variable, *cuda.array_types)):
         return PowTensor()(x, exponent)
@@ -1395,8 +1401,8 @@ def floor_divide(x0, x1):  # step 58
 def remainder(x0, x1):  # step 58
     _refuse_two_numbers("remainder", x0, x1)
     op = Remainder()
-    if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor
-        op.torch_name = "RemainderBackward0"
+    if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor lists no edge
+        op.torch_name, op.scalar_inputs = "RemainderBackward0", (1,)  # for the number
     return op(x0, x1)
 
 

@@ -308,6 +308,9 @@ class GraphTask:
         gys = [finish_output(f, nr, gy) for nr, gy in enumerate(self.buffers.pop(f))]
         if self.capture and f not in self.leading:
             return  # reached only to hand back the gradient of a target it created
+        if gys[0] is None and not f.runs_without_gradients and all(gy is None for gy in gys):  # step 40: no
+            self.pass_no_gradient(f)  # gradient arrived (gradcheck's check_undefined_grad asks for this case)
+            return
         call = call_backward
         if anomaly.enabled():  # step 39: the backward runs under anomaly mode's checks
             call = functools.partial(anomaly.checked_backward, call_backward=call_backward)
@@ -321,6 +324,16 @@ class GraphTask:
                 continue
             if edge[0] is not None and (not capture or self.wanted(edge)):
                 receive(*edge, gx)
+
+    def pass_no_gradient(self, f):
+        """No gradient arrived at any output of f (a backward returned None for them): none leaves it, and its
+        backward, which may not expect None, does not run; as PyTorch's nodes return undefined gradients for
+        undefined ones. (A custom Function's node runs all the same: it hands its backward zeros, step 49.)"""
+        if not self.retain_graph:
+            f.release_saved()
+        for edge in f.edges:
+            if self.wanted(edge):
+                self.receive(*edge, None)
 
     def wanted(self, edge):
         """Does this pass send a gradient along `edge`?"""

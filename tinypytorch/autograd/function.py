@@ -102,6 +102,7 @@ class CustomNode(Node):
     """The graph node of one call of a custom Function: runs the user's forward and backward, checks the result."""
 
     user_class = None
+    runs_without_gradients = True  # as PyTorch's, the user's backward runs even when no output got a gradient
 
 
     def __init__(self, args):

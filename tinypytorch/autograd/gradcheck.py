@@ -5,6 +5,12 @@ the Jacobian J[i, j] = d output[j] / d input[i] is computed twice. Numerically, 
 differences (f(x + eps) - f(x - eps)) / 2 eps, one input element at a time; analytically, by
 one backward pass per output element (autograd.grad with a one-hot gradient). They must
 agree within |analytical - numerical| <= atol + rtol |numerical| for every element.
+
+PyTorch's whole signature is accepted, and its checks run in its order: the Jacobians (backward's
+computed twice, which must agree within nondet_tol), forward mode's (check_forward_ad), backward with
+zero gradients for the outputs (which must give zeros of the inputs' dtypes and sizes), and backward
+with no gradient at all for the outputs (check_undefined_grad). fast_mode compares random projections
+v^T J u instead of whole Jacobians, as PyTorch's fast mode does.
 """
 import warnings
 
@@ -12,7 +18,7 @@ import numpy as np
 
 from tinypytorch.autograd import forward_ad
 from tinypytorch.autograd.gradients import grad
-from tinypytorch.core import Variable, as_variable
+from tinypytorch.core import Function, Variable, as_variable
 from tinypytorch.grad_mode import enable_grad
 from tinypytorch.cuda import as_numpy, get_array_module
 
@@ -70,7 +76,7 @@ def numerical_jacobian(fn, inputs, eps):
     return jacobians
 
 
-def analytical_jacobian(fn, inputs):
+def analytical_jacobian(fn, inputs, *, check_grad_dtypes=False):
     """{(i, j): the Jacobian from backward}: row k of output j's one-hot gradient, one pass per element."""
     wrt = [x for x in inputs if x.requires_grad]
     outputs = _outputs(fn, inputs)
@@ -86,6 +92,8 @@ def analytical_jacobian(fn, inputs):
             grads = grad(y, wrt, grad_outputs=seed.reshape(y.shape), retain_graph=True, allow_unused=True)
             for x, g in zip(wrt, grads):
                 if g is not None:
+                    if check_grad_dtypes and g.dtype != x.dtype:
+                        raise GradcheckError("Gradient has dtype mismatch")
                     jacobians[(_position(inputs, x), j)][:, k] = as_numpy(g.data).reshape(-1)
     return jacobians
 
@@ -101,13 +109,88 @@ def zero_gradient_gives_zero(fn, inputs):
     A backward that forgets to multiply by its incoming gradient passes the Jacobian test when
     every output has one element (the one-hot seed is 1); a zero seed exposes it.
     """
+    return all(g is None or not get_array_module(g.data).any(g.data) for _, g in _zero_seeded(fn, inputs))
+
+
+def _zero_seeded(fn, inputs):
+    """(input, its gradient) for each input that requires grad, from one backward pass seeded with zeros."""
     wrt = [x for x in inputs if x.requires_grad]
     outputs = [y for y in _outputs(fn, inputs) if y.requires_grad]
     if not outputs:
-        return True
+        return []
     zeros = [get_array_module(y.data).zeros_like(y.data) for y in outputs]
-    grads = grad(outputs, wrt, grad_outputs=zeros, allow_unused=True)
-    return all(g is None or not get_array_module(g.data).any(g.data) for g in grads)
+    return list(zip(wrt, grad(outputs, wrt, grad_outputs=zeros, allow_unused=True)))
+
+
+def check_multiplied_by_grad_output(fn, inputs, masked=None):
+    """PyTorch's check of backward with zero gradients for the outputs: zeros back (close to zero if masked), of
+    each input's dtype and size; else GradcheckError."""
+    for x, g in _zero_seeded(fn, inputs):
+        if g is None:
+            continue
+        xp = get_array_module(g.data)
+        if not (xp.allclose(g.data, 0) if masked else not xp.any(g.data)):
+            raise GradcheckError("backward not multiplied by grad_output")
+        if g.dtype != x.dtype:
+            raise GradcheckError("grad is incorrect type")
+        if g.shape != x.shape:
+            raise GradcheckError("grad is incorrect size")
+
+
+class UndefinedGrad(Function):
+    """The identity, whose backward sends no gradient (None) on: what the nodes behind it get with
+    check_undefined_grad (PyTorch's UndefinedGrad)."""
+
+    def forward(self, x):
+        return x.copy()
+
+    def backward(self, gy):
+        return None
+
+
+def check_undefined_gradients(fn, inputs):
+    """PyTorch's check_undefined_grad: backward must cope with outputs that get no gradient at all (None, as when
+    an output is not used), first all of them, then each one alone if there are several; and give None or zeros.
+
+    The engine passes None on through a node none of whose outputs got a gradient, as PyTorch's does; a node with
+    several outputs gets None for each output that got none, and its backward must treat it as zero.
+    """
+    wrt = [x for x in inputs if x.requires_grad]
+    count = len([y for y in _outputs(fn, inputs) if y.requires_grad])
+    # which outputs get no gradient: all, then (with several) each one alone
+    cases = [set(range(count))] + ([{k} for k in range(count)] if count > 1 else [])
+    for undefined in cases:
+        outputs = [y for y in _outputs(fn, inputs) if y.requires_grad]
+        outputs = [UndefinedGrad()(y) if k in undefined else y for k, y in enumerate(outputs)]
+        zeros = [get_array_module(y.data).zeros_like(y.data) for y in outputs]
+        try:
+            grads = grad(outputs, wrt, grad_outputs=zeros, allow_unused=True)
+        except RuntimeError as error:
+            raise GradcheckError("Expected backward function to handle undefined output grads: an output that "
+                                 "gets no gradient passes None to its node's backward, which must treat it as "
+                                 f"zero ({type(error).__name__}: {error})") from error
+        if any(g is not None and get_array_module(g.data).any(g.data) for g in grads):
+            raise GradcheckError("Expected all input grads to be undefined or zero when all output grads are "
+                                 "undefined or zero.")
+
+
+def check_undefined_tangents(fn, inputs):  # step 63
+    """check_undefined_grad in forward mode: for each input, a zero tangent and no tangent must give the same
+    tangents of the outputs (where both have one), the other inputs carrying the same random ones."""
+    rng = np.random.default_rng(0)
+    tangents = {i: get_array_module(x.data).asarray(rng.random(x.shape), dtype=x.dtype)
+                for i, x in enumerate(inputs) if x.requires_grad}
+    for i in tangents:
+        results = []
+        for given in (get_array_module(inputs[i].data).zeros_like(inputs[i].data), None):
+            with forward_ad.dual_level():
+                duals = [forward_ad.make_dual(x, given if k == i else tangents[k])
+                         if k in tangents and (k != i or given is not None) else x for k, x in enumerate(inputs)]
+                results.append([forward_ad.unpack_dual(y).tangent for y in _outputs(fn, duals)])
+        for k, (t1, t2) in enumerate(zip(*results)):
+            if t1 is not None and t2 is not None and not np.allclose(as_numpy(t1.data), as_numpy(t2.data)):
+                raise GradcheckError(f"Mismatch in tangent values for output with index: {k} when input {i} has "
+                                     "an undefined tangent value.")
 
 
 def forward_jacobian(fn, inputs):  # step 63
@@ -142,50 +225,206 @@ def jacobians_agree(numerical, analytical, atol, rtol, raise_exception, mode="")
     return True
 
 
-def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, check_forward_ad=False,
-              check_backward_ad=True):
+def reentrant_jacobian(fn, inputs, nondet_tol, check_grad_dtypes):
+    """analytical_jacobian, computed twice: the two must agree within nondet_tol (PyTorch's reentrancy check)."""
+    first = analytical_jacobian(fn, inputs, check_grad_dtypes=check_grad_dtypes)
+    second = analytical_jacobian(fn, inputs)
+    if any(np.abs(first[key] - second[key]).max(initial=0) > nondet_tol for key in first):
+        raise GradcheckError(_not_reentrant(nondet_tol))
+    return first
+
+
+def _not_reentrant(nondet_tol):
+    return ("Backward is not reentrant, i.e., running backward with same input and grad_output multiple times "
+            f"gives different values, although analytical gradient matches numerical gradient. The tolerance for "
+            f"nondeterminism was {nondet_tol}.")
+
+
+# ----- fast_mode: v^T J u for random unit vectors u (one per input) and v (one per output) ------------------------
+
+def _unit_vectors(like, rng):
+    """A random vector of non-negative numbers and norm 1 for each of `like` (Variables), as PyTorch's fast mode."""
+    vectors = []
+    for a in like:
+        v = rng.random(a.numel())
+        vectors.append(v / np.linalg.norm(v) if v.size else v)
+    return vectors
+
+
+def _directional_derivatives(fn, inputs, i, u, eps):
+    """J u for input i, by a central difference along u: (f(x + eps u) - f(x - eps u)) / 2 eps, per output."""
+    x = inputs[i]
+    flat = x.data.reshape(-1)  # a view: perturbing it perturbs x
+    original = flat.copy()
+    step = get_array_module(x.data).asarray(eps * u, dtype=x.dtype)
+    flat[...] = original + step
+    plus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
+    flat[...] = original - step
+    minus = [as_numpy(y.data).reshape(-1).astype(np.float64) for y in _outputs(fn, inputs)]
+    flat[...] = original
+    return [(a - b) / (2 * eps) for a, b in zip(plus, minus)]
+
+
+def _vector_jacobian_products(fn, inputs, vs, check_grad_dtypes):
+    """{(i, j): v_j^T J_ij}, one backward pass per output seeded with v_j."""
+    wrt = [x for x in inputs if x.requires_grad]
+    outputs = _outputs(fn, inputs)
+    products = {(i, j): np.zeros(x.numel()) for i, x in enumerate(inputs) if x.requires_grad
+                for j in range(len(outputs))}
+    for j, (y, v) in enumerate(zip(outputs, vs)):
+        if not y.requires_grad:
+            continue
+        seed = get_array_module(y.data).asarray(v.reshape(y.shape), dtype=y.dtype)
+        for x, g in zip(wrt, grad(y, wrt, grad_outputs=seed, retain_graph=True, allow_unused=True)):
+            if g is not None:
+                if check_grad_dtypes and g.dtype != x.dtype:
+                    raise GradcheckError("Gradient has dtype mismatch")
+                products[(_position(inputs, x), j)] = as_numpy(g.data).reshape(-1).astype(np.float64)
+    return products
+
+
+def _jacobian_vector_products(fn, inputs, i, u):
+    """J u for input i, by one forward pass with the tangent u (forward mode), per output."""
+    x = inputs[i]
+    tangent = get_array_module(x.data).asarray(u.reshape(x.shape), dtype=x.dtype)
+    products = []
+    with forward_ad.dual_level():
+        for y in _outputs(fn, [forward_ad.make_dual(a, tangent) if a is x else a for a in inputs]):
+            t = forward_ad.unpack_dual(y).tangent
+            products.append(np.zeros(y.numel()) if t is None else as_numpy(t.data).reshape(-1).astype(np.float64))
+    return products
+
+
+def check_projections(fn, inputs, eps, atol, rtol, nondet_tol, check_grad_dtypes, forward=False):
+    """fast_mode: v_j^T J_ij u_i, numerically (a central difference along u_i) and by backward (v_j^T J_ij, from one
+    pass seeded with v_j, dotted with u_i); with forward, J_ij u_i by forward mode against the numerical one. The
+    tolerance atol is scaled by sum(u_i) sum(v_j), as PyTorch's. The vectors come from a generator of their own,
+    seeded, so that every call checks the same ones."""
+    rng = np.random.default_rng(0)
+    checked = [i for i, x in enumerate(inputs) if x.requires_grad]
+    us = dict(zip(checked, _unit_vectors([inputs[i] for i in checked], rng)))
+    vs = _unit_vectors(_outputs(fn, inputs), rng)
+    if not forward:
+        products = _vector_jacobian_products(fn, inputs, vs, check_grad_dtypes)
+        again = _vector_jacobian_products(fn, inputs, vs, False)
+        if any(np.abs(products[key] - again[key]).max(initial=0) > nondet_tol for key in products):
+            raise GradcheckError(_not_reentrant(nondet_tol))
+    for i in checked:
+        numerical = _directional_derivatives(fn, inputs, i, us[i], eps)
+        analytical = _jacobian_vector_products(fn, inputs, i, us[i]) if forward else None
+        for j, Ju in enumerate(numerical):
+            if forward:
+                expected, got, scaled_atol = Ju, analytical[j], atol * us[i].sum()
+            else:
+                expected, got = vs[j] @ Ju, products[(i, j)] @ us[i]
+                scaled_atol = atol * us[i].sum() * vs[j].sum()
+            if not np.allclose(got, expected, rtol=rtol, atol=scaled_atol):
+                raise GradcheckError(_fast_mismatch(fn, inputs, i, j, expected, got, eps, atol, rtol, forward))
+
+
+def _fast_mismatch(fn, inputs, i, j, expected, got, eps, atol, rtol, forward):
+    """PyTorch's message for a fast-mode mismatch: the projections, then the whole Jacobians of that pair."""
+    numerical = numerical_jacobian(fn, inputs, eps)[(i, j)]
+    analytical = (forward_jacobian(fn, inputs) if forward else analytical_jacobian(fn, inputs))[(i, j)]
+    mode = "computed with forward mode " if forward else ""
+    with np.printoptions(precision=4, suppress=True):
+        message = (f"Jacobian {mode}mismatch for output {j} with respect to input {i},\nnumerical:{expected}\n"
+                   f"analytical:{got}\n\nThe above quantities relating the numerical and analytical jacobians are "
+                   "computed in fast mode. Below, we recompute numerical and analytical jacobians in slow mode:\n\n"
+                   f"Numerical:\n{numerical}\nAnalytical:\n{analytical}\n\nThe max per-element difference (slow "
+                   f"mode) is: {np.abs(numerical - analytical).max(initial=0)}.\n")
+    if np.allclose(analytical, numerical, rtol=rtol, atol=atol):
+        message += ("Fast gradcheck failed but element-wise differences are small. This means that the test might've "
+                    "passed in slow_mode! Call gradcheck with fast_mode=False.")
+    return message
+
+
+def _check_options(check_forward_ad, check_backward_ad, check_batched_grad, check_batched_forward_grad):
+    """PyTorch's refusals of contradictory options; the batched checks need vmap, which the package lacks."""
+    if not (check_forward_ad or check_backward_ad):
+        raise AssertionError("Expected at least one of check_forward_ad or check_backward_ad to be True")
+    if check_batched_grad and not check_backward_ad:
+        raise AssertionError("Setting check_batched_grad=True requires check_backward_ad to be True")
+    if check_batched_forward_grad and not check_forward_ad:
+        raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
+    for name, value in (("check_batched_grad", check_batched_grad),
+                        ("check_batched_forward_grad", check_batched_forward_grad)):
+        if value:
+            raise NotImplementedError(f"gradcheck: {name}=True checks gradients computed with vmap, which "
+                                      "tinypytorch does not have (tinypytorch.func.vmap raises); leave it False, "
+                                      "PyTorch's default")
+
+
+def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
+              check_undefined_grad=True, check_grad_dtypes=False, check_batched_grad=False,
+              check_batched_forward_grad=False, check_forward_ad=False, check_backward_ad=True, fast_mode=False,
+              masked=None):
     """True when backward's Jacobians of `fn(*inputs)` equal the numerical ones within atol + rtol |numerical|.
 
     fn: takes the inputs (Variables) and returns a Variable or a tuple of Variables.
     inputs: a Variable or a tuple of them; those that require grad are checked (float64
         expected: with float32 the rounding of the central difference exceeds the tolerance).
     raise_exception: on a mismatch raise GradcheckError showing both Jacobians (else return False).
+    nondet_tol: how far two backward passes on the same input and gradient may differ.
+    check_undefined_grad: backward must cope with outputs that get no gradient (check_undefined_gradients).
+    check_grad_dtypes: each gradient must have its input's dtype.
     check_forward_ad: also forward mode's Jacobians (step 63), one forward pass per input element;
         check_backward_ad=False leaves backward's out, as in PyTorch.
+    fast_mode: compare v^T J u for random unit vectors u, v, not whole Jacobians (check_projections).
+    masked: PyTorch's option for sparse tensors, which the package has none of: True only accepts gradients
+        close to zero, not exactly zero, from zero gradients of the outputs.
+    check_batched_grad, check_batched_forward_grad: need vmap, which the package lacks: NotImplementedError.
     """
+    _check_options(check_forward_ad, check_backward_ad, check_batched_grad, check_batched_forward_grad)
     inputs = _checked_inputs(inputs, "gradcheck")
-    numerical = numerical_jacobian(fn, inputs, eps)
-    if check_forward_ad:  # step 63
-        forward = forward_jacobian(fn, inputs)
-        if not jacobians_agree(numerical, forward, atol, rtol, raise_exception, "computed with forward mode "):
-            return False
-    if not check_backward_ad:  # step 63
-        return True
-    if not jacobians_agree(numerical, analytical_jacobian(fn, inputs), atol, rtol, raise_exception):
+    try:
+        numerical = None if fast_mode else numerical_jacobian(fn, inputs, eps)
+        if check_backward_ad and fast_mode:
+            check_projections(fn, inputs, eps, atol, rtol, nondet_tol, check_grad_dtypes)
+        elif check_backward_ad:
+            analytical = reentrant_jacobian(fn, inputs, nondet_tol, check_grad_dtypes)
+            jacobians_agree(numerical, analytical, atol, rtol, True)
+        if check_forward_ad and fast_mode:  # step 63
+            check_projections(fn, inputs, eps, atol, rtol, nondet_tol, check_grad_dtypes, forward=True)
+        elif check_forward_ad:
+            jacobians_agree(numerical, forward_jacobian(fn, inputs), atol, rtol, True, "computed with forward mode ")
+        if check_forward_ad and check_undefined_grad:  # step 63
+            check_undefined_tangents(fn, inputs)
+        if check_backward_ad:
+            check_multiplied_by_grad_output(fn, inputs, masked)
+            if check_undefined_grad:
+                check_undefined_gradients(fn, inputs)
+    except GradcheckError:
+        if raise_exception:
+            raise
         return False
-    if not zero_gradient_gives_zero(fn, inputs):
-        if not raise_exception:
-            return False
-        raise GradcheckError("backward not multiplied by grad_output: a zero gradient for the outputs gave "
-                             "nonzero gradients for the inputs")
     return True
 
 
-def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True,
-                  seed=0):
+def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e-3,
+                  gen_non_contig_grad_outputs=False, raise_exception=True, nondet_tol=0.0, check_undefined_grad=True,
+                  check_grad_dtypes=False, check_batched_grad=False, check_fwd_over_rev=False,
+                  check_rev_over_rev=True, fast_mode=False, masked=False, seed=0):
     """gradcheck of the gradients: second derivatives from backward of backward against numerical ones.
 
     The function checked maps (inputs, grad_outputs) to the gradients of fn's outputs, seeded
     with grad_outputs, with respect to the inputs that require grad: its Jacobian holds every
     second derivative. grad_outputs default to random values, as in PyTorch, but drawn from a generator
     seeded with `seed`, so that every call checks the same ones (PyTorch draws from its global generator).
+    check_rev_over_rev checks them with backward (gradcheck's check_backward_ad), check_fwd_over_rev with
+    forward mode over backward (step 64); the other options are gradcheck's.
     """
+    if not (check_fwd_over_rev or check_rev_over_rev):  # PyTorch's refusals
+        raise AssertionError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
+    if check_undefined_grad and not check_rev_over_rev:
+        raise AssertionError("Setting check_undefined_grad=True requires check_rev_over_rev to be True")
+    if check_batched_grad and not check_rev_over_rev:
+        raise AssertionError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
     inputs = _checked_inputs(inputs, "gradgradcheck")
     outputs = _outputs(fn, inputs)
     if grad_outputs is None:
         rng = np.random.default_rng(seed)
-        grad_outputs = tuple(Variable(get_array_module(y.data).asarray(rng.standard_normal(y.shape)).astype(y.dtype))
-                             for y in outputs)
+        grad_outputs = tuple(Variable(_grad_output(rng, y, gen_non_contig_grad_outputs)) for y in outputs)
     grad_outputs = _as_tuple(grad_outputs)
     count = len(inputs)
 
@@ -199,4 +438,18 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
                                                       requires_grad=False) for x, g in zip(wrt, grads))
 
     return gradcheck(first_derivatives, inputs + grad_outputs, eps=eps, atol=atol, rtol=rtol,
-                     raise_exception=raise_exception)
+                     raise_exception=raise_exception, nondet_tol=nondet_tol, check_undefined_grad=check_undefined_grad,
+                     check_grad_dtypes=check_grad_dtypes, check_batched_grad=check_batched_grad,
+                     check_forward_ad=check_fwd_over_rev, check_backward_ad=check_rev_over_rev, fast_mode=fast_mode,
+                     masked=masked)
+
+
+def _grad_output(rng, y, non_contiguous):
+    """A standard normal array shaped like y, in its dtype and on its device; with non_contiguous, a strided view
+    (every other element of an array twice as long), as PyTorch's gen_non_contig_grad_outputs makes them."""
+    xp = get_array_module(y.data)
+    values = xp.asarray(rng.standard_normal(y.shape)).astype(y.dtype)
+    if not non_contiguous or y.ndim == 0:
+        return values
+    doubled = xp.repeat(values, 2, axis=-1)
+    return doubled[..., ::2]
