@@ -244,19 +244,19 @@ class Variable:
         return f"variable({text}{name}{node})"
 
     # steps 20-22: operators. A reflected method (`2 + x` arrives as x.__radd__(2)) records x first, as
-    # PyTorch's does (its node for 2 * x lists x's edge, then the number's): + and * commute, so the
-    # values are the same either way.
+    # PyTorch's does (its node for 2 * x lists x's edge, then the number's): + and * commute, so the values
+    # are the same either way. An array on the left (PyTorch refuses one) keeps the written order.
     def __add__(self, other):
         return add(self, other)
 
     def __radd__(self, other):
-        return add(self, other)
+        return add(other, self) if isinstance(other, cuda.array_types) else add(self, other)
 
     def __mul__(self, other):
         return mul(self, other)
 
     def __rmul__(self, other):
-        return mul(self, other)
+        return mul(other, self) if isinstance(other, cuda.array_types) else mul(self, other)
 
     def __neg__(self):
         return neg(self)
@@ -1058,6 +1058,8 @@ def rsub(x0, x1):
         op = Sub()  # writes it; PyTorch's node (RsubBackward1) takes the number as a Scalar and lists x alone
         op.torch_name, op.scalar_inputs = "RsubBackward1", (0,)
         return op(x1, x0)
+    if not isinstance(x1, Variable):  # an array, or what sub refuses by name (`[1] - x`)
+        return Sub()(x1, x0)
     return Rsub()(x0, x1)
 
 
@@ -1068,6 +1070,8 @@ def div(x0, x1):
 def rdiv(x0, x1):
     """x1 / x0, as PyTorch's reflected division computes it: x0.reciprocal() * x1 (`2 / x` arrives here as
     rdiv(x, 2)), which saves no x (x may change in place before backward) and has the same derivatives."""
+    if not isinstance(x1, (*scalar_types, Variable)):  # an array in written order; what div refuses by name
+        return Div()(x1, x0)
     return mul(Reciprocal()(x0), x1)
 
 
