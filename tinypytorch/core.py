@@ -540,6 +540,12 @@ class AccumulateGrad:
         return "<AccumulateGrad>"
 
 
+def _saved_tensor(function, index):
+    """PyTorch's grad_fn._saved_<name>: what forward saved at `index`, unpacked (its hooks run, as PyTorch's)."""
+    saved = function._saved[index] if function._saved else None
+    return saved.unpack(function) if isinstance(saved, graph.SavedTensor) else saved
+
+
 class ConstantInput:
     """What a function keeps of an input that needs no gradient, for drawings (step 25): not its array (step 35)."""
 
@@ -748,12 +754,11 @@ class Function:
     torch_name = None  # PyTorch's name for this node where it is not the class name + "Backward0"
     saved_names = ()  # PyTorch's names of what forward saves, in order: grad_fn._saved_self, _saved_result, ...
 
-    def __getattr__(self, name):  # reached only for names not found: PyTorch's grad_fn._saved_<name>
-        names = type(self).saved_names
-        if name.startswith("_saved_") and name[7:] in names:
-            saved = self._saved[names.index(name[7:])] if self._saved else None
-            return saved.unpack(self) if isinstance(saved, graph.SavedTensor) else saved  # hooks run, as PyTorch's
-        raise AttributeError(f"'{self.name()}' object has no attribute '{name}'")
+    def __init_subclass__(cls, **kwargs):
+        # a property per name of saved_names, made with the class (a __getattr__ would slow every attribute read)
+        super().__init_subclass__(**kwargs)
+        for index, name in enumerate(cls.__dict__.get("saved_names", ())):
+            setattr(cls, "_saved_" + name, property(functools.partial(_saved_tensor, index=index)))
 
     def name(self):
         """PyTorch's name for this node, as a variable's grad_fn shows it: MulBackward0, SumBackward0, ..."""
