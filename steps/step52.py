@@ -199,6 +199,9 @@ except RuntimeError as error:
 # in one more entry, JSON text. So it holds nothing but arrays and text,
 # and loading it runs no code. (It keeps a whole checkpoint too: dicts,
 # lists and numbers around the state dicts of a model and an optimizer.)
+# Any other object, a whole module for instance, is pickled as PyTorch
+# pickles it, and `load` refuses it unless told `weights_only=False`, as
+# PyTorch's does.
 
 # %%
 show_code(save, load)
