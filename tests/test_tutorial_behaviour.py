@@ -502,7 +502,8 @@ def test_a_model_and_its_optimizer_in_one_file_keep_sharing_their_parameters(tmp
 
 @pytest.mark.step52
 @pytest.mark.parametrize("map_location", ["cpu", "torch.device('cpu')", {"cuda:0": "cpu"},
-                                          lambda storage, location: storage], ids=repr)
+                                          lambda storage, location: storage],
+                         ids=["'cpu'", "torch.device('cpu')", "{'cuda:0': 'cpu'}", "a function"])  # (no addresses)
 def test_the_tutorials_map_locations_load_a_state_dict_and_a_module(tmp_path, map_location):
     for key, m in FRAMEWORKS.items():
         where = m.device("cpu") if map_location == "torch.device('cpu')" else map_location
