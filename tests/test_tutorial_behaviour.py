@@ -534,3 +534,13 @@ def test_what_weights_only_allows_is_what_torchs_allows():
             except pickle.UnpicklingError:
                 verdicts.append("refused")
         assert verdicts[0] == verdicts[1], name
+
+
+def test_copy_takes_torchs_keyword():
+    # torch 2.13's copy_ takes other= (its documentation says src=, which torch refuses)
+    for m in (tinypytorch, torch):
+        x = m.zeros(3)
+        x.copy_(other=m.ones(3), non_blocking=False)
+        assert x.tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(TypeError):
+        torch.zeros(3).copy_(src=torch.ones(3))

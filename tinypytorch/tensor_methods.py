@@ -144,9 +144,10 @@ class TensorMethods:
     def zero_(self):
         return inplace.zero_(self)
 
-    def copy_(self, src):
-        """Copy src's values into this variable in place (broadcasting src), differentiably as PyTorch's."""
-        return inplace.set_item("copy_", self, Ellipsis, src)
+    def copy_(self, other, non_blocking=False):  # PyTorch's keyword is other= (its documentation says src)
+        """Copy other's values into this variable in place (broadcasting other), differentiably as PyTorch's;
+        non_blocking changes nothing here (a NumPy or CuPy copy is done when it returns)."""
+        return inplace.set_item("copy_", self, Ellipsis, other)
 
     # PyTorch's augmented assignments are its in-place operations: `p -= lr * p.grad` changes p itself.
     # (Without them Python would rebind p to a new variable that is no longer the parameter.)
