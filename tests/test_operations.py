@@ -79,7 +79,16 @@ def test_values_and_first_second_third_derivatives_equal_torch(operation, data):
                 assert g is None or np.all(g.data == 0), where
                 continue
             assert g is not None, where
+            if order and np.all(g.data == 0) and _cancellation_noise(gt, theirs[order - 1]):
+                continue  # zero by structure here (cross is bilinear); torch's terms cancel to within rounding
             assert_close_to_torch(g.data, gt.detach().numpy(), where)
+
+
+def _cancellation_noise(gt, lower):
+    """Whether torch's derivative is rounding noise around zero: within the test's relative tolerance (1e-10) of
+    the derivatives one order lower, whose terms cancelled."""
+    scale = max([float(t.detach().abs().max()) for t in lower if t is not None and t.numel()] + [1.0])
+    return float(gt.detach().abs().max()) <= 1e-10 * scale
 
 
 @pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.name)
