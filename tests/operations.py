@@ -443,9 +443,11 @@ OPERATIONS = [
     Operation("var", F.var, torch.var, ((2, 3),), (F.Var,)),
     Operation("var dim 1 keepdim, correction 0, cubed", lambda a: F.var(a, 1, keepdim=True, correction=0) ** 3,
               lambda a: torch.var(a, 1, keepdim=True, correction=0) ** 3, ((2, 3),), (F.Var, Pow)),
-    Operation("std", F.std, torch.std, ((2, 3),), (F.Std,)),
+    # (away from 0: std's derivatives divide by std once per order, and a std of 1e-112 overflows the third; the
+    # magnitudes that matter, and std = 0 itself, are drawn all the same: constant rows)
+    Operation("std", F.std, torch.std, ((2, 3),), (F.Std,), domain=(0.5, 2.0)),
     Operation("std dim 0, unbiased=False, cubed", lambda a: F.std(a, 0, False) ** 3,
-              lambda a: torch.std(a, 0, False) ** 3, ((2, 3),), (F.Std, Pow)),
+              lambda a: torch.std(a, 0, False) ** 3, ((2, 3),), (F.Std, Pow), domain=(0.5, 2.0)),
     Operation("movedim cubed", lambda a: F.movedim(a, (0, 2), (2, 1)) ** 3,
               lambda a: torch.movedim(a, (0, 2), (2, 1)) ** 3, ((2, 3, 2),), (F.Transpose, Pow)),
 ]

@@ -443,7 +443,26 @@ def pool_cases(draw, dilation=True):
     args = {"kernel_size": kernel, "stride": stride, "padding": padding, "ceil_mode": ceil_mode}
     if dilation:
         args["dilation"] = dilations
+        # a window of padding alone (-inf, as the elements are finite): torch's gradient for it is not defined (its
+        # kernel writes past the window's row, into other elements); test_a_window_of_padding_alone_has_no_winner
+        assume(not np.isneginf(TF.max_pool2d(torch.tensor(x), **args).numpy()).any())
     return x, args
+
+
+def test_a_window_of_padding_alone_has_no_winner():
+    # dilation 2 and padding 1 fit a window of width 2 on the padding on both sides of a one-pixel-wide image: its
+    # maximum is -inf and its index torch's (the window's first position not before the image), and it depends on no
+    # element, so it sends no gradient (torch's kernel adds it past the row, into the next row or the next image)
+    x = np.random.default_rng(0).normal(size=(2, 1, 2, 1))
+    args = {"kernel_size": (1, 2), "stride": None, "padding": (0, 1), "dilation": (1, 2), "return_indices": True}
+    y, indices = F.max_pool2d(Variable(x.copy()), **args)
+    y_t, indices_t = TF.max_pool2d(torch.tensor(x), **args)
+    np.testing.assert_array_equal(y.data, y_t.numpy())
+    np.testing.assert_array_equal(indices.data, indices_t.numpy())
+    assert np.isneginf(y.data).all()
+    xv = Variable(x.copy())
+    F.max_pool2d(xv, (1, 2), None, (0, 1), (1, 2)).sum().backward()
+    np.testing.assert_array_equal(xv.grad.data, np.zeros_like(x))
 
 
 @given(pool_cases())

@@ -105,6 +105,12 @@ class Windows:  # step 55
         """Whether each window position is in the image (not padding nor filler): (K, L) bools."""
         return xp.asarray(self._combine(self.rows.real(), self.cols.real(), np.logical_and))
 
+    def not_before(self, xp):
+        """Whether each window position is not in the padding before the image (PyTorch's start of a window): (K, L)
+        bools."""
+        return xp.asarray(self._combine(self.rows.positions >= self.rows.before,
+                                        self.cols.positions >= self.cols.before, np.logical_and))
+
     def source(self, xp):
         """The flat position in the unpadded (H, W) image of every window position (PyTorch's max indices)."""
         width = self.cols.size
@@ -203,7 +209,14 @@ class MaxPool2d(Function):  # step 55
         lowest = -math.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         patches = w.gather(x, lowest)  # (N, C, K, L); padding never wins, not even over -inf (& real below)
         y = patches.max(axis=2)
-        first = ((patches == y[:, :, None, :]) & w.real(xp)).argmax(axis=2)
+        real = w.real(xp)
+        first = (patches == y[:, :, None, :]) & real
+        first = first.argmax(axis=2)
+        self.empty = None
+        empty = ~real.any(axis=0)  # no step: a window wholly in the padding (dilation lets one fit) has no winner
+        if empty.any():  # no step: PyTorch's index, its first position not before the image, and no gradient
+            self.empty = empty
+            first = xp.where(empty, w.not_before(xp).argmax(axis=0), first)
         if x.dtype.kind == "f":
             nan = xp.isnan(y)
             if nan.any():  # PyTorch's loop takes every NaN it meets: the last one stays
@@ -225,13 +238,27 @@ class MaxPool2d(Function):  # step 55
     def backward(self, gy, gy_indices=None):
         (indices,) = self.saved_tensors
         n, c, h, w = self.x_shape
-        g = GetItemGrad(self._key(array_of(indices)), (n, c, h * w))(reshape(gy, (n, c, self.windows.blocks)))
+        gy = reshape(gy, (n, c, self.windows.blocks))
+        if self.empty is not None:  # no step: a window of padding alone sends its gradient nowhere, as PyTorch's
+            gy = gy * (~self.empty).astype(gy.dtype)
+            indices = self._in_image(indices)
+        g = GetItemGrad(self._key(array_of(indices)), (n, c, h * w))(gy)
         return reshape(g, self.x_shape)
 
     def jvp(self, t):  # step 63: the tangent of each window's winner
         n, c, h, w = self.x_shape
         indices = self.results[1]
+        if self.empty is not None:  # no step: a window of padding alone has no winner, so no tangent
+            found = t.reshape(n, c, h * w)[self._key(self._in_image(indices))] * ~self.empty
+            return found.reshape(indices.shape), None
         return t.reshape(n, c, h * w)[self._key(indices)].reshape(indices.shape), None
+
+    def _in_image(self, indices):
+        """The indices with those of windows of padding alone (PyTorch's, past the image) put at 0: their gradient
+        is zero, but must be sent somewhere in the image."""
+        indices = array_of(indices)
+        xp = get_array_module(indices)
+        return xp.where(self.empty, 0, indices.reshape(indices.shape[:2] + (-1,))).reshape(indices.shape)
 
 
 class AvgPool2d(Function):  # step 55
