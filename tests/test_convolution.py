@@ -357,19 +357,6 @@ def _raised_or(call):
         return error
 
 
-def test_conv_transpose2d_under_cpu_autocast_runs_in_float16_as_torchs():
-    x, w, b = [a.astype(np.float32) for a in (normal(2, 4, 3, 3), normal(4, 3, 3, 3) * 0.3, normal(6))]
-    xv, wv, bv = Variable(x), Variable(w), Variable(b)
-    with tp.autocast("cpu", dtype=tp.float16):
-        y = F.conv_transpose2d(xv, wv, bv, stride=2, groups=2)
-    with torch.autocast("cpu", dtype=torch.float16):
-        yt = TF.conv_transpose2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), stride=2, groups=2)
-    assert y.dtype == np.float16 and yt.dtype == torch.float16
-    np.testing.assert_allclose(y.data.astype(np.float64), yt.double().numpy(), rtol=1e-2, atol=2e-2)
-    y.sum().backward()
-    assert wv.grad.dtype == bv.grad.dtype == xv.grad.dtype == np.float32
-
-
 # ----- max pooling -------------------------------------------------------------------------------------------------
 
 MAX_POOL_CASES = [  # (input shape, kernel_size, stride, padding, dilation, ceil_mode)
@@ -1068,16 +1055,30 @@ def test_a_small_cnn_takes_the_same_sgd_steps_as_torchs():
 
 # ----- autocast ----------------------------------------------------------------------------------------------------
 
-def test_conv2d_under_cpu_autocast_runs_in_float16_as_torchs_and_gradients_come_back_float32():
-    x, w, b = [a.astype(np.float32) for a in (normal(2, 4, 6, 6), normal(6, 2, 3, 3) * 0.3, normal(6))]
+AUTOCAST_CASES = {  # name: (input, weight and bias shapes, keyword arguments)
+    "conv2d": (((2, 4, 6, 6), (6, 2, 3, 3), (6,)), {"padding": 1, "groups": 2}),
+    "conv_transpose2d": (((2, 4, 3, 3), (4, 3, 3, 3), (6,)), {"stride": 2, "groups": 2}),
+}
+
+
+@pytest.mark.parametrize("name", AUTOCAST_CASES)
+def test_under_cpu_autocast_a_convolution_runs_in_float16_as_torchs_and_gradients_come_back_float32(name):
+    shapes, kwargs = AUTOCAST_CASES[name]
+    x, w, b = [a.astype(np.float32) for a in (normal(*shapes[0]), normal(*shapes[1]) * 0.3, normal(*shapes[2]))]
     xv, wv, bv = Variable(x), Variable(w), Variable(b)
     with tp.autocast("cpu", dtype=tp.float16):
-        y = F.conv2d(xv, wv, bv, padding=1, groups=2)
+        y = getattr(F, name)(xv, wv, bv, **kwargs)
     with torch.autocast("cpu", dtype=torch.float16):
-        yt = TF.conv2d(torch.tensor(x), torch.tensor(w), torch.tensor(b), padding=1, groups=2)
+        yt = getattr(TF, name)(torch.tensor(x), torch.tensor(w), torch.tensor(b), **kwargs)
     assert y.dtype == np.float16 and yt.dtype == torch.float16
     np.testing.assert_allclose(y.data.astype(np.float64), yt.double().numpy(), rtol=1e-2, atol=2e-2)
     y.sum().backward()
     assert wv.grad.dtype == bv.grad.dtype == xv.grad.dtype == np.float32
+
+
+def test_under_cpu_autocast_conv2d_of_float64_stays_float64_as_torchs():
+    x, w = normal(2, 4, 6, 6), normal(6, 2, 3, 3)
     with tp.autocast("cpu", dtype=tp.float16):  # float64 is never cast, as in torch
-        assert F.conv2d(Variable(x.astype(np.float64)), Variable(w.astype(np.float64)), groups=2).dtype == np.float64
+        assert F.conv2d(Variable(x), Variable(w), groups=2).dtype == np.float64
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert TF.conv2d(torch.tensor(x), torch.tensor(w), groups=2).dtype == torch.float64

@@ -477,15 +477,24 @@ def _conv_padding(padding, stride, dilation, kernel):
     return tuple((p, p) for p in padding)
 
 
-def _check_conv(x, weight, bias, groups):
+def _check_ranks(op, x, weight, layout):
+    """The input's and the weight's ranks, in PyTorch's words (conv2d and conv_transpose2d)."""
     if x.ndim not in (3, 4):
-        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to conv2d, but got input of size: "
+        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to {op}, but got input of size: "
                            f"{_size(x.shape)}")
     if weight.ndim != 4:
-        raise RuntimeError(f"conv2d: expected a 4-D weight (out_channels, in_channels / groups, kH, kW), but got "
-                           f"weight of size {_size(weight.shape)}")
+        raise RuntimeError(f"{op}: expected a 4-D weight ({layout}, kH, kW), but got weight of size "
+                           f"{_size(weight.shape)}")
+
+
+def _check_groups(op, groups):
     if not isinstance(groups, numbers.Integral) or isinstance(groups, bool):
-        raise TypeError(f"conv2d(): argument 'groups' must be int, not {type(groups).__name__}")
+        raise TypeError(f"{op}(): argument 'groups' must be int, not {type(groups).__name__}")
+
+
+def _check_conv(x, weight, bias, groups):
+    _check_ranks("conv2d", x, weight, "out_channels, in_channels / groups")
+    _check_groups("conv2d", groups)
     if groups <= 0:
         raise RuntimeError("non-positive groups is not supported")
     if x.dtype != weight.dtype:
@@ -563,14 +572,8 @@ def _transposed_arguments(x, weight, bias, stride, padding, output_padding, grou
     op = "conv_transpose2d"
     stride, padding = _conv_pair("stride", stride, op), _conv_pair("padding", padding, op)
     output_padding, dilation = _conv_pair("output_padding", output_padding, op), _conv_pair("dilation", dilation, op)
-    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool):
-        raise TypeError(f"{op}(): argument 'groups' must be int, not {type(groups).__name__}")
-    if x.ndim not in (3, 4):
-        raise RuntimeError(f"Expected 3D (unbatched) or 4D (batched) input to {op}, but got input of size: "
-                           f"{_size(x.shape)}")
-    if weight.ndim != 4:
-        raise RuntimeError(f"{op}: expected a 4-D weight (in_channels, out_channels / groups, kH, kW), but got "
-                           f"weight of size {_size(weight.shape)}")
+    _check_groups(op, groups)
+    _check_ranks(op, x, weight, "in_channels, out_channels / groups")
     if x.dtype != weight.dtype:
         raise RuntimeError(f"Input type ({dtypes.tensor_type(x)}) and weight type ({dtypes.tensor_type(weight)}) "
                            "should be the same")
