@@ -53,6 +53,7 @@ def _check_broadcast(loss_shape, weight):
 class LogSigmoid(Function):
     """log(sigmoid(x)), computed stably; its derivative is sigmoid(-x). (What the with-logits target gradient
     needs, differentiable again.)"""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def forward(self, x):
         self.save_for_backward(x)

@@ -34,6 +34,7 @@ def _axis(op, axis, ndim):
 
 class Softmax(Function):  # step 50
     """s = exp(x - max) / sum(exp(x - max)) along `axis`; backward s * (g - <s, g>)."""
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     def __init__(self, axis):
         self.axis = axis
@@ -58,6 +59,7 @@ class Softmax(Function):  # step 50
 
 class LogSoftmax(Function):  # step 50
     """y = x - logsumexp(x) along `axis`; backward g - exp(y) * sum(g)."""
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     def __init__(self, axis):
         self.axis = axis

@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from tinypytorch import autocast_state, cuda, dtypes, forward_ad_state, grad_mode, views
+from tinypytorch import autocast_state, cuda, dtypes, forward_ad_state, grad_mode, layout, views
 from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
 from tinypytorch.size import Size
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
@@ -111,6 +111,7 @@ class Variable:
     grad_leaf = None  # step 38: the leaf whose gradient this (unpacked, saved) variable's gradient is
     _constant = None  # step 35: what drawings show of this variable as a constant input (a ConstantInput)
     view_record = None  # step 37: for a view (reshape, transpose, basic indexing), its views.View record
+    _strided = False  # no step: True if the array may be laid out otherwise than in C order (tinypytorch.layout)
     _post_accumulate_grad_hooks = None  # {handle id: hook}: called with the leaf once .grad is updated (PyTorch's)
 
     @property
@@ -384,6 +385,7 @@ class Variable:
         """A new leaf that shares this variable's data (and its version counter, step 36) and does not require grad."""
         detached = Variable(self.data, requires_grad=False)
         share_version_counter(detached, self.version_counter)
+        detached._strided = self._strided  # no step: (tinypytorch.layout)
         return detached
 
     # step 34: hooks on the gradient
@@ -463,12 +465,17 @@ def compare(op, x, other):
     if not isinstance(other, (Variable, *cuda.array_types, *scalar_types, np.bool_)):
         return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
     dtype = dtypes.result_type(x, other)  # step 58: both sides in PyTorch's promoted dtype
+    strided = x._strided or getattr(other, "_strided", False)  # no step: (tinypytorch.layout)
     other = other.data if isinstance(other, Variable) else other
     xp = cuda.get_array_module(x.data)
     if not isinstance(other, cuda.array_types):
         other = xp.asarray(other, dtype=dtype)
-    return Variable(xp.asarray(getattr(xp, op)(dtypes.cast(x.data, dtype), dtypes.cast(other, dtype))),
-                    requires_grad=False)
+    y = Variable(xp.asarray(getattr(xp, op)(dtypes.cast(x.data, dtype), dtypes.cast(other, dtype))),
+                 requires_grad=False)
+    if strided:  # no step: laid out as PyTorch's result (tinypytorch.layout)
+        y.data = layout.follow_inputs(y.data, (x.data, other))
+        layout.mark([y])
+    return y
 
 
 def as_array(x, xp=np):
@@ -585,6 +592,9 @@ class Function:
     # False: when no gradient arrives at any output, the engine passes None on without calling backward (PyTorch's
     # nodes return undefined gradients then); a node that must run all the same (a custom Function's) says True
     runs_without_gradients = False
+    # no step: how PyTorch lays out the result where NumPy would lay it out otherwise (tinypytorch.layout):
+    # "inputs" (element-wise, copies and casts), "contiguous" (reductions, softmax), None (as NumPy gives it)
+    result_layout = None
 
     def __call__(self, *inputs):
         if self.dispatch_mode is not None:  # step 62: inside a selective-checkpoint region, the region runs it
@@ -602,11 +612,14 @@ class Function:
         # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
         # flow to some input (step 33). Only then do the outputs require grad.
         requires_grad = False
+        strided = False  # no step: whether some input is laid out otherwise than in C order (tinypytorch.layout)
         for x in inputs:
             if x.view_record is not None:
                 views.refresh_view(x)  # step 37: if its base was changed in place since, a view's graph is redone
             if x._requires_grad:
                 requires_grad = True
+            if x._strided:  # no step
+                strided = True
         requires_grad = requires_grad and Config.enable_backprop
         # step 57: inference mode records nothing, even under enable_grad
         if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
@@ -619,6 +632,8 @@ class Function:
         # step 35: forward saves only what the gradients of these inputs need
         self.needs_input_grad = tuple([x._requires_grad for x in inputs]) if requires_grad else (False,) * len(inputs)
         ys = self.forward(*[x.data for x in inputs])  # step 11: any number of inputs and outputs
+        if strided and self.result_layout is not None:  # no step: the result laid out as PyTorch's, not NumPy's
+            ys = self.laid_out(ys, inputs)
         # as_array: a 0-d result may come back a scalar (step 09)
         if type(ys) is tuple:
             outputs = [Variable(as_array(y), requires_grad=False) for y in ys]
@@ -632,12 +647,29 @@ class Function:
             if requires_grad and inputs[0].version_counter is None:  # step 57: a view of an inference tensor is one
                 requires_grad = outputs[0]._requires_grad = False  # too, outside the graph, as in PyTorch
             views.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
+            strided = True  # no step: a view may be laid out otherwise than in C order
+        if strided:  # no step: the outputs that are not laid out in C order are marked so (tinypytorch.layout)
+            layout.mark(outputs)
         if requires_grad:
             self.record(inputs, ys, outputs)
         if forward_ad_state.open_dual_levels:  # step 63: under a dual level the tangents go forward with the values
             self.push_tangents(inputs, ys, outputs)
         self._to_save = ()  # step 35: record has packed what forward saved; hold it no longer
         return outputs if len(outputs) > 1 else outputs[0]
+
+    def laid_out(self, ys, inputs):  # no step
+        """forward's result laid out as PyTorch lays out this operation's (by result_layout); what forward saved
+        follows it."""
+        if type(ys) is tuple:
+            return tuple([self.laid_out(y, inputs) for y in ys])
+        relaid = layout.lay_out(self.result_layout, ys, self.layout_operands(inputs))
+        if relaid is not ys:
+            self._to_save = tuple([relaid if a is ys else a for a in self._to_save])
+        return relaid
+
+    def layout_operands(self, inputs):  # no step
+        """The arrays whose layout decides the result's, in PyTorch's order of the operands."""
+        return [x.data for x in inputs]
 
     def push_tangents(self, inputs, ys, outputs):  # step 63
         """The outputs' tangents from the inputs' by the operation's `jvp`, when some input has one (a missing
@@ -697,6 +729,9 @@ class Function:
         for x in inputs:
             if x.data.dtype != dtype:
                 stand_in = Variable(x.data.astype(dtype), requires_grad=x.requires_grad)
+                if x._strided:  # no step: cast as PyTorch's `to` casts, into x's layout (tinypytorch.layout)
+                    stand_in.data = layout.preserve_format(stand_in.data, x.data)
+                    layout.mark([stand_in])
                 views.share_version_counter(stand_in, x.version_counter)
                 if x.creator is not None:
                     stand_in.set_creator(x.creator, x.output_nr)
@@ -841,6 +876,7 @@ def _check_broadcast(op, x0, x1):
 class _Binary(Function):
     """A binary operation that broadcasts: forward keeps the input shapes when they differ (step 30), and computes
     in the inputs' promoted dtype."""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     shapes = None  # (shape of x0, shape of x1), only when broadcasting made them differ
     promotes = True  # step 58
@@ -898,6 +934,8 @@ class Mul(_Binary):  # step 20
 
 
 class Neg(Function):  # step 22
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
+
     def forward(self, x):
         if x.dtype.kind == "b":  # step 58: PyTorch's refusal and words (NumPy's is a TypeError)
             raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
@@ -947,6 +985,7 @@ class Div(_Binary):  # step 22
 
 class Reciprocal(Function):
     """1 / x, PyTorch's reciprocal; `number / x` is x.reciprocal() * number, as in PyTorch (rdiv)."""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def forward(self, x):
         y = 1 / dtypes.as_floating(x)  # step 58: integers and bools give the default float
@@ -963,6 +1002,7 @@ class Reciprocal(Function):
 
 class Pow(Function):  # step 22
     """x ** c for a constant number c (an exponent that is a Variable needs log, not here yet)."""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("self",)
 
     @property
@@ -1002,6 +1042,11 @@ class Pow(Function):  # step 22
 
 class Clone(Function):
     """A copy with memory of its own (`x.clone()`); the gradient passes through unchanged."""
+    result_layout = "preserve"  # no step: laid out as its input, as PyTorch's (tinypytorch.layout)
+
+    def __init__(self, contiguous=False):
+        if contiguous:  # no step: x.contiguous()'s copy, in C order
+            self.result_layout = "contiguous"
 
     def forward(self, x):
         return x.copy()
@@ -1192,6 +1237,8 @@ def sum_to(x, shape):
 
 
 class Cast(Function):  # step 43: a change of dtype; its gradient goes back to the input's dtype
+    result_layout = "preserve"  # no step: laid out as its input, as PyTorch's (tinypytorch.layout)
+
     def __init__(self, dtype):
         self.dtype = np.dtype(dtype)
 

@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch import cuda, dtypes, outputs, random
+from tinypytorch import cuda, dtypes, layout, outputs, random
 from tinypytorch.core import Variable
 from tinypytorch.grad_mode import is_grad_enabled
 from tinypytorch.views import increment_version
@@ -215,7 +215,9 @@ def _finish(array, device, requires_grad, op):
     if device is not None:
         _module(op, device)  # a clear error when there is no GPU
         array = cuda.to_device(array, device, op)
-    return Variable(array, requires_grad=requires_grad)
+    made = Variable(array, requires_grad=requires_grad)
+    layout.mark([made])  # a NumPy array handed in keeps its layout, as in PyTorch (tinypytorch.layout)
+    return made
 
 
 def _float_dtype(op, dtype):
@@ -616,41 +618,49 @@ def _like(op, input, dtype, device):
     return input.shape, (input.data.dtype if dtype is None else dtype), (input.device if device is None else device)
 
 
+def _laid_out_like(made, input):  # noqa: A002
+    """made, laid out as `input` is (PyTorch's *_like keep the input's layout: torch.preserve_format)."""
+    if input._strided and made.data.shape == input.data.shape:
+        made.data = layout.preserve_format(made.data, input.data)
+        layout.mark([made])
+    return made
+
+
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002 (PyTorch's name)
     """Zeros of `input`'s shape, dtype and device unless given (PyTorch's `torch.zeros_like`)."""
     shape, dtype, device = _like("zeros_like", input, dtype, device)
-    return zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _laid_out_like(zeros(shape, dtype=dtype, device=device, requires_grad=requires_grad), input)
 
 
 def ones_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
     """Ones of `input`'s shape, dtype and device unless given (PyTorch's `torch.ones_like`)."""
     shape, dtype, device = _like("ones_like", input, dtype, device)
-    return ones(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _laid_out_like(ones(shape, dtype=dtype, device=device, requires_grad=requires_grad), input)
 
 
 def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
     """`fill_value` in `input`'s shape, dtype and device unless given (PyTorch's `torch.full_like`)."""
     shape, dtype, device = _like("full_like", input, dtype, device)
-    return full(shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _laid_out_like(full(shape, fill_value, dtype=dtype, device=device, requires_grad=requires_grad), input)
 
 
 def rand_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
     """`rand` in `input`'s shape, dtype and device unless given (PyTorch's `torch.rand_like`)."""
     shape, dtype, device = _like("rand_like", input, dtype, device)
-    return rand(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _laid_out_like(rand(shape, dtype=dtype, device=device, requires_grad=requires_grad), input)
 
 
 def randn_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
     """`randn` in `input`'s shape, dtype and device unless given (PyTorch's `torch.randn_like`)."""
     shape, dtype, device = _like("randn_like", input, dtype, device)
-    return randn(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _laid_out_like(randn(shape, dtype=dtype, device=device, requires_grad=requires_grad), input)
 
 
 def empty_like(input, *, dtype=None, device=None, requires_grad=False):  # noqa: A002
     """A Variable of `input`'s shape, dtype and device unless given (PyTorch's `torch.empty_like`); zeros here (see
     `empty`)."""
     shape, dtype, device = _like("empty_like", input, dtype, device)
-    return empty(shape, dtype=dtype, device=device, requires_grad=requires_grad)
+    return _laid_out_like(empty(shape, dtype=dtype, device=device, requires_grad=requires_grad), input)
 
 
 def from_numpy(array):
@@ -660,6 +670,7 @@ def from_numpy(array):
     _array_dtype(array, "from_numpy")
     shared = Variable(array, requires_grad=False)
     shared.storage_fixed = True  # no step: its memory is the caller's array, which out= may not resize (outputs.py)
+    layout.mark([shared])  # its layout is the caller's array's (tinypytorch.layout)
     return shared
 
 

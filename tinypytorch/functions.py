@@ -27,6 +27,8 @@ from tinypytorch.cuda import get_array_module
 # ----- element-wise functions ------------------------------------------------------------
 
 class Square(Function):  # step 02 (backward: step 06)
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
+
     def forward(self, x):
         self.save_for_backward(x)  # step 35: d(x^2)/dx = 2x needs x
         if x.dtype.kind == "b":  # step 58: as PyTorch's x ** 2, a bool squared is an int64
@@ -42,6 +44,7 @@ class Square(Function):  # step 02 (backward: step 06)
 
 
 class Exp(Function):  # step 03 (backward: step 06)
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 58: an integer or bool input gives the default float, as PyTorch's
@@ -60,6 +63,7 @@ class Exp(Function):  # step 03 (backward: step 06)
 
 
 class Sin(Function):  # step 26
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("self",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 58: integers compute in the default float
@@ -77,6 +81,7 @@ class Sin(Function):  # step 26
 
 
 class Cos(Function):  # step 26
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("self",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 58: integers compute in the default float
@@ -94,6 +99,7 @@ class Cos(Function):  # step 26
 
 
 class Tanh(Function):  # step 27
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 58: integers compute in the default float
@@ -113,6 +119,7 @@ class Tanh(Function):  # step 27
 
 
 class Log(Function):  # step 39
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("self",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 58: integers compute in the default float
@@ -157,6 +164,8 @@ def log(x):
 # The element-wise functions below are the PyTorch surface: what PyTorch's tensor methods need.
 
 class Abs(Function):
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
+
     def forward(self, x):
         if x.dtype.kind == "b":  # step 58: PyTorch's refusal
             raise NotImplementedError('"abs_cpu" not implemented for \'Bool\'')
@@ -183,6 +192,7 @@ def _mask(condition):
 
 
 class Sqrt(Function):
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 58: integers compute in the default float
@@ -201,6 +211,7 @@ class Sqrt(Function):
 
 class Clamp(Function):
     """x limited to [low, high] (either bound may be None: no limit on that side)."""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def __init__(self, low, high):
         self.low, self.high = low, high
@@ -506,6 +517,8 @@ def _over(axes):
 
 
 class Sum(Function):  # step 30
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
+
     def __init__(self, axis=None, keepdims=False, dtype=None):
         self.axis, self.keepdims = axis, keepdims
         self.dtype = dtype  # step 58: sum(dtype=), the input cast first
@@ -547,6 +560,7 @@ def _dtype_argument(op, dtype):  # step 58
 
 class Mean(Function):  # step 50
     """The average over `axis`: the sum divided by the number of elements summed (PyTorch's mean)."""
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
@@ -591,6 +605,7 @@ class Max(Function):  # step 50
     maximum, the gradient is shared equally between them, as PyTorch's amax shares it.
     (PyTorch's max(x, dim) gives it to one of them: TakeAlongDim.)
     """
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     reduce, extreme = "max", "maximum"  # Min: the same with min
     evenly = False  # True for PyTorch's max(x) of every element, whose derivatives are not amax's (see backward)
@@ -749,6 +764,7 @@ def _arg_variable(op, x, dim, keepdim, axis, keepdims):
 
 class LogSumExp(Function):  # step 50
     """log(sum(exp(x))) over `axis`, computed as m + log(sum(exp(x - m))) with m the maximum: no overflow."""
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     def __init__(self, axis=None, keepdims=False):
         self.axis, self.keepdims = axis, keepdims
@@ -785,6 +801,7 @@ def logsumexp(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
 
 class Norm(Function):
     """The 1-norm, sum |x|, or the 2-norm, sqrt(sum x^2), over `axis` (PyTorch's vector norm)."""
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     def __init__(self, p, axis, keepdims):
         self.p, self.axis, self.keepdims = p, axis, keepdims
@@ -1037,6 +1054,8 @@ def get_item(x, key):
 
 
 class Concatenate(Function):  # step 45: PyTorch's torch.cat
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
+
     def __init__(self, axis):
         self.axis = axis
 
@@ -1090,6 +1109,7 @@ def concatenate(xs, dim=None, *, axis=None):
 # ----- activations and a loss (step 32) ----------------------------------------------------
 
 class Sigmoid(Function):  # step 32
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 58: integers compute in the default float
@@ -1112,6 +1132,8 @@ class Sigmoid(Function):  # step 32
 
 
 class ReLU(Function):  # step 32
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
+
     def forward(self, x):
         if x.dtype.kind == "b":  # step 58: PyTorch's refusal and words
             raise RuntimeError("Boolean inputs not supported for relu")
@@ -1153,6 +1175,7 @@ class MeanSquaredError(Function):  # step 32
 
 class Dropout(Function):  # step 41
     """Zero each element with probability p, scale the rest by 1/(1-p): the expected value is unchanged."""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def __init__(self, p):
         self.p = p
@@ -1277,6 +1300,7 @@ def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 58
 class Where(Function):  # step 58
     """where(condition, x0, x1): x0's element where the condition holds, else x1's (PyTorch's torch.where)."""
 
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     promotes = True
 
     def __init__(self, condition):
@@ -1288,6 +1312,9 @@ class Where(Function):  # step 58
         self.shapes = (getattr(x0, "shape", ()), getattr(x1, "shape", ()))
         self.save_for_backward(self.condition)  # what PyTorch saves too
         return xp.where(self.condition, x0, x1)
+
+    def layout_operands(self, inputs):  # no step: PyTorch's where lays out its result after the condition first
+        return [self.condition] + [x.data for x in inputs]
 
     def backward(self, gy):
         condition = array_of(self.saved_tensors[0])
@@ -1369,7 +1396,8 @@ class FloorDivide(_Binary):  # step 58
 
 
 class Remainder(_Binary):  # step 58
-    """x0 % x1 with the sign of x1, as Python's and PyTorch's remainder: d/dx0 = 1, d/dx1 = -floor(x0 / x1)."""
+    """x0 % x1 with the sign of x1, as Python's and PyTorch's remainder: d/dx0 = 1, d/dx1 = -(x0 // x1), the
+    floor division (not floor(x0 / x1): 1 // -inf is -1, where floor(1 / -inf) is -0.0)."""
 
     torch_name = "RemainderBackward1"  # PyTorch's, for two tensors
 
@@ -1386,12 +1414,12 @@ class Remainder(_Binary):  # step 58
         gx1 = None
         if self.needs_input_grad[1]:
             x0, x1 = [array_of(v) for v in self.saved_tensors]
-            gx1 = -gy * get_array_module(x0).floor(x0 / x1).astype(array_of(gy).dtype)
+            gx1 = -gy * get_array_module(x0).floor_divide(x0, x1).astype(array_of(gy).dtype)
         return self.sum_to_inputs(gy if self.needs_input_grad[0] else None, gx1)
 
     def jvp(self, t0, t1):
         x0, x1 = self.primals
-        return sum_tangents(t0, None if t1 is None else -get_array_module(x0).floor(x0 / x1) * t1)
+        return sum_tangents(t0, None if t1 is None else -get_array_module(x0).floor_divide(x0, x1) * t1)
 
 
 def floor_divide(x0, x1):  # step 58
@@ -1475,6 +1503,7 @@ Dropout.torch_name = "MulBackward0"  # on the CPU PyTorch multiplies by the scal
 
 class Asin(Function):
     """arcsin, element-wise (PyTorch's asin): nan outside [-1, 1], d asin(x)/dx = 1 / sqrt(1 - x^2)."""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def forward(self, x):
         if x.dtype.kind in "biu":  # integers compute in the default float, as PyTorch's
@@ -1496,6 +1525,7 @@ class Asin(Function):
 
 class _Rounding(Function):
     """ceil or floor: a step function, so the derivative is zero everywhere (at the steps too, as PyTorch's)."""
+    result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     rounding = None  # the array module's function: "ceil" or "floor"
 
@@ -1542,6 +1572,7 @@ class Prod(Function):
     as PyTorch computes it; where one is, y / x is 0 / 0, and PyTorch multiplies the products of the elements before
     and after it instead (_products_of_the_others), which this does too.
     """
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     def __init__(self, axis=None, keepdims=False, dtype=None):
         self.axis, self.keepdims, self.dtype = axis, keepdims, dtype
@@ -1623,6 +1654,7 @@ def prod(x, dim=None, keepdim=False, *, dtype=None):
 class Var(Function):
     """The variance over `axis` (PyTorch's var): sum(|x - mean|^2) / (n - correction), n the number of elements
     reduced. Backward is PyTorch's formula, 2 / (n - correction) * gy * (x - mean), its edges included."""
+    result_layout = "contiguous"  # no step: PyTorch's, whatever the input's (tinypytorch.layout)
 
     op = "var"
 

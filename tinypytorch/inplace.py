@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, dtypes, forward_ad_state
+from tinypytorch import cuda, dtypes, forward_ad_state, layout
 from tinypytorch.core import (
     Function, Variable, add, as_variable, astype, div, expanded_strides, formulas_on_arrays, mul, sub, sum_to,
 )
@@ -85,21 +85,11 @@ def check_no_partial_overlap(out, src, itemsize):
     a block of memory each element once (dense); where one does not, PyTorch cannot tell, and computes.
     out and src are layouts, (address, shape, strides) in bytes; the same layout (a.add_(a)) is fine."""
     sizes = [math.prod(shape) * itemsize for _, shape, _ in (out, src)]
-    if not all(sizes) or not (_dense(*out[1:], itemsize) and _dense(*src[1:], itemsize)):
+    if not all(sizes) or not (layout.is_dense(*out[1:], itemsize) and layout.is_dense(*src[1:], itemsize)):
         return
     (out_begin, src_begin), (out_end, src_end) = (out[0], src[0]), (out[0] + sizes[0], src[0] + sizes[1])
     if (out_begin, out_end, out[2]) != (src_begin, src_end, src[2]) and out_begin < src_end and src_begin < out_end:
         raise RuntimeError(PARTIAL_OVERLAP)
-
-
-def _dense(shape, strides, itemsize):
-    """PyTorch's is_non_overlapping_and_dense: in some order of the dimensions (of length 2 or more), contiguous."""
-    expected = itemsize
-    for stride, n in sorted((stride, n) for n, stride in zip(shape, strides) if n > 1):
-        if stride != expected:
-            return False
-        expected *= n
-    return True
 
 
 def _layout(a):

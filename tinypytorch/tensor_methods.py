@@ -223,6 +223,15 @@ class TensorMethods:
     def movedim(self, source, destination):
         return F.movedim(self, source, destination)
 
+    def is_contiguous(self):
+        """PyTorch's: whether the elements lie in memory in C order without gaps (dimensions of length 1 aside),
+        which `view` of any shape needs (tinypytorch.layout says how results are laid out)."""
+        return bool(self.data.flags.c_contiguous)
+
+    def contiguous(self):
+        """PyTorch's: x itself if it is contiguous, else a copy that is (a CloneBackward0 node in the graph)."""
+        return self if self.data.flags.c_contiguous else core.Clone(contiguous=True)(self)
+
     moveaxis = movedim
 
     def type(self, dtype=None, non_blocking=False):
