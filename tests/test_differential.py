@@ -557,12 +557,6 @@ HOOKS = (
     Op("{a}.retain_grad()"),
 )
 DEEPCOPY = (Op("{t} = copy.deepcopy({a})"),)
-# excluded until fixed: reductions of an empty tensor (n[..., 1:] of a last dimension of size 1): torch's mean is
-# NaN, its logsumexp -inf and its softmax empty, where the package raises ValueError (the mean of an empty variable;
-# zero-size array to reduction operation maximum); torch's amax(-1) raises IndexError and its max() RuntimeError,
-# the package's ValueError
-EMPTY_REDUCTIONS = ("{t} = {a}.mean()", "{t} = {a}.mean(-1, keepdim=True)", "{t} = {a}.amax(-1)", "{t} = {a}.max()",
-                    "{t} = fw.logsumexp({a}, -1)", "{t} = fw.softmax({a}, -1)")
 KINDS = {"unary": (UNARY, None), "operator": (BINARY_OPERATORS, "operand"), "function": (BINARY_FUNCTIONS, "tensor"),
          "view": (VIEWS, None), "in place": (IN_PLACE, "operand"), "hook": (HOOKS, None), "deepcopy": (DEEPCOPY, None)}
 
@@ -624,8 +618,7 @@ class Drawer:
         b = None if second is None else self.pick(self.tensors if second == "tensor" else self.tensors + self.numbers)
         value = self.namespace.get
         candidates = [op for op in ops if "{b}" not in op.template or b is not None
-                      if op.drawn_for(value(a), None if b is None else value(b))
-                      if not (op.template in EMPTY_REDUCTIONS and value(a).numel() == 0)]
+                      if op.drawn_for(value(a), None if b is None else value(b))]
         if not candidates:
             return
         op = self.draw(st.sampled_from(candidates))

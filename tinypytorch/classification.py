@@ -43,6 +43,9 @@ class Softmax(Function):  # step 50
         _floating("softmax", x)  # step 58: for floating dtypes only, as PyTorch's kernels
         xp = get_array_module(x)
         self.axis = _axis("softmax", self.axis, x.ndim)
+        if x.size == 0:  # no step: an empty tensor's softmax is empty, as PyTorch's (NumPy finds no maximum there)
+            self.save_for_backward(x)
+            return x.copy()
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))  # the largest is exp(0) = 1: no overflow
         s = e / e.sum(axis=self.axis, keepdims=True)
         self.save_for_backward(s)  # the output: its derivative needs nothing else (PyTorch saves it too)
@@ -68,6 +71,9 @@ class LogSoftmax(Function):  # step 50
         _floating("log_softmax", x)  # step 58: for floating dtypes only, as PyTorch's kernels
         xp = get_array_module(x)
         self.axis = _axis("log_softmax", self.axis, x.ndim)
+        if x.size == 0:  # no step: an empty tensor's log_softmax is empty, as PyTorch's (NumPy finds no maximum there)
+            self.save_for_backward(x)
+            return x.copy()
         shifted = x - x.max(axis=self.axis, keepdims=True)
         y = shifted - xp.log(xp.exp(shifted).sum(axis=self.axis, keepdims=True))
         self.save_for_backward(y)  # the output, as PyTorch saves it

@@ -503,6 +503,11 @@ def _reduction(op, x, dim, keepdim, axis, keepdims):
     return (_normalize_axis if numpy_spelling else _dims)(op, dim, _ndim(x)), keepdim
 
 
+def _shape(x):
+    """The shape of a Variable, an array, a number or a list."""
+    return x.shape if isinstance(x, (Variable, *cuda.array_types)) else np.shape(x)
+
+
 def _ndim(x):
     """The number of dimensions of a Variable or an array (on either device), or of a number or a list."""
     return x.ndim if isinstance(x, (Variable, *cuda.array_types)) else np.ndim(x)
@@ -572,8 +577,8 @@ class Mean(Function):  # step 50
         self.x_shape = x.shape
         self.axes = _normalize_axis("mean", self.axis, x.ndim)
         self.count = int(np.prod([x.shape[a] for a in self.axes]))
-        if self.count == 0:
-            raise ValueError(f"mean: the mean{_over(self.axis)} of an empty variable of shape {tuple(x.shape)}")
+        if self.count == 0:  # the mean of nothing is NaN, as PyTorch's (NumPy's too, with a warning)
+            return get_array_module(x).full_like(x.sum(axis=self.axes, keepdims=self.keepdims), np.nan)
         return x.mean(axis=self.axes, keepdims=self.keepdims)
 
     def backward(self, gy):
@@ -696,11 +701,25 @@ def _arg(op, reduce, x, dim, keepdim):
     """The indices of the largest (reduce "max") or smallest ("min") elements of Variable x along one dim (None: of
     x flattened), the first among ties, as int64 (PyTorch's index type). `op` names the caller in errors."""
     data = x.data
-    if data.size == 0 and (dim is None or data.shape[dim] == 0):
-        raise ValueError(f"{op}: the {reduce}imum{_over(None if dim is None else (dim,))} of an empty variable "
-                         f"of shape {tuple(data.shape)}")
+    refuse_empty_extreme(op, data.shape, dim)
     indices = getattr(data, "arg" + reduce)(axis=dim, keepdims=keepdim)
     return get_array_module(data).asarray(indices, dtype=np.int64)  # NumPy's flattened argmax is a scalar
+
+
+def refuse_empty_extreme(op, shape, dim):
+    """PyTorch's refusal of a maximum or minimum over nothing (op: "max", "amax", "argmax", ...): over a dim of
+    length 0, an IndexError naming the dim as given; of every element of an empty tensor, a RuntimeError (argmax
+    and argmin: an IndexError)."""
+    if dim is None:
+        if 0 in shape:
+            message = f"{op}(): Expected reduction dim to be specified for input.numel() == 0."
+            if op.startswith("arg"):
+                raise IndexError(message)
+            raise RuntimeError(message + " Specify the reduction dim with the 'dim' argument.")
+        return
+    for d in (dim if isinstance(dim, (tuple, list)) else (dim,)):
+        if shape and shape[d] == 0:  # (a 0-d tensor takes dim 0 or -1, and is never empty)
+            raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
 
 
 def _extreme(op, cls, x, dim, keepdim, axis, keepdims):
@@ -710,6 +729,7 @@ def _extreme(op, cls, x, dim, keepdim, axis, keepdims):
     if dim is None:
         if keepdim:
             raise TypeError(f"{op}: keepdim=True needs a dim")
+        refuse_empty_extreme(op, _shape(x), None)
         extreme = cls()
         extreme.evenly = True  # PyTorch's derivatives of max(x), not amax's
         return _named(extreme, f"{cls.__name__}Backward1")(x)  # PyTorch's node for the extreme of every element
@@ -736,12 +756,18 @@ def min(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001 
 
 def amax(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
     """PyTorch's amax: the largest elements over `dim` (every dim by default); ties share the gradient equally."""
-    return Max(*_reduction("amax", x, dim, keepdim, axis, keepdims))(x)
+    reduction = _reduction("amax", x, dim, keepdim, axis, keepdims)
+    if axis is None:  # (NumPy's spelling gets NumPy's kind of refusal: Max's ValueError)
+        refuse_empty_extreme("amax", _shape(x), dim)
+    return Max(*reduction)(x)
 
 
 def amin(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
     """PyTorch's amin: the smallest elements over `dim` (every dim by default); ties share the gradient equally."""
-    return Min(*_reduction("amin", x, dim, keepdim, axis, keepdims))(x)
+    reduction = _reduction("amin", x, dim, keepdim, axis, keepdims)
+    if axis is None:
+        refuse_empty_extreme("amin", _shape(x), dim)
+    return Min(*reduction)(x)
 
 
 def argmax(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
@@ -775,6 +801,10 @@ class LogSumExp(Function):  # step 50
         xp = get_array_module(x)
         self.x_shape = x.shape
         self.axes = _normalize_axis("logsumexp", self.axis, x.ndim)
+        if any(x.shape[a] == 0 for a in self.axes):  # no step: the log of an empty sum, -inf, as PyTorch's
+            y = xp.full_like(x.sum(axis=self.axes, keepdims=self.keepdims), -np.inf)
+            self.save_for_backward(x, y)
+            return y
         m = x.max(axis=self.axes, keepdims=True)
         m = xp.where(xp.isfinite(m), m, 0)  # a row of -inf has logsumexp -inf, not NaN
         y = xp.log(xp.exp(x - m).sum(axis=self.axes, keepdims=True)) + m
