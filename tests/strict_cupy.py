@@ -433,7 +433,7 @@ UFUNCS = ["add", "subtract", "multiply", "divide", "true_divide", "power", "nega
           "sin", "cos", "tan", "tanh", "sqrt", "square", "abs", "absolute", "sign", "maximum", "minimum", "isnan",
           "isinf", "isfinite", "greater", "greater_equal", "less", "less_equal", "equal", "not_equal", "logical_and",
           "logical_or", "logical_not", "floor", "ceil", "bitwise_and", "bitwise_or", "bitwise_xor", "right_shift",
-          "left_shift", "reciprocal", "fmax", "fmin", "arctan", "arcsin", "arccos", "sinh", "cosh"]
+          "left_shift", "reciprocal", "fmax", "fmin", "arctan", "arcsin", "arccos", "sinh", "cosh", "floor_divide"]
 FUNCTIONS = ["sum", "mean", "var", "std", "max", "min", "amax", "amin", "argmax", "argmin", "prod", "cumsum", "all",
              "any", "allclose", "isclose", "array_equal", "where", "clip", "dot", "matmul", "tensordot", "einsum",
              "reshape", "transpose", "swapaxes", "moveaxis", "expand_dims", "squeeze", "broadcast_to", "concatenate",
@@ -455,6 +455,9 @@ for _name in ("float16", "float32", "float64", "int8", "int32", "int64", "uint8"
               "complex64", "complex128", "dtype", "pi", "e", "inf", "nan", "newaxis", "generic", "number", "floating",
               "integer", "iinfo", "finfo", "ndindex"):
     setattr(sys.modules[__name__], _name, getattr(np, _name))
+
+# cupy.lib.stride_tricks.as_strided: a view with given strides, as CuPy's (the package's layouts use it)
+lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_function(np.lib.stride_tricks.as_strided)))
 
 # cupy.cuda: devices, memory hooks, the runtime's device count
 cuda = types.SimpleNamespace(
