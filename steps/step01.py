@@ -82,7 +82,8 @@ plt.show()
 #
 # ## Check against PyTorch
 #
-# PyTorch's box is `torch.tensor`. Both must hold the same numbers, with the
+# PyTorch's box is the class `torch.Tensor`; the function `torch.tensor`
+# makes one from an array. Both boxes must hold the same numbers, with the
 # same shape and dtype (`float64`, NumPy's default and the precision of every
 # check in this tutorial).
 
@@ -93,8 +94,8 @@ for array in (np.array(1.0), np.array([1.0, 2.0, 3.0]), np.arange(6.0).reshape(2
     v, t = Variable(array), torch.tensor(array)
     np.testing.assert_array_equal(v.data, t.numpy())
     assert v.data.shape == tuple(t.shape) and str(t.dtype) == f"torch.{v.data.dtype}"
-    print(f"shape {v.data.shape!s:7} dtype {v.data.dtype}: Variable.data == torch.tensor")
-print("PyTorch check passed: Variable.data holds the same values, shape and dtype as torch.tensor")
+    print(f"shape {v.data.shape!s:7} dtype {v.data.dtype}: Variable.data == torch.tensor(array)")
+print("PyTorch check passed: Variable.data holds the same values, shape and dtype as torch.tensor(array)")
 
 # %% [markdown]
 # ## Recap
@@ -103,14 +104,15 @@ print("PyTorch check passed: Variable.data holds the same values, shape and dtyp
 # - The box keeps the array itself, not a copy: `x.data is data`.
 # - `ndim`, `shape` and `dtype` belong to the array; `float64` is the
 #   precision every check uses.
-# - PyTorch's counterpart is `torch.tensor`, which holds the same values.
+# - PyTorch's counterpart is the class `torch.Tensor`, made here by the
+#   function `torch.tensor`; it holds the same values.
 #
 # ## Exercises
 #
 # **1.** Write `describe(v)`, returning `(ndim, shape, dtype name)` of a
-# Variable's array, and compare it with what `torch.tensor` reports
-# (`t.dim()`, `tuple(t.shape)`, `t.dtype`) for a scalar, a vector, a matrix
-# and an array of shape `(2, 3, 4)`.
+# Variable's array, and compare it with what the tensor `t =
+# torch.tensor(array)` reports (`t.dim()`, `tuple(t.shape)`, `t.dtype`) for
+# a scalar, a vector, a matrix and an array of shape `(2, 3, 4)`.
 
 # %% tags=["hide-cell"]
 def describe(v):

@@ -133,13 +133,14 @@ show_code(tinypytorch.Function.__call__, tinypytorch.Function.coerce, step=23)
 #
 # Step 33 replaces that loop with PyTorch's, so the two loops are written out
 # against the package in the collapsed cell below (its gradients are kept
-# under *edges*, a detail step 35 explains). On a wide graph, where $n$
-# functions wait at once, both give the gradient of the package's own
-# `backward`. Speed is measured in `bench/`, not on these pages, since
-# timings depend on the machine: `bench/results/autograd.md` gives the
-# package's backward time against graph size, for chains and wide graphs,
-# beside DeZero's, which keeps step 16's sorted list and turns quadratic on
-# the wide graph.
+# under *edges*: an edge is where an input's gradient goes, the function that
+# made the input and which of its outputs it is, a detail step 35 explains).
+# On a wide graph, where $n$ functions wait at once, both give the gradient
+# of the package's own `backward`. Speed is measured in `bench/`, not on
+# these pages, since timings depend on the machine:
+# `bench/results/autograd.md` gives the package's backward time against graph
+# size, for chains and wide graphs, beside DeZero's, which keeps step 16's
+# sorted list and turns quadratic on the wide graph.
 
 # %% tags=["hide-cell"]
 import heapq

@@ -3,8 +3,8 @@
 #
 # Until now almost every variable held a single number. A neural network
 # works on arrays: a batch of inputs is a matrix, an image a 3-dimensional
-# array. PyTorch calls an array with a gradient a *tensor*; here it is still a
-# `Variable` holding an `ndarray`.
+# array. PyTorch calls every such array a *tensor*, whether or not it takes
+# part in a gradient; here it is still a `Variable` holding an `ndarray`.
 #
 # The element-wise functions of the earlier steps already work on arrays.
 # What is new are functions that change an array's *shape*, not its values:

@@ -154,11 +154,11 @@ show_code(engine.GraphTask.receive, engine.GraphTask.run_function, step=33)
 # %% [markdown]
 # **Which ready function first?** Any order gives the same gradients, since
 # a function is ready only when its gradient is complete. PyTorch picks the
-# one created last, the highest `sequence_nr` (a number every recorded
-# function gets), and so does the package; this heap holds only ready
-# functions, seldom more than two, where step 23's held every function
-# discovered. The same order as PyTorch's is what step 34 relies on to
-# compare hooks.
+# one created last, the highest `sequence_nr` (a counter that numbers the
+# recorded functions in the order they are made), and so does the package;
+# this heap holds only ready functions, seldom more than two, where step
+# 23's held every function discovered. The same order as PyTorch's is what
+# step 34 relies on to compare hooks.
 #
 # **Buffers.** An intermediate gradient waits in `buffers`, which belong to
 # this pass, not in `.grad`, so a gradient kept from an earlier pass is never

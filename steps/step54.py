@@ -192,8 +192,8 @@ derivatives_picture()
 # giving the gain $\sqrt 2$. PyTorch's default init for `Linear` is
 # $U(-1/\sqrt{\text{fan}_{\text{in}}}, 1/\sqrt{\text{fan}_{\text{in}}})$, variance
 # $1/(3\,\text{fan}_{\text{in}})$: six times too small for ReLU, so the gradient
-# shrinks at every layer, and ReLU alone vanishes too (the seed said
-# ReLU fixes it; with PyTorch's default init it does not).
+# shrinks at every layer, and ReLU alone vanishes too: ReLU is often said
+# to cure vanishing gradients, and with PyTorch's default init it does not.
 
 # %%
 show_code(init.kaiming_normal_, init._kaiming_std, init.calculate_gain)

@@ -182,9 +182,10 @@ for attempt in attempts:
 # A view of a *normal* tensor made inside the mode is not an inference
 # tensor: it shares its base's counter and requires grad as its base
 # does. But nothing recorded how it was made, so outside the mode, where
-# recording is on, PyTorch forbids changing it in place ("A view was
-# created in inference mode and is being modified inplace in normal
-# mode"); the package too (the check at the end asks both).
+# recording is on, PyTorch forbids changing it in place if it requires
+# grad ("A view was created in inference mode and is being modified
+# inplace in normal mode"); the package too (the check at the end asks
+# both).
 
 # %% tags=["hide-input"]
 def probe(fw, mode):

@@ -124,8 +124,8 @@ lattice_picture()
 # default float: a Python float counts as float32.
 #
 # NumPy 2 ranks only Python numbers below arrays ("weak" scalars); a 0-d
-# array counts like any array, and an integer array that meets a float
-# becomes float64.
+# array counts like any array, and an integer array that meets a Python
+# float becomes float64.
 
 # %%
 v32, v16 = np.ones(3, np.float32), np.ones(3, np.float16)

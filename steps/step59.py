@@ -6,8 +6,9 @@
 # tensor cores many times the arithmetic speed. That is why large
 # models train in "mixed precision". But float16 has only 5 exponent
 # bits and 10 mantissa bits, and each of them costs something: numbers
-# above 65,504 become infinite, numbers below about $6 \times 10^{-8}$
-# become zero, and near 1 there are only 1,024 values per unit step.
+# above 65,504 become infinite, the smallest number above zero is
+# $2^{-24} \approx 6 \times 10^{-8}$ (half of it and less become zero),
+# and near 1 there are only 1,024 values per unit step.
 # This step draws float16's range and spacing against float32's and
 # bfloat16's, shows the three ways float16 arithmetic goes wrong, and
 # then measures the one that matters most for training: in a small
@@ -42,7 +43,8 @@ def below(error, bound):
 # number $(2 - 2^{-m})\, 2^{E_\max}$, the smallest normal one $2^{E_\min}$;
 # below it the leading 1 is dropped ("subnormal" numbers), down to
 # $2^{E_\min - m}$. bfloat16 keeps float32's 8 exponent bits and only 7
-# mantissa bits: float32's range, with a quarter of float16's precision.
+# mantissa bits: float32's range, with an eighth of float16's precision
+# (its eps is $2^{3}$ times float16's).
 # NumPy has no bfloat16, so its row comes from the definition alone.
 
 # %%
@@ -71,6 +73,9 @@ for name, values in limits.items():
 # %%
 h = np.float16
 print("1e-8 in float16:", h(1e-8), "| 6e-8:", h(6e-8), "= 2**-24:", h(6e-8) == 2.0**-24)
+half, above = np.float32(2.0**-25), np.nextafter(np.float32(2.0**-25), np.float32(1))  # float32 values
+print("in float16, 2**-25:", h(half), "| the next float32 above it:", h(above) / 2.0**-24, "x 2**-24",
+      "| 3 * 2**-25:", h(3 * half) / 2.0**-23, "x 2**-23")
 print("1e-5 is subnormal:", h(1e-5) < np.finfo(h).smallest_normal, "| stored as", float(h(1e-5)))
 with np.errstate(over="ignore"):  # NumPy warns about the overflow; here it is the point
     print("65504 is the largest:", h(65504), "| 65519 rounds down:", h(65519), "| 65520:", h(65520))
@@ -119,10 +124,14 @@ spacing_picture()
 # %% [markdown]
 # The three lines are straight where the numbers are normal: gap
 # $\approx |x| \cdot 2^{-m}$, so float16's line lies $2^{13}$ above
-# float32's and bfloat16's $2^{3}$ above float16's. float16's line ends
-# at both sides: on the left at $2^{-24}$ (below half of it, a number
-# rounds to zero), on the right at 65,504. bfloat16 reaches as far as
-# float32 both ways; that is why it needs no loss scaling (step 61), at
+# float32's and bfloat16's $2^{3}$ above float16's. float16's line ends at
+# both sides: on the left at $2^{-24}$, on the right at 65,504. A number
+# rounds to the nearest float16 and, exactly halfway, to the one whose last
+# bit is 0 ("round half to even"): $2^{-25}$ lies halfway between 0 and
+# $2^{-24}$ and becomes 0, anything above it becomes $2^{-24}$ or more, and
+# $3 \cdot 2^{-25}$, halfway between $2^{-24}$ and $2^{-23}$, becomes
+# $2^{-23}$ (the second line of the output above). bfloat16 reaches as far
+# as float32 both ways; that is why it needs no loss scaling (step 61), at
 # the price of three fewer mantissa bits.
 #
 # ## Three ways float16 arithmetic goes wrong
@@ -178,14 +187,18 @@ running_sum_picture(sums)
 # %% [markdown]
 # The float16 sum is not even right before it stalls: between 1 and 2 it
 # adds $2^{-10} \approx 0.00098$ per step, between 2 and 4 a full gap
-# $2^{-9} \approx 0.00195$ (0.001 is just over half of it, so it rounds
-# up), and at 4 it stops. Sums of many small terms (means, norms, the
-# sums inside a matrix product) must therefore be accumulated in a wider
-# format. NumPy's and PyTorch's reductions over float16 both add in
-# float32 and round once; this step makes the package's mean squared
-# error do the same: it used to add the squares in float16 and divide
-# afterwards, so on 4,096 outputs of size 8 the sum overflowed and the
-# loss was inf. Its backward now also rounds in PyTorch's order
+# $2^{-9} \approx 0.00195$ (0.001 is just over half of it, so it rounds up),
+# and at 4 it stops. Sums of many small terms (means, norms, the sums inside
+# a matrix product) must therefore be accumulated in a wider format.
+# PyTorch's reductions over float16 add in float32 and round once, along any
+# dimension. NumPy's `mean` does too; its `sum` does so only along the axis
+# whose elements lie next to each other in memory (the last one of a
+# C-ordered array). Along any other axis NumPy adds one slice at a time into
+# the float16 result, rounding each addition, and stalls as the running sum
+# did (the first line of the output below). This step makes the package's
+# mean squared error add in float32: it used to add the squares in float16
+# and divide afterwards, so on 4,096 outputs of size 8 the sum overflowed
+# and the loss was inf. Its backward now also rounds in PyTorch's order
 # ($\frac{2}{N}$ times the difference, then times the incoming gradient),
 # which matters when each product is rounded to float16:
 
@@ -193,6 +206,10 @@ running_sum_picture(sums)
 show_code(MeanSquaredError)
 
 # %%
+column = np.full((5000, 3), 0.001, h)  # 5000 rows, each of three 0.001s
+print("5000 x 0.001 by NumPy: sum down the rows", column.sum(axis=0)[0],
+      "| along a row of the transpose", column.T.copy().sum(axis=1)[0],
+      "| mean x 5000", column.mean(axis=0)[0] * np.float32(5000))
 outputs = Variable((8 * np.random.default_rng(0).normal(size=(512, 8))).astype(h))
 with np.errstate(over="ignore"):
     squares = (outputs.data * outputs.data).sum(axis=0).sum()  # along the rows: NumPy adds in float16
@@ -247,14 +264,13 @@ for name, share in flushed(g16, g32).items():
 
 
 # %% [markdown]
-# A quarter of the first layer's weight gradients are exactly zero in
-# float16, though none is in float32: those weights would not move at all
-# in this step. The picture says why: each panel is the histogram of
-# $\log_2 |g|$ of one layer's float32 gradients, and everything left of
-# $2^{-25}$ (half the smallest subnormal) rounds to zero in float16.
-# Gradients deeper down are smaller, so more of them fall off the edge.
-# Between $2^{-25}$ and $2^{-14}$ the entries survive as subnormals, with
-# fewer than 11 significant bits.
+# More than a quarter of the first layer's weight gradients are exactly
+# zero in float16, though none is in float32: those weights would not
+# move at all in this step. Each panel below is the histogram of
+# $\log_2 |g|$ of one layer's float32 gradients, red where float16 gave
+# 0; anything at or below $2^{-25}$ (half the smallest subnormal) would
+# round to zero in float16. Yet most of the red lies to the right of that
+# line: those gradients are large enough for float16, and still lost.
 
 # %% tags=["hide-input"]
 def histogram_picture(grads32, grads16, title):
@@ -279,7 +295,47 @@ def histogram_picture(grads32, grads16, title):
 
 histogram_picture(g32, g16, "each layer's weight gradients in float32, and what float16 keeps")
 
+
 # %% [markdown]
+# They are lost before the sum. A weight's gradient is a sum over the batch,
+# $\delta^\top x$: $\delta$, the gradient at the layer's output, has one row
+# per sample, and $x$ is the layer's input. Backward computes $\delta$
+# first, in float16, and only then does the matrix product add up its 512
+# rows. Each row holds one sample's share, typically far smaller than the
+# sum. The cell counts the flushed entries above $2^{-25}$, and, per layer,
+# the entries of $\delta$ that are zero in float16 but not in float32:
+
+# %%
+def output_gradients(dtype):
+    """Each Linear's delta: the gradient of the loss at its output, one row per sample, in `dtype`."""
+    model, deltas = mlp(dtype), {}
+    for index in (0, 2, 4):  # a hook that keeps grad_output, the gradient at the module's output
+        model[index].register_full_backward_hook(
+            lambda module, grad_in, grad_out, index=index: deltas.update({index: grad_out[0].data.copy()}))
+    loss = nn.MSELoss()(model(Variable(inputs.astype(dtype))), Variable(targets.astype(dtype)))
+    (loss * WEIGHT).backward()
+    return deltas
+
+
+flushed_values = np.concatenate([np.abs(g32[n][(g16[n] == 0) & (g32[n] != 0)]) for n in g32])  # in float32
+print(f"flushed: {flushed_values.size} entries, {np.sum(flushed_values > 2.0**-25)} of them above 2^-25, "
+      f"the largest 2^{np.log2(flushed_values.max()):.0f}")
+d32, d16 = output_gradients(np.float32), output_gradients(np.float16)
+for index in sorted(d32):
+    nonzero = d32[index] != 0
+    print(f"delta at layer {index} ({BATCH} x {d32[index].shape[1]:2}): "
+          f"{np.mean(d16[index][nonzero] == 0):4.0%} zero in float16, "
+          f"median 2^{np.median(np.log2(np.abs(d32[index][nonzero]))):.0f} in float32")
+
+
+# %% [markdown]
+# At the first layer nearly every sample's share is zero before the sum (the
+# output above): what float16 adds up is the few that survived, each rounded
+# to a multiple of $2^{-24}$, and that is often 0, or cancels to less than
+# $2^{-25}$. The nearer a layer is to the input, the smaller its samples'
+# shares, and the more of its gradients are lost. The entries that survive
+# below $2^{-14}$ are subnormals, with fewer than 11 significant bits.
+#
 # (The only Python numbers in this computation are powers of two, exact
 # in float16: $2/4096$, $2^{-12}$, and the $2^{10}$ below. A number such
 # as 0.1 is rounded to float16 first by NumPy, while PyTorch multiplies
@@ -325,7 +381,8 @@ print(f"still flushed: {len(still)} entry, float32 value 2^{np.log2(still.max())
 # ## Check against PyTorch
 #
 # `torch.finfo` against `np.finfo` and against the definition (bfloat16
-# included, its spacing checked with `torch.nextafter`), then the same
+# included, its spacing checked with `torch.nextafter`); float16's rounding
+# near $2^{-25}$, and torch's float16 sum down the rows; then the same
 # network in `torch.nn` in float16 and float32 with our weights loaded
 # through its `load_state_dict`: every parameter's share of flushed
 # entries, the flushed entries themselves, and the scaled-loss gradients.
@@ -371,8 +428,18 @@ def bfloat16_spacing_agrees():
     return np.array_equal(gap.numpy(), ulp_bfloat16(x.double().numpy()))
 
 
+def rounding_and_sums_agree():
+    """torch rounds float32 to float16 near 2^-25 as NumPy does, and sums float16 down the rows as NumPy sums
+    along them: in float32, rounded once."""
+    rounded = torch.tensor([half, above, 3 * half]).half().tolist()
+    summed = torch.from_numpy(column).sum(dim=0)  # float16 in, float16 out
+    return (rounded == [float(h(half)), float(h(above)), float(h(3 * half))] == [0.0, 2.0**-24, 2.0**-23]
+            and summed.dtype == torch.float16 and np.array_equal(summed.numpy(), column.T.copy().sum(axis=1)))
+
+
 # %%
 assert all(finfo_agrees(name) for name in FORMATS) and bfloat16_spacing_agrees()
+assert rounding_and_sums_agree()
 t32, t16 = torch_gradients(torch.float32), torch_gradients(torch.float16)
 theirs = flushed(t16, t32)
 for name, share in flushed(g16, g32).items():
@@ -386,6 +453,7 @@ for name in scaled:
     assert float16_steps(scaled[name], t_scaled[name]).max() <= 4, name
 print("finfo: float16 and float32 equal np.finfo's; "
       "all three equal their bit counts' (bfloat16's gaps too)")
+print("float16 rounding near 2^-25 as NumPy's; torch's float16 sum down the rows as NumPy's along them")
 print("flushed shares, 6 parameters:", ", ".join(f"{s:.1%}" for s in theirs.values()), "in both")
 print("scaled-loss gradients: each at most 4 float16 steps from torch's")
 print("PyTorch check passed: float16 limits and flushed shares equal torch's; scaled-loss gradients agree")
@@ -395,15 +463,18 @@ print("PyTorch check passed: float16 limits and flushed shares equal torch's; sc
 #
 # - float16 has 5 exponent and 10 mantissa bits: 1,024 values in every
 #   $[2^k, 2^{k+1})$, a gap of $2^{-10}$ at 1, nothing above 65,504 (inf),
-#   subnormals below $2^{-14}$ and zero below $2^{-25}$. bfloat16 has
-#   float32's range with 7 mantissa bits. `np.finfo` and `torch.finfo`
-#   agree.
+#   subnormals below $2^{-14}$, and zero at $2^{-25}$ and below (round half
+#   to even). bfloat16 has float32's range with 7 mantissa bits. `np.finfo`
+#   and `torch.finfo` agree.
 # - Rounding: small terms are absorbed ($1 + 10^{-4} = 1$), long sums
 #   stall (0.001s stop at 4), products overflow ($300^2$). Reductions
-#   must accumulate in float32; the package's MSE loss now does, as
-#   PyTorch's does.
-# - Backward in float16 flushes small gradients to exactly zero: here up
-#   to a quarter of a layer's entries, the same entries in PyTorch.
+#   must accumulate in float32: PyTorch's do, NumPy's `mean` does, its
+#   `sum` only along the axis contiguous in memory; the package's MSE
+#   loss now does, as PyTorch's does.
+# - Backward in float16 flushes small gradients to exactly zero, most of
+#   them because each sample's share underflows before the batch sum:
+#   here more than a quarter of the first layer's entries, the same
+#   entries in PyTorch.
 # - Multiplying the loss by $2^{10}$ and the gradients by $2^{-10}$
 #   afterwards recovers them: loss scaling, step 61, after autocast in
 #   step 60.

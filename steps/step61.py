@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Step 61: Dynamic loss scaling (GradScaler)
 #
-# float16 stores numbers with 5 exponent bits: nothing below about
-# $6 \times 10^{-8}$ survives, and small gradients flush to zero. The
+# float16 stores numbers with 5 exponent bits: its smallest number above
+# zero is $2^{-24} \approx 6 \times 10^{-8}$, anything at or below half of
+# it becomes zero, and small gradients flush to zero. The
 # cure is old arithmetic: multiply the loss by a large scale $S$; every
 # gradient is then $S$ times larger (the chain rule is linear), clear of
 # the underflow range, and is divided by $S$ again before the optimizer
@@ -36,11 +37,15 @@ def below(error, bound):
 # %% [markdown]
 # ## Why scale
 #
-# A linear model's gradients, computed in float16 as a float16 network
-# would compute them, against the same gradients computed in float32.
-# Many are smaller than float16's smallest number and become 0. With the
-# loss multiplied by $S = 2^{16}$ they survive, and dividing by $S$ in
-# float32 gives them back:
+# A linear model's gradients, computed in float16 as a float16 network would
+# compute them, against the same gradients computed in float64. Backward
+# first computes the gradient at the output, one entry per sample and
+# output, then the matrix product sums it over the batch into the weights'
+# gradients. Nearly every entry at the output is at or below $2^{-25}$ and
+# becomes 0 in float16 before that sum, so many weight gradients come out as
+# 0, though few of them are that small themselves (the first two lines
+# below). With the loss multiplied by $S = 2^{16}$ they survive, and
+# dividing by $S$ in float32 gives them back:
 
 # %%
 rng = np.random.default_rng(0)
@@ -55,6 +60,9 @@ def half_gradient(S):
     return (x.astype(np.float16).T @ gy).astype(np.float32) / np.float32(S)
 
 
+at_output = (x @ w - t) * (2 / t.size) * 1e-5
+print(f"gradients at the output, 0 in float16: {np.mean(at_output.astype(np.float16) == 0):.0%} "
+      f"| weight gradients at or below 2^-25: {np.mean(np.abs(exact) <= 2.0**-25):.0%}")
 for S in (1.0, 2.0**16):
     g = half_gradient(S)
     relative = np.abs(g - exact).max() / np.abs(exact).max()
@@ -69,8 +77,8 @@ def underflow_picture():
     bins = np.logspace(-12, 6, 80)
     axis.hist(gy, bins=bins, color="C0", alpha=0.7, label="output gradients, S = 1")
     axis.hist(gy * 2**16, bins=bins, color="C2", alpha=0.7, label="the same times S = 2^16")
-    axis.axvspan(1e-12, 2.0**-24, color="C3", alpha=0.15, label="float16: 0 (below 2^-24)")
-    axis.axvspan(2.0**-24, 2.0**-14, color="C1", alpha=0.15, label="float16: subnormal, few digits")
+    axis.axvspan(1e-12, 2.0**-25, color="C3", alpha=0.15, label="float16: 0 (2^-25 and below)")
+    axis.axvspan(2.0**-25, 2.0**-14, color="C1", alpha=0.15, label="float16: subnormal, few digits")
     axis.axvspan(65504, 1e6, color="k", alpha=0.15, label="float16: inf (above 65504)")
     axis.set(xscale="log", xlabel="|gradient|", ylabel="count", yticks=[])
     axis.legend(fontsize=7, loc="upper left")
@@ -253,8 +261,9 @@ W2 = init.normal(size=(32, 10)).astype(np.float32) * 0.1
 TINY, LR = 2.0**-16, 0.1 * 2.0**16
 
 
-def train(way, epochs=10):
-    """Accuracy on the digits after training `way`, and the scaler's final scale."""
+def train(way, epochs=10, watch=None):
+    """Accuracy on the digits after training `way`, and the scaler's final scale (`watch(params)`: a look
+    at the gradients after each backward)."""
     low = np.float16 if way != "float32" else np.float32
     params = [nn.Parameter(W.astype(np.float16 if way == "float16" else np.float32)) for W in (W1, W2)]
     opt, scaler = optim.SGD(params, lr=LR), GradScaler("cpu", growth_interval=50, enabled=way == "mixed")
@@ -266,6 +275,8 @@ def train(way, epochs=10):
             loss = F.cross_entropy(logits.float() if way == "mixed" else logits, digits[i:i + 64]) * TINY
             opt.zero_grad()
             scaler.scale(loss).backward()
+            if watch:
+                watch(params)
             scaler.step(opt)
             scaler.update()
     logits = F.relu(Variable(inputs) @ params[0].float()) @ params[1].float()
@@ -285,9 +296,10 @@ for way, (accuracy, scale) in ours.items():
 # update, the growth tracker, the skipped steps and the final weights
 # must be equal. Then the three ways in torch, from the same weights.
 # Plain float16 learns nothing in either framework: at every step about
-# half of the gradient entries flush to zero and the rest are subnormal,
-# with a few bits left, so the steps are noise (the loss wanders between
-# 2 and 5) and the accuracy stays at chance, 0.10.
+# half of the gradient entries are zero and nearly all the others
+# subnormal, with a few bits left (the package's, counted in the output
+# below), so its steps do not train the network and the accuracy stays
+# at chance, 0.10.
 
 # %% tags=["hide-cell"]
 import torch  # noqa: E402
@@ -339,6 +351,18 @@ def torch_train(way, epochs=10):
     return float((logits.argmax(1).numpy() == digits).mean()), scaler.get_scale()
 
 
+def float16_gradients():
+    """Plain float16 trained again, as above: per step, the share of gradient entries that are 0, and the share
+    of the others that are subnormal."""
+    shares = []
+
+    def count(params):
+        g = np.concatenate([p.grad.data.ravel() for p in params])
+        shares.append((np.mean(g == 0), np.mean(np.abs(g[g != 0]) < 2.0**-14)))
+    train("float16", watch=count)
+    return np.array(shares).T
+
+
 # %%
 scales_t, skipped_t, final_t, trackers_t = torch_run(40, inject)
 assert scales == scales_t and skipped == skipped_t == inject, (scales, scales_t, skipped, skipped_t)
@@ -353,15 +377,20 @@ for table in (ours, theirs):
     assert abs(table["mixed"][0] - table["float32"][0]) < 0.01, table  # mixed within 1 point of float32
     assert table["float16"][0] < 0.2, table  # plain float16 stays at chance
 assert ours["mixed"][1] == theirs["mixed"][1]  # the scaler ended at the same scale
+zero, subnormal = float16_gradients()
+assert 0.3 < zero.min() and zero.max() < 0.7 and subnormal.min() > 0.99, (zero, subnormal)
+print(f"plain float16, each of its {len(zero)} steps: 30% to 70% of the gradient entries 0, "
+      "over 99% of the rest subnormal")
 print("PyTorch check passed: GradScaler's scales, skips, weights as torch's; "
       "mixed within 0.01 of float32 in both")
 
 # %% [markdown]
 # ## Recap
 #
-# - float16 flushes gradients below $2^{-24}$ to zero; multiplying the
-#   loss by $S$ multiplies every gradient by $S$; dividing by $S$ in
-#   float32 before the step restores them.
+# - float16 rounds numbers at or below $2^{-25}$ to zero, and a weight's
+#   gradient flushes when its samples' shares do, before the batch sum;
+#   multiplying the loss by $S$ multiplies every gradient by $S$; dividing
+#   by $S$ in float32 before the step restores them.
 # - `GradScaler`: `scale(loss).backward()`, optionally `unscale_(opt)`,
 #   `step(opt)` (skipped after an inf or NaN), `update()` (backoff after
 #   an inf, growth after `growth_interval` clean steps).

@@ -3,12 +3,13 @@
 #
 # [Step 63](step63.ipynb) gave forward mode: one pass pushes a tangent $v$
 # and returns $J\,v$, a **column** of the Jacobian. Reverse mode pulls a
-# cotangent $u$ and returns $u^\top J$, a **row**. This step builds whole
-# Jacobians and Hessians out of those two products, as PyTorch's
+# cotangent $u$ (a vector shaped like the output, the gradient a backward
+# pass starts from) and returns $u^\top J$, a **row**. This step builds
+# whole Jacobians and Hessians out of those two products, as PyTorch's
 # `torch.func` (`jvp`, `vjp`, `jacfwd`, `jacrev`, `hessian`) and
 # `torch.autograd.functional` (`jacobian`, `hvp`, `vhp`) do, asks when
-# columns are cheaper than rows, and takes a Hessian–vector product
-# without ever forming the Hessian.
+# columns are cheaper than rows, and takes a Hessian–vector product without
+# ever forming the Hessian.
 
 # %%
 import textwrap
@@ -139,12 +140,12 @@ for n in sizes:
     print(f"{n:3d} {512 // n:3d} {passes['jacfwd', n]:7d} {passes['jacrev', n]:7d}")
 
 # %% [markdown]
-# The lines cross at $n = m$ (about 22): with fewer inputs than outputs,
-# build columns; with fewer outputs, rows. A loss has $m = 1$: one
-# backward pass gives its whole gradient, which is why training uses
-# reverse mode. A pass does not cost the same in both modes (a tangent
-# pass computes values and tangents, a backward pass only gradients but
-# after a recorded forward), so measured times shift the crossover:
+# The lines cross at $n = m$ (about 23, as $nm = 512$): with fewer inputs
+# than outputs, build columns; with fewer outputs, rows. A loss has $m = 1$:
+# one backward pass gives its whole gradient, which is why training uses
+# reverse mode. A pass does not cost the same in both modes (a tangent pass
+# computes values and tangents, a backward pass only gradients but after a
+# recorded forward), so measured times shift the crossover:
 # `bench/speed_jacobians.py` times both, here and in `torch.func`.
 #
 # ## Hessians: forward over reverse

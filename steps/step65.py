@@ -71,10 +71,10 @@ def linear(W, b):
 # |---|---|---|---|
 # | plain | every activation an operation saved | nothing | 35 |
 # | √N checkpointing | the input of each of √N segments; one segment's activations at a time in backward | each segment's forward runs twice | 42-44 |
-# | selective checkpointing | the outputs the policy keeps (here every matmul's); the rest recomputed | the cheap operations run twice | 60 |
+# | selective checkpointing | the outputs the policy keeps (here every matmul's); the rest recomputed | the cheap operations run twice | 62 |
 # | `save_on_cpu` | the activations, moved from the device to host memory | two copies per saved tensor | 38, 48 |
 # | reversible blocks | only the last output: each block's input is computed back from its output | a block's inverse and forward in backward | 46-47 |
-# | mixed precision | float16 activations (half the bytes) beside float32 weights | float16's rounding; a `GradScaler` | 58-59 |
+# | mixed precision | float16 activations (half the bytes) beside float32 weights | float16's rounding; a `GradScaler` | 59-61 |
 # | optimizer in backward | gradients only until their parameter has stepped | no gradient clipping by the global norm | 53 |
 #
 # The last row of the measurements combines the two that compose freely:
@@ -193,18 +193,18 @@ for t in TECHNIQUES[1:]:
     print(f"{t:>38}: {peaks[t] / peaks['plain']:.1f}")
 
 # %% [markdown]
-# At depth 8, √N checkpointing and reversible blocks take about a third
-# off the peak, mixed precision a fifth (its float16 activations are only
-# part of the bytes: the float32 weights, Adam's moments and the float32
-# loss stay). The optimizer inside backward barely moves it: the peak
-# comes at the start of backward, when every activation is held and no
+# At depth 8 (the fractions above), reversible blocks and √N checkpointing
+# take the most off the peak, mixed precision less (its float16 activations
+# are only part of the bytes: the float32 weights, Adam's moments and the
+# float32 loss stay). The optimizer inside backward barely moves it: the
+# peak comes at the start of backward, when every activation is held and no
 # gradient exists yet; freeing gradients early pays where they are large
 # beside the activations (step 53). On a CPU `save_on_cpu` moves nothing
-# (the saved tensors are already in host memory): its row is plain's, as
-# in PyTorch; on a GPU it frees the device's memory. The selective policy
-# keeps every matmul's output, which plain training of this network does
-# not keep at all (tanh saves its output, the residual add nothing), so
-# it saves less than full checkpointing, for fewer recomputations.
+# (the saved tensors are already in host memory): its row is plain's, as in
+# PyTorch; on a GPU it frees the device's memory. The selective policy keeps
+# every matmul's output, which plain training of this network does not keep
+# at all (tanh saves its output, the residual add nothing), so it saves less
+# than full checkpointing, for fewer recomputations.
 #
 # ## What it costs in accuracy
 #
@@ -268,8 +268,11 @@ def deepest(technique, budget, cap=32):
 
 budget = 1_680_000
 depths = {t: deepest(t, budget) for t in TECHNIQUES}
+print(f"budget {budget / 1e6:.2f} MB ({budget / 2**20:.2f} MiB); the deepest network within it:")
 for t in TECHNIQUES:
     print(f"{t:>38}: deepest {depths[t]:2d}" + (" (the cap)" if depths[t] == 32 else ""))
+print("times plain's depth:", ", ".join(f"{t} {depths[t] / depths['plain']:.1f}"
+                                        for t in ("√N checkpointing", "reversible blocks")))
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(9, 4.6))
@@ -288,11 +291,11 @@ plt.show()
 # %% [markdown]
 # Each curve is a technique (`save_on_cpu`, on a CPU, lies on plain's);
 # the star is the deepest network that fits the dashed budget. Under the
-# same memory √N checkpointing trains more than one and a half times as
-# deep as plain, and reversible blocks two and a half times: what grows with their depth is
-# mostly the weights, Adam's moments and the gradients. The price shows
-# in the benchmark's times per epoch: checkpointing runs forward about
-# twice, reversible blocks run every block's inverse.
+# same memory √N checkpointing trains 1.7 times as deep as plain, and
+# reversible blocks 2.6 times (printed above): what grows with their
+# depth is mostly the weights, Adam's moments and the gradients. The
+# price shows in the benchmark's times per epoch: checkpointing runs
+# forward about twice, reversible blocks run every block's inverse.
 #
 # ## Check against PyTorch
 #
@@ -413,9 +416,11 @@ print("PyTorch check passed: torch's gradients for every technique it has (float
 # The peaks compare too: the benchmark measures PyTorch's from its
 # profiler (the allocator's bytes, without its C++ graph nodes, which
 # tracemalloc cannot see) and finds each technique's tinypytorch peak
-# from 6% to 18% above PyTorch's, the techniques in the same order, and
-# under one budget for both (3.43 MB) PyTorch's deepest network one to
-# eight layers deeper than tinypytorch's. The benchmark's table is
+# from 6% to 18% above PyTorch's, the techniques in the same order but
+# for √N checkpointing with and without the optimizer inside backward
+# (8 KiB apart in tinypytorch, the other way round in PyTorch), and under
+# one budget for both (3.43 MB) PyTorch's deepest network one to eight
+# layers deeper than tinypytorch's. The benchmark's table is
 # `bench/results/capstone.md`.
 #
 # ## Recap

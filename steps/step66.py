@@ -211,7 +211,7 @@ print(f"reversible peak, N = 4 and N = 16: {deep[4] / ACT:.2f} activations both"
 # (256 × 256, four activations) between its accumulation and its release.
 # Plain: 16 + 4. Checkpointed: the $k - 1 = 3$ kept segment inputs (the
 # first is the batch, a leaf) and the last segment's $N/k = 4$, then + 4:
-# the $k + N/k$ of step 43, less the batch. Reversible: the same 6.5 at
+# the $k + N/k$ of step 44, less the batch. Reversible: the same 6.5 at
 # depth 4 as at 16.
 
 # %% [markdown]
