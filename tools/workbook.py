@@ -404,6 +404,7 @@ def _header_colon(lines, row):
 def called_on_import(workbook, stubs):
     """The stubs that importing the stubbed package (every module of it) runs into, one at a time, or None
     when the import runs into none. Each is then left written: `import tinypytorch` must work."""
+    workbook = pathlib.Path(workbook).resolve()
     program = (
         "import importlib, json, pkgutil, sys, traceback\n"
         f"sys.path.insert(0, {str(TESTS)!r})\n"
