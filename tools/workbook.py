@@ -305,8 +305,13 @@ def _later_lines(listing, path, node, step):
 
 
 def _docstring(node):
+    """The first sentence of the docstring's first paragraph, on one line, or None."""
     text = ast.get_docstring(node)
-    return text.strip().splitlines()[0].strip() if text else None
+    if not text:
+        return None
+    paragraph = " ".join(line.strip() for line in text.strip().split("\n\n")[0].splitlines())
+    sentence = re.match(r"(.+?[.:;])(\s|$)", paragraph)
+    return (sentence.group(1) if sentence else paragraph).rstrip(":;")
 
 
 def _class_docstring(tree, qualname):
@@ -524,7 +529,8 @@ def grade(workbook, steps, graded=None, quick=False, first_failure=False):
             if not match or int(match.group(1)) not in grades:
                 continue
             entry = grades[int(match.group(1))]
-            test = f"{module.rpartition('.')[2]}.py::{case.get('name')}" if case.get("classname") else module
+            file = module.rpartition(".")[2] + ".py"
+            test = f"{file}::{case.get('name')}" if case.get("classname") else f"{file} (while collecting it)"
             problems = [child for child in case if child.tag in ("failure", "error")]
             if problems:
                 entry.failed.append((test, _first_error_line(problems[0])))
@@ -541,15 +547,31 @@ def grade(workbook, steps, graded=None, quick=False, first_failure=False):
     return grades
 
 
+EXCEPTION_LINE = re.compile(r"^E\s+([A-Za-z_][\w.]*(?:Error|Exception|Exit|Group|Interrupt)\b.*)$")
+LOCATION = re.compile(r'File "([^"]+)", line (\d+)')
+
+
 def _first_error_line(element):
-    """The first line of the error a junit failure or error records: its exception, as `Type: message`."""
+    """The first line of the error a junit failure or error records: a stub's message wherever it is (inside an
+    exception group too), else the first exception line (`Type: message`, with the place of a syntax error), else
+    the first line pytest marked `E`."""
     text = element.text or ""
-    stub = re.search(r"NotImplementedError: step \d+:.*", text)  # what is still to write, even inside a group
+    stub = re.search(r"NotImplementedError: step \d+:.*", text)  # what is still to write
     if stub:
         return stub.group(0).strip()
-    for line in text.splitlines():
-        if line.startswith("E   "):
-            return line[4:].strip()
+    marked = [line for line in text.splitlines() if line.startswith("E ")]
+    for number, line in enumerate(marked):
+        match = EXCEPTION_LINE.match(line)
+        if match:
+            found = match.group(1).strip()
+            if found.startswith(("SyntaxError", "IndentationError", "TabError")):
+                places = [LOCATION.search(m) for m in marked[:number]]
+                places = [p for p in places if p]
+                if places:
+                    found += f" ({places[-1].group(1)}, line {places[-1].group(2)})"
+            return found
+    if marked:
+        return marked[0][1:].strip()
     message = (element.get("message") or "").strip()
     return message.splitlines()[0] if message else "(no message)"
 
@@ -563,7 +585,11 @@ def untouched(workbook, step):
             source = file.read_text(encoding="utf-8")
             if grading.STUB_MARK not in source:
                 continue
-            for key, _, _, node in grading.definitions(ast.parse(source)):
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:  # the tests report it
+                continue
+            for key, _, _, node in grading.definitions(tree):
                 if grading.stub_step(node) == step:
                     found.append((str(file.relative_to(workbook)), key[0]))
     return found
@@ -614,8 +640,9 @@ def main(argv=None):
         start = time.perf_counter()
         stubs, left = make(into, solved_through=args.solved_through)
         count = sum(1 for s in stubs if s.step > args.solved_through)
-        print(f"wrote {into}: {count} stubs to fill in, steps {args.solved_through + 1:02d}-{LAST:02d} "
-              f"({time.perf_counter() - start:.1f} s); grade a step with `make grade STEP=NN`")
+        written = f", steps 01-{args.solved_through:02d} written" if args.solved_through else ""
+        print(f"wrote {into}: {count} stubs to fill in{written} ({time.perf_counter() - start:.1f} s); "
+              "grade a step with `make grade STEP=NN`")
         return 0
     if args.command == "list":
         stubs, left = plan()
