@@ -76,6 +76,18 @@ def test_a_stub_keeps_signature_decorators_and_docstring_and_says_what_to_write(
     assert steps == [26, 3]
 
 
+def test_a_definition_that_the_package_calls_while_it_is_imported_is_left_written(tmp_path, monkeypatch):
+    called = tool.Stub("tinypytorch/core.py", ("formulas_on_arrays", 1), 30, "step 30: write formulas_on_arrays")
+    other = tool.Stub("tinypytorch/testfunctions.py", ("sphere", 1), 24, "step 24: write sphere(x, y)")
+    monkeypatch.setattr(tool, "plan", lambda last=LAST: ([called, other], []))
+    folder = tmp_path / "workbook"
+    stubs, left = tool.make(folder)  # classification.py, among others, calls formulas_on_arrays as it is imported
+    assert stubs == [other]
+    assert left == [("tinypytorch/core.py", "formulas_on_arrays", 30, "called while the package is imported")]
+    assert tool.untouched(folder, 30) == []
+    assert tool.untouched(folder, 24) == [("tinypytorch/testfunctions.py", "sphere")]
+
+
 def test_building_refuses_to_write_over_a_workbook(tmp_path):
     (tmp_path / "workbook").mkdir()
     with pytest.raises(SystemExit, match="never written over"):
