@@ -8,7 +8,7 @@ NBVAL  := --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sani
 PARALLEL := -n auto --dist loadfile
 
 .PHONY: run test fuzz check-without-dot check-other-cpu check-last-ulp notebooks book check-book pages bench bench-gpu \
-	bench-changes mutants lab clean
+	bench-changes mutants lab workbook grade clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit("tinypytorch needs Python >= 3.11, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -101,6 +101,18 @@ mutants: $(STAMP)
 lab: $(STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check jupyterlab
 	$(PY) -m jupyter lab notebooks
+
+## workbook: write workbook/ (git-ignored), your copy of steps/ and tinypytorch/ in which the code each step of 01-34
+## introduces is a stub to fill in; never written over (the book's page "How to use this book")
+WORKBOOK ?= workbook
+workbook: $(STAMP)
+	$(PY) tools/workbook.py build --into $(WORKBOOK)
+
+## grade: STEP=NN runs step NN's own tests (PyTorch checks included) on your code in workbook/: how many pass, and the
+## first line of each failing test's error (a stub's says what is still to write)
+grade: $(STAMP)
+	@test -n "$(STEP)" || { echo "usage: make grade STEP=NN (a step from 01 to 34)"; exit 2; }
+	$(PY) tools/workbook.py grade $(STEP) --workbook $(WORKBOOK)
 
 clean:
 	rm -rf $(VENV) book/_build book/notebooks .pytest_cache .hypothesis

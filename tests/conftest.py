@@ -5,7 +5,20 @@ import sys
 import matplotlib
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
+
+import workbook_grading
+
+# `make grade STEP=NN` (tools/workbook.py): the package is the learner's workbook's, found before anything
+# imports it
+GRADING = workbook_grading.from_environment()
+if GRADING is not None:
+    workbook_grading.install(*GRADING)
+
+
+def pytest_configure(config):
+    if GRADING is not None and os.environ.get("TINYPYTORCH_GRADE_FIRST_FAILURE"):
+        config.pluginmanager.register(workbook_grading.FirstFailureOnly(), "workbook-first-failure")
 
 # Step scripts that plot must not open windows. Not MPLBACKEND: the environment
 # would reach the notebook kernels that nbval starts, and they must plot inline.
@@ -25,6 +38,12 @@ settings.register_profile("default", deadline=None, max_examples=60, derandomize
 settings.register_profile("fuzz", deadline=None, max_examples=300, derandomize=False)
 # the default's budget with new examples each run: a check that `make test` passes whatever hypothesis draws
 settings.register_profile("random", deadline=None, max_examples=60, derandomize=False)
+# Grading a learner's workbook (tools/workbook.py): "grade" draws the default's examples but reports the first
+# failing one as drawn, without the shrinking that takes a minute on code full of stubs; "quick" also draws only
+# a few, for tests/test_workbook.py, which grades every step twice.
+settings.register_profile("grade", deadline=None, max_examples=60, derandomize=True,
+                          phases=(Phase.explicit, Phase.reuse, Phase.generate), report_multiple_bugs=False)
+settings.register_profile("quick", settings.get_profile("grade"), max_examples=5)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 

@@ -6,6 +6,9 @@ Loading runs the script top to bottom; its printed output is discarded.
 
 The module is lazy (importlib's LazyLoader): the script runs on first attribute
 access, so `pytest -m step07` does not run every other step while collecting.
+
+When a learner's workbook is graded (`make grade STEP=NN`, tests/workbook_grading.py), the scripts
+are the workbook's, run as workbook_grading.exec_step runs them.
 """
 import contextlib
 import importlib.machinery
@@ -14,7 +17,12 @@ import io
 import pathlib
 import sys
 
+import workbook_grading
+
 STEPS = pathlib.Path(__file__).resolve().parent.parent / "steps"
+GRADING = workbook_grading.from_environment()  # (workbook, step graded), or None
+if GRADING is not None:
+    STEPS = GRADING[0] / "steps"
 
 
 class _QuietLoader(importlib.machinery.SourceFileLoader):
@@ -24,7 +32,10 @@ class _QuietLoader(importlib.machinery.SourceFileLoader):
         default = _default_dtype()
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                super().exec_module(module)
+                if GRADING is None:
+                    super().exec_module(module)
+                else:
+                    workbook_grading.exec_step(module, self.path, GRADING[1])
         finally:
             if default is not None:
                 sys.modules["tinypytorch"].set_default_dtype(default)
