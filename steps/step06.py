@@ -132,13 +132,12 @@ for i, name in enumerate(order):
     positions[name + "'"] = (1.8 * i, bottom)
 forward = list(zip(order, order[1:]))
 backward = [(b2 + "'", a2 + "'") for a2, b2 in forward]
+reads = [(f + "'", v) for f, v in (("A", "x"), ("B", "a"), ("C", "b"))]  # each backward reads its self.input
 fig, ax = plt.subplots(figsize=(10, 3.2))
-draw_dag(nodes, forward + backward, ax=ax, positions=positions,
+draw_dag(nodes, forward + backward + reads, ax=ax, positions=positions,
          notes={"C'": "call 1", "B'": "call 2", "A'": "call 3"},
+         edge_styles={edge: dict(linestyle=":", color="#b22222", lw=1.0) for edge in reads},
          title="forward (top) and the backward calls we make by hand (bottom)")
-for f, v in (("A", "x"), ("B", "a"), ("C", "b")):
-    ax.annotate("", xy=positions[v], xytext=positions[f + "'"], arrowprops=dict(
-        arrowstyle="-|>", linestyle=":", color="#b22222", shrinkA=14, shrinkB=16))
 ax.text(positions["B"][0], (top + bottom) / 2, "self.input", ha="center", fontsize=9, color="#b22222")
 plt.show()
 

@@ -160,13 +160,9 @@ def as_array_picture():
              "y": ("output", "y.data\n0-d ndarray")}
     _, ax = plt.subplots(figsize=(8, 2.0))
     positions = {name: (2 * i, 0) for i, name in enumerate(nodes)}
-    draw_dag(nodes, [], ax=ax, positions=positions,
-             title="inside Function.__call__ for a 0-d input: as_array puts the array back")
-    half_width = {"x": 0.6, "pow": 0.4, "s": 0.6, "as": 0.5, "y": 0.6}  # the boxes' half widths, in x units
     names = list(nodes)
-    for a, b in zip(names, names[1:]):  # arrows from box edge to box edge: these boxes are wide
-        ax.annotate("", xy=(positions[b][0] - half_width[b], 0), xytext=(positions[a][0] + half_width[a], 0),
-                    arrowprops=dict(arrowstyle="-|>", color="0.35", lw=1.2))
+    draw_dag(nodes, list(zip(names, names[1:])), ax=ax, positions=positions,
+             title="inside Function.__call__ for a 0-d input: as_array puts the array back")
     plt.show()
 
 

@@ -93,23 +93,26 @@ def cells(ax, values, origin, title):
     ax.text(origin[0] + cols / 2, origin[1] + 1.35, title, ha="center", fontsize=9)
 
 
-def arrow(ax, start, end, text, colour, dy, dx=0.0):
+def arrow(ax, start, end, text, colour, side):
+    """An arrow with its label beside it (side: "left", "right", "above" or "below"), never over it."""
     ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.4))
-    ax.text((start[0] + end[0]) / 2 + dx, (start[1] + end[1]) / 2 + dy, text, ha="center", va="center", fontsize=8,
-            color=colour)
+    x, y = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2
+    dx, dy, ha, va = {"left": (-0.2, 0, "right", "center"), "right": (0.2, 0, "left", "center"),
+                      "above": (0, 0.15, "center", "bottom"), "below": (0, -0.15, "center", "top")}[side]
+    ax.text(x + dx, y + dy, text, ha=ha, va=va, fontsize=8, color=colour)
 
 
 index = np.arange(6).reshape(2, 3)
 fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), gridspec_kw={"width_ratios": [1, 1]})
 cells(left, index, (1.5, 0), "x (2, 3)")
 cells(left, index.reshape(1, 6), (0, -3.6), "x.reshape(6)")
-arrow(left, (1.2, -0.9), (1.2, -2.0), "forward:\nreshape", "black", 0, -0.9)
-arrow(left, (5.1, -2.0), (5.1, -0.9), "backward:\nreshape(2, 3)", "#b22222", 0, 1.1)
+arrow(left, (1.2, -0.9), (1.2, -2.0), "forward:\nreshape", "black", "left")
+arrow(left, (5.1, -2.0), (5.1, -0.9), "backward:\nreshape(2, 3)", "#b22222", "right")
 left.set(xlim=(-1.2, 7.2), ylim=(-3.9, 2.6))
 cells(right, index, (0, 0.5), "x (2, 3)")
 cells(right, index.T, (5, 1), "x.T (3, 2)")
-arrow(right, (3.2, 1.2), (4.8, 1.2), "forward:\ntranspose", "black", 0.55)
-arrow(right, (4.8, -0.1), (3.2, -0.1), "backward:\ntranspose", "#b22222", -0.55)
+arrow(right, (3.2, 1.2), (4.8, 1.2), "forward:\ntranspose", "black", "above")
+arrow(right, (4.8, -0.1), (3.2, -0.1), "backward:\ntranspose", "#b22222", "below")
 right.set(xlim=(-0.3, 7.3), ylim=(-2.4, 3.1))
 for ax in (left, right):
     ax.set_aspect("equal")

@@ -223,18 +223,18 @@ def state_picture(model):
     for row, (key, value) in enumerate(state.items()):
         y = -row
         axis.text(0.0, y, key, fontsize=9, family="monospace", va="center")
-        axis.text(0.33, y, str(value.shape), fontsize=9, va="center")
-        axis.text(0.5, y, " ".join(f"{v:+.2f}" for v in value.data.ravel()[:4]) + " ...", fontsize=8,
+        axis.text(0.3, y, str(value.shape), fontsize=9, va="center")
+        axis.text(0.53, y, " ".join(f"{v:+.2f}" for v in value.data.ravel()[:4]) + " ...", fontsize=8,
                   family="monospace", va="center", color="0.3")
         axis.add_patch(plt.Rectangle((0.86, y - 0.35), 0.06, 0.7, color="C1", alpha=0.4))
         axis.text(0.95, y, f"data/{row}.npy", fontsize=7, va="center", color="C1")
-    axis.text(0.5, -len(state), "JSON: each key and its entry", fontsize=8, va="center", color="0.3")
+    axis.text(0.53, -len(state), "JSON: each key and its entry", fontsize=8, va="center", color="0.3")
     axis.add_patch(plt.Rectangle((0.86, -len(state) - 0.35), 0.06, 0.7, color="C0", alpha=0.4))
     axis.text(0.95, -len(state), "structure.npy", fontsize=7, va="center", color="C0")
     axis.set(xlim=(-0.02, 1.15), ylim=(-len(state) - 0.8, 0.8))
     axis.text(0.0, 0.7, "state_dict() key", fontsize=9, weight="bold")
-    axis.text(0.33, 0.7, "shape", fontsize=9, weight="bold")
-    axis.text(0.5, 0.7, "values", fontsize=9, weight="bold")
+    axis.text(0.3, 0.7, "shape", fontsize=9, weight="bold")
+    axis.text(0.53, 0.7, "values", fontsize=9, weight="bold")
     axis.text(0.86, 0.7, "net.pt (npz)", fontsize=9, weight="bold", color="C1")
     axis.axis("off")
     fig.tight_layout()

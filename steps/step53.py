@@ -67,10 +67,12 @@ for handle in handles:
     handle.remove()
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 5, figsize=(11, 2.3), sharey=True)
+fig, axes = plt.subplots(1, 5, figsize=(11, 2.6), sharey=True)
 for axis, (name, (_, _, _, values)) in zip(axes, stats.items()):
     axis.hist(values.ravel(), bins=30, color="tab:blue" if name in "024" else "tab:orange")
     axis.set_title(f"{name}: {type(model[int(name)]).__name__}", fontsize=9)
+    axis.set_xlabel("output value", fontsize=9)
+axes[0].set_ylabel("count", fontsize=9)
 fig.suptitle("each module's output, recorded by a forward hook during one call of the model", fontsize=10)
 fig.tight_layout()
 plt.show()

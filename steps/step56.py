@@ -107,7 +107,7 @@ def clipping_picture():
         axis.annotate("", vector, (0, 0), arrowprops=dict(arrowstyle="->", color=color, lw=2))
         axis.plot([], [], color=color, lw=2, label=label)
     axis.set(xlim=(-2.5, 4.5), ylim=(-2.5, 4.5), aspect="equal", xlabel="$g_1$", ylabel="$g_2$")
-    axis.legend(loc="lower right", fontsize=8)
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=8)  # below: inside it hid the circle
     axis.set_title("by norm: same direction, length 2; by value: each element to [-2, 2]", fontsize=9)
     fig.tight_layout()
     plt.show()
@@ -196,12 +196,12 @@ def timeline_picture(history, full, k):
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 3.8), sharex=True, height_ratios=[1, 2])
     for j in range(k):
         top.broken_barh([(2 * j, 1), (2 * j + 1, 1)], (0, 1), facecolors=["C0", "C1"], alpha=0.7)
-        top.text(2 * j + 1, 1.25, f"micro-batch {j + 1}: loss / {k}", ha="center", fontsize=8)
+        top.text(2 * j + 1, 1.15, f"micro-batch {j + 1}\nloss / {k}", ha="center", fontsize=8)
     top.broken_barh([(2 * k + 0.2, 1.3)], (0, 1), facecolors="C2", alpha=0.8)
     top.text(2 * k + 0.85, 0.5, "step\nzero_grad", ha="center", va="center", fontsize=8, color="w")
     top.text(0.5, 0.5, "fwd", ha="center", va="center", fontsize=8, color="w")
     top.text(1.5, 0.5, "bwd", ha="center", va="center", fontsize=8, color="w")
-    top.set(ylim=(0, 1.7), yticks=[])
+    top.set(ylim=(0, 2.1), yticks=[])
     steps = [0] + [2 * j + 2 for j in range(k)] + [2 * k + 1.5]  # the last value held through the step
     bottom.step(steps, [0.0] + [h[where] for h in history] + [history[-1][where]], where="post", color="C1",
                 label=f"accumulated .grad of weight{list(map(int, where))} of layer 0")
@@ -296,7 +296,7 @@ def batchnorm_picture(model, x, k):
     axis.axhline(h.mean(), color="0.2", ls="--", label="the full batch's mean, used by every sample of one batch")
     axis.plot([], [], color="C0", lw=2, label="each micro-batch's own mean, used by its 3 samples")
     axis.set(xlabel="sample", ylabel="feature 0 before BatchNorm", xticks=range(len(h)))
-    axis.legend(fontsize=8, loc="best")
+    axis.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2)  # above the samples, not on them
     fig.tight_layout()
     plt.show()
 

@@ -80,23 +80,27 @@ LATTICE = {"bool": ["bool"], "integer": ["uint8", "int8", "int16", "int32", "int
 def lattice_picture():
     """The dtypes by category (columns) and width (rows), and where two of them promote to."""
     fig, axis = plt.subplots(figsize=(8, 3.5))
-    place = {}  # dtype -> where its name is drawn
+    place, box = {}, {}  # dtype -> where its name is drawn, and the box drawn around it
     for column, (category, names) in enumerate(LATTICE.items()):
         for name in names:
             bits = np.dtype(name).itemsize * 8
             x = column + {"uint8": -0.22, "int8": 0.22}.get(name, 0.0)  # the two 8-bit integers side by side
             place[getattr(tp, name)] = (x, np.log2(bits) - 3)
-            axis.text(x, np.log2(bits) - 3, name, ha="center", va="center", fontsize=9,
-                      bbox={"boxstyle": "round", "fc": f"C{column}", "alpha": 0.25})
+            box[getattr(tp, name)] = axis.text(x, np.log2(bits) - 3, name, ha="center", va="center", fontsize=9,
+                                               bbox={"boxstyle": "round", "fc": f"C{column}", "alpha": 0.25})
         axis.text(column, -0.85, category, ha="center", fontsize=10, weight="bold")
+
+    def arrow(start, end, **style):  # from box edge to box edge, whatever the names' widths
+        axis.annotate("", xy=place[end], xytext=place[start], arrowprops={
+            "arrowstyle": "->", "shrinkA": 2, "shrinkB": 2, "patchA": box[start].get_bbox_patch(),
+            "patchB": box[end].get_bbox_patch(), **style})
+
     for a, b, color in [(tp.uint8, tp.int8, "C1"), (tp.int64, tp.float16, "C3")]:
         result = tp.promote_types(a, b)
         for start in (a, b):
             if start is not result:
-                axis.annotate("", xy=place[result], xytext=place[start], arrowprops={
-                    "arrowstyle": "->", "color": color, "lw": 1.5, "shrinkA": 12, "shrinkB": 12})
-    axis.annotate("", xy=place[tp.float64], xytext=place[tp.int64], arrowprops={
-        "arrowstyle": "->", "color": "0.5", "ls": "--", "shrinkA": 12, "shrinkB": 12})
+                arrow(start, result, color=color, lw=1.5)
+    arrow(tp.int64, tp.float64, color="0.5", ls="--")
     axis.text(1.35, 0.5, "uint8, int8 -> int16", color="C1", fontsize=9)
     axis.text(2.3, 1.0, "int64, float16 -> float16", color="C3", fontsize=9, va="center")
     axis.text(1.5, 3.25, "NumPy: float64", color="0.4", fontsize=9, ha="center")

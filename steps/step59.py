@@ -102,19 +102,21 @@ def ulp_bfloat16(x):
 
 def spacing_picture():
     x = np.logspace(-9, 5.2, 3000)
-    fig, axis = plt.subplots(figsize=(8, 4))
+    fig, axis = plt.subplots(figsize=(8, 4.6))
     x16 = x[x <= 65504]
     axis.loglog(x16, np.spacing(x16.astype(np.float16)).astype(float), label="float16")
     axis.loglog(x, ulp_bfloat16(x), label="bfloat16 (8 exponent, 7 mantissa bits)", lw=1)
     axis.loglog(x, np.spacing(x.astype(np.float32)).astype(float), label="float32")
-    marks = [(2.0**-24, "smallest subnormal 2^-24"), (2.0**-14, "smallest normal 2^-14"), (65504, "max 65504")]
-    for value, text in marks:
+    marks = [(2.0**-24, "smallest subnormal\n2^-24"), (2.0**-14, "smallest normal\n2^-14"), (65504, "max\n65504")]
+    for value, _ in marks:
         axis.axvline(value, color="0.5", lw=0.8, ls="--")
-        axis.text(value * 1.3, 1e-13, text, rotation=90, fontsize=8, va="bottom", color="0.3")
+    top = axis.secondary_xaxis("top")  # the marks named above the plot, where no line runs
+    top.set_xticks([value for value, _ in marks], [text for _, text in marks], fontsize=8, color="0.3")
+    top.minorticks_off()
     axis.axvspan(1e-9, 2.0**-25, color="C3", alpha=0.12, label="float16 rounds to 0")
     axis.set(xlabel="|x|", ylabel="gap to the next number (ulp)", ylim=(1e-16, 1e2),
              title="spacing of the three formats: constant relative precision, then subnormals, then inf")
-    axis.legend(fontsize=8, loc="upper left")
+    axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: no line under it
     fig.tight_layout()
     plt.show()
 
@@ -174,7 +176,7 @@ def running_sum_picture(sums):
     axis.plot(n, sums, color="C0", label="float16")
     for level in (1, 2, 4):
         axis.axhline(level, color="0.7", lw=0.7)
-    axis.text(4300, 3.5, "gap at 4 is 2^-8 = 0.0039:\nadding 0.001 rounds back to 4", fontsize=8)
+    axis.text(4300, 3.75, "gap at 4 is 2^-8 = 0.0039:\nadding 0.001 rounds back to 4", fontsize=8, va="top")
     axis.text(2600, 1.1, "between 2 and 4 each 0.001\nrounds up to a full gap 0.00195", fontsize=8)
     axis.set(xlabel="number of additions", ylabel="running sum", title="summing 0.001 again and again")
     axis.legend(fontsize=8, loc="upper left")
@@ -287,9 +289,9 @@ def histogram_picture(grads32, grads16, title):
         axis.axvline(-14, color="k", lw=1, ls="--", label="2^-14: subnormal below")
         axis.set(title=f"{name}: {lost.mean():.0%} flushed", xlabel="log2 |gradient| (float32)")
     axes[0].set_ylabel("entries")
-    axes[0].legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)  # under the panels
     plt.show()
 
 

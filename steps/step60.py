@@ -91,9 +91,9 @@ def draw_graph(loss, names):
         colour = "#9ecae1" if "float16" in text else "#fdd0a2"
         ax.text(*at[key], text, ha="center", va="center", bbox=dict(fc=colour, ec="0.4", boxstyle="round"))
     ax.text(5.0, 1.45, "target float32 (a constant)", ha="center", fontsize=9, color="0.3")
-    ax.text(3.3, -0.55, "backward: each Cast casts the gradient back to its input's dtype", ha="center",
-            fontsize=9, color="0.3")
-    ax.set_xlim(-0.5, 7.8), ax.set_ylim(-0.8, 1.8), ax.axis("off")
+    ax.text(3.3, -0.75, "backward: each Cast casts the gradient back to its input's dtype", ha="center", va="top",
+            fontsize=9, color="0.3")  # under the boxes, not on Cast b's
+    ax.set_xlim(-0.5, 7.8), ax.set_ylim(-1.1, 1.8), ax.axis("off")
     ax.set_title("the graph autocast records: casts are nodes (blue: float16, orange: float32)")
     plt.show()
 
@@ -128,17 +128,19 @@ show_code(autocast_state.autocast_inputs, autocast_mode.cast_inputs, autocast_mo
 def draw_lists():
     colours = {"lower": "#9ecae1", "float32": "#fdd0a2", "promote": "#c7e9c0", None: "white"}
     words = {"lower": "float16", "float32": "float32", "promote": "widest", None: "as it comes"}
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    ax.text(0.5, len(autocast_mode.POLICY) + 0.1, "package op (torch op)", ha="center", weight="bold")
+    rows = len(autocast_mode.POLICY)
+    fig, ax = plt.subplots(figsize=(8, 0.22 * rows + 0.9))  # a row a line of 9-point text, with room between
+    ax.text(0.5, rows + 0.5, "package op (torch op)", ha="center", va="center", fontsize=9, weight="bold")
     for j, device in enumerate(("CPU", "CUDA")):
-        ax.text(1.5 + j, len(autocast_mode.POLICY) + 0.1, device, ha="center", weight="bold")
+        ax.text(1.5 + j, rows + 0.5, device, ha="center", va="center", fontsize=9, weight="bold")
     for i, (ours, _, theirs, cpu, gpu) in enumerate(reversed(autocast_mode.POLICY)):
-        ax.text(0.5, i + 0.5, ours if ours == theirs else f"{ours} ({theirs})", ha="center", va="center")
+        ax.text(0.5, i + 0.5, ours if ours == theirs else f"{ours} ({theirs})", ha="center", va="center",
+                fontsize=9)
         for j, policy in enumerate((cpu, gpu)):
             ax.add_patch(plt.Rectangle((1 + j, i), 1, 1, fc=colours[policy], ec="0.6"))
             ax.text(1.5 + j, i + 0.5, words[policy], ha="center", va="center", fontsize=9,
                     weight="bold" if cpu != gpu else "normal")
-    ax.set_xlim(0, 3), ax.set_ylim(0, len(autocast_mode.POLICY) + 0.6), ax.axis("off")
+    ax.set_xlim(0, 3.02), ax.set_ylim(0, rows + 1), ax.axis("off")
     ax.set_title("autocast's policy per device (bold: where the two lists differ)")
     plt.show()
 
@@ -185,8 +187,8 @@ print("casts of the weight, 1-6 uses, uncached:", counts[False])
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(8, 3))
-for cache, marker in ((False, "s"), (True, "o")):
-    ax.plot(range(1, 7), counts[cache], marker=marker, label=f"cache_enabled={cache}")
+for cache, marker, size in ((False, "s", 9), (True, "o", 5)):  # at one use both count 1: the square shows round
+    ax.plot(range(1, 7), counts[cache], marker=marker, ms=size, label=f"cache_enabled={cache}")
 ax.set_xlabel("uses of the same weight in one block"), ax.set_ylabel("Cast nodes")
 ax.set_title("the weight cache: one cast a block, however often the weight is used"), ax.legend()
 plt.show()

@@ -81,7 +81,7 @@ def underflow_picture():
     axis.axvspan(2.0**-25, 2.0**-14, color="C1", alpha=0.15, label="float16: subnormal, few digits")
     axis.axvspan(65504, 1e6, color="k", alpha=0.15, label="float16: inf (above 65504)")
     axis.set(xscale="log", xlabel="|gradient|", ylabel="count", yticks=[])
-    axis.legend(fontsize=7, loc="upper left")
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not on them
     fig.tight_layout()
     plt.show()
 
@@ -116,12 +116,12 @@ def state_picture():
         axis.annotate("", end, start, arrowprops=dict(arrowstyle="->"))
         axis.text((start[0] + end[0]) / 2, start[1] + 0.06, label, ha="center", fontsize=8)
     for start, end, rad, y, label in [((6.9, 0.8), (0.9, 0.8), 0.35, 1.6, "update(): every optimizer READY again"),
-                                      ((0.9, 0), (6.9, 0), 0.25, -0.85, "step alone (unscales first)")]:
+                                      ((0.9, 0), (6.9, 0), 0.25, -0.95, "step alone (unscales first)")]:
         axis.annotate("", end, start, arrowprops=dict(arrowstyle="->", connectionstyle=f"arc3,rad={rad}"))
-        axis.text(3.9, y, label, ha="center", fontsize=8)
-    axis.text(3.9, -1.25, "unscale_ twice, unscale_ after step, step twice: RuntimeError", ha="center",
+        axis.text(3.9, y, label, ha="center", va="top" if y < 0 else "baseline", fontsize=8)  # beside the arc
+    axis.text(3.9, -1.35, "unscale_ twice, unscale_ after step, step twice: RuntimeError", ha="center", va="top",
               fontsize=8, color="C3")
-    axis.set(xlim=(-0.2, 8), ylim=(-1.4, 1.9))
+    axis.set(xlim=(-0.2, 8), ylim=(-1.6, 1.9))
     axis.axis("off")
     fig.tight_layout()
     plt.show()

@@ -102,12 +102,13 @@ def draw_modes():
     edges = [("x", "a = x·w"), ("w", "a = x·w"), ("a = x·w", "y = sin a")]
     for ax, title, forward, colour in ((axes[0], "forward mode: tangents, $J\\,v$", True, "tab:blue"),
                                        (axes[1], "reverse mode: gradients, $u^T J$", False, "tab:red")):
-        for a, b in edges:
-            (x0, y0), (x1, y1) = nodes[a], nodes[b]
-            start, end = ((x0, y0), (x1, y1)) if forward else ((x1, y1), (x0, y0))
-            ax.annotate("", end, start, arrowprops=dict(arrowstyle="-|>", color=colour, lw=2, shrinkA=22, shrinkB=22))
-        for name, (x, y) in nodes.items():
-            ax.text(x, y, name, ha="center", va="center", bbox=dict(boxstyle="round", fc="white", ec="grey"))
+        box = {name: ax.text(x, y, name, ha="center", va="center", bbox=dict(boxstyle="round", fc="white", ec="grey"))
+               for name, (x, y) in nodes.items()}
+        for a, b in edges:  # from box edge to box edge, however wide the names
+            start, end = (a, b) if forward else (b, a)
+            ax.annotate("", nodes[end], nodes[start], arrowprops=dict(
+                arrowstyle="-|>", color=colour, lw=2, shrinkA=3, shrinkB=3,
+                patchA=box[start].get_bbox_patch(), patchB=box[end].get_bbox_patch()))
         labels = (["ẋ, ẇ given", "ȧ = ẋw + xẇ", "ẏ = cos a · ȧ"] if forward
                   else ["x̄ = ā·w, w̄ = ā·x", "ā = ȳ·cos a", "ȳ = 1 given"])
         for (x, y), label in zip([(0, -0.45), (1, 0.05), (2, 0.05)], labels):

@@ -224,10 +224,10 @@ ns = [10, 100, 1_000, 10_000, 100_000]
 fig, ax = plt.subplots(figsize=(6, 3.2))
 ax.loglog(ns, [8 * n * n for n in ns], "o-", color="tab:red", label="Hessian, n × n float64")
 ax.loglog(ns, [8 * n for n in ns], "o-", color="tab:blue", label="hvp's result (and each vector it keeps)")
-ax.axhline(2 ** 30, color="grey", ls=":"), ax.text(10, 2 ** 31, "1 GiB", color="grey")
+ax.axhline(2 ** 30, color="grey", ls=":"), ax.text(1e5, 2 ** 29, "1 GiB", color="grey", ha="right", va="top")
 ax.set_xlabel("n parameters"), ax.set_ylabel("bytes")
 ax.set_title("The Hessian grows as n², a product with it as n")
-ax.legend()
+ax.set_ylim(top=1e13), ax.legend(loc="upper left", fontsize=9)  # above 1 GiB: "best" put it on the lower line
 plt.tight_layout()
 plt.show()
 print("n = 100,000: the Hessian takes", 8 * 100_000 ** 2 // 2 ** 30, "GiB; H v takes", 8 * 100_000 // 1024, "KiB")

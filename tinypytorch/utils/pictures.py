@@ -3,7 +3,9 @@
 `draw_dag` draws any small graph given as nodes and edges: a variable is a rounded box, a function a
 square grey one, and every arrow points the way data flows in forward. `draw_graph(y)` finds the graph
 behind the variables of steps 07-22 itself, following `creator` and each function's `inputs` (or the
-single `input` of steps 07-10), so a page can draw the very objects it built.
+single `input` of steps 07-10), so a page can draw the very objects it built. Arrows start and end at the
+boxes' edges, and one that would run through another box or a note bends around it
+(tests/test_picture_overlaps.py measures that no label sits on an arrow).
 """
 import weakref
 
@@ -35,40 +37,100 @@ def _positions(nodes, edges):
             for members in rows.values() for node in members}
 
 
-def draw_dag(nodes, edges, ax=None, title=None, positions=None, notes=None, edge_labels=None):
+def draw_dag(nodes, edges, ax=None, title=None, positions=None, notes=None, edge_labels=None, edge_styles=None):
     """Draw a small graph. `nodes`: {id: (kind, label)} with kind a key of STYLE; `edges`: [(from, to)].
 
     `positions`: {id: (x, y)} to place nodes by hand (default: columns by longest path); `notes`: {id: text}
-    written just below a node (an order, a generation); `edge_labels`: {(from, to): text} at an arrow's middle.
-    Returns the axes.
+    written just below a node (an order, a generation); `edge_labels`: {(from, to): text} at an arrow's middle;
+    `edge_styles`: {(from, to): arrowprops} that change an arrow's look (a colour, a dotted line). An arrow whose
+    straight line would cross another box or a note bends around it (see _bend). Returns the axes.
     """
     import matplotlib.pyplot as plt
     if ax is None:
         columns = max(_layers(list(nodes), edges).values(), default=0) + 1
         _, ax = plt.subplots(figsize=(min(2.0 + 1.6 * columns, 11), 2.6))
     where = positions or _positions(list(nodes), edges)
-    boxes = {}
+    boxes, texts = {}, []
     for node, (kind, label) in nodes.items():
         boxstyle, colour = STYLE[kind]
         boxes[node] = ax.text(*where[node], label, ha="center", va="center", fontsize=10, zorder=3,
                               bbox=dict(boxstyle=boxstyle, facecolor=colour, edgecolor="0.3"))
         if notes and node in notes:
-            ax.text(where[node][0], where[node][1] - 0.36, notes[node], ha="center", va="top", fontsize=9,
-                    color="#b22222")
-    for a, b in edges:  # each arrow clipped at the two boxes' edges, however wide their labels
-        ax.annotate("", xy=where[b], xytext=where[a], arrowprops=dict(
-            arrowstyle="-|>", color="0.35", lw=1.2, shrinkA=3, shrinkB=3,
-            patchA=boxes[a].get_bbox_patch(), patchB=boxes[b].get_bbox_patch()))
-        if edge_labels and (a, b) in edge_labels:
-            (xa, ya), (xb, yb) = where[a], where[b]
-            ax.text((xa + xb) / 2, (ya + yb) / 2 + 0.12, edge_labels[a, b], ha="center", fontsize=9, color="0.25")
+            texts.append(ax.text(where[node][0], where[node][1] - 0.36, notes[node], ha="center", va="top",
+                                 fontsize=9, color="#b22222"))
     xs, ys = [x for x, _ in where.values()], [y for _, y in where.values()]
     ax.set_xlim(min(xs) - 0.6, max(xs) + 0.6)
     ax.set_ylim(min(ys) - 0.8, max(ys) + 0.6)
     ax.axis("off")
     if title:
         ax.set_title(title, fontsize=11)
+    labels = {}  # placed before the arrows, so that none runs through them
+    for (a, b), text in (edge_labels or {}).items():
+        (xa, ya), (xb, yb) = where[a], where[b]
+        labels[a, b] = ax.text((xa + xb) / 2, (ya + yb) / 2 + 0.12, text, ha="center", fontsize=9, color="0.25")
+    for a, b in edges:  # each arrow clipped at the two boxes' edges, however wide their labels
+        others = [box for node, box in boxes.items() if node not in (a, b)] + texts
+        rad = _bend(ax, where[a], where[b], others + [label for edge, label in labels.items() if edge != (a, b)])
+        style = dict(arrowstyle="-|>", color="0.35", lw=1.2, shrinkA=3, shrinkB=3, connectionstyle=f"arc3,rad={rad}",
+                     patchA=boxes[a].get_bbox_patch(), patchB=boxes[b].get_bbox_patch())
+        ax.annotate("", xy=where[b], xytext=where[a], arrowprops=style | (edge_styles or {}).get((a, b), {}))
+        if rad and (a, b) in labels:  # over the middle of the curve, which lies half way to arc3's control point
+            (x1, y1), (x2, y2) = ax.transData.transform([where[a], where[b]])
+            x, y = ax.transData.inverted().transform(((x1 + x2) / 2 + rad * (y2 - y1) / 2,
+                                                      (y1 + y2) / 2 - rad * (x2 - x1) / 2))
+            labels[a, b].set_position((x, y + 0.12))
     return ax
+
+
+BENDS = (-0.15, 0.15, -0.3, 0.3, -0.45, 0.45)  # arc3's rad: a negative one bends a left-to-right arrow upwards
+
+
+def _bend(ax, start, end, obstacles):
+    """0 (a straight arrow) when the line from start to end (centres, data coordinates) crosses no obstacle (texts:
+    the boxes of other nodes, the notes) by more than a point; else the first of BENDS whose arc clears every
+    obstacle by 4 points (or, failing that, merely misses them); 0 if none does.
+
+    Measured in the figure's pixels along the curve matplotlib draws for arc3: the quadratic Bezier curve through
+    the control point mid + rad * (dy, -dx).
+    """
+    renderer = ax.figure.canvas.get_renderer()
+    boxes = []
+    for text in obstacles:
+        if text.get_bbox_patch() is not None:
+            text.update_bbox_position_size(renderer)
+            boxes.append(text.get_bbox_patch().get_window_extent(renderer))
+        else:
+            boxes.append(text.get_window_extent(renderer))
+    (x1, y1), (x2, y2) = ax.transData.transform([start, end])
+    pieces = max(16, int(abs(x2 - x1) + abs(y2 - y1)) // 4)  # the curve as straight pieces of a few pixels
+
+    def clear(rad, margin):
+        cx, cy = (x1 + x2) / 2 + rad * (y2 - y1), (y1 + y2) / 2 - rad * (x2 - x1)
+        ts = [k / pieces for k in range(pieces + 1)] if rad else [0.0, 1.0]
+        curve = [((1 - t) ** 2 * x1 + 2 * t * (1 - t) * cx + t * t * x2,
+                  (1 - t) ** 2 * y1 + 2 * t * (1 - t) * cy + t * t * y2) for t in ts]
+        return not any(_meets(p, q, (b.x0 - margin, b.y0 - margin, b.x1 + margin, b.y1 + margin))
+                       for p, q in zip(curve, curve[1:]) for b in boxes)
+
+    points = ax.figure.dpi / 72
+    if clear(0.0, -points):  # grazing a box's corner by under a point is not crossing it
+        return 0.0
+    return next((rad for margin in (4 * points, 0.0) for rad in BENDS if clear(rad, margin)), 0.0)
+
+
+def _meets(p, q, box):
+    """Whether the segment p-q has a point inside box = (x0, y0, x1, y1): Liang-Barsky's clipping."""
+    (px, py), (qx, qy), (x0, y0, x1, y1) = p, q, box
+    low, high = 0.0, 1.0
+    for towards, room in ((px - qx, px - x0), (qx - px, x1 - px), (py - qy, py - y0), (qy - py, y1 - py)):
+        if towards == 0:
+            if room < 0:
+                return False  # parallel to this edge, and outside it
+        elif towards < 0:
+            low = max(low, room / towards)
+        else:
+            high = min(high, room / towards)
+    return low <= high
 
 
 def _deref(v):
