@@ -111,13 +111,18 @@ show_code(tinypytorch.Function.__call__, tinypytorch.Function.coerce, step=23)
 #   when an input needs it. Every operation, forward and backward, pays for
 #   `__call__`, and most get Variables only. Inside `coerce`,
 #   `cuda.get_array_module` is new; it matters on the GPU (below).
-# - The graph is recorded in one method, `record`: the generation (step 16),
-#   the creator, the weak references to the outputs (step 17). Step 33 adds
-#   `requires_grad`, which asks whether a gradient can reach an input at all;
-#   until then read it as `Config.enable_backprop`.
 # - The check that two operands have the same shape moved into the four
 #   binary operations, where step 30 puts broadcasting; in `__call__` it
 #   would also bind functions such as `matmul`, whose inputs differ in shape.
+# - The graph is recorded as in step 22, before the `return`: under
+#   `Config.enable_backprop` the function takes its generation (step 16),
+#   each output its creator, and the function keeps its inputs and weak
+#   references to its outputs (step 17). The listing leaves that block out
+#   because the package no longer holds it: step 33 records only where a
+#   gradient can reach an input (`requires_grad`), and step 35 moves the
+#   recording into one method, `record`, which keeps edges instead of inputs;
+#   step 35's page shows both. The outputs' `requires_grad=False` is step
+#   33's too: read `Variable(as_array(y))`.
 #
 # ## The backward loop: a heap instead of a sort
 #

@@ -113,9 +113,11 @@ print(shapes, "numbers:", sum(p.numel() for p in model.params()))
 # `step()` then updates every parameter that has a gradient, in place and
 # under `no_grad` (an update is no part of any graph). Each optimizer says in
 # `update` how one parameter moves. **SGD** moves it against its gradient,
-# $p \leftarrow p - \eta\, g$; the other branches are `torch.optim.SGD`'s
-# options, off by default. (`param.sub_(...)` is the in-place subtraction of
-# step 36; read it as `param.data -= ...`.)
+# $p \leftarrow p - \eta\, g$. (`param.sub_(...)` is the in-place
+# subtraction of step 36; read it as `param.data -= ...`.) The package also
+# has `torch.optim`'s options, which no step builds and these listings leave
+# out: momentum (the first exercise writes it), weight decay, `maximize`,
+# `amsgrad`, AdamW, and the `closure` that `step` still names.
 
 # %%
 show_code(Optimizer.step, SGD.update, step=32)
@@ -127,8 +129,9 @@ show_code(Optimizer.step, SGD.update, step=32)
 # $\hat m_t = m_t/(1 - \beta_1^t)$ and $\hat v_t = v_t/(1 - \beta_2^t)$ undo
 # the bias of averages that start at zero. So wherever the gradient's sign is
 # steady the step is about $\eta$, however small the gradient. Its `update`
-# is collapsed below; the check at the end compares three steps with
-# `torch.optim.Adam`.
+# is collapsed below (`weight_decay` and `amsgrad`, still named there, are
+# off by default; `state_of` reads `self.state.setdefault(param, {})` until
+# step 48); the check at the end compares three steps with `torch.optim.Adam`.
 
 # %% tags=["hide-cell"]
 show_code(Adam.update, Adam.moments, step=32)

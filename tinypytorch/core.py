@@ -599,8 +599,8 @@ class Function:
     def __call__(self, *inputs):
         if self.dispatch_mode is not None:  # step 62: inside a selective-checkpoint region, the region runs it
             return self.dispatch_mode(*inputs)
-        # (Loops rather than generators or comprehensions, and the attribute behind the requires_grad
-        # property: every operation pays for this method, and most have one or two inputs.)
+        # (Loops rather than generators or comprehensions: every operation pays for this method, and most
+        # have one or two inputs.)
         for x in inputs:
             if not isinstance(x, Variable):  # most calls get Variables only
                 if BackwardMode.arrays:  # speed: in a formula running on arrays, arrays in and out: a Variable
@@ -609,18 +609,19 @@ class Function:
                 break
         if autocast_state.open_autocast_blocks:  # step 60: autocast casts the inputs of the operations it lists
             inputs = autocast_state.autocast_inputs(self, inputs)
-        # Record the graph only when it will be used (step 18): when backprop is on and a gradient can
-        # flow to some input (step 33). Only then do the outputs require grad.
+        # step 33: record the graph only when it will be used: when backprop is on (step 18) and a gradient
+        # can flow to some input. Only then do the outputs require grad. (A loop, and `_requires_grad`, the
+        # attribute behind the property: every operation pays for this.)
         requires_grad = False
         strided = False  # no step: whether some input is laid out otherwise than in C order (tinypytorch.layout)
         for x in inputs:
             if x.view_record is not None:
                 views.refresh_view(x)  # step 37: if its base was changed in place since, a view's graph is redone
-            if x._requires_grad:
+            if x._requires_grad:  # step 33: a gradient can flow to this input
                 requires_grad = True
             if x._strided:  # no step
                 strided = True
-        requires_grad = requires_grad and Config.enable_backprop
+        requires_grad = requires_grad and Config.enable_backprop  # step 33: and only while backprop is on
         # step 57: inference mode records nothing, even under enable_grad
         if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
             requires_grad = False
@@ -640,7 +641,7 @@ class Function:
         else:
             ys = (ys,)
             outputs = [Variable(as_array(ys[0]), requires_grad=False)]
-        if requires_grad:  # (set behind the constructor, which would check the dtype a second time)
+        if requires_grad:  # step 33: the outputs require grad (set here: the constructor would check the dtype again)
             for output in outputs:
                 output._requires_grad = output.data.dtype.kind == "f"  # an integer output has no gradient
         if self.is_view:
@@ -650,7 +651,7 @@ class Function:
             strided = True  # no step: a view may be laid out otherwise than in C order
         if strided:  # no step: the outputs that are not laid out in C order are marked so (tinypytorch.layout)
             layout.mark(outputs)
-        if requires_grad:
+        if requires_grad:  # step 35: one method keeps what the graph needs, only where a gradient can flow
             self.record(inputs, ys, outputs)
         if forward_ad_state.open_dual_levels:  # step 63: under a dual level the tangents go forward with the values
             self.push_tangents(inputs, ys, outputs)

@@ -81,9 +81,9 @@ class Optimizer:  # step 32
         self.param_groups.append(param_group)
 
     def step(self, closure=None):
-        """Update every parameter that has a gradient; `closure`, if given, computes the loss first and is returned."""
-        loss = None
-        if closure is not None:
+        """Update every parameter that has a gradient."""
+        loss = None  # no step: PyTorch's surface: `closure`, if given, computes the loss first and is returned
+        if closure is not None:  # no step: PyTorch's surface
             with enable_grad():
                 loss = closure()
         with no_grad():  # in-place changes of leaves that require grad are allowed here (step 36)
@@ -91,7 +91,7 @@ class Optimizer:  # step 32
                 for param in group["params"]:
                     if param.grad is not None:  # a parameter the loss did not reach keeps its value and state
                         self.update(param, param.grad.data, group)
-        return loss
+        return loss  # no step: PyTorch's surface (the closure's loss)
 
     def update(self, param, grad, group):
         """Move `param` (in place) by its gradient array `grad`, with the hyperparameters of its `group`."""
@@ -220,11 +220,12 @@ class SGD(Optimizer):  # step 32
     def update(self, param, grad, group):
         if grad.dtype == np.float16:  # step 59
             return self.update_float16(param, grad, group)
-        if group["maximize"]:
+        if group["maximize"]:  # no step: PyTorch's surface (ascend)
             grad = -grad
-        if group["weight_decay"] != 0:
+        if group["weight_decay"] != 0:  # no step: PyTorch's surface (the gradient of an L2 penalty)
             grad = grad + group["weight_decay"] * param.data
-        if group["momentum"] != 0:  # without momentum SGD keeps no state, as torch's
+        # no step: PyTorch's surface (step 32's first exercise writes momentum); without it SGD keeps no state
+        if group["momentum"] != 0:
             grad = self.momentum(self.state_of(param), grad, group)
         param.sub_(group["lr"] * grad)
 
@@ -290,10 +291,12 @@ class Adam(Optimizer):  # step 32
                                   "decoupled_weight_decay": decoupled_weight_decay})
 
     def update(self, param, grad, group):
-        if group["maximize"]:
+        if group["maximize"]:  # no step: PyTorch's surface (ascend)
             grad = -grad
         lr, weight_decay = group["lr"], group["weight_decay"]
-        if weight_decay != 0 and group["decoupled_weight_decay"]:  # AdamW: the parameter shrinks, apart from g
+        # no step: PyTorch's surface: weight decay, decoupled from g in AdamW (the parameter shrinks), else an L2
+        # penalty's gradient added to g
+        if weight_decay != 0 and group["decoupled_weight_decay"]:
             param.mul_(1 - lr * weight_decay)
         elif weight_decay != 0:
             grad = grad + weight_decay * param.data
@@ -317,13 +320,13 @@ class Adam(Optimizer):  # step 32
             state["max_exp_avg_sq"] = xp.zeros_like(param.data)
 
     def moments(self, state, grad, group):
-        """Update the running moments in place; return (m, v), v the largest so far with amsgrad."""
+        """Update the running moments in place; return (m, v)."""
         beta1, beta2 = group["betas"]
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m += (1 - beta1) * (grad - m)  # m moves (1 - beta1) of the way to g: torch's lerp
         v *= beta2
         v += (1 - beta2) * grad * grad
-        if group["amsgrad"]:
+        if group["amsgrad"]:  # no step: PyTorch's surface: v the largest so far
             v = get_array_module(v).maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
         return m, v
 

@@ -303,7 +303,8 @@ class GraphTask:
         return self.captured
 
     def run_function(self, f):
-        """f has all its gradients: its outputs' hooks, its backward, its inputs' gradients sent on."""
+        """f has all its gradients: its outputs' gradients finished (their hooks: step 34), its backward, its inputs'
+        gradients sent on."""
         finish_output = self.finish_output
         gys = [finish_output(f, nr, gy) for nr, gy in enumerate(self.buffers.pop(f))]
         if self.capture and f not in self.leading:
