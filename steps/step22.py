@@ -266,7 +266,7 @@ class Div(Function):
     def backward(self, gy):
         x0, x1 = self.inputs[0].data, self.inputs[1].data
         gx0 = gy / x1  # dy/dx0 = 1/x1
-        gx1 = -gy * x0 / x1 ** 2  # dy/dx1 = -x0/x1^2
+        gx1 = -gy * (x0 / x1 / x1)  # dy/dx1 = -x0/x1^2, computed in PyTorch's order
         return sum_to(gx0, x0.shape), sum_to(gx1, x1.shape)
 
 

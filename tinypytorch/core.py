@@ -976,7 +976,7 @@ class Div(_Binary):  # step 22
     def backward(self, gy):
         x0, x1 = self.saved_tensors
         gx0 = gy / x1 if self.needs_input_grad[0] else None  # as in Mul: none for a constant
-        gx1 = -gy * x0 / x1**2 if self.needs_input_grad[1] else None
+        gx1 = -gy * (x0 / x1 / x1) if self.needs_input_grad[1] else None  # -x0/x1^2 in PyTorch's order
         return self.sum_to_inputs(gx0, gx1)
 
     def jvp(self, t0, t1):  # step 63: d(x0/x1) = dx0/x1 - (x0/x1) dx1/x1
