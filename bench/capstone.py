@@ -1,4 +1,4 @@
-"""Capstone (step 65): a deep digit classifier trained under a memory budget, every technique, both frameworks.
+"""Capstone (step 66): a deep digit classifier trained under a memory budget, every technique, both frameworks.
 
 The network: Linear(64, W), tanh, then `depth` residual layers x + tanh(Linear(W, W)(x)), then Linear(W, 10), float32,
 on the 8 x 8 digits. For each technique the tutorial built:
@@ -375,7 +375,7 @@ def verdict(row):
 def report(rows, curves, settings, out):
     from writing import LABELS, header, machine_lines, pyplot, save
     kib = 1024
-    lines = ["# Capstone: training under a memory budget (step 65)", "",
+    lines = ["# Capstone: training under a memory budget (step 66)", "",
              f"The digit classifier: Linear(64, {WIDTH}), tanh, `depth` residual layers "
              f"x + tanh(Linear({WIDTH}, {WIDTH})(x)), Linear({WIDTH}, 10); float32, batch {BATCH}, Adam (lr {LR}); "
              "a reversible block is two "

@@ -1,5 +1,5 @@
 """A Jacobian by columns (jacfwd: one forward-mode pass per input) against rows (jacrev: one backward pass
-per output), in tinypytorch and in torch.func, side by side: bench/results/jacobians.{md,png} (step 64).
+per output), in tinypytorch and in torch.func, side by side: bench/results/jacobians.{md,png} (step 65).
 
     python bench/bench_autograd.py             # the full run writes it with autograd.md (`make bench`)
     python bench/speed_jacobians.py            # this measurement alone, into bench/results/jacobians.{md,png}

@@ -26,7 +26,7 @@ from tinypytorch.nn.modules import Module, ModuleList, Sequential
 from tinypytorch.serialization import load, save
 from tinypytorch.utils.listing import show_code
 
-tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 58)
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 59)
 
 
 # %% tags=["hide-input"]

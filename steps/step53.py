@@ -24,7 +24,7 @@ from tinypytorch import Variable, nn, optim
 from tinypytorch.nn import module_hooks
 from tinypytorch.utils.listing import show_code
 
-tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 58)
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 59)
 
 
 # %% tags=["hide-input"]

@@ -23,7 +23,7 @@ from tinypytorch.autograd import grad
 from tinypytorch.nn import init
 from tinypytorch.utils.listing import show_code
 
-tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 58)
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 59)
 
 # %% [markdown]
 # ## A deep network and its gradient flow

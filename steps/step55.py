@@ -28,7 +28,7 @@ from tinypytorch.optimizers import Adam
 from tinypytorch.utils.data import DataLoader, TensorDataset, random_split
 from tinypytorch.utils.listing import show_code
 
-tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 58)
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 59)
 
 
 # %% tags=["hide-input"]

@@ -24,7 +24,7 @@ from tinypytorch.nn.utils import clip_grad_norm_, clip_grad_value_
 from tinypytorch.nn.utils.clip_grad import clip_grads_with_norm_
 from tinypytorch.utils.listing import show_code
 
-tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 58)
+tinypytorch.set_default_dtype(tinypytorch.float64)  # float64, so the checks hold to 1e-12 (step 59)
 
 
 # %% tags=["hide-input"]

@@ -1,31 +1,29 @@
 # %% [markdown]
-# # Step 62: Selective activation checkpointing
+# # Step 62: Dynamic loss scaling (GradScaler)
 #
-# Step 43's checkpoint is all or nothing: a region keeps only its inputs,
-# and backward runs all of it again. Yet the operations in a region are
-# not alike. A matrix product costs $2\,n\,d_{in}\,d_{out}$ operations
-# for an output of $n\,d_{out}$ numbers; a `tanh` costs one per number.
-# Keeping the products and recomputing the cheap element-wise operations
-# buys back most of the compute, often for a part of the memory (measured
-# below: when it is, and when not). PyTorch's
-# **selective activation checkpointing** does that: a *policy* says, for
-# each operation in the region, whether its output is kept or computed
-# again. This step builds it on step 43's checkpoint, through the
-# argument PyTorch opens for it, `context_fn`.
+# float16 stores numbers with 5 exponent bits: its smallest number above
+# zero is $2^{-24} \approx 6 \times 10^{-8}$, anything at or below half of
+# it becomes zero, and small gradients flush to zero. The
+# cure is old arithmetic: multiply the loss by a large scale $S$; every
+# gradient is then $S$ times larger (the chain rule is linear), clear of
+# the underflow range, and is divided by $S$ again before the optimizer
+# uses it. Too large an $S$ overflows to `inf` instead, so PyTorch's
+# `torch.amp.GradScaler` adapts $S$ while training: it skips a step whose
+# gradients hold an inf or NaN and halves $S$, and doubles $S$ after a run
+# of clean steps. This step builds `tinypytorch.amp.GradScaler`, checks
+# its trajectory against PyTorch's, and trains a classifier three ways:
+# float32, plain float16, and mixed precision with the scaler.
 
 # %%
-import functools
 import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-import tinypytorch as tp
-from tinypytorch import Variable, recomputation
-from tinypytorch import functions as F
-from tinypytorch.utils import checkpoint as checkpoint_module
-from tinypytorch.utils import selective_checkpoint as sac
-from tinypytorch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from tinypytorch import Variable, datasets, nn, optim
+from tinypytorch.amp import GradScaler
+from tinypytorch.nn import functional as F
+from tinypytorch.nn.utils import clip_grad_norm_
 from tinypytorch.utils.listing import show_code
 
 
@@ -36,486 +34,403 @@ def below(error, bound):
     return f"< {bound:.0e}"
 
 
-N, D, LAYERS = 64, 128, 3  # a batch of 64 rows through three 128 x 128 layers, float64
-rng = np.random.default_rng(60)
-X = rng.standard_normal((N, D))
-WEIGHTS = [(rng.standard_normal((D, D)) / np.sqrt(D), rng.standard_normal(D) / 10) for _ in range(LAYERS)]
-COUNTED = (F.LinearFunction, F.Tanh)
-
-
-class counting_recomputations:
-    """Counts, per Function class, the forwards that run while recomputing (wrapping the classes' own forward)."""
-
-    def __enter__(self):
-        self.counts, self.originals = {c.__name__: 0 for c in COUNTED}, {c: c.__dict__["forward"] for c in COUNTED}
-        for c, forward in self.originals.items():
-            c.forward = self.counting(c.__name__, forward)
-        return self.counts
-
-    def counting(self, name, forward):
-        def run(op, *xs):
-            self.counts[name] += recomputation.is_recomputing()
-            return forward(op, *xs)
-        return run
-
-    def __exit__(self, *exc):
-        for c, forward in self.originals.items():
-            c.forward = forward
-
-
-def block(fw, t):
-    """(where, bytes) of the memory a tensor lives in: a view (a weight's transpose) is its base's memory."""
-    if fw is not tp:
-        return t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
-    a = t.data
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return id(a), a.nbytes
-
-
-def saved_blocks(fw, run_forward, params, x):
-    """Bytes of the distinct memory a forward saves that is neither a parameter's nor the input's (no checkpoint)."""
-    blocks, skip = {}, {block(fw, p)[0] for pair in params for p in pair} | {block(fw, x)[0]}
-
-    def pack(t):
-        where, nbytes = block(fw, t)
-        if where not in skip:
-            blocks[where] = nbytes
-        return t
-    hooks = tp.autograd.graph.saved_tensors_hooks if fw is tp else fw.autograd.graph.saved_tensors_hooks
-    with hooks(pack, lambda t: t):
-        y = run_forward(x)
-    return y, sum(blocks.values())
-
-
 # %% [markdown]
-# ## From all or nothing to a policy per operation
+# ## Why scale
 #
-# The region is a small MLP: three `Linear` layers with `tanh` between.
-# A policy is a function `policy_fn(ctx, op, *args, **kwargs)`; `op` is
-# the operation (here the package's Function class, `LinearFunction` or
-# `Tanh`; in PyTorch an ATen operator such as `aten.addmm.default`),
-# `args` its inputs, and `ctx.op_output` its output. It returns a
-# `CheckpointPolicy`: `MUST_SAVE` or `PREFER_SAVE` keep the output,
-# `MUST_RECOMPUTE` or `PREFER_RECOMPUTE` let backward compute it again
-# (the `MUST_`/`PREFER_` difference matters only to `torch.compile`). A
-# bool also works: `True` is `MUST_SAVE`, `False` is `PREFER_RECOMPUTE`.
-# `create_selective_checkpoint_contexts(policy_fn)` turns the policy into
-# a pair of contexts, and `checkpoint` takes a function that makes that
-# pair as `context_fn`. Here a policy that keeps the products, and says
-# when it is asked:
+# A linear model's gradients, computed in float16 as a float16 network would
+# compute them, against the same gradients computed in float64. Backward
+# first computes the gradient at the output, one entry per sample and
+# output, then the matrix product sums it over the batch into the weights'
+# gradients. Nearly every entry at the output is at or below $2^{-25}$ and
+# becomes 0 in float16 before that sum, so many weight gradients come out as
+# 0, though few of them are that small themselves (the first two lines
+# below). With the loss multiplied by $S = 2^{16}$ they survive, and
+# dividing by $S$ in float32 gives them back:
 
 # %%
-params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
+rng = np.random.default_rng(0)
+x, t = rng.normal(size=(256, 64)), rng.normal(size=(256, 8))
+w = rng.normal(size=(64, 8)) * 0.1
+exact = x.T @ (x @ w - t) * (2 / t.size) * 1e-5  # the gradient of 1e-5 * MSE, in float64
 
 
-def mlp(x):
-    for i, (W, b) in enumerate(params):
-        x = F.linear(x, W, b)
-        x = F.tanh(x) if i < LAYERS - 1 else x
-    return x
+def half_gradient(S):
+    """The same gradient with float16 arrays, the loss scaled by S, then unscaled in float32."""
+    gy = ((x @ w - t) * (2 / t.size) * 1e-5 * S).astype(np.float16)  # the (scaled) gradient at the output
+    return (x.astype(np.float16).T @ gy).astype(np.float32) / np.float32(S)
 
 
-def keep_products(ctx, op, *args, **kwargs):
-    print(f"  asked: {op.__name__:15} is_recompute={ctx.is_recompute}  output {ctx.op_output.shape}")
-    return CheckpointPolicy.MUST_SAVE if op is F.LinearFunction else CheckpointPolicy.PREFER_RECOMPUTE
-
-
-context_fn = functools.partial(create_selective_checkpoint_contexts, keep_products)
-print("forward:")
-y = checkpoint(mlp, Variable(X.copy()), use_reentrant=False, context_fn=context_fn)
-print("backward:")
-with counting_recomputations() as ran_again:
-    (y * y).sum().backward()
-print("run again in backward:", ran_again)
-
-# %% [markdown]
-# The policy is asked once per operation, during the first run only
-# (PyTorch 2.13 does the same: `is_recompute` is kept for older code and
-# is always `False`). Backward then ran the two `tanh` again and none of
-# the products. A list of operations is the short form of such a policy:
-# `create_selective_checkpoint_contexts([F.LinearFunction])` keeps those
-# (`MUST_SAVE`) and recomputes the rest.
-#
-# ## The policy and the context pair
-#
-# The pair shares one storage. The first context is open around the first
-# run, the second around each recomputation; `checkpoint` enters them
-# (for `use_reentrant=False` only, as PyTorch) by wrapping the function:
-
-# %%
-show_code(checkpoint_module._in_contexts, sac.create_selective_checkpoint_contexts, sac._as_policy)
-
-# %% [markdown]
-# An answer that is neither a policy nor a bool is refused here. PyTorch
-# 2.13 takes `None` or `"save"` without a word and recomputes: a policy
-# that forgot a `return` would silently save nothing.
-#
-# How does a context see each operation? PyTorch's pair are
-# `TorchDispatchMode`s, which see every ATen call below autograd. The
-# package has one door for it: while a context is open,
-# `Function.dispatch_mode` is set, and `Function.__call__` (one check,
-# first thing) hands the call to `_dispatch`. The innermost context of
-# the thread handles it and is set aside meanwhile, so the operation
-# itself, and anything the policy runs, goes through as usual:
-
-# %%
-show_code(sac._dispatch, sac._run)
-
-# %% [markdown]
-# ## The storage: one queue per operation
-#
-# The first run numbers the calls of each operation, 0, 1, 2, ... and
-# stores, under that number, either the output (with the version counter
-# of its tensor) or a mark that says "recompute". The recomputation
-# numbers its calls the same way and takes, for each, what is stored: a
-# kept output comes back instead of running the forward, and is marked
-# *consumed*; a "recompute" mark lets the operation run. Per operation it
-# is a queue, first in, first out. A package Function's forward also saves
-# tensors for its own backward, and sets a few attributes (shapes): the
-# stand-in forward sets and saves the same, from the kept outputs and the
-# recomputation's inputs.
-
-# %%
-show_code(sac._CachingMode.handle, sac._CachedMode.handle, sac._CachedMode.take)
+at_output = (x @ w - t) * (2 / t.size) * 1e-5
+print(f"gradients at the output, 0 in float16: {np.mean(at_output.astype(np.float16) == 0):.0%} "
+      f"| weight gradients at or below 2^-25: {np.mean(np.abs(exact) <= 2.0**-25):.0%}")
+for S in (1.0, 2.0**16):
+    g = half_gradient(S)
+    relative = np.abs(g - exact).max() / np.abs(exact).max()
+    print(f"S = {S:>7g}: zeros {np.mean(g == 0):.0%}, max relative error {relative:.2g}")
 
 
 # %% tags=["hide-input"]
-def storage_picture():
-    """The storage of the keep-the-products region: after the first run, and after the recomputation."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 2.6))
-    rows = {"LinearFunction": 3, "Tanh": 2}
-    for axis, stage in zip(axes, ("after the first run", "after the recomputation")):
-        for r, (op, calls) in enumerate(rows.items()):
-            axis.text(-0.2, -r, op, ha="right", va="center", fontsize=9)
-            for i in range(calls):
-                kept = op == "LinearFunction"
-                label = ("output kept" if kept else "recompute") if stage.startswith("after the first") else \
-                    ("consumed" if kept else "recompute")
-                color = {"output kept": "C0", "recompute": "0.85", "consumed": "white"}[label]
-                axis.add_patch(plt.Rectangle((i * 1.3, -r - 0.35), 1.1, 0.7, facecolor=color, edgecolor="0.3"))
-                axis.text(i * 1.3 + 0.55, -r, f"[{i}]\n{label}", ha="center", va="center", fontsize=7.5,
-                          color="white" if color == "C0" else "black")
-        axis.annotate("", xy=(3.9, 0.55), xytext=(0, 0.55), arrowprops=dict(arrowstyle="->", color="0.4"))
-        axis.text(1.95, 0.75, "calls in order: first in, first out", ha="center", fontsize=8, color="0.3")
-        axis.set(xlim=(-2.2, 4.0), ylim=(-1.6, 1.0), title=stage)
-        axis.axis("off")
+def underflow_picture():
+    """Where the gradients' magnitudes lie, before and after scaling, against float16's range."""
+    gy = np.abs((x @ w - t) * (2 / t.size) * 1e-5).ravel()
+    fig, axis = plt.subplots(figsize=(8, 2.8))
+    bins = np.logspace(-12, 6, 80)
+    axis.hist(gy, bins=bins, color="C0", alpha=0.7, label="output gradients, S = 1")
+    axis.hist(gy * 2**16, bins=bins, color="C2", alpha=0.7, label="the same times S = 2^16")
+    axis.axvspan(1e-12, 2.0**-25, color="C3", alpha=0.15, label="float16: 0 (2^-25 and below)")
+    axis.axvspan(2.0**-25, 2.0**-14, color="C1", alpha=0.15, label="float16: subnormal, few digits")
+    axis.axvspan(65504, 1e6, color="k", alpha=0.15, label="float16: inf (above 65504)")
+    axis.set(xscale="log", xlabel="|gradient|", ylabel="count", yticks=[])
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars, not on them
     fig.tight_layout()
     plt.show()
 
 
-storage_picture()
+underflow_picture()
 
 # %% [markdown]
-# Being consumed is what makes a second backward through the region fail,
-# and the version counter what makes a changed output fail: both below.
+# ## The scaler
 #
-# ## The memory/compute frontier
-#
-# Four ways to run the region, measured: no checkpoint; plain
-# checkpointing (`PREFER_RECOMPUTE` everywhere, step 43); keep the
-# products; and keep everything (`PREFER_SAVE` everywhere). Memory is
-# what is held for backward besides the region's input and output and the
-# weights: without a checkpoint, the tensors the operations saved
-# (counted by a pack hook); with one, the outputs the storage keeps.
-# Compute is what runs again, counted on each Function's forward; its
-# cost in floating-point operations is $2\,n\,d^2 + n\,d$ for a `Linear`
-# (product and bias) and $n\,d$ for a `tanh`.
+# Four calls a training iteration. `scale(loss)` multiplies by $S$ (a
+# float32). `unscale_(optimizer)` multiplies each `.grad` in place by
+# $1/S$ (taken in float64, rounded to float32, as PyTorch does) and
+# records whether any gradient was inf or NaN. `step(optimizer)` unscales
+# if that was not done yet and calls `optimizer.step()` only if all was
+# finite. `update()` then backs off ($S \cdot 0.5$) after an inf, or
+# grows ($S \cdot 2$) after `growth_interval` clean steps in a row, never
+# past float32's largest number.
 
 # %%
-FLOPS = {"LinearFunction": 2 * N * D * D + N * D, "Tanh": N * D}
-POLICIES = {"no checkpoint": None,
-            "plain checkpoint": lambda *a, **k: CheckpointPolicy.PREFER_RECOMPUTE,
-            "keep the products": [F.LinearFunction],
-            "keep everything": lambda *a, **k: CheckpointPolicy.PREFER_SAVE}
+show_code(GradScaler.unscale_, GradScaler.step, GradScaler._update_scale)
 
 
-def measure(policy):
-    """(kept bytes, recomputations per Function, gradients) of one backward through the region."""
-    x = Variable(X.copy())
-    if policy is None:
-        y, kept = saved_blocks(tp, mlp, params, x)
-    else:
-        pair = create_selective_checkpoint_contexts(policy)
-        y = checkpoint(mlp, x, use_reentrant=False, context_fn=lambda: pair)
-        kept = sac.kept_bytes(pair[0], besides=[y])  # y: held anyway, by whoever called
-    for W, b in params:
-        W.grad = b.grad = None
-    with counting_recomputations() as counts:
-        (y * y).sum().backward()
-    return kept, counts, [p.grad.data.copy() for pair in params for p in pair]
+# %% tags=["hide-input"]
+def state_picture():
+    """Each optimizer's stage within an iteration, and the errors of calls out of order."""
+    fig, axis = plt.subplots(figsize=(8, 3.2))
+    spots = {"READY": 0, "UNSCALED": 3, "STEPPED": 6}
+    for name, x0 in spots.items():
+        axis.add_patch(plt.Rectangle((x0, 0), 1.8, 0.8, color="C0", alpha=0.25))
+        axis.text(x0 + 0.9, 0.4, name, ha="center", va="center", fontsize=9)
+    for start, end, label in [((1.8, 0.4), (3, 0.4), "unscale_"), ((4.8, 0.4), (6, 0.4), "step")]:
+        axis.annotate("", end, start, arrowprops=dict(arrowstyle="->"))
+        axis.text((start[0] + end[0]) / 2, start[1] + 0.06, label, ha="center", fontsize=8)
+    for start, end, rad, y, label in [((6.9, 0.8), (0.9, 0.8), 0.35, 1.6, "update(): every optimizer READY again"),
+                                      ((0.9, 0), (6.9, 0), 0.25, -0.95, "step alone (unscales first)")]:
+        axis.annotate("", end, start, arrowprops=dict(arrowstyle="->", connectionstyle=f"arc3,rad={rad}"))
+        axis.text(3.9, y, label, ha="center", va="top" if y < 0 else "baseline", fontsize=8)  # beside the arc
+    axis.text(3.9, -1.35, "unscale_ twice, unscale_ after step, step twice: RuntimeError", ha="center", va="top",
+              fontsize=8, color="C3")
+    axis.set(xlim=(-0.2, 8), ylim=(-1.6, 1.9))
+    axis.axis("off")
+    fig.tight_layout()
+    plt.show()
 
 
-ours = {name: measure(policy) for name, policy in POLICIES.items()}
-for name, (kept, counts, _) in ours.items():
-    flops = sum(FLOPS[op] * n for op, n in counts.items())
-    print(f"{name:18} kept {kept // 1024:4d} KiB   run again {counts}   {flops / 1e6:.2f} MFLOP")
+state_picture()
 
 # %% [markdown]
-# In this MLP every layer's backward needs one tensor anyway, the `tanh`
-# output (the `tanh` and the next product both read it), so keeping the
-# products costs as much memory as no checkpoint. Where an activation's
-# backward keeps more (exercise 1), keeping only the products is the
-# cheaper side. **Keeping everything is not the same as no checkpoint**,
-# as PyTorch's documentation warns: it keeps every output, also the
-# pre-activations that no backward formula needs (twice the memory
-# here), and backward still runs the region's Python again, though every
-# operation then takes its output from the storage.
+# Calls out of order raise PyTorch's errors:
+
+# %%
+p = nn.Parameter(np.ones(3, dtype=np.float32))
+sgd = optim.SGD([p], lr=0.1)
+scaler = GradScaler("cpu")
+for calls in (["unscale_", "unscale_"], ["step", "unscale_"], ["step", "step"]):
+    (scaler.scale((p * p).sum())).backward()
+    try:
+        for call in calls:
+            getattr(scaler, call)(sgd)
+    except RuntimeError as error:
+        print(f"{' then '.join(calls)}: {error}")
+    scaler.update()
+
+# %% [markdown]
+# ## The scale over a training run
+#
+# A small regression with SGD, `init_scale=2**10` and `growth_interval=5`
+# so that growth shows; at chosen iterations one gradient element is set
+# to inf, as an overflow would. Each such step is skipped and halves the
+# scale; five clean steps double it.
+
+# %%
+def run(steps, inject, growth_interval=5):
+    """Train; the scale after each update, the skipped iterations, the final weights, the growth tracker."""
+    data = np.random.default_rng(1)
+    p = nn.Parameter(np.full((4, 2), 0.5, dtype=np.float32))
+    opt = optim.SGD([p], lr=0.05, momentum=0.9)
+    scaler = GradScaler("cpu", 2.0**10, growth_interval=growth_interval)
+    scales, skipped, trackers = [], [], []
+    for i in range(steps):
+        x = data.normal(size=(8, 4)).astype(np.float32)
+        opt.zero_grad()
+        scaler.scale(((Variable(x) @ p) - 1.0).square().mean()).backward()
+        if i in inject:
+            p.grad.data[0, 0] = np.inf
+        before = p.data.copy()
+        scaler.step(opt)
+        if np.array_equal(before, p.data):
+            skipped.append(i)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        trackers.append(scaler.state_dict()["_growth_tracker"])
+    return scales, skipped, p.data, trackers
+
+
+inject = [3, 4, 14, 15, 16, 30]
+scales, skipped, final, trackers = run(40, inject)
+print("skipped iterations:", skipped)
+print("scale after iterations 0-9:", [f"{s:g}" for s in scales[:10]])
+
+
+# %% tags=["hide-input"]
+def trajectory_picture(scales, inject):
+    fig, axis = plt.subplots(figsize=(8, 2.8))
+    axis.step(range(len(scales)), scales, where="post", color="C0", label="scale after update()")
+    axis.scatter(inject, [scales[i] for i in inject], color="C3", zorder=3, label="inf injected: step skipped")
+    axis.set(xlabel="iteration", ylabel="scale")
+    axis.set_yscale("log", base=2)
+    axis.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    plt.show()
+
+
+trajectory_picture(scales, inject)
+
+# %% [markdown]
+# ## Unscale before clipping
+#
+# `clip_grad_norm_` (step 56) must see the true gradients. Clipped while
+# still scaled, their norm is $S$ times too large, the clipping
+# coefficient $S$ times too small, and after unscaling the step is tiny.
+# PyTorch's recipe is `unscale_`, then clip, then `step` (which then does
+# not unscale again).
+
+# %%
+def clipped_norm(unscale_first):
+    p = nn.Parameter(np.array([3.0, 4.0], dtype=np.float32))
+    opt, scaler = optim.SGD([p], lr=1.0), GradScaler("cpu", init_scale=1024.0)
+    scaler.scale((p * p).sum() / 2).backward()  # the gradient is p itself: norm 5
+    if unscale_first:
+        scaler.unscale_(opt)
+    clip_grad_norm_([p], max_norm=1.0)
+    scaler.unscale_(opt) if not unscale_first else None
+    return float(np.linalg.norm(p.grad.data))
+
+
+print(f"unscale_, then clip to 1: gradient norm {clipped_norm(True):.4f}")
+print(f"clip the scaled gradient, then unscale: gradient norm {clipped_norm(False):.6f}  (1/1024 of it)")
+
+# %% [markdown]
+# ## Gradient accumulation
+#
+# With micro-batches, every `backward` adds a scaled gradient into
+# `.grad`; they must all carry the **same** scale, so `unscale_`, `step`
+# and `update` come once per effective batch, after the last micro-batch:
+
+# %%
+data = np.random.default_rng(2)
+xs, ts = data.normal(size=(12, 4)).astype(np.float32), data.normal(size=(12, 2)).astype(np.float32)
+p = nn.Parameter(data.normal(size=(4, 2)).astype(np.float32))
+opt, scaler = optim.SGD([p], lr=0.1), GradScaler("cpu", init_scale=2.0**12)
+for xb, tb in zip(np.split(xs, 3), np.split(ts, 3)):
+    scaler.scale(F.mse_loss(Variable(xb) @ p, Variable(tb)) / 3).backward()  # scale unchanged in between
+scaler.unscale_(opt)
+reference = 2 * xs.astype(np.float64).T @ (xs @ p.data.astype(np.float64) - ts) / ts.size
+print("3 scaled micro-batches, unscaled once, vs the full batch's gradient:",
+      below(np.abs(p.grad.data - reference).max(), 1e-5))
+
+# %% [markdown]
+# ## Mixed precision, by hand
+#
+# The digits (step 51), a network 64-32-10, SGD with mini-batches of 64.
+# To make gradients small, as a deep network's are, the loss is
+# multiplied by $2^{-16}$ and the learning rate by $2^{16}$: in exact
+# arithmetic that changes nothing. Three ways: **float32**; **float16**,
+# weights and computation in float16; **mixed**, float32 master weights
+# cast to float16 for the matmuls (what autocast, step 61, automates),
+# the loss in float32, scaled by a `GradScaler`, and the step taken on
+# the float32 weights.
+
+# %%
+images, digits = datasets.load_digits()
+inputs = (images.reshape(len(images), -1) / 16).astype(np.float32)
+init = np.random.default_rng(0)
+W1 = init.normal(size=(64, 32)).astype(np.float32) * 0.1
+W2 = init.normal(size=(32, 10)).astype(np.float32) * 0.1
+TINY, LR = 2.0**-16, 0.1 * 2.0**16
+
+
+def train(way, epochs=10, watch=None):
+    """Accuracy on the digits after training `way`, and the scaler's final scale (`watch(params)`: a look
+    at the gradients after each backward)."""
+    low = np.float16 if way != "float32" else np.float32
+    params = [nn.Parameter(W.astype(np.float16 if way == "float16" else np.float32)) for W in (W1, W2)]
+    opt, scaler = optim.SGD(params, lr=LR), GradScaler("cpu", growth_interval=50, enabled=way == "mixed")
+    for _ in range(epochs):
+        for i in range(0, len(inputs), 64):
+            xb = Variable(inputs[i:i + 64].astype(low))
+            A, B = (W.half() for W in params) if way == "mixed" else params
+            logits = F.relu(xb @ A) @ B
+            loss = F.cross_entropy(logits.float() if way == "mixed" else logits, digits[i:i + 64]) * TINY
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            if watch:
+                watch(params)
+            scaler.step(opt)
+            scaler.update()
+    logits = F.relu(Variable(inputs) @ params[0].float()) @ params[1].float()
+    return float(np.mean(logits.data.argmax(1) == digits)), scaler.get_scale()
+
+
+ours = {way: train(way) for way in ("float32", "float16", "mixed")}
+for way, (accuracy, scale) in ours.items():
+    scale_note = f", final scale 2^{np.log2(scale):g}" if way == "mixed" else ""
+    print(f"{way:>8}: accuracy {accuracy:.2f}{scale_note}")
+
+# %% [markdown]
+# ## Check against PyTorch
+#
+# The regression run above, in torch with `torch.amp.GradScaler("cpu")`
+# and the same data, weights and injected infs: the scale after every
+# update, the growth tracker, the skipped steps and the final weights
+# must be equal. Then the three ways in torch, from the same weights.
+# Plain float16 learns nothing in either framework: at every step about
+# half of the gradient entries are zero and nearly all the others
+# subnormal, with a few bits left (the package's, counted in the output
+# below), so its steps do not train the network and the accuracy stays
+# at chance, 0.10.
 
 # %% tags=["hide-cell"]
 import torch  # noqa: E402
-import torch.utils.checkpoint as tc  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 torch.set_num_threads(1)
-TORCH_POLICIES = {"no checkpoint": None, "plain checkpoint": lambda *a, **k: tc.CheckpointPolicy.PREFER_RECOMPUTE,
-                  "keep the products": [torch.ops.aten.addmm.default],
-                  "keep everything": lambda *a, **k: tc.CheckpointPolicy.PREFER_SAVE}
-TORCH_FLOPS = {"addmm": FLOPS["LinearFunction"], "tanh": FLOPS["Tanh"], "t": 0}
 
 
-class TorchRecomputations(TorchDispatchMode):
-    """Counts the ATen operations that run while `on` (set by the region during its second run)."""
-
-    def __init__(self):
-        super().__init__()
-        self.on, self.counts = False, {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.on and func is not torch.ops.aten.detach.default:
-            name = func.overloadpacket.__name__
-            self.counts[name] = self.counts.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
-
-
-def torch_measure(policy):
-    tparams = [(torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)) for W, b in WEIGHTS]
-    counter, runs = TorchRecomputations(), []
-
-    def region(x):
-        runs.append(1)
-        counter.on = len(runs) > 1
-        try:
-            for i, (W, b) in enumerate(tparams):
-                x = torch.nn.functional.linear(x, W, b)
-                x = torch.tanh(x) if i < LAYERS - 1 else x
-            return x
-        finally:
-            counter.on = False
-    x = torch.tensor(X)
-    if policy is None:
-        y, kept = saved_blocks(torch, region, tparams, x)
-    else:
-        pair = tc.create_selective_checkpoint_contexts(policy)
-        y = tc.checkpoint(region, x, use_reentrant=False, context_fn=lambda: pair)
-        weights = {p.untyped_storage().data_ptr() for pair_ in tparams for p in pair_}
-        blocks = {e.val.untyped_storage().data_ptr(): e.val.untyped_storage().nbytes()
-                  for entries in pair[0].storage.values() for e in entries.values() if hasattr(e, "val")}
-        kept = sum(n for ptr, n in blocks.items() if ptr not in weights | {y.untyped_storage().data_ptr()})
-    with counter:
-        (y * y).sum().backward()
-    return kept, counter.counts, [p.grad.numpy() for pair in tparams for p in pair]
+def torch_run(steps, inject, growth_interval=5):
+    data = np.random.default_rng(1)
+    p = torch.full((4, 2), 0.5, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=0.05, momentum=0.9)
+    scaler = torch.amp.GradScaler("cpu", 2.0**10, growth_interval=growth_interval)
+    scales, skipped, trackers = [], [], []
+    for i in range(steps):
+        x = torch.from_numpy(data.normal(size=(8, 4)).astype(np.float32))
+        opt.zero_grad()
+        scaler.scale(((x @ p) - 1.0).square().mean()).backward()
+        if i in inject:
+            p.grad[0, 0] = float("inf")
+        before = p.detach().clone()
+        scaler.step(opt)
+        if torch.equal(before, p.detach()):
+            skipped.append(i)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        trackers.append(scaler.state_dict()["_growth_tracker"])
+    return scales, skipped, p.detach().numpy(), trackers
 
 
-theirs = {name: torch_measure(policy) for name, policy in TORCH_POLICIES.items()}
+def torch_train(way, epochs=10):
+    low = torch.float16 if way != "float32" else torch.float32
+    params = [torch.tensor(W).to(torch.float16 if way == "float16" else torch.float32).requires_grad_()
+              for W in (W1, W2)]
+    opt = torch.optim.SGD(params, lr=LR)
+    scaler = torch.amp.GradScaler("cpu", growth_interval=50, enabled=way == "mixed")
+    target = torch.from_numpy(digits)
+    for _ in range(epochs):
+        for i in range(0, len(inputs), 64):
+            xb = torch.from_numpy(inputs[i:i + 64]).to(low)
+            A, B = (W.half() for W in params) if way == "mixed" else params
+            logits = torch.relu(xb @ A) @ B
+            loss = torch.nn.functional.cross_entropy(logits.float() if way == "mixed" else logits,
+                                                     target[i:i + 64]) * TINY
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    logits = torch.relu(torch.from_numpy(inputs) @ params[0].float()) @ params[1].float()
+    return float((logits.argmax(1).numpy() == digits).mean()), scaler.get_scale()
 
 
-# %% tags=["hide-input"]
-def frontier_picture():
-    fig, axis = plt.subplots(figsize=(7.5, 3.6))
-    offsets = {"no checkpoint": (10, 8), "plain checkpoint": (-40, 12), "keep the products": (10, -14),
-               "keep everything": (10, 6)}
-    for (name, (kept, counts, _)), (kept_t, counts_t, _) in zip(ours.items(), theirs.values()):
-        flops = sum(FLOPS[op] * n for op, n in counts.items()) / 1e6
-        flops_t = sum(TORCH_FLOPS[op] * n for op, n in counts_t.items()) / 1e6
-        axis.plot(flops, kept / 1024, "o", color="C0", markersize=9)
-        axis.plot(flops_t, kept_t / 1024, "x", color="C3", markersize=10, mew=2)
-        label = f"{name}\n({flops:.2f} MFLOP)" if name == "keep the products" else name
-        axis.annotate(label, (flops, kept / 1024), textcoords="offset points", xytext=offsets[name], fontsize=9)
-    axis.annotate("PyTorch: the last addmm\nnot run again (early stop)", (4.23, 0), textcoords="offset points",
-                  xytext=(-60, 30), fontsize=8, color="C3", arrowprops=dict(arrowstyle="->", color="C3"))
-    axis.plot([], [], "o", color="C0", label="tinypytorch")
-    axis.plot([], [], "x", color="C3", mew=2, label="PyTorch")
-    axis.set(xlabel="recomputed in backward (MFLOP)", ylabel="kept for backward (KiB)", xlim=(-0.3, 7.5),
-             ylim=(-20, 300), title="The region's memory against its recomputation, per policy")
-    axis.legend(loc="upper right")
-    fig.tight_layout()
-    plt.show()
+def float16_gradients():
+    """Plain float16 trained again, as above: per step, the share of gradient entries that are 0, and the share
+    of the others that are subnormal."""
+    shares = []
 
+    def count(params):
+        g = np.concatenate([p.grad.data.ravel() for p in params])
+        shares.append((np.mean(g == 0), np.mean(np.abs(g[g != 0]) < 2.0**-14)))
+    train("float16", watch=count)
+    return np.array(shares).T
 
-frontier_picture()
-
-# %% [markdown]
-# The two frameworks keep the same bytes. Plain checkpointing differs by
-# one product: PyTorch's autograd saves an operation's inputs *before* it
-# runs, so the recomputation stops (step 43's early stop) once the last
-# `addmm`'s inputs are saved, without running it; a package Function
-# saves from inside its forward, so the last `LinearFunction` runs first.
-#
-# | the package's operation | PyTorch's (ATen) operations |
-# |---|---|
-# | `F.LinearFunction` (`F.linear`) | `aten.t.default` (the weight's transpose, a view) and `aten.addmm.default` (`aten.mm.default` without a bias) |
-# | `F.MatMul` (`tp.matmul`) | `aten.mm.default` |
-# | `F.Tanh`, `F.ReLU` | `aten.tanh.default`, `aten.relu.default` |
-#
-# An operation is named by its Function class here, and by its
-# `OpOverload` in PyTorch: `torch.ops.aten.mm`, an overload *packet*, is
-# refused in a list; `torch.ops.aten.mm.default` is one overload.
-#
-# ## Two errors
-#
-# A kept output is handed out once: a second backward through the region
-# finds it consumed. And it is handed out as it was stored, so if it was
-# changed in place in between, its version counter (step 36) has moved
-# and the recomputation refuses it (`allow_cache_entry_mutation=True`
-# turns that check off). Both, in both frameworks:
 
 # %%
-def scenario(fw, case):
-    """A region keeping its matmul h, returning (h, tanh(h)); backward twice, or h changed in place."""
-    W = fw.tensor(WEIGHTS[0][0][:4, :4].copy(), requires_grad=True)
-    make, run = ((create_selective_checkpoint_contexts, checkpoint) if fw is tp else
-                 (tc.create_selective_checkpoint_contexts, tc.checkpoint))
-    keep = [F.MatMul if fw is tp else torch.ops.aten.mm.default]
-
-    def region(x):
-        h = fw.matmul(x, W)
-        return h, fw.tanh(h)
-    h, y = run(region, fw.tensor(X[:2, :4].copy()), use_reentrant=False,
-               context_fn=functools.partial(make, keep))
-    if case == "changed in place":
-        h.mul_(2.0)
-    y.sum().backward(retain_graph=True)
-    y.sum().backward()
-
-
-for case in ("backward twice", "changed in place"):
-    for fw in (tp, torch):
-        try:
-            scenario(fw, case)
-        except RuntimeError as error:
-            print(f"{case}, {fw.__name__}:")
-            print(textwrap.fill(f"RuntimeError: {error}", 90,
-                                initial_indent="    ", subsequent_indent="      "))
-
-# %% [markdown]
-# `checkpoint(..., use_reentrant=True, context_fn=...)` is refused with
-# PyTorch's message: the reentrant form (step 42) runs its region under
-# `no_grad` and has no place for the contexts.
-#
-# ## Check against PyTorch
-#
-# For each policy, the gradients must equal those without a checkpoint
-# (exactly: the same operations on the same arrays) and torch's with the
-# same policy over `aten.addmm`; the kept bytes must equal torch's; what
-# runs again must match per operation type (`Tanh` as `tanh`,
-# `LinearFunction` as `addmm`, less the one product torch's early stop
-# skips in plain checkpointing). The errors above must carry torch's
-# messages.
-
-# %%
-def runs(counts):
-    return ", ".join(f"{op} {n}" for op, n in counts.items() if n) or "nothing"
-
-
-plain_grads = ours["no checkpoint"][2]
-for name in POLICIES:
-    (kept, counts, grads), (kept_t, counts_t, grads_t) = ours[name], theirs[name]
-    assert all(np.array_equal(g, p) for g, p in zip(grads, plain_grads))
-    error = max(np.abs(g - t).max() for g, t in zip(grads, grads_t))
-    assert kept == kept_t and counts["Tanh"] == counts_t.get("tanh", 0)
-    assert counts["LinearFunction"] == counts_t.get("addmm", 0) + (name == "plain checkpoint")
-    print(f"{name}: gradients = no checkpoint's, vs torch's {below(error, 1e-12)}; "
-          f"kept {kept // 1024} KiB = torch's")
-    print(f"    run again: {runs(counts)}  (torch: {runs(counts_t)})")
-messages = {}
-for case in ("backward twice", "changed in place"):
-    for fw in (tp, torch):
-        try:
-            scenario(fw, case)
-        except RuntimeError as error:
-            messages[case, fw.__name__] = str(error)
-for case, expected in (("backward twice", sac.BACKWARD_TWICE), ("changed in place", sac.MUTATED)):
-    assert messages[case, "tinypytorch"] == messages[case, "torch"] == expected, case
-refused = []
-for run, make, op in ((checkpoint, create_selective_checkpoint_contexts, F.MatMul),
-                      (tc.checkpoint, tc.create_selective_checkpoint_contexts, torch.ops.aten.mm.default)):
-    try:
-        run(lambda x: x * 2, torch.tensor(X) if run is tc.checkpoint else Variable(X), use_reentrant=True,
-            context_fn=functools.partial(make, [op]))
-    except ValueError as error:
-        refused.append(str(error))
-assert len(refused) == 2 and refused[0] == refused[1]
-print("backward twice, a kept output changed in place, context_fn with use_reentrant=True: "
-      "torch's messages")
-print("PyTorch check passed: torch's gradients, kept bytes, recomputations and errors")
+scales_t, skipped_t, final_t, trackers_t = torch_run(40, inject)
+assert scales == scales_t and skipped == skipped_t == inject, (scales, scales_t, skipped, skipped_t)
+assert trackers == trackers_t and any(b > a for a, b in zip(scales, scales[1:]))  # it grew, too
+print("scale and growth tracker after each of 40 updates, skipped steps", skipped, ": equal torch's")
+print("final weights: max |difference| from torch's", below(np.abs(final - final_t).max(), 1e-6))
+theirs = {way: torch_train(way) for way in ours}
+print("accuracy   float32  float16  mixed")
+print("tinypytorch  " + "     ".join(f"{ours[w][0]:.2f}" for w in ours))
+print("torch        " + "     ".join(f"{theirs[w][0]:.2f}" for w in ours))
+for table in (ours, theirs):
+    assert abs(table["mixed"][0] - table["float32"][0]) < 0.01, table  # mixed within 1 point of float32
+    assert table["float16"][0] < 0.2, table  # plain float16 stays at chance
+assert ours["mixed"][1] == theirs["mixed"][1]  # the scaler ended at the same scale
+zero, subnormal = float16_gradients()
+assert 0.3 < zero.min() and zero.max() < 0.7 and subnormal.min() > 0.99, (zero, subnormal)
+print(f"plain float16, each of its {len(zero)} steps: 30% to 70% of the gradient entries 0, "
+      "over 99% of the rest subnormal")
+print("PyTorch check passed: GradScaler's scales, skips, weights as torch's; "
+      "mixed within 0.01 of float32 in both")
 
 # %% [markdown]
 # ## Recap
 #
-# - `checkpoint(f, x, use_reentrant=False, context_fn=...)`: `context_fn()`
-#   gives two contexts, one around the first run, one around each
-#   recomputation.
-# - `create_selective_checkpoint_contexts(policy_fn or a list of ops)`
-#   makes that pair. `policy_fn(ctx, op, *args, **kwargs)` is asked once
-#   per operation in the first run and returns a `CheckpointPolicy` (or a
-#   bool); `*_SAVE` keeps the output, `*_RECOMPUTE` lets it run again.
-# - The storage is a queue per operation: kept outputs come back in the
-#   order they were made, each once (a second backward fails), and only
-#   if unchanged since (the version counter).
-# - Plain checkpointing is `PREFER_RECOMPUTE` everywhere; `PREFER_SAVE`
-#   everywhere is not "no checkpoint": it also keeps outputs no backward
-#   formula needs.
-# - Keep what is expensive to compute and cheap to store (matrix
-#   products); recompute the element-wise rest.
+# - float16 rounds numbers at or below $2^{-25}$ to zero, and a weight's
+#   gradient flushes when its samples' shares do, before the batch sum;
+#   multiplying the loss by $S$ multiplies every gradient by $S$; dividing
+#   by $S$ in float32 before the step restores them.
+# - `GradScaler`: `scale(loss).backward()`, optionally `unscale_(opt)`,
+#   `step(opt)` (skipped after an inf or NaN), `update()` (backoff after
+#   an inf, growth after `growth_interval` clean steps).
+# - Per optimizer READY → UNSCALED → STEPPED; out-of-order calls raise.
+# - `unscale_` before `clip_grad_norm_`; with accumulation keep $S$
+#   constant and unscale, step and update once per effective batch.
+# - Mixed precision keeps float32 master weights: the small updates that
+#   a float16 weight would round away accumulate there.
 #
 # ## Exercises
 #
-# **1. An activation that keeps more.** Replace `tanh` by SiLU,
-# $x\,\sigma(x)$, written as `x * F.sigmoid(x)`: its backward keeps
-# $x$ and $\sigma(x)$ besides the output the next layer keeps. Measure the
-# kept bytes without a checkpoint and with the products kept, and check
-# them against torch's with `x * torch.sigmoid(x)`.
+# **1. The trajectory by hand.** Write `trajectory(found_infs, init,
+# interval)` with plain Python floats: the scale after each update for a
+# list of booleans (an inf found or not), with growth factor 2 and
+# backoff 0.5. It must match `torch.amp.GradScaler("cpu")`.
 
 # %% tags=["hide-cell"]
-def silu_mlp(x):
-    for i, (W, b) in enumerate(params):
-        x = F.linear(x, W, b)
-        x = x * F.sigmoid(x) if i < LAYERS - 1 else x
-    return x
+def trajectory(found_infs, init=2.0**16, interval=3):
+    scale, tracker, out = init, 0, []
+    for found in found_infs:
+        if found:
+            scale, tracker = scale * 0.5, 0
+        else:
+            tracker += 1
+            if tracker == interval:
+                scale, tracker = scale * 2.0, 0
+        out.append(scale)
+    return out
 
 
-def silu_kept(policy):
-    x = Variable(X.copy())
-    if policy is None:
-        return saved_blocks(tp, silu_mlp, params, x)[1]
-    pair = create_selective_checkpoint_contexts(policy)
-    y = checkpoint(silu_mlp, x, use_reentrant=False, context_fn=lambda: pair)
-    return sac.kept_bytes(pair[0], besides=[y])
-
-
-silu_none, silu_products = silu_kept(None), silu_kept([F.LinearFunction])
-print(f"SiLU MLP: no checkpoint {silu_none // 1024} KiB, products kept {silu_products // 1024} KiB")
+print(trajectory([False, False, False, True, False, True, False, False, False]))
 
 # %% [markdown]
-# **2. A budget.** Write `budget_policy(limit)`: a policy that keeps the
-# products in the order they come until `limit` bytes are kept, and
-# recomputes everything else. With room for one product, which
-# recomputations remain? The gradients must still be torch's.
+# **2. The largest safe scale.** The largest float16 number is 65504.
+# Write `safe_scale(max_grad)`: the largest power of two $S$ for which
+# `max_grad * S` stays finite in float16.
 
 # %% tags=["hide-cell"]
-def budget_policy(limit):
-    used = [0]
-
-    def policy(ctx, op, *args, **kwargs):
-        if op is F.LinearFunction and used[0] + ctx.op_output.data.nbytes <= limit:
-            used[0] += ctx.op_output.data.nbytes
-            return CheckpointPolicy.MUST_SAVE
-        return CheckpointPolicy.PREFER_RECOMPUTE
-    return policy
+def safe_scale(max_grad):
+    return 2.0 ** np.floor(np.log2(65504 / max_grad))
 
 
-one_product = N * D * 8
-budget_kept, budget_counts, budget_grads = measure(budget_policy(one_product))
-print("room for one product: run again", budget_counts, "| gradients vs no checkpoint",
-      below(max(np.abs(g - p).max() for g, p in zip(budget_grads, plain_grads)), 1e-15))
+print(safe_scale(0.3), np.float16(0.3 * safe_scale(0.3)))

@@ -1,30 +1,31 @@
 # %% [markdown]
-# # Step 63: Forward mode
+# # Step 63: Selective activation checkpointing
 #
-# Every gradient so far came from reverse mode: one forward pass records
-# the graph, one backward pass carries $\partial L/\partial(\cdot)$ from the
-# output back to every input. [Step 05](step05.ipynb) showed the other
-# order of the chain rule, from the input forward, with numbers worked by
-# hand. This step makes that order a mechanism: **forward-mode automatic
-# differentiation**, PyTorch's `torch.autograd.forward_ad`. Each value
-# carries a *tangent*, its derivative along one direction of the inputs,
-# and every operation computes its output's tangent as it computes its
-# output. One forward pass, no graph, no backward: out comes $J\,v$, the
-# Jacobian times a direction.
+# Step 43's checkpoint is all or nothing: a region keeps only its inputs,
+# and backward runs all of it again. Yet the operations in a region are
+# not alike. A matrix product costs $2\,n\,d_{in}\,d_{out}$ operations
+# for an output of $n\,d_{out}$ numbers; a `tanh` costs one per number.
+# Keeping the products and recomputing the cheap element-wise operations
+# buys back most of the compute, often for a part of the memory (measured
+# below: when it is, and when not). PyTorch's
+# **selective activation checkpointing** does that: a *policy* says, for
+# each operation in the region, whether its output is kept or computed
+# again. This step builds it on step 43's checkpoint, through the
+# argument PyTorch opens for it, `context_fn`.
 
 # %%
-import importlib.util
-import math
-import pathlib
+import functools
 import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch as tp
-from tinypytorch import Variable, autograd, core, forward_ad_state
+from tinypytorch import Variable, recomputation
 from tinypytorch import functions as F
-from tinypytorch.autograd import forward_ad as fwAD
+from tinypytorch.utils import checkpoint as checkpoint_module
+from tinypytorch.utils import selective_checkpoint as sac
+from tinypytorch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 from tinypytorch.utils.listing import show_code
 
 
@@ -35,319 +36,486 @@ def below(error, bound):
     return f"< {bound:.0e}"
 
 
+N, D, LAYERS = 64, 128, 3  # a batch of 64 rows through three 128 x 128 layers, float64
+rng = np.random.default_rng(60)
+X = rng.standard_normal((N, D))
+WEIGHTS = [(rng.standard_normal((D, D)) / np.sqrt(D), rng.standard_normal(D) / 10) for _ in range(LAYERS)]
+COUNTED = (F.LinearFunction, F.Tanh)
+
+
+class counting_recomputations:
+    """Counts, per Function class, the forwards that run while recomputing (wrapping the classes' own forward)."""
+
+    def __enter__(self):
+        self.counts, self.originals = {c.__name__: 0 for c in COUNTED}, {c: c.__dict__["forward"] for c in COUNTED}
+        for c, forward in self.originals.items():
+            c.forward = self.counting(c.__name__, forward)
+        return self.counts
+
+    def counting(self, name, forward):
+        def run(op, *xs):
+            self.counts[name] += recomputation.is_recomputing()
+            return forward(op, *xs)
+        return run
+
+    def __exit__(self, *exc):
+        for c, forward in self.originals.items():
+            c.forward = forward
+
+
+def block(fw, t):
+    """(where, bytes) of the memory a tensor lives in: a view (a weight's transpose) is its base's memory."""
+    if fw is not tp:
+        return t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+    a = t.data
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return id(a), a.nbytes
+
+
+def saved_blocks(fw, run_forward, params, x):
+    """Bytes of the distinct memory a forward saves that is neither a parameter's nor the input's (no checkpoint)."""
+    blocks, skip = {}, {block(fw, p)[0] for pair in params for p in pair} | {block(fw, x)[0]}
+
+    def pack(t):
+        where, nbytes = block(fw, t)
+        if where not in skip:
+            blocks[where] = nbytes
+        return t
+    hooks = tp.autograd.graph.saved_tensors_hooks if fw is tp else fw.autograd.graph.saved_tensors_hooks
+    with hooks(pack, lambda t: t):
+        y = run_forward(x)
+    return y, sum(blocks.values())
+
+
 # %% [markdown]
-# ## Dual numbers by hand
+# ## From all or nothing to a policy per operation
 #
-# Take numbers of the form $a + b\,\varepsilon$ with one rule,
-# $\varepsilon^2 = 0$. Then
-# $(a + b\varepsilon)(c + d\varepsilon) = ac + (ad + bc)\,\varepsilon$:
-# the $\varepsilon$ part follows the product rule. And by Taylor,
-# $f(a + b\varepsilon) = f(a) + f'(a)\,b\,\varepsilon$, every higher power
-# of $\varepsilon$ being zero. So a function evaluated on $x + 1\varepsilon$
-# returns its value *and* its derivative. A class of a few lines does it:
+# The region is a small MLP: three `Linear` layers with `tanh` between.
+# A policy is a function `policy_fn(ctx, op, *args, **kwargs)`; `op` is
+# the operation (here the package's Function class, `LinearFunction` or
+# `Tanh`; in PyTorch an ATen operator such as `aten.addmm.default`),
+# `args` its inputs, and `ctx.op_output` its output. It returns a
+# `CheckpointPolicy`: `MUST_SAVE` or `PREFER_SAVE` keep the output,
+# `MUST_RECOMPUTE` or `PREFER_RECOMPUTE` let backward compute it again
+# (the `MUST_`/`PREFER_` difference matters only to `torch.compile`). A
+# bool also works: `True` is `MUST_SAVE`, `False` is `PREFER_RECOMPUTE`.
+# `create_selective_checkpoint_contexts(policy_fn)` turns the policy into
+# a pair of contexts, and `checkpoint` takes a function that makes that
+# pair as `context_fn`. Here a policy that keeps the products, and says
+# when it is asked:
 
 # %%
-class Dual:
-    """a + b ε with ε² = 0: `value` a, `tangent` b."""
-
-    def __init__(self, value, tangent=0.0):
-        self.value, self.tangent = value, tangent
-
-    def __add__(self, other):
-        other = other if isinstance(other, Dual) else Dual(other)
-        return Dual(self.value + other.value, self.tangent + other.tangent)
-
-    def __mul__(self, other):
-        other = other if isinstance(other, Dual) else Dual(other)
-        return Dual(self.value * other.value, self.tangent * other.value + self.value * other.tangent)
-
-    __radd__, __rmul__ = __add__, __mul__
+params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
 
 
-def sin(x):
-    return Dual(math.sin(x.value), math.cos(x.value) * x.tangent)
+def mlp(x):
+    for i, (W, b) in enumerate(params):
+        x = F.linear(x, W, b)
+        x = F.tanh(x) if i < LAYERS - 1 else x
+    return x
 
 
-def exp(x):
-    return Dual(math.exp(x.value), math.exp(x.value) * x.tangent)
+def keep_products(ctx, op, *args, **kwargs):
+    print(f"  asked: {op.__name__:15} is_recompute={ctx.is_recompute}  output {ctx.op_output.shape}")
+    return CheckpointPolicy.MUST_SAVE if op is F.LinearFunction else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-y = Dual(2.0, 1.0) * sin(Dual(2.0, 1.0))  # f(x) = x sin x at x = 2, seeded with dx/dx = 1
-print(f"f(2)  = {y.value:.12f}   x sin x            = {2 * math.sin(2):.12f}")
-print(f"f'(2) = {y.tangent:.12f}   sin x + x cos x    = {math.sin(2) + 2 * math.cos(2):.12f}")
-b = exp(Dual(0.5, 1.0) * Dual(0.5, 1.0))  # step 05's y = (e^(x²))² at x = 0.5
-print(f"step 05's chain: {(b * b).tangent:.9f}   (step 05: 3.297442541, 2 e^0.5 = {2 * math.exp(0.5):.9f})")
+context_fn = functools.partial(create_selective_checkpoint_contexts, keep_products)
+print("forward:")
+y = checkpoint(mlp, Variable(X.copy()), use_reentrant=False, context_fn=context_fn)
+print("backward:")
+with counting_recomputations() as ran_again:
+    (y * y).sum().backward()
+print("run again in backward:", ran_again)
 
 # %% [markdown]
-# Both derivatives agree with the formulas to the last printed digit, and
-# the second with step 05's forward-mode and reverse-mode numbers. No
-# difference quotient, no graph: the tangent rides along with the value.
+# The policy is asked once per operation, during the first run only
+# (PyTorch 2.13 does the same: `is_recompute` is kept for older code and
+# is always `False`). Backward then ran the two `tanh` again and none of
+# the products. A list of operations is the short form of such a policy:
+# `create_selective_checkpoint_contexts([F.LinearFunction])` keeps those
+# (`MUST_SAVE`) and recomputes the rest.
 #
-# ## Why forward mode: a column, not a row
+# ## The policy and the context pair
 #
-# For $y = f(x)$ with $x \in \mathbb{R}^n$, $y \in \mathbb{R}^m$ and
-# Jacobian $J$ ($m \times n$), the two modes traverse the same graph in
-# opposite directions. Forward mode pushes a tangent $v$ from the inputs
-# and gets $J\,v$: **a column** of $J$ when $v$ is a unit vector. Reverse
-# mode pulls a gradient $u$ from the outputs and gets $u^\top J$: **a
-# row**. A loss ($m = 1$) has one row: reverse mode wins, which is why
-# training uses it. A map with few inputs and many outputs, or a single
-# directional derivative, is forward mode's case; so is a Jacobian–vector
-# product without storing the graph.
+# The pair shares one storage. The first context is open around the first
+# run, the second around each recomputation; `checkpoint` enters them
+# (for `use_reentrant=False` only, as PyTorch) by wrapping the function:
+
+# %%
+show_code(checkpoint_module._in_contexts, sac.create_selective_checkpoint_contexts, sac._as_policy)
+
+# %% [markdown]
+# An answer that is neither a policy nor a bool is refused here. PyTorch
+# 2.13 takes `None` or `"save"` without a word and recomputes: a policy
+# that forgot a `return` would silently save nothing.
+#
+# How does a context see each operation? PyTorch's pair are
+# `TorchDispatchMode`s, which see every ATen call below autograd. The
+# package has one door for it: while a context is open,
+# `Function.dispatch_mode` is set, and `Function.__call__` (one check,
+# first thing) hands the call to `_dispatch`. The innermost context of
+# the thread handles it and is set aside meanwhile, so the operation
+# itself, and anything the policy runs, goes through as usual:
+
+# %%
+show_code(sac._dispatch, sac._run)
+
+# %% [markdown]
+# ## The storage: one queue per operation
+#
+# The first run numbers the calls of each operation, 0, 1, 2, ... and
+# stores, under that number, either the output (with the version counter
+# of its tensor) or a mark that says "recompute". The recomputation
+# numbers its calls the same way and takes, for each, what is stored: a
+# kept output comes back instead of running the forward, and is marked
+# *consumed*; a "recompute" mark lets the operation run. Per operation it
+# is a queue, first in, first out. A package Function's forward also saves
+# tensors for its own backward, and sets a few attributes (shapes): the
+# stand-in forward sets and saves the same, from the kept outputs and the
+# recomputation's inputs.
+
+# %%
+show_code(sac._CachingMode.handle, sac._CachedMode.handle, sac._CachedMode.take)
+
 
 # %% tags=["hide-input"]
-def draw_modes():
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.5))
-    nodes = {"x": (0, 1), "w": (0, 0), "a = x·w": (1, 0.5), "y = sin a": (2, 0.5)}
-    edges = [("x", "a = x·w"), ("w", "a = x·w"), ("a = x·w", "y = sin a")]
-    for ax, title, forward, colour in ((axes[0], "forward mode: tangents, $J\\,v$", True, "tab:blue"),
-                                       (axes[1], "reverse mode: gradients, $u^T J$", False, "tab:red")):
-        box = {name: ax.text(x, y, name, ha="center", va="center", bbox=dict(boxstyle="round", fc="white", ec="grey"))
-               for name, (x, y) in nodes.items()}
-        for a, b in edges:  # from box edge to box edge, however wide the names
-            start, end = (a, b) if forward else (b, a)
-            ax.annotate("", nodes[end], nodes[start], arrowprops=dict(
-                arrowstyle="-|>", color=colour, lw=2, shrinkA=3, shrinkB=3,
-                patchA=box[start].get_bbox_patch(), patchB=box[end].get_bbox_patch()))
-        labels = (["ẋ, ẇ given", "ȧ = ẋw + xẇ", "ẏ = cos a · ȧ"] if forward
-                  else ["x̄ = ā·w, w̄ = ā·x", "ā = ȳ·cos a", "ȳ = 1 given"])
-        for (x, y), label in zip([(0, -0.45), (1, 0.05), (2, 0.05)], labels):
-            ax.text(x, y, label, ha="center", color=colour, fontsize=9)
-        ax.set_title(title)
-        ax.set_xlim(-0.6, 2.6), ax.set_ylim(-0.7, 1.3), ax.axis("off")
-    plt.tight_layout()
+def storage_picture():
+    """The storage of the keep-the-products region: after the first run, and after the recomputation."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 2.6))
+    rows = {"LinearFunction": 3, "Tanh": 2}
+    for axis, stage in zip(axes, ("after the first run", "after the recomputation")):
+        for r, (op, calls) in enumerate(rows.items()):
+            axis.text(-0.2, -r, op, ha="right", va="center", fontsize=9)
+            for i in range(calls):
+                kept = op == "LinearFunction"
+                label = ("output kept" if kept else "recompute") if stage.startswith("after the first") else \
+                    ("consumed" if kept else "recompute")
+                color = {"output kept": "C0", "recompute": "0.85", "consumed": "white"}[label]
+                axis.add_patch(plt.Rectangle((i * 1.3, -r - 0.35), 1.1, 0.7, facecolor=color, edgecolor="0.3"))
+                axis.text(i * 1.3 + 0.55, -r, f"[{i}]\n{label}", ha="center", va="center", fontsize=7.5,
+                          color="white" if color == "C0" else "black")
+        axis.annotate("", xy=(3.9, 0.55), xytext=(0, 0.55), arrowprops=dict(arrowstyle="->", color="0.4"))
+        axis.text(1.95, 0.75, "calls in order: first in, first out", ha="center", fontsize=8, color="0.3")
+        axis.set(xlim=(-2.2, 4.0), ylim=(-1.6, 1.0), title=stage)
+        axis.axis("off")
+    fig.tight_layout()
     plt.show()
 
 
-draw_modes()
+storage_picture()
 
 # %% [markdown]
-# Forward mode needs the tangent rule of each operation, its **JVP**
-# (Jacobian–vector product), as reverse mode needs its VJP (the
-# `backward` of every Function). And it needs no memory for the graph: a
-# tangent is used by the next operation and can be dropped, as the value
-# is.
+# Being consumed is what makes a second backward through the region fail,
+# and the version counter what makes a changed output fail: both below.
 #
-# ## `forward_ad`: dual tensors
+# ## The memory/compute frontier
 #
-# PyTorch's API has three parts: a level (`dual_level()`, a with block)
-# within which tensors may carry tangents; `make_dual(primal, tangent)`
-# making such a tensor; `unpack_dual(y)` giving back `(primal, tangent)`.
-# A tensor without a tangent counts as a zero tangent.
+# Four ways to run the region, measured: no checkpoint; plain
+# checkpointing (`PREFER_RECOMPUTE` everywhere, step 43); keep the
+# products; and keep everything (`PREFER_SAVE` everywhere). Memory is
+# what is held for backward besides the region's input and output and the
+# weights: without a checkpoint, the tensors the operations saved
+# (counted by a pack hook); with one, the outputs the storage keeps.
+# Compute is what runs again, counted on each Function's forward; its
+# cost in floating-point operations is $2\,n\,d^2 + n\,d$ for a `Linear`
+# (product and bias) and $n\,d$ for a `tanh`.
 
 # %%
-x = Variable(np.array([0.5, 1.0, 2.0]), requires_grad=False)
-w = Variable(np.array([1.5, -1.0, 0.5]), requires_grad=False)
-with fwAD.dual_level():
-    dual_x = fwAD.make_dual(x, np.array([1.0, 0.0, 0.0]))  # direction: the first element of x
-    y = tp.sin(dual_x * w)
-    value, tangent = fwAD.unpack_dual(y)
-    print("y      ", np.round(value.data, 6))
-    print("dy/dx0 ", np.round(tangent.data, 6) + 0.0)
-    print("cos(x0 w0) w0 =", round(np.cos(0.75) * 1.5, 6),
-          "(the first place; the others do not depend on x0)")
-print("after the level:", fwAD.unpack_dual(y).tangent)
+FLOPS = {"LinearFunction": 2 * N * D * D + N * D, "Tanh": N * D}
+POLICIES = {"no checkpoint": None,
+            "plain checkpoint": lambda *a, **k: CheckpointPolicy.PREFER_RECOMPUTE,
+            "keep the products": [F.LinearFunction],
+            "keep everything": lambda *a, **k: CheckpointPolicy.PREFER_SAVE}
+
+
+def measure(policy):
+    """(kept bytes, recomputations per Function, gradients) of one backward through the region."""
+    x = Variable(X.copy())
+    if policy is None:
+        y, kept = saved_blocks(tp, mlp, params, x)
+    else:
+        pair = create_selective_checkpoint_contexts(policy)
+        y = checkpoint(mlp, x, use_reentrant=False, context_fn=lambda: pair)
+        kept = sac.kept_bytes(pair[0], besides=[y])  # y: held anyway, by whoever called
+    for W, b in params:
+        W.grad = b.grad = None
+    with counting_recomputations() as counts:
+        (y * y).sum().backward()
+    return kept, counts, [p.grad.data.copy() for pair in params for p in pair]
+
+
+ours = {name: measure(policy) for name, policy in POLICIES.items()}
+for name, (kept, counts, _) in ours.items():
+    flops = sum(FLOPS[op] * n for op, n in counts.items())
+    print(f"{name:18} kept {kept // 1024:4d} KiB   run again {counts}   {flops / 1e6:.2f} MFLOP")
 
 # %% [markdown]
-# Inside, the mechanism sits where every operation passes:
-# `Function.__call__`. While no level is open it costs one module-global
-# read (`forward_ad_state.open_dual_levels`, as autocast's open-block
-# count); under a level each operation calls `push_tangents`, which gathers
-# its inputs' tangents and runs its `jvp`:
+# In this MLP every layer's backward needs one tensor anyway, the `tanh`
+# output (the `tanh` and the next product both read it), so keeping the
+# products costs as much memory as no checkpoint. Where an activation's
+# backward keeps more (exercise 1), keeping only the products is the
+# cheaper side. **Keeping everything is not the same as no checkpoint**,
+# as PyTorch's documentation warns: it keeps every output, also the
+# pre-activations that no backward formula needs (twice the memory
+# here), and backward still runs the region's Python again, though every
+# operation then takes its output from the storage.
 
-# %%
-show_code(core.Function.push_tangents, forward_ad_state.tangent_of)
+# %% tags=["hide-cell"]
+import torch  # noqa: E402
+import torch.utils.checkpoint as tc  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-# %% [markdown]
-# The tangents live in the state module keyed by the tensor, not on it, so
-# `detach()` (a new tensor) has none, and closing the level drops them all.
-# A tangent remembers the tensor's version (step 36): a tensor changed in
-# place after its tangent was set refuses to give a stale one.
-#
-# ## Tangent rules
-#
-# A rule sits next to its operation's `forward` and `backward`. Compare
-# with the backward: `Mul`'s JVP is the product rule
-# $d(x_0x_1) = dx_0\,x_1 + x_0\,dx_1$; `Sin`'s multiplies by $\cos x$;
-# `MatMul`'s is $dX\,W + X\,dW$. An operation linear in its inputs
-# (reshape, sum, indexing, concatenation, ...) is its own JVP:
-# `jvp_by_forward` runs it on the tangents.
-
-# %%
-show_code(core.Mul.jvp, F.Sin.jvp, F.MatMul.jvp, core.Function.jvp_by_forward)
-
-# %% [markdown]
-# An operation without a rule does not give a zero or stale tangent: its
-# default `jvp` raises PyTorch's `NotImplementedError`. Of the package's
-# operations, the in-place ones (`zero_`, `x[0] = w`, a view changed in
-# place) have none yet.
-#
-# ## A custom Function's `jvp`
-#
-# A custom `autograd.Function` (step 49) gains a third static method,
-# `jvp(ctx, *grad_inputs)`: one tangent per argument of `forward`, one per
-# output back. Its `forward` runs with forward AD paused, as PyTorch runs
-# it; without a `jvp`, PyTorch's error.
-
-# %%
-class Cube(autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.x = x
-        return x ** 3
-
-    @staticmethod
-    def backward(ctx, grad):
-        return 3 * ctx.x ** 2 * grad
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        return 3 * ctx.x ** 2 * tangent
+torch.set_num_threads(1)
+TORCH_POLICIES = {"no checkpoint": None, "plain checkpoint": lambda *a, **k: tc.CheckpointPolicy.PREFER_RECOMPUTE,
+                  "keep the products": [torch.ops.aten.addmm.default],
+                  "keep everything": lambda *a, **k: tc.CheckpointPolicy.PREFER_SAVE}
+TORCH_FLOPS = {"addmm": FLOPS["LinearFunction"], "tanh": FLOPS["Tanh"], "t": 0}
 
 
-with fwAD.dual_level():
-    print("Cube's JVP:", fwAD.unpack_dual(Cube.apply(fwAD.make_dual(x, np.ones(3)))).tangent.data, "= 3x²")
-    try:
-        Cube.jvp = autograd.Function.jvp  # the rule taken away
-        Cube.apply(fwAD.make_dual(w, np.ones(3)))
-    except NotImplementedError as error:
-        print(textwrap.fill(f"NotImplementedError: {error}", 100))
+class TorchRecomputations(TorchDispatchMode):
+    """Counts the ATen operations that run while `on` (set by the region during its second run)."""
 
-# %% [markdown]
-# `gradcheck(..., check_forward_ad=True)` compares forward mode's Jacobian,
-# built column by column with one-hot tangents, against the numerical one,
-# as PyTorch's keyword does.
+    def __init__(self):
+        super().__init__()
+        self.on, self.counts = False, {}
 
-# %%
-x64 = Variable(np.random.default_rng(61).uniform(0.5, 2.0, (2, 3)))
-print("gradcheck, forward mode:",
-      autograd.gradcheck(lambda a: F.log(a) * tp.sin(a), (x64,), check_forward_ad=True))
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.on and func is not torch.ops.aten.detach.default:
+            name = func.overloadpacket.__name__
+            self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
 
-# %% [markdown]
-# ## Check against PyTorch
-#
-# Every operation of the package's operation table (`tests/operations.py`,
-# each row with its torch twin): random tangents on every operand, the JVP
-# from `tinypytorch.autograd.forward_ad` against
-# `torch.autograd.forward_ad`'s, float64, `rtol=1e-10`. The rows without
-# a rule must raise.
+
+def torch_measure(policy):
+    tparams = [(torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)) for W, b in WEIGHTS]
+    counter, runs = TorchRecomputations(), []
+
+    def region(x):
+        runs.append(1)
+        counter.on = len(runs) > 1
+        try:
+            for i, (W, b) in enumerate(tparams):
+                x = torch.nn.functional.linear(x, W, b)
+                x = torch.tanh(x) if i < LAYERS - 1 else x
+            return x
+        finally:
+            counter.on = False
+    x = torch.tensor(X)
+    if policy is None:
+        y, kept = saved_blocks(torch, region, tparams, x)
+    else:
+        pair = tc.create_selective_checkpoint_contexts(policy)
+        y = tc.checkpoint(region, x, use_reentrant=False, context_fn=lambda: pair)
+        weights = {p.untyped_storage().data_ptr() for pair_ in tparams for p in pair_}
+        blocks = {e.val.untyped_storage().data_ptr(): e.val.untyped_storage().nbytes()
+                  for entries in pair[0].storage.values() for e in entries.values() if hasattr(e, "val")}
+        kept = sum(n for ptr, n in blocks.items() if ptr not in weights | {y.untyped_storage().data_ptr()})
+    with counter:
+        (y * y).sum().backward()
+    return kept, counter.counts, [p.grad.numpy() for pair in tparams for p in pair]
+
+
+theirs = {name: torch_measure(policy) for name, policy in TORCH_POLICIES.items()}
+
 
 # %% tags=["hide-input"]
-import warnings  # noqa: E402
+def frontier_picture():
+    fig, axis = plt.subplots(figsize=(7.5, 3.6))
+    offsets = {"no checkpoint": (10, 8), "plain checkpoint": (-40, 12), "keep the products": (10, -14),
+               "keep everything": (10, 6)}
+    for (name, (kept, counts, _)), (kept_t, counts_t, _) in zip(ours.items(), theirs.values()):
+        flops = sum(FLOPS[op] * n for op, n in counts.items()) / 1e6
+        flops_t = sum(TORCH_FLOPS[op] * n for op, n in counts_t.items()) / 1e6
+        axis.plot(flops, kept / 1024, "o", color="C0", markersize=9)
+        axis.plot(flops_t, kept_t / 1024, "x", color="C3", markersize=10, mew=2)
+        label = f"{name}\n({flops:.2f} MFLOP)" if name == "keep the products" else name
+        axis.annotate(label, (flops, kept / 1024), textcoords="offset points", xytext=offsets[name], fontsize=9)
+    axis.annotate("PyTorch: the last addmm\nnot run again (early stop)", (4.23, 0), textcoords="offset points",
+                  xytext=(-60, 30), fontsize=8, color="C3", arrowprops=dict(arrowstyle="->", color="C3"))
+    axis.plot([], [], "o", color="C0", label="tinypytorch")
+    axis.plot([], [], "x", color="C3", mew=2, label="PyTorch")
+    axis.set(xlabel="recomputed in backward (MFLOP)", ylabel="kept for backward (KiB)", xlim=(-0.3, 7.5),
+             ylim=(-20, 300), title="The region's memory against its recomputation, per policy")
+    axis.legend(loc="upper right")
+    fig.tight_layout()
+    plt.show()
 
-import torch  # noqa: E402
-import torch.autograd.forward_ad as tfwAD  # noqa: E402
 
-with warnings.catch_warnings():  # torch 2.13's forward AD loads its rules with torch.jit.script, which warns
-    warnings.simplefilter("ignore", DeprecationWarning)  # that it is deprecated: torch's affair, not the page's
-    torch.func.jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))  # (loaded once, here)
+frontier_picture()
 
-_spec = importlib.util.spec_from_file_location(
-    "operations", pathlib.Path(tp.__file__).resolve().parents[1] / "tests" / "operations.py")
-operations = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(operations)
-
-
-def jvp_pair(op, seed):
-    values = operations.operands(op, seed)
-    tangents = [np.random.default_rng(seed + 10).standard_normal(s) for s in op.shapes]
-    with fwAD.dual_level():
-        ours = fwAD.unpack_dual(op.ours(*[fwAD.make_dual(Variable(v.copy()), t) for v, t in zip(values, tangents)]))
-        ours = ours.tangent.data
-    with tfwAD.dual_level():
-        theirs = op.theirs(*[tfwAD.make_dual(torch.tensor(v), torch.tensor(t)) for v, t in zip(values, tangents)])
-        theirs = tfwAD.unpack_dual(theirs).tangent.numpy()
-    return ours, theirs
-
+# %% [markdown]
+# The two frameworks keep the same bytes. Plain checkpointing differs by
+# one product: PyTorch's autograd saves an operation's inputs *before* it
+# runs, so the recomputation stops (step 43's early stop) once the last
+# `addmm`'s inputs are saved, without running it; a package Function
+# saves from inside its forward, so the last `LinearFunction` runs first.
+#
+# | the package's operation | PyTorch's (ATen) operations |
+# |---|---|
+# | `F.LinearFunction` (`F.linear`) | `aten.t.default` (the weight's transpose, a view) and `aten.addmm.default` (`aten.mm.default` without a bias) |
+# | `F.MatMul` (`tp.matmul`) | `aten.mm.default` |
+# | `F.Tanh`, `F.ReLU` | `aten.tanh.default`, `aten.relu.default` |
+#
+# An operation is named by its Function class here, and by its
+# `OpOverload` in PyTorch: `torch.ops.aten.mm`, an overload *packet*, is
+# refused in a list; `torch.ops.aten.mm.default` is one overload.
+#
+# ## Two errors
+#
+# A kept output is handed out once: a second backward through the region
+# finds it consumed. And it is handed out as it was stored, so if it was
+# changed in place in between, its version counter (step 36) has moved
+# and the recomputation refuses it (`allow_cache_entry_mutation=True`
+# turns that check off). Both, in both frameworks:
 
 # %%
-equal, raised = 0, []
-for op in operations.OPERATIONS:
+def scenario(fw, case):
+    """A region keeping its matmul h, returning (h, tanh(h)); backward twice, or h changed in place."""
+    W = fw.tensor(WEIGHTS[0][0][:4, :4].copy(), requires_grad=True)
+    make, run = ((create_selective_checkpoint_contexts, checkpoint) if fw is tp else
+                 (tc.create_selective_checkpoint_contexts, tc.checkpoint))
+    keep = [F.MatMul if fw is tp else torch.ops.aten.mm.default]
+
+    def region(x):
+        h = fw.matmul(x, W)
+        return h, fw.tanh(h)
+    h, y = run(region, fw.tensor(X[:2, :4].copy()), use_reentrant=False,
+               context_fn=functools.partial(make, keep))
+    if case == "changed in place":
+        h.mul_(2.0)
+    y.sum().backward(retain_graph=True)
+    y.sum().backward()
+
+
+for case in ("backward twice", "changed in place"):
+    for fw in (tp, torch):
+        try:
+            scenario(fw, case)
+        except RuntimeError as error:
+            print(f"{case}, {fw.__name__}:")
+            print(textwrap.fill(f"RuntimeError: {error}", 90,
+                                initial_indent="    ", subsequent_indent="      "))
+
+# %% [markdown]
+# `checkpoint(..., use_reentrant=True, context_fn=...)` is refused with
+# PyTorch's message: the reentrant form (step 42) runs its region under
+# `no_grad` and has no place for the contexts.
+#
+# ## Check against PyTorch
+#
+# For each policy, the gradients must equal those without a checkpoint
+# (exactly: the same operations on the same arrays) and torch's with the
+# same policy over `aten.addmm`; the kept bytes must equal torch's; what
+# runs again must match per operation type (`Tanh` as `tanh`,
+# `LinearFunction` as `addmm`, less the one product torch's early stop
+# skips in plain checkpointing). The errors above must carry torch's
+# messages.
+
+# %%
+def runs(counts):
+    return ", ".join(f"{op} {n}" for op, n in counts.items() if n) or "nothing"
+
+
+plain_grads = ours["no checkpoint"][2]
+for name in POLICIES:
+    (kept, counts, grads), (kept_t, counts_t, grads_t) = ours[name], theirs[name]
+    assert all(np.array_equal(g, p) for g, p in zip(grads, plain_grads))
+    error = max(np.abs(g - t).max() for g, t in zip(grads, grads_t))
+    assert kept == kept_t and counts["Tanh"] == counts_t.get("tanh", 0)
+    assert counts["LinearFunction"] == counts_t.get("addmm", 0) + (name == "plain checkpoint")
+    print(f"{name}: gradients = no checkpoint's, vs torch's {below(error, 1e-12)}; "
+          f"kept {kept // 1024} KiB = torch's")
+    print(f"    run again: {runs(counts)}  (torch: {runs(counts_t)})")
+messages = {}
+for case in ("backward twice", "changed in place"):
+    for fw in (tp, torch):
+        try:
+            scenario(fw, case)
+        except RuntimeError as error:
+            messages[case, fw.__name__] = str(error)
+for case, expected in (("backward twice", sac.BACKWARD_TWICE), ("changed in place", sac.MUTATED)):
+    assert messages[case, "tinypytorch"] == messages[case, "torch"] == expected, case
+refused = []
+for run, make, op in ((checkpoint, create_selective_checkpoint_contexts, F.MatMul),
+                      (tc.checkpoint, tc.create_selective_checkpoint_contexts, torch.ops.aten.mm.default)):
     try:
-        ours, theirs = jvp_pair(op, seed=0)
-    except NotImplementedError:
-        raised.append(op.name)
-        continue
-    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
-    equal += 1
-assert equal + len(raised) == len(operations.OPERATIONS) and len(raised) == 3
-print(f"{equal} of {len(operations.OPERATIONS)} operations: JVPs equal torch's")
-print("raise NotImplementedError (no rule yet):", ", ".join(raised))
-print("PyTorch check passed: JVPs of", equal, "operations equal torch.autograd.forward_ad's")
+        run(lambda x: x * 2, torch.tensor(X) if run is tc.checkpoint else Variable(X), use_reentrant=True,
+            context_fn=functools.partial(make, [op]))
+    except ValueError as error:
+        refused.append(str(error))
+assert len(refused) == 2 and refused[0] == refused[1]
+print("backward twice, a kept output changed in place, context_fn with use_reentrant=True: "
+      "torch's messages")
+print("PyTorch check passed: torch's gradients, kept bytes, recomputations and errors")
 
 # %% [markdown]
 # ## Recap
 #
-# - A dual number $a + b\varepsilon$ with $\varepsilon^2 = 0$ carries a
-#   derivative along with a value; forward mode does that for tensors.
-# - One forward pass gives $J\,v$, a column of the Jacobian; one backward
-#   pass gives $u^\top J$, a row. Few inputs or one direction: forward;
-#   a scalar loss: reverse.
-# - `with forward_ad.dual_level():`, `make_dual(x, v)`,
-#   `unpack_dual(y) -> (primal, tangent)`; a missing tangent is zero; the
-#   tangents go when the level closes, and with `detach()`; one level at a
-#   time; none under `inference_mode`.
-# - Each operation has a `jvp` next to its `backward`; a custom Function
-#   gets a static `jvp(ctx, *grad_inputs)`; no rule raises.
+# - `checkpoint(f, x, use_reentrant=False, context_fn=...)`: `context_fn()`
+#   gives two contexts, one around the first run, one around each
+#   recomputation.
+# - `create_selective_checkpoint_contexts(policy_fn or a list of ops)`
+#   makes that pair. `policy_fn(ctx, op, *args, **kwargs)` is asked once
+#   per operation in the first run and returns a `CheckpointPolicy` (or a
+#   bool); `*_SAVE` keeps the output, `*_RECOMPUTE` lets it run again.
+# - The storage is a queue per operation: kept outputs come back in the
+#   order they were made, each once (a second backward fails), and only
+#   if unchanged since (the version counter).
+# - Plain checkpointing is `PREFER_RECOMPUTE` everywhere; `PREFER_SAVE`
+#   everywhere is not "no checkpoint": it also keeps outputs no backward
+#   formula needs.
+# - Keep what is expensive to compute and cheap to store (matrix
+#   products); recompute the element-wise rest.
 #
 # ## Exercises
 #
-# **1. A directional derivative two ways.** For
-# $L(x) = \sum \tanh(x)\,x$ at a random $x$ and a direction $v$, get
-# $\nabla L \cdot v$ from one forward-mode pass, and from the gradient
-# (one backward pass) dotted with $v$.
+# **1. An activation that keeps more.** Replace `tanh` by SiLU,
+# $x\,\sigma(x)$, written as `x * F.sigmoid(x)`: its backward keeps
+# $x$ and $\sigma(x)$ besides the output the next layer keeps. Measure the
+# kept bytes without a checkpoint and with the products kept, and check
+# them against torch's with `x * torch.sigmoid(x)`.
 
 # %% tags=["hide-cell"]
-rng = np.random.default_rng(0)
-x0, v = rng.standard_normal(5), rng.standard_normal(5)
-with fwAD.dual_level():
-    xd = fwAD.make_dual(Variable(x0), v)
-    directional = fwAD.unpack_dual((tp.tanh(xd) * xd).sum()).tangent.data.item()
-xg = Variable(x0.copy())
-(tp.tanh(xg) * xg).sum().backward()
-print("forward mode", round(directional, 9), "| gradient · v", round(float(xg.grad.data @ v), 9))
+def silu_mlp(x):
+    for i, (W, b) in enumerate(params):
+        x = F.linear(x, W, b)
+        x = x * F.sigmoid(x) if i < LAYERS - 1 else x
+    return x
+
+
+def silu_kept(policy):
+    x = Variable(X.copy())
+    if policy is None:
+        return saved_blocks(tp, silu_mlp, params, x)[1]
+    pair = create_selective_checkpoint_contexts(policy)
+    y = checkpoint(silu_mlp, x, use_reentrant=False, context_fn=lambda: pair)
+    return sac.kept_bytes(pair[0], besides=[y])
+
+
+silu_none, silu_products = silu_kept(None), silu_kept([F.LinearFunction])
+print(f"SiLU MLP: no checkpoint {silu_none // 1024} KiB, products kept {silu_products // 1024} KiB")
 
 # %% [markdown]
-# **2. A Jacobian column by column.** For
-# $f(x) = (x_0 x_1,\ \sin x_0,\ x_1^2)$ at $x = (1, 2)$, build the
-# $3 \times 2$ Jacobian with two forward passes, one per unit tangent.
+# **2. A budget.** Write `budget_policy(limit)`: a policy that keeps the
+# products in the order they come until `limit` bytes are kept, and
+# recomputes everything else. With room for one product, which
+# recomputations remain? The gradients must still be torch's.
 
 # %% tags=["hide-cell"]
-def f(x):
-    return tp.concatenate([x[0:1] * x[1:2], tp.sin(x[0:1]), x[1:2] ** 2])
+def budget_policy(limit):
+    used = [0]
+
+    def policy(ctx, op, *args, **kwargs):
+        if op is F.LinearFunction and used[0] + ctx.op_output.data.nbytes <= limit:
+            used[0] += ctx.op_output.data.nbytes
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+    return policy
 
 
-def jacobian_by_columns(f, x):
-    columns = []
-    for k in range(x.numel()):
-        with fwAD.dual_level():
-            columns.append(fwAD.unpack_dual(f(fwAD.make_dual(x, np.eye(x.numel())[k]))).tangent.data)
-    return np.stack(columns, axis=1)
-
-
-print(np.round(jacobian_by_columns(f, Variable(np.array([1.0, 2.0]))), 6))
-
-# %% [markdown]
-# **3. A `jvp` for a custom Function.** Write `SoftPlus`,
-# $\log(1 + e^x)$, as an `autograd.Function` with `forward`, `backward`
-# and `jvp` (its derivative is $\sigma(x)$), and check both with
-# `gradcheck(..., check_forward_ad=True)`.
-
-# %% tags=["hide-cell"]
-class SoftPlus(autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.slope = Variable(1 / (1 + np.exp(-x.data)))
-        return Variable(np.log1p(np.exp(x.data)))
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * ctx.slope
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        return tangent * ctx.slope
-
-
-print("SoftPlus gradcheck (backward and forward mode):",
-      autograd.gradcheck(SoftPlus.apply, (Variable(np.linspace(-2, 2, 5)),), check_forward_ad=True))
+one_product = N * D * 8
+budget_kept, budget_counts, budget_grads = measure(budget_policy(one_product))
+print("room for one product: run again", budget_counts, "| gradients vs no checkpoint",
+      below(max(np.abs(g - p).max() for g, p in zip(budget_grads, plain_grads)), 1e-15))

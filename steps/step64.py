@@ -1,25 +1,30 @@
 # %% [markdown]
-# # Step 64: Jacobians and Hessians, both ways
+# # Step 64: Forward mode
 #
-# [Step 63](step63.ipynb) gave forward mode: one pass pushes a tangent $v$
-# and returns $J\,v$, a **column** of the Jacobian. Reverse mode pulls a
-# cotangent $u$ (a vector shaped like the output, the gradient a backward
-# pass starts from) and returns $u^\top J$, a **row**. This step builds
-# whole Jacobians and Hessians out of those two products, as PyTorch's
-# `torch.func` (`jvp`, `vjp`, `jacfwd`, `jacrev`, `hessian`) and
-# `torch.autograd.functional` (`jacobian`, `hvp`, `vhp`) do, asks when
-# columns are cheaper than rows, and takes a Hessian–vector product without
-# ever forming the Hessian.
+# Every gradient so far came from reverse mode: one forward pass records
+# the graph, one backward pass carries $\partial L/\partial(\cdot)$ from the
+# output back to every input. [Step 05](step05.ipynb) showed the other
+# order of the chain rule, from the input forward, with numbers worked by
+# hand. This step makes that order a mechanism: **forward-mode automatic
+# differentiation**, PyTorch's `torch.autograd.forward_ad`. Each value
+# carries a *tangent*, its derivative along one direction of the inputs,
+# and every operation computes its output's tangent as it computes its
+# output. One forward pass, no graph, no backward: out comes $J\,v$, the
+# Jacobian times a direction.
 
 # %%
+import importlib.util
+import math
+import pathlib
 import textwrap
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch as tp
-from tinypytorch import Variable, func
-from tinypytorch.autograd import functional
+from tinypytorch import Variable, autograd, core, forward_ad_state
+from tinypytorch import functions as F
+from tinypytorch.autograd import forward_ad as fwAD
 from tinypytorch.utils.listing import show_code
 
 
@@ -30,329 +35,319 @@ def below(error, bound):
     return f"< {bound:.0e}"
 
 
-def const(array):
-    return Variable(np.asarray(array, dtype=float), requires_grad=False)
+# %% [markdown]
+# ## Dual numbers by hand
+#
+# Take numbers of the form $a + b\,\varepsilon$ with one rule,
+# $\varepsilon^2 = 0$. Then
+# $(a + b\varepsilon)(c + d\varepsilon) = ac + (ad + bc)\,\varepsilon$:
+# the $\varepsilon$ part follows the product rule. And by Taylor,
+# $f(a + b\varepsilon) = f(a) + f'(a)\,b\,\varepsilon$, every higher power
+# of $\varepsilon$ being zero. So a function evaluated on $x + 1\varepsilon$
+# returns its value *and* its derivative. A class of a few lines does it:
 
+# %%
+class Dual:
+    """a + b ε with ε² = 0: `value` a, `tangent` b."""
+
+    def __init__(self, value, tangent=0.0):
+        self.value, self.tangent = value, tangent
+
+    def __add__(self, other):
+        other = other if isinstance(other, Dual) else Dual(other)
+        return Dual(self.value + other.value, self.tangent + other.tangent)
+
+    def __mul__(self, other):
+        other = other if isinstance(other, Dual) else Dual(other)
+        return Dual(self.value * other.value, self.tangent * other.value + self.value * other.tangent)
+
+    __radd__, __rmul__ = __add__, __mul__
+
+
+def sin(x):
+    return Dual(math.sin(x.value), math.cos(x.value) * x.tangent)
+
+
+def exp(x):
+    return Dual(math.exp(x.value), math.exp(x.value) * x.tangent)
+
+
+y = Dual(2.0, 1.0) * sin(Dual(2.0, 1.0))  # f(x) = x sin x at x = 2, seeded with dx/dx = 1
+print(f"f(2)  = {y.value:.12f}   x sin x            = {2 * math.sin(2):.12f}")
+print(f"f'(2) = {y.tangent:.12f}   sin x + x cos x    = {math.sin(2) + 2 * math.cos(2):.12f}")
+b = exp(Dual(0.5, 1.0) * Dual(0.5, 1.0))  # step 05's y = (e^(x²))² at x = 0.5
+print(f"step 05's chain: {(b * b).tangent:.9f}   (step 05: 3.297442541, 2 e^0.5 = {2 * math.exp(0.5):.9f})")
 
 # %% [markdown]
-# ## A column per forward pass, a row per backward pass
+# Both derivatives agree with the formulas to the last printed digit, and
+# the second with step 05's forward-mode and reverse-mode numbers. No
+# difference quotient, no graph: the tangent rides along with the value.
 #
-# For $f:\mathbb{R}^n\to\mathbb{R}^m$ the Jacobian $J$ is $m\times n$.
-# Feeding the unit tangent $e_k$ forward gives column $k$; feeding the unit
-# cotangent $e_i$ backward gives row $i$. So `jacfwd` needs $n$ passes and
-# `jacrev` needs $m$ (after one forward pass that records the graph).
+# ## Why forward mode: a column, not a row
+#
+# For $y = f(x)$ with $x \in \mathbb{R}^n$, $y \in \mathbb{R}^m$ and
+# Jacobian $J$ ($m \times n$), the two modes traverse the same graph in
+# opposite directions. Forward mode pushes a tangent $v$ from the inputs
+# and gets $J\,v$: **a column** of $J$ when $v$ is a unit vector. Reverse
+# mode pulls a gradient $u$ from the outputs and gets $u^\top J$: **a
+# row**. A loss ($m = 1$) has one row: reverse mode wins, which is why
+# training uses it. A map with few inputs and many outputs, or a single
+# directional derivative, is forward mode's case; so is a Jacobian–vector
+# product without storing the graph.
 
 # %% tags=["hide-input"]
-def draw_columns_and_rows(m=4, n=6):
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
-    for ax, title, colour, forward in ((axes[0], "jacfwd: column k = J e_k (n passes)", "tab:blue", True),
-                                       (axes[1], "jacrev: row i = e_iᵀ J (m passes)", "tab:red", False)):
-        for i in range(m):
-            for k in range(n):
-                lit = (k == 2) if forward else (i == 1)
-                ax.add_patch(plt.Rectangle((k, m - 1 - i), 0.9, 0.9, color=colour if lit else "0.9"))
-        ax.set_xlim(-0.2, n), ax.set_ylim(-0.2, m), ax.set_aspect("equal"), ax.axis("off")
-        ax.set_title(title, fontsize=10)
-        ax.text(n / 2, -0.15, f"n = {n} inputs", ha="center", va="top", fontsize=9)
-        ax.text(-0.3, m / 2, f"m = {m} outputs", ha="right", va="center", rotation=90, fontsize=9)
+def draw_modes():
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.5))
+    nodes = {"x": (0, 1), "w": (0, 0), "a = x·w": (1, 0.5), "y = sin a": (2, 0.5)}
+    edges = [("x", "a = x·w"), ("w", "a = x·w"), ("a = x·w", "y = sin a")]
+    for ax, title, forward, colour in ((axes[0], "forward mode: tangents, $J\\,v$", True, "tab:blue"),
+                                       (axes[1], "reverse mode: gradients, $u^T J$", False, "tab:red")):
+        box = {name: ax.text(x, y, name, ha="center", va="center", bbox=dict(boxstyle="round", fc="white", ec="grey"))
+               for name, (x, y) in nodes.items()}
+        for a, b in edges:  # from box edge to box edge, however wide the names
+            start, end = (a, b) if forward else (b, a)
+            ax.annotate("", nodes[end], nodes[start], arrowprops=dict(
+                arrowstyle="-|>", color=colour, lw=2, shrinkA=3, shrinkB=3,
+                patchA=box[start].get_bbox_patch(), patchB=box[end].get_bbox_patch()))
+        labels = (["ẋ, ẇ given", "ȧ = ẋw + xẇ", "ẏ = cos a · ȧ"] if forward
+                  else ["x̄ = ā·w, w̄ = ā·x", "ā = ȳ·cos a", "ȳ = 1 given"])
+        for (x, y), label in zip([(0, -0.45), (1, 0.05), (2, 0.05)], labels):
+            ax.text(x, y, label, ha="center", color=colour, fontsize=9)
+        ax.set_title(title)
+        ax.set_xlim(-0.6, 2.6), ax.set_ylim(-0.7, 1.3), ax.axis("off")
     plt.tight_layout()
     plt.show()
 
 
-draw_columns_and_rows()
+draw_modes()
 
 # %% [markdown]
-# `tinypytorch.func` writes both as loops over basis vectors (PyTorch
-# batches the same loop with `vmap`). `jvp` runs one forward-mode pass
-# under a `dual_level`; `vjp` records one forward pass and returns a
-# function that runs a backward pass per cotangent. Both transforms take
-# PyTorch's arguments: `argnums` picks the arguments to differentiate,
-# and arguments and outputs may be tuples or dicts of Variables (a
-# model's parameters). `_Call` flattens what is differentiated into a
-# list, `call.inputs`, and `call.nest` puts the blocks of the Jacobian
-# back into PyTorch's structure; `call.push` is one forward-mode pass,
-# `call.pull` one backward pass.
-
-# %%
-show_code(func.jacfwd, func.jacrev)
-
-# %%
-rng = np.random.default_rng(62)
-W = rng.standard_normal((3, 2))
-
-
-def layer(x):  # x -> tanh(W x): R^2 -> R^3
-    return tp.tanh(tp.matmul(x.reshape(1, -1), const(W.T))).reshape(-1)
-
-
-x = const([0.5, -1.0])
-J_fwd, J_rev = func.jacfwd(layer)(x), func.jacrev(layer)(x)
-J_hand = (1 - np.tanh(W @ x.data) ** 2)[:, None] * W  # diag(1 - tanh²) W, by the chain rule
-print(np.round(J_fwd.data, 6))
-print("jacfwd vs jacrev:", below(np.abs(J_fwd.data - J_rev.data).max(), 1e-15),
-      "| vs the chain rule by hand:", below(np.abs(J_fwd.data - J_hand).max(), 1e-15))
-
-# %% [markdown]
-# ## When columns are cheaper than rows
+# Forward mode needs the tangent rule of each operation, its **JVP**
+# (Jacobian–vector product), as reverse mode needs its VJP (the
+# `backward` of every Function). And it needs no memory for the graph: a
+# tangent is used by the next operation and can be dropped, as the value
+# is.
 #
-# Count passes for $x\mapsto\tanh(Wx)$ with $W$ of size $m\times n$:
-# `jacfwd` makes $n$ forward-mode passes, `jacrev` one recorded forward
-# pass and $m$ backward passes. The figure counts them by counting the
-# calls of `Tanh.forward` and `Tanh.backward`: every pass runs one of them
-# once, whatever its direction.
+# ## `forward_ad`: dual tensors
+#
+# PyTorch's API has three parts: a level (`dual_level()`, a with block)
+# within which tensors may carry tangents; `make_dual(primal, tangent)`
+# making such a tensor; `unpack_dual(y)` giving back `(primal, tangent)`.
+# A tensor without a tangent counts as a zero tangent.
 
-# %% tags=["hide-input"]
-def count_passes(mode, n, m):
-    """Run jacfwd or jacrev on an m x n map and count the passes it makes, by counting tanh's calls."""
-    W_nm = np.random.default_rng(0).standard_normal((m, n))
-    calls = {"forward": 0, "backward": 0}
-    tanh_forward, tanh_backward = tp.functions.Tanh.forward, tp.functions.Tanh.backward
+# %%
+x = Variable(np.array([0.5, 1.0, 2.0]), requires_grad=False)
+w = Variable(np.array([1.5, -1.0, 0.5]), requires_grad=False)
+with fwAD.dual_level():
+    dual_x = fwAD.make_dual(x, np.array([1.0, 0.0, 0.0]))  # direction: the first element of x
+    y = tp.sin(dual_x * w)
+    value, tangent = fwAD.unpack_dual(y)
+    print("y      ", np.round(value.data, 6))
+    print("dy/dx0 ", np.round(tangent.data, 6) + 0.0)
+    print("cos(x0 w0) w0 =", round(np.cos(0.75) * 1.5, 6),
+          "(the first place; the others do not depend on x0)")
+print("after the level:", fwAD.unpack_dual(y).tangent)
 
-    def counted_forward(self, *a):
-        calls["forward"] += 1
-        return tanh_forward(self, *a)
+# %% [markdown]
+# Inside, the mechanism sits where every operation passes:
+# `Function.__call__`. While no level is open it costs one module-global
+# read (`forward_ad_state.open_dual_levels`, as autocast's open-block
+# count); under a level each operation calls `push_tangents`, which gathers
+# its inputs' tangents and runs its `jvp`:
 
-    def counted_backward(self, *a):
-        calls["backward"] += 1
-        return tanh_backward(self, *a)
-    tp.functions.Tanh.forward, tp.functions.Tanh.backward = counted_forward, counted_backward
+# %%
+show_code(core.Function.push_tangents, forward_ad_state.tangent_of)
+
+# %% [markdown]
+# The tangents live in the state module keyed by the tensor, not on it, so
+# `detach()` (a new tensor) has none, and closing the level drops them all.
+# A tangent remembers the tensor's version (step 36): a tensor changed in
+# place after its tangent was set refuses to give a stale one.
+#
+# ## Tangent rules
+#
+# A rule sits next to its operation's `forward` and `backward`. Compare
+# with the backward: `Mul`'s JVP is the product rule
+# $d(x_0x_1) = dx_0\,x_1 + x_0\,dx_1$; `Sin`'s multiplies by $\cos x$;
+# `MatMul`'s is $dX\,W + X\,dW$. An operation linear in its inputs
+# (reshape, sum, indexing, concatenation, ...) is its own JVP:
+# `jvp_by_forward` runs it on the tangents.
+
+# %%
+show_code(core.Mul.jvp, F.Sin.jvp, F.MatMul.jvp, core.Function.jvp_by_forward)
+
+# %% [markdown]
+# An operation without a rule does not give a zero or stale tangent: its
+# default `jvp` raises PyTorch's `NotImplementedError`. Of the package's
+# operations, the in-place ones (`zero_`, `x[0] = w`, a view changed in
+# place) have none yet.
+#
+# ## A custom Function's `jvp`
+#
+# A custom `autograd.Function` (step 49) gains a third static method,
+# `jvp(ctx, *grad_inputs)`: one tangent per argument of `forward`, one per
+# output back. Its `forward` runs with forward AD paused, as PyTorch runs
+# it; without a `jvp`, PyTorch's error.
+
+# %%
+class Cube(autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 3 * ctx.x ** 2 * grad
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        return 3 * ctx.x ** 2 * tangent
+
+
+with fwAD.dual_level():
+    print("Cube's JVP:", fwAD.unpack_dual(Cube.apply(fwAD.make_dual(x, np.ones(3)))).tangent.data, "= 3x²")
     try:
-        getattr(func, mode)(lambda a: tp.tanh(tp.matmul(a.reshape(1, -1), const(W_nm.T))).reshape(-1))(const(
-            np.ones(n)))
-    finally:
-        tp.functions.Tanh.forward, tp.functions.Tanh.backward = tanh_forward, tanh_backward
-    return calls["forward"] + calls["backward"]
-
-
-sizes = [2 ** k for k in range(1, 9)]
-passes = {(mode, n): count_passes(mode, n, 512 // n) for mode in ("jacfwd", "jacrev") for n in sizes}
-fig, ax = plt.subplots(figsize=(6, 3.4))
-for mode, colour in (("jacfwd", "tab:blue"), ("jacrev", "tab:red")):
-    ax.plot(sizes, [passes[mode, n] for n in sizes], "o-", color=colour, label=mode)
-ax.set_xscale("log", base=2), ax.set_yscale("log", base=2)
-ax.set_xlabel("n inputs (m = 512 / n outputs)"), ax.set_ylabel("passes through tanh")
-ax.set_title("Same Jacobian, n m = 512: columns win while n < m")
-ax.legend()
-plt.tight_layout()
-plt.show()
-print("  n   m  jacfwd  jacrev")
-for n in sizes:
-    print(f"{n:3d} {512 // n:3d} {passes['jacfwd', n]:7d} {passes['jacrev', n]:7d}")
+        Cube.jvp = autograd.Function.jvp  # the rule taken away
+        Cube.apply(fwAD.make_dual(w, np.ones(3)))
+    except NotImplementedError as error:
+        print(textwrap.fill(f"NotImplementedError: {error}", 100))
 
 # %% [markdown]
-# The lines cross at $n = m$ (about 23, as $nm = 512$): with fewer inputs
-# than outputs, build columns; with fewer outputs, rows. A loss has $m = 1$:
-# one backward pass gives its whole gradient, which is why training uses
-# reverse mode. A pass does not cost the same in both modes (a tangent pass
-# computes values and tangents, a backward pass only gradients but after a
-# recorded forward), so measured times shift the crossover:
-# `bench/speed_jacobians.py` times both, here and in `torch.func`.
-#
-# ## Hessians: forward over reverse
-#
-# The Hessian of a scalar $f$ is the Jacobian of its gradient. `hessian`
-# is PyTorch's default, `jacfwd(jacrev(f))`, forward over reverse: each
-# column is one forward-mode pass pushed through the whole of `jacrev`,
-# its backward passes included. Saved tensors keep their tangents and the
-# backward formulas run on Variables while a dual level is open, so the
-# input's tangent reaches the gradient. `jacrev(jacrev(f))` gives the same
-# matrix by rows: the inner `vjp` records its backward passes
-# (`create_graph=True`) when its input requires grad, as the outer
-# `jacrev`'s does. PyTorch's docs example,
-# $\nabla^2 \sum\sin x = \operatorname{diag}(-\sin x)$:
+# `gradcheck(..., check_forward_ad=True)` compares forward mode's Jacobian,
+# built column by column with one-hot tangents, against the numerical one,
+# as PyTorch's keyword does.
 
 # %%
-x = const([0.3, 1.1, -0.7, 2.0])
-H = func.hessian(lambda a: tp.sin(a).sum())(x)
-print(np.round(H.data, 6) + 0.0)
-print("against diag(-sin x):", below(np.abs(H.data - np.diag(-np.sin(x.data))).max(), 1e-15))
-
-# %% [markdown]
-# The same for a small network's loss, as a function of its first layer's
-# weights (2 × 3, flattened: a 6 × 6 Hessian). Its off-diagonal entries
-# couple weights of both hidden units, which meet in the output and the loss.
-
-# %%
-data, target = rng.standard_normal((5, 3)), rng.standard_normal((5, 1))
-W2 = rng.standard_normal((1, 2))
-
-
-def mlp_loss(w1):  # 3 -> 2 (tanh) -> 1, mean squared error, w1 flattened
-    hidden = tp.tanh(tp.matmul(const(data), w1.reshape(2, 3).T))
-    return ((tp.matmul(hidden, const(W2.T)) - const(target)) ** 2).mean()
-
-
-w1 = const(rng.standard_normal(6))
-H_mlp = func.hessian(mlp_loss)(w1)
-
-# %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(4.2, 3.4))
-image = ax.imshow(H_mlp.data, cmap="RdBu", vmin=-np.abs(H_mlp.data).max(), vmax=np.abs(H_mlp.data).max())
-ax.set_xticks(range(6), [f"w{i}{j}" for i in range(2) for j in range(3)])
-ax.set_yticks(range(6), [f"w{i}{j}" for i in range(2) for j in range(3)])
-ax.set_title("Hessian of the MLP loss in W1")
-fig.colorbar(image)
-plt.tight_layout()
-plt.show()
-print("symmetric:", below(np.abs(H_mlp.data - H_mlp.data.T).max(), 1e-14))
-
-# %% [markdown]
-# ## Hessian–vector products without the Hessian
-#
-# Newton-type methods and curvature probes need $H v$, not $H$. `vhp`
-# takes the gradient with a graph, then one backward pass through it seeded
-# with $v$: $v^\top H$. `hvp` wants $H v$, and PyTorch gets it by the
-# *double-backward trick*: $u^\top H$ is linear in a dummy $u$, so one more
-# backward pass, from $u^\top H$ back to $u$ seeded with $v$, gives
-# $\partial (u^\top H v)/\partial u = Hv$. Both store vectors of $n$
-# numbers, never the $n\times n$ matrix.
-
-# %%
-show_code(functional.hvp)
-
-# %%
-x = const([0.5, -1.0, 2.0])
-ones = const(np.ones(3))
-print("hvp((x**3).sum(), x, ones) =", functional.hvp(lambda a: (a ** 3).sum(), x, ones)[1].data,
-      " 6x =", 6 * x.data)
-v = const([1.0, 2.0, -1.0])
-product = functional.vhp(lambda a: (tp.sin(a) * a[0:1]).sum(), x, v)[1]
-print("vhp, f = sum(sin x) x0:", np.round(product.data, 6))
-
-# %% tags=["hide-input"]
-ns = [10, 100, 1_000, 10_000, 100_000]
-fig, ax = plt.subplots(figsize=(6, 3.2))
-ax.loglog(ns, [8 * n * n for n in ns], "o-", color="tab:red", label="Hessian, n × n float64")
-ax.loglog(ns, [8 * n for n in ns], "o-", color="tab:blue", label="hvp's result (and each vector it keeps)")
-ax.axhline(2 ** 30, color="grey", ls=":"), ax.text(1e5, 2 ** 29, "1 GiB", color="grey", ha="right", va="top")
-ax.set_xlabel("n parameters"), ax.set_ylabel("bytes")
-ax.set_title("The Hessian grows as n², a product with it as n")
-ax.set_ylim(top=1e13), ax.legend(loc="upper left", fontsize=9)  # above 1 GiB: "best" put it on the lower line
-plt.tight_layout()
-plt.show()
-print("n = 100,000: the Hessian takes", 8 * 100_000 ** 2 // 2 ** 30, "GiB; H v takes", 8 * 100_000 // 1024, "KiB")
-
-# %% [markdown]
-# `jacobian(f, x)` of `torch.autograd.functional` builds rows by default
-# and columns with `strategy="forward-mode"` (PyTorch asks for
-# `vectorize=True` there, since it uses vmap; the package accepts it and
-# loops). An output that does not depend on the input gives zeros, or
-# PyTorch's error with `strict=True`:
-
-# %%
-print(functional.jacobian(lambda a: const(np.ones(2)), x).data)
-try:
-    functional.jacobian(lambda a: const(np.ones(2)), x, strict=True)
-except RuntimeError as error:
-    print(textwrap.fill(f"RuntimeError: {error}", 100))
+x64 = Variable(np.random.default_rng(61).uniform(0.5, 2.0, (2, 3)))
+print("gradcheck, forward mode:",
+      autograd.gradcheck(lambda a: F.log(a) * tp.sin(a), (x64,), check_forward_ad=True))
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# `jvp`, `vjp`, `jacfwd`, `jacrev` and `hessian` against `torch.func`;
-# `jacobian` (both strategies), `hvp` and `vhp` against
-# `torch.autograd.functional`; float64, `rtol=1e-10`.
+# Every operation of the package's operation table (`tests/operations.py`,
+# each row with its torch twin): random tangents on every operand, the JVP
+# from `tinypytorch.autograd.forward_ad` against
+# `torch.autograd.forward_ad`'s, float64, `rtol=1e-10`. The rows without
+# a rule must raise.
 
 # %% tags=["hide-input"]
 import warnings  # noqa: E402
 
 import torch  # noqa: E402
-import torch.autograd.functional as TF  # noqa: E402
-import torch.func as tfunc  # noqa: E402
+import torch.autograd.forward_ad as tfwAD  # noqa: E402
 
 with warnings.catch_warnings():  # torch 2.13's forward AD loads its rules with torch.jit.script, which warns
     warnings.simplefilter("ignore", DeprecationWarning)  # that it is deprecated: torch's affair, not the page's
     torch.func.jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))  # (loaded once, here)
 
-
-def t_layer(a):
-    return torch.tanh(torch.tensor(W) @ a)
-
-
-def t_mlp_loss(w):
-    hidden = torch.tanh(torch.tensor(data) @ w.reshape(2, 3).T)
-    return ((hidden @ torch.tensor(W2.T) - torch.tensor(target)) ** 2).mean()
+_spec = importlib.util.spec_from_file_location(
+    "operations", pathlib.Path(tp.__file__).resolve().parents[1] / "tests" / "operations.py")
+operations = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(operations)
 
 
-def scalar(a):
-    return (tp.sin(a) * a[0:1]).sum()
-
-
-def t_scalar(a):
-    return (a.sin() * a[0:1]).sum()
-
-
-def close(ours, theirs):
-    np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=1e-10, atol=1e-14)
+def jvp_pair(op, seed):
+    values = operations.operands(op, seed)
+    tangents = [np.random.default_rng(seed + 10).standard_normal(s) for s in op.shapes]
+    with fwAD.dual_level():
+        ours = fwAD.unpack_dual(op.ours(*[fwAD.make_dual(Variable(v.copy()), t) for v, t in zip(values, tangents)]))
+        ours = ours.tangent.data
+    with tfwAD.dual_level():
+        theirs = op.theirs(*[tfwAD.make_dual(torch.tensor(v), torch.tensor(t)) for v, t in zip(values, tangents)])
+        theirs = tfwAD.unpack_dual(theirs).tangent.numpy()
+    return ours, theirs
 
 
 # %%
-x2, v2, u3 = const([0.5, -1.0]), const([0.3, 0.7]), const([1.0, -2.0, 0.5])
-tx2, tv2, tu3 = (torch.tensor(a.data) for a in (x2, v2, u3))
-close(func.jvp(layer, (x2,), (v2,))[1], tfunc.jvp(t_layer, (tx2,), (tv2,))[1])
-close(func.vjp(layer, x2)[1](u3)[0], tfunc.vjp(t_layer, tx2)[1](tu3)[0])
-for name in ("jacfwd", "jacrev"):
-    close(getattr(func, name)(layer)(x2), getattr(tfunc, name)(t_layer)(tx2))
-close(func.hessian(mlp_loss)(w1), tfunc.hessian(t_mlp_loss)(torch.tensor(w1.data)))
-print("torch.func: jvp, vjp, jacfwd, jacrev, hessian equal")
-tx, tv = torch.tensor(x.data), torch.tensor(v.data)
-close(functional.jacobian(layer, x2), TF.jacobian(t_layer, tx2))
-close(functional.jacobian(layer, x2, strategy="forward-mode", vectorize=True), TF.jacobian(t_layer, tx2))
-close(functional.hvp(scalar, x, v)[1], TF.hvp(t_scalar, tx, tv)[1])
-close(functional.vhp(scalar, x, v)[1], TF.vhp(t_scalar, tx, tv)[1])
-print("torch.autograd.functional: jacobian (both strategies), hvp, vhp equal")
-print("PyTorch check passed: func's five transforms and functional's jacobian, hvp, vhp equal torch's")
+equal, raised = 0, []
+for op in operations.OPERATIONS:
+    try:
+        ours, theirs = jvp_pair(op, seed=0)
+    except NotImplementedError:
+        raised.append(op.name)
+        continue
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    equal += 1
+assert equal + len(raised) == len(operations.OPERATIONS) and len(raised) == 3
+print(f"{equal} of {len(operations.OPERATIONS)} operations: JVPs equal torch's")
+print("raise NotImplementedError (no rule yet):", ", ".join(raised))
+print("PyTorch check passed: JVPs of", equal, "operations equal torch.autograd.forward_ad's")
 
 # %% [markdown]
 # ## Recap
 #
-# - One forward-mode pass gives a column $Jv$, one backward pass a row
-#   $u^\top J$: `jvp` and `vjp`. `jacfwd` loops over $n$ columns,
-#   `jacrev` over $m$ rows; few inputs favour columns, few outputs rows.
-# - `hessian` is `jacfwd(jacrev(f))`, forward over reverse, as PyTorch's;
-#   `jacrev(jacrev(f))` gives the same through `create_graph`.
-# - The transforms take PyTorch's `argnums` and `has_aux`, and tuples,
-#   lists and dicts of Variables as arguments and outputs.
-# - `vhp` and `hvp` give $v^\top H$ and $Hv$ in $O(n)$ memory, by double
-#   backward; the Hessian itself needs $n^2$.
-# - `autograd.functional.jacobian(f, x, strategy=...)`, `strict=True`
-#   raises where an output ignores the input, else zeros.
+# - A dual number $a + b\varepsilon$ with $\varepsilon^2 = 0$ carries a
+#   derivative along with a value; forward mode does that for tensors.
+# - One forward pass gives $J\,v$, a column of the Jacobian; one backward
+#   pass gives $u^\top J$, a row. Few inputs or one direction: forward;
+#   a scalar loss: reverse.
+# - `with forward_ad.dual_level():`, `make_dual(x, v)`,
+#   `unpack_dual(y) -> (primal, tangent)`; a missing tangent is zero; the
+#   tangents go when the level closes, and with `detach()`; one level at a
+#   time; none under `inference_mode`.
+# - Each operation has a `jvp` next to its `backward`; a custom Function
+#   gets a static `jvp(ctx, *grad_inputs)`; no rule raises.
 #
 # ## Exercises
 #
-# **1. A Jacobian with more outputs than inputs.** For
-# $f(t) = (\cos t, \sin t, t^2)$ at $t = 0.4$ (one input, three outputs),
-# get the Jacobian with `jacfwd` and `jacrev`. Which made fewer passes?
+# **1. A directional derivative two ways.** For
+# $L(x) = \sum \tanh(x)\,x$ at a random $x$ and a direction $v$, get
+# $\nabla L \cdot v$ from one forward-mode pass, and from the gradient
+# (one backward pass) dotted with $v$.
 
 # %% tags=["hide-cell"]
-def curve(t):
-    return tp.concatenate([tp.cos(t), tp.sin(t), t * t])
-
-
-t0 = const([0.4])
-print(np.round(func.jacfwd(curve)(t0).data.ravel(), 6), np.round(func.jacrev(curve)(t0).data.ravel(), 6))
-print("jacfwd: 1 pass (one input); jacrev: 3 backward passes (three outputs)")
+rng = np.random.default_rng(0)
+x0, v = rng.standard_normal(5), rng.standard_normal(5)
+with fwAD.dual_level():
+    xd = fwAD.make_dual(Variable(x0), v)
+    directional = fwAD.unpack_dual((tp.tanh(xd) * xd).sum()).tangent.data.item()
+xg = Variable(x0.copy())
+(tp.tanh(xg) * xg).sum().backward()
+print("forward mode", round(directional, 9), "| gradient · v", round(float(xg.grad.data @ v), 9))
 
 # %% [markdown]
-# **2. A Newton step with hvp.** For $f(x) = \sum x^4/4 - x$ the Newton
-# step solves $H d = -\nabla f$. With $H$ diagonal here, compute
-# $H\mathbf{1}$ by `hvp` and take one step from $x = 2$.
+# **2. A Jacobian column by column.** For
+# $f(x) = (x_0 x_1,\ \sin x_0,\ x_1^2)$ at $x = (1, 2)$, build the
+# $3 \times 2$ Jacobian with two forward passes, one per unit tangent.
 
 # %% tags=["hide-cell"]
-def quartic(a):
-    return (a ** 4 / 4 - a).sum()
+def f(x):
+    return tp.concatenate([x[0:1] * x[1:2], tp.sin(x[0:1]), x[1:2] ** 2])
 
 
-xq = const([2.0, 2.0])
-gradient = xq.data ** 3 - 1
-diagonal = functional.hvp(quartic, xq, const(np.ones(2)))[1].data  # H 1 = diag(3x²) since H is diagonal
-print("Newton step from 2:", np.round(xq.data - gradient / diagonal, 6), "(exact: 2 - 7/12)")
+def jacobian_by_columns(f, x):
+    columns = []
+    for k in range(x.numel()):
+        with fwAD.dual_level():
+            columns.append(fwAD.unpack_dual(f(fwAD.make_dual(x, np.eye(x.numel())[k]))).tangent.data)
+    return np.stack(columns, axis=1)
+
+
+print(np.round(jacobian_by_columns(f, Variable(np.array([1.0, 2.0]))), 6))
 
 # %% [markdown]
-# **3. hvp equals the Hessian times v.** For the MLP loss above, check
-# `hvp(mlp_loss, w1, v)` against `hessian(mlp_loss)(w1) @ v`.
+# **3. A `jvp` for a custom Function.** Write `SoftPlus`,
+# $\log(1 + e^x)$, as an `autograd.Function` with `forward`, `backward`
+# and `jvp` (its derivative is $\sigma(x)$), and check both with
+# `gradcheck(..., check_forward_ad=True)`.
 
 # %% tags=["hide-cell"]
-v6 = const(np.linspace(-1, 1, 6))
-product = functional.hvp(mlp_loss, w1, v6)[1].data
-print("hvp vs H v:", below(np.abs(product - H_mlp.data @ v6.data).max(), 1e-14))
+class SoftPlus(autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.slope = Variable(1 / (1 + np.exp(-x.data)))
+        return Variable(np.log1p(np.exp(x.data)))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.slope
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        return tangent * ctx.slope
+
+
+print("SoftPlus gradcheck (backward and forward mode):",
+      autograd.gradcheck(SoftPlus.apply, (Variable(np.linspace(-2, 2, 5)),), check_forward_ad=True))

@@ -357,7 +357,7 @@ OPERATIONS = [
     Operation("t cubed", lambda a: F.t(a) ** 3, lambda a: a.t() ** 3, ((2, 3),), (F.Transpose, Pow)),
     Operation("permute", lambda a: F.permute(a, (2, 0, 1)), lambda a: a.permute(2, 0, 1), ((2, 3, 2),),
               (F.Transpose,)),
-    # step 58: the element-wise operations of two tensors that PyTorch promotes as it promotes +, -, *, /
+    # step 59: the element-wise operations of two tensors that PyTorch promotes as it promotes +, -, *, /
     Operation("pow, a tensor exponent", lambda a, b: a ** b, lambda a, b: a ** b, ((2, 3), (3,)),
               (F.PowTensor, F.SumTo), domain=(0.5, 2.0)),
     Operation("pow, a number base", lambda a: 2.0 ** a, lambda a: 2.0 ** a, ((2, 3),), (F.PowTensor,)),

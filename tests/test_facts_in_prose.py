@@ -1,4 +1,4 @@
-"""The numbers that the prose of steps 57-66 states are numbers that the page's own code printed.
+"""The numbers that the prose of steps 57-67 states are numbers that the page's own code printed.
 
 A page that says "870 of the 1,201 flushed entries" must show 870 and 1,201 in one of its outputs: otherwise
 the number was copied in by hand, and the code may since compute another. The check reads the committed,
@@ -45,11 +45,11 @@ ALLOWED = {
         "6,000": "the exercise's number of additions, given to the code",
     },
     60: {
-        "65504": "float16's largest number, a definition (step 59 prints it)",
+        "65504": "float16's largest number, a definition (step 60 prints it)",
     },
     61: {
         "0.5": "GradScaler's backoff factor, PyTorch's default setting",
-        "65504": "float16's largest number, a definition (step 59 prints it)",
+        "65504": "float16's largest number, a definition (step 60 prints it)",
     },
     62: {
         "2.13": "the version of PyTorch the page is written against",
@@ -166,7 +166,7 @@ def plant(notebook, old, new):
     return planted
 
 
-@pytest.mark.step61
+@pytest.mark.step62
 def test_a_number_planted_in_the_prose_fails_the_check():
     notebook = load(61)
     assert not unprinted(notebook, ALLOWED[61])
@@ -175,7 +175,7 @@ def test_a_number_planted_in_the_prose_fails_the_check():
     assert len(missing) == 1 and missing[0].endswith(": 0.12")
 
 
-@pytest.mark.step59
+@pytest.mark.step60
 def test_a_right_number_passes_and_a_wrong_one_fails():
     notebook = load(59)
     right = plant(notebook, "They are lost before the sum.", "They are lost before the sum: 870 of the 1,201.")
@@ -186,7 +186,7 @@ def test_a_right_number_passes_and_a_wrong_one_fails():
 
 def test_what_counts_as_a_number_of_the_prose():
     markdown = ("The 1,201 entries, 870 of them (72.4%), a 4x gap, 2.6 times as deep; "
-                "`Linear(512, 64)`, $2^{-25}$, $10^{-12}$, a 256 × 256 weight, [step 59](step59.ipynb), 12 layers.")
+                "`Linear(512, 64)`, $2^{-25}$, $10^{-12}$, a 256 × 256 weight, [step 60](step60.ipynb), 12 layers.")
     assert prose_numbers(markdown) == ["1,201", "870", "72.4%", "4x", "2.6", "256"]
     outputs = "flushed: 1201 entries | 72.4 % | 4.0 | 2.60 | shape (256, 256) | 8700"
     assert [n for n in prose_numbers(markdown) if not printed(n, outputs)] == ["870", "4x"]

@@ -1,4 +1,4 @@
-"""Forward over reverse (step 64): a forward-mode pass through a backward pass. Saved tensors keep their tangents
+"""Forward over reverse (step 65): a forward-mode pass through a backward pass. Saved tensors keep their tangents
 and backward formulas run on Variables under a dual level, so that jacfwd(jacrev(f)), hessian and a jvp of a
 gradient give PyTorch's second derivatives, where they used to give zeros. And forward mode's edges: a dual of a
 dual refused, unpack_dual handing back the tangent it was given, a tangent keeping its own dtype."""
@@ -15,7 +15,7 @@ from tinypytorch import func
 from tinypytorch.autograd import forward_ad as fwAD
 
 # torch 2.13's forward AD loads its rules with the deprecated torch.jit.script: torch's warning, not the test's
-pytestmark = [pytest.mark.step64, pytest.mark.torch, pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")]
+pytestmark = [pytest.mark.step65, pytest.mark.torch, pytest.mark.filterwarnings("ignore::DeprecationWarning:torch")]
 
 # Functions written once for both frameworks: `fw` is tinypytorch or torch.
 FUNCTIONS = {

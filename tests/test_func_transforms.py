@@ -1,4 +1,4 @@
-"""Step 64's transforms on PyTorch's structures: tinypytorch.func (jvp, vjp, jacrev, jacfwd, hessian, grad,
+"""Step 65's transforms on PyTorch's structures: tinypytorch.func (jvp, vjp, jacrev, jacfwd, hessian, grad,
 grad_and_value) and tinypytorch.autograd.functional against torch.func and torch.autograd.functional.
 
 Every function is written once and takes the framework module `fw`, so that `fw.sin` is tinypytorch's or
@@ -26,7 +26,7 @@ import torch.autograd.functional as TF  # noqa: E402
 import torch.func as tfunc  # noqa: E402
 import torch.utils._pytree as tpytree  # noqa: E402
 
-pytestmark = [pytest.mark.step64, pytest.mark.torch]
+pytestmark = [pytest.mark.step65, pytest.mark.torch]
 Pair = collections.namedtuple("Pair", ["first", "second"])
 RNG = np.random.default_rng(63)
 X, Y = RNG.standard_normal(3), RNG.standard_normal(2)

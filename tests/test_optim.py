@@ -611,7 +611,7 @@ def test_a_generator_of_the_callers_still_gives_its_own_weights_and_leaves_the_f
     np.testing.assert_array_equal(layer.weight.data, np.random.default_rng(11).uniform(-0.5, 0.5, (2, 4)))
 
 
-# ----- float16: each of torch's operations rounds once (step 59) --------------------------------------
+# ----- float16: each of torch's operations rounds once (step 60) --------------------------------------
 
 SGD_FLOAT16 = [
     {"lr": 0.1 * 2.0**16},  # an lr that float16 cannot hold: 6553.6, not 6552
@@ -621,7 +621,7 @@ SGD_FLOAT16 = [
 ]
 
 
-@pytest.mark.step59
+@pytest.mark.step60
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
                     reason="torch's scalar float16 kernels (ATEN_CPU_CAPABILITY=default, processors other than x86) "
                            "round SGD's float16 steps otherwise than its vectorised x86 ones, which the package follows")

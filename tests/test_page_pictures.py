@@ -3,8 +3,8 @@ on data, no big marker on another.
 
 Each page runs as its script, in a process of its own (a page sets the default dtype, seeds, modes), with
 `plt.show` replaced by the measurement; the test reports the faults of each figure by its number on the page.
-The pages: those that draw graphs with tinypytorch.utils.pictures, step 29 and steps 52-66. Slow: it runs the
-pages (steps 65 and 66 take a minute between them); tests/test_picture_overlaps.py is the quick check of the
+The pages: those that draw graphs with tinypytorch.utils.pictures, step 29 and steps 52-67. Slow: it runs the
+pages (steps 66 and 67 take a minute between them); tests/test_picture_overlaps.py is the quick check of the
 measuring and of the helpers.
 """
 import json

@@ -1,40 +1,29 @@
-"""Step 61's lesson: the exercises' solutions (the scale's trajectory by hand, the largest safe float16 scale),
-checked against torch.amp.GradScaler("cpu") and float16 arithmetic done in the open."""
+"""Step 61's lesson: the exercises' solutions (dtypes through a network under autocast, a float32 island inside
+an autocast block), checked against torch doing the same and against the maths."""
+import math
+
 import numpy as np
 import pytest
 import torch
 
+import tinypytorch as tp
 from steploader import load_step
 
 pytestmark = [pytest.mark.step61, pytest.mark.torch]
 step = load_step(61)
 
 
-def torch_trajectory(found_infs, init, interval):
-    """The scale after each update of torch's scaler, fed a gradient that is inf where found_infs says."""
-    p = torch.zeros(1, requires_grad=True)
-    opt, scaler = torch.optim.SGD([p], lr=0.0), torch.amp.GradScaler("cpu", init_scale=init, growth_interval=interval)
-    out = []
-    for found in found_infs:
-        scaler.scale(p.sum()).backward()
-        if found:
-            p.grad.fill_(float("inf"))
-        scaler.step(opt)
-        scaler.update()
-        out.append(scaler.get_scale())
-        opt.zero_grad()
-    return out
+def test_the_networks_dtypes_are_torchs():
+    ours = step.network_dtypes(tp, tp.float16)
+    assert ours == step.network_dtypes(torch, torch.float16)
+    assert ours == ["torch.float16", "torch.float16", "torch.float16", "torch.float32", "torch.float32"]
 
 
-@pytest.mark.parametrize("seed,init,interval", [(0, 2.0**16, 3), (1, 4.0, 1), (2, 1024.0, 5)])
-def test_trajectory_by_hand_equals_torchs(seed, init, interval):
-    found_infs = list(np.random.default_rng(seed).random(30) < 0.3)
-    assert step.trajectory(found_infs, init, interval) == torch_trajectory(found_infs, init, interval)
-
-
-@pytest.mark.parametrize("max_grad", [0.3, 1.0, 7e-5, 1234.5, 65504.0])
-def test_safe_scale_is_the_largest_power_of_two_that_stays_finite(max_grad):
-    scale = step.safe_scale(max_grad)
-    assert np.log2(scale) == int(np.log2(scale))
-    assert np.isfinite(np.float16(max_grad * scale))
-    assert np.float16(max_grad * scale * 2) > 65504 or np.isinf(np.float16(max_grad * scale * 2))
+def test_the_float32_island_is_torchs_and_the_maths():
+    h_dtype, island = step.float32_island(tp, tp.float16, tp.ones(2, 3), tp.ones(3, 4))
+    t_dtype, t_island = step.float32_island(torch, torch.float16, torch.ones(2, 3), torch.ones(3, 4))
+    assert str(h_dtype) == str(t_dtype) == "torch.float16"
+    assert island.dtype == np.float32 and t_island.dtype == torch.float32
+    # each row of h is (3, 3, 3, 3): logsumexp = 3 + log 4
+    np.testing.assert_allclose(island.data, [3 + math.log(4)] * 2, rtol=1e-6)
+    np.testing.assert_allclose(island.data, t_island.numpy(), rtol=1e-6)

@@ -1,334 +1,206 @@
-"""Step 62: selective activation checkpointing (checkpoint's context_fn, create_selective_checkpoint_contexts),
-checked against torch.utils.checkpoint doing the same: gradients, what is kept, what runs again, and the errors."""
-import collections
-import functools
-import threading
+"""Step 62: tinypytorch.amp.GradScaler against torch.amp.GradScaler("cpu") (torch 2.13): the scale, growth tracker,
+skipped steps and parameters over a gradient stream with injected infs, state_dict, enabled=False, and PyTorch's
+errors for calls out of order and bad arguments."""
+import warnings
 
 import numpy as np
 import pytest
 import torch
-import torch.utils.checkpoint as tc
-from memory import tracing_numpy
-from steploader import load_step
 
-import tinypytorch
-from tinypytorch import Function, Variable, recomputation
-from tinypytorch import functions as F
-from tinypytorch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext, checkpoint
-from tinypytorch.utils.checkpoint import create_selective_checkpoint_contexts as contexts
-from tinypytorch.utils.selective_checkpoint import BACKWARD_TWICE, MUTATED, kept_bytes
+from tinypytorch import Variable, nn, optim
+from tinypytorch.amp import GradScaler
 
 pytestmark = [pytest.mark.step62, pytest.mark.torch]
-N, D, LAYERS = 6, 5, 3
-rng = np.random.default_rng(60)
-X = rng.standard_normal((N, D))
-WEIGHTS = [(rng.standard_normal((D, D)) / 2, rng.standard_normal(D)) for _ in range(LAYERS)]
-OURS = {"tanh": F.tanh, "relu": F.relu, "linear": F.linear, "save": [F.LinearFunction]}
-THEIRS = {"tanh": torch.tanh, "relu": torch.relu, "linear": torch.nn.functional.linear,
-          "save": [torch.ops.aten.addmm.default, torch.ops.aten.mm.default]}
 
 
-def mlp(x, params, ops, activation):
-    for i, (W, b) in enumerate(params):
-        x = ops["linear"](x, W, b)
-        if i < len(params) - 1:
-            x = ops[activation](x)
-    return x
+def pair(init=None, dtype=np.float32, **kwargs):
+    w = np.linspace(-1, 1, 6).reshape(3, 2).astype(dtype) if init is None else init
+    p, p_t = nn.Parameter(w.copy()), torch.tensor(w.copy(), requires_grad=True)
+    return p, p_t, optim.SGD([p], lr=0.1, momentum=0.9), torch.optim.SGD([p_t], lr=0.1, momentum=0.9)
 
 
-def run_ours(policy, activation="tanh", counts=None):
-    """Gradients of sum(y^2) for the MLP checkpointed under `policy` (None: no checkpoint); counts: Function name ->
-    forwards run while recomputing, counted on the classes' own forward."""
-    params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
-    x = Variable(X.copy())
-    f = functools.partial(mlp, params=params, ops=OURS, activation=activation)
-    y = f(x) if policy is None else checkpoint(f, x, use_reentrant=False,
-                                               context_fn=functools.partial(contexts, policy))
-    with counting_forwards(counts):
-        (y * y).sum().backward()
-    return [p.grad.data for pair in params for p in pair]
+def backward_both(scaler, scaler_t, p, p_t, x):
+    scaler.scale((Variable(x) @ p).square().mean()).backward()
+    scaler_t.scale((torch.from_numpy(x) @ p_t).square().mean()).backward()
 
 
-@pytest.fixture
-def counted():
-    return collections.Counter()
+def error_of(call):
+    try:
+        call()
+    except (RuntimeError, ValueError, AssertionError) as error:
+        return type(error), str(error)
+    return None
 
 
-class counting_forwards:
-    def __init__(self, counts):
-        self.counts = counts
-
-    def __enter__(self):
-        self.originals = {c: c.__dict__["forward"] for c in (F.LinearFunction, F.Tanh, F.ReLU)}
-        for c, forward in self.originals.items():
-            c.forward = self.wrap(c, forward)
-
-    def wrap(self, c, forward):
-        def counted(op, *xs):
-            if self.counts is not None and recomputation.is_recomputing():
-                self.counts[c.__name__] += 1
-            return forward(op, *xs)
-        return counted
-
-    def __exit__(self, *exc):
-        for c, forward in self.originals.items():
-            c.forward = forward
-
-
-# the page's counter of the ATen operations run during the recomputation (a dict: op name -> count)
-TorchCounting = load_step(62).TorchRecomputations
-
-
-def run_torch(policy, activation="tanh", counts=None):
-    params = [(torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)) for W, b in WEIGHTS]
-    counter, runs = TorchCounting(), []
-
-    def f(x):
-        runs.append(1)
-        counter.on = len(runs) > 1
-        try:
-            return mlp(x, params, THEIRS, activation)
-        finally:
-            counter.on = False
-    x = torch.tensor(X)
-    y = f(x) if policy is None else tc.checkpoint(f, x, use_reentrant=False,
-                                                  context_fn=functools.partial(tc.create_selective_checkpoint_contexts,
-                                                                               policy))
-    with counter:
-        (y * y).sum().backward()
-    if counts is not None:
-        counts.update(counter.counts)
-    return [p.grad.numpy() for pair in params for p in pair]
+@pytest.mark.parametrize("kwargs", [dict(init_scale=8.0, growth_interval=3),
+                                    dict(init_scale=2.0**16, growth_factor=3.0, backoff_factor=0.3, growth_interval=2),
+                                    dict(init_scale=1.7, growth_factor=1.1, backoff_factor=0.77, growth_interval=1)])
+def test_trajectory_skips_and_parameters_equal_torchs(kwargs):
+    p, p_t, opt, opt_t = pair()
+    scaler, scaler_t = GradScaler("cpu", **kwargs), torch.amp.GradScaler("cpu", **kwargs)
+    rng = np.random.default_rng(0)
+    inject = {4: np.inf, 5: -np.inf, 11: np.nan, 12: np.inf}
+    for i in range(25):
+        # the same scaled gradient stream in both: computed once, written into both .grad
+        g = rng.normal(size=(3, 2)).astype(np.float32) * np.float32(scaler_t.get_scale())
+        if i in inject:
+            g[1, 0] = inject[i]
+        scaler.scale((p * 0.0).sum()).backward()
+        scaler_t.scale((p_t * 0.0).sum()).backward()
+        p.grad.data[...] = g
+        p_t.grad.copy_(torch.from_numpy(g))
+        assert scaler.step(opt) is None and scaler_t.step(opt_t) is None
+        scaler.update()
+        scaler_t.update()
+        assert scaler.get_scale() == scaler_t.get_scale()
+        assert scaler.state_dict() == scaler_t.state_dict()
+        np.testing.assert_allclose(p.grad.data, p_t.grad.numpy(), rtol=0, atol=0)
+        np.testing.assert_allclose(p.data, p_t.detach().numpy(), rtol=1e-6, atol=1e-7)
+        opt.zero_grad()
+        opt_t.zero_grad()
 
 
-def policies(fw):
-    P = CheckpointPolicy if fw is tinypytorch else tc.CheckpointPolicy
-    ops = OURS if fw is tinypytorch else THEIRS
-    return {
-        "recompute all": lambda ctx, op, *a, **k: P.PREFER_RECOMPUTE,
-        "save the matmuls (list)": ops["save"],
-        "save the matmuls (bool)": lambda ctx, op, *a, **k: op in ops["save"],
-        "save all": lambda ctx, op, *a, **k: P.PREFER_SAVE,
-        "must save all": lambda ctx, op, *a, **k: P.MUST_SAVE,
-        "must recompute all": lambda ctx, op, *a, **k: P.MUST_RECOMPUTE,
-    }
+def test_a_full_training_run_equals_torchs_in_float64():
+    rng = np.random.default_rng(1)
+    p, p_t, opt, opt_t = pair(rng.normal(size=(3, 2)))
+    scaler, scaler_t = GradScaler("cpu", init_scale=4.0, growth_interval=2), torch.amp.GradScaler(
+        "cpu", init_scale=4.0, growth_interval=2)
+    for i in range(15):
+        backward_both(scaler, scaler_t, p, p_t, rng.normal(size=(5, 3)))
+        if i in (3, 7):
+            p.grad.data[0, 1], p_t.grad[0, 1] = np.nan, float("nan")
+        scaler.step(opt), scaler_t.step(opt_t), scaler.update(), scaler_t.update()
+        opt.zero_grad(), opt_t.zero_grad()
+        assert scaler.state_dict() == scaler_t.state_dict()
+    np.testing.assert_allclose(p.data, p_t.detach().numpy(), rtol=1e-12)
 
 
-def test_the_policy_enum_is_torchs():
-    assert [(p.name, p.value) for p in CheckpointPolicy] == [(p.name, p.value) for p in tc.CheckpointPolicy]
-    ctx = SelectiveCheckpointContext(is_recompute=False)
-    assert ctx.is_recompute is False and ctx.op_output is None
-    with pytest.raises(TypeError):
-        SelectiveCheckpointContext(False)  # keyword only, as torch's
-    with pytest.raises(TypeError):
-        tc.SelectiveCheckpointContext(False)
+def test_unscale_is_in_place_with_torchs_inverse_and_step_returns_the_optimizers_value():
+    p, p_t, opt, opt_t = pair()
+    scaler, scaler_t = GradScaler("cpu", init_scale=3.0), torch.amp.GradScaler("cpu", init_scale=3.0)
+    backward_both(scaler, scaler_t, p, p_t, np.ones((2, 3), dtype=np.float32))
+    grad = p.grad
+    scaler.unscale_(opt), scaler_t.unscale_(opt_t)
+    assert p.grad is grad and p.grad.dtype == np.float32
+    np.testing.assert_array_equal(p.grad.data, p_t.grad.numpy())
+    opt.step = lambda *args, **kwargs: (args, kwargs)
+    assert scaler.step(opt, 1, a=2) == ((1,), {"a": 2})
 
 
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-@pytest.mark.parametrize("name", list(policies(torch)))
-def test_gradients_equal_no_checkpoint_and_torchs_with_the_same_policy(name, activation):
-    plain = run_ours(None, activation)
-    ours = run_ours(policies(tinypytorch)[name], activation)
-    theirs = run_torch(policies(torch)[name], activation)
-    for a, b, t in zip(plain, ours, theirs):
-        np.testing.assert_array_equal(a, b)  # the same operations on the same arrays
-        np.testing.assert_allclose(b, t, rtol=1e-12, atol=1e-12)
+def test_scale_of_nested_outputs_and_dtypes_are_torchs():
+    scaler, scaler_t = GradScaler("cpu", init_scale=3.0), torch.amp.GradScaler("cpu", init_scale=3.0)
+    a, b = np.array([0.5, 30000.0], dtype=np.float16), np.array(2.0, dtype=np.float64)
+    ours = scaler.scale([Variable(a), (Variable(b), Variable(a.astype(np.float32)))])
+    theirs = scaler_t.scale([torch.from_numpy(a), (torch.from_numpy(b), torch.from_numpy(a.astype(np.float32)))])
+    assert isinstance(ours, list) and isinstance(ours[1], tuple)
+    for o, t in [(ours[0], theirs[0]), (ours[1][0], theirs[1][0]), (ours[1][1], theirs[1][1])]:
+        assert o.dtype == t.numpy().dtype
+        np.testing.assert_array_equal(o.data, t.numpy())
+    h = Variable(np.array(1.5, dtype=np.float16))
+    assert scaler.scale(h).dtype == scaler_t.scale(torch.tensor(1.5, dtype=torch.float16)).numpy().dtype
+    assert error_of(lambda: scaler.scale(3.0)) == error_of(lambda: scaler_t.scale(3.0))
 
 
-@pytest.mark.parametrize("name", ["recompute all", "save the matmuls (list)", "save all"])
-def test_what_runs_again_per_operation_type_matches_torch(name):
-    ours, theirs = collections.Counter(), collections.Counter()
-    run_ours(policies(tinypytorch)[name], counts=ours)
-    run_torch(policies(torch)[name], counts=theirs)
-    assert ours["Tanh"] == theirs["tanh"]
-    assert theirs["t"] == (LAYERS if name != "save all" else 0)  # the weights' transposes: a view, no arithmetic
-    # torch saves an operation's inputs before running it, the package after: recomputing, torch stops early
-    # before the last addmm runs, the package only after its last LinearFunction ran
-    stopped_before = 1 if name == "recompute all" else 0
-    assert ours["LinearFunction"] == theirs["addmm"] + stopped_before
-    assert ours["LinearFunction"] == (LAYERS if name == "recompute all" else 0)
+def states(make_scaler, make_param, sgd):
+    """The errors of calls out of order, for one framework."""
+    out = []
+    for calls in (["unscale_", "unscale_"], ["step", "unscale_"], ["step", "step"], ["update"]):
+        scaler, p = make_scaler(), make_param()
+        opt = sgd([p], lr=0.1)
+        if calls != ["update"]:
+            scaler.scale((p * p).sum()).backward()
+        else:
+            scaler.scale((p * p).sum())
+        out.append(error_of(lambda: [getattr(scaler, c)(*([] if c == "update" else [opt])) for c in calls]))
+    return out
 
 
-def test_the_policy_is_asked_once_per_operation_in_the_first_run_only_as_torchs():
-    asked = {"ours": [], "torch": []}
-
-    def policy(who):
-        def fn(ctx, op, *args, **kwargs):
-            asked[who].append((getattr(op, "__name__", str(op)), ctx.is_recompute))
-            return False
-        return fn
-    run_ours(policy("ours"))
-    run_torch(policy("torch"))
-    assert {r for _, r in asked["ours"]} == {r for _, r in asked["torch"]} == {False}  # never asked recomputing
-    assert [n for n, _ in asked["ours"]] == ["LinearFunction", "Tanh"] * (LAYERS - 1) + ["LinearFunction"]
-    assert [n for n, _ in asked["torch"] if n != "t.default"] == ["addmm.default", "tanh.default"] * (LAYERS - 1) + [
-        "addmm.default"]
+def test_calls_out_of_order_raise_torchs_errors():
+    ours = states(lambda: GradScaler("cpu"), lambda: nn.Parameter(np.ones(2, dtype=np.float32)), optim.SGD)
+    theirs = states(lambda: torch.amp.GradScaler("cpu"), lambda: torch.ones(2, requires_grad=True), torch.optim.SGD)
+    assert ours == theirs and all(e is not None for e in ours)
+    assert ours[-1] == (AssertionError, "No inf checks were recorded prior to update.")
 
 
-def test_the_policy_gets_the_inputs_and_the_output():
-    seen = []
-
-    def policy(ctx, op, *args):
-        seen.append((op, [a.shape for a in args], ctx.op_output.shape))
-        return True
-    x = Variable(np.ones((2, 3)))
-    W = Variable(np.ones((4, 3)))
-    checkpoint(lambda x: F.linear(x, W), x, use_reentrant=False, context_fn=functools.partial(contexts, policy))
-    assert seen == [(F.LinearFunction, [(2, 3), (4, 3)], (2, 4))]
-
-
-def kept_after_forward(policy):
-    """NumPy bytes held after the checkpointed forward, beyond what plain checkpointing holds (tracemalloc)."""
-    params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
-    x = Variable(np.tile(X, (40, 1)))  # 240 rows: the kept outputs dwarf any small bookkeeping
-    f = functools.partial(mlp, params=params, ops=OURS, activation="tanh")
-    with tracing_numpy() as held:
-        pair = contexts(policy)
-        y = checkpoint(f, x, use_reentrant=False, context_fn=lambda: pair)
-        measured = held()  # y included: the region's last output is also kept when saved
-        counted = kept_bytes(pair[0])
-        del y  # held until measured, as a caller would hold it
-    return measured, counted
+def test_float16_gradients_closure_and_factors_raise_torchs_errors():
+    p, p_t = nn.Parameter(np.ones(2, dtype=np.float16)), torch.ones(2, dtype=torch.float16, requires_grad=True)
+    scaler, scaler_t = GradScaler("cpu"), torch.amp.GradScaler("cpu")
+    scaler.scale((p * p).sum()).backward(), scaler_t.scale((p_t * p_t).sum()).backward()
+    before = p.grad.data.copy()
+    ours = error_of(lambda: scaler.unscale_(optim.SGD([p])))
+    assert ours == error_of(lambda: scaler_t.unscale_(torch.optim.SGD([p_t])))
+    assert ours == (ValueError, "Attempting to unscale FP16 gradients.")
+    np.testing.assert_array_equal(p.grad.data, before)
+    q, q_t = nn.Parameter(np.ones(2, dtype=np.float32)), torch.ones(2, requires_grad=True)
+    scaler.scale(q.sum()), scaler_t.scale(q_t.sum())
+    assert error_of(lambda: scaler.step(optim.SGD([q]), closure=lambda: 0)) == error_of(
+        lambda: scaler_t.step(torch.optim.SGD([q_t]), closure=lambda: 0))
+    for kwargs in (dict(growth_factor=1.0), dict(backoff_factor=1.0), dict(growth_factor=0.5)):
+        assert error_of(lambda: GradScaler("cpu", **kwargs)) == error_of(lambda: torch.amp.GradScaler("cpu", **kwargs))
+    assert error_of(lambda: GradScaler("cpu").unscale_(optim.SGD([q]))) == error_of(
+        lambda: torch.amp.GradScaler("cpu").unscale_(torch.optim.SGD([q_t])))
 
 
-def test_kept_bytes_is_what_tracemalloc_sees_held():
-    nothing, _ = kept_after_forward(lambda *a, **k: False)
-    for policy, outputs in (([F.LinearFunction], LAYERS), (lambda *a, **k: True, 2 * LAYERS - 1)):
-        measured, counted = kept_after_forward(policy)
-        assert counted == outputs * 240 * D * 8
-        # the last output kept is the region's output y, held anyway: the rest is what keeping costs
-        assert abs((measured - nothing) - (counted - 240 * D * 8)) <= 1024
+def test_disabled_scaler_passes_everything_through():
+    p = nn.Parameter(np.ones(2, dtype=np.float32))
+    opt = optim.SGD([p], lr=0.5)
+    scaler, scaler_t = GradScaler("cpu", enabled=False), torch.amp.GradScaler("cpu", enabled=False)
+    loss = (p * p).sum()
+    assert scaler.scale(loss) is loss
+    loss.backward()
+    p.grad.data[0] = np.inf  # not checked: the step is taken
+    assert scaler.step(opt, closure=lambda: 7.0) == 7.0
+    assert p.data[0] == -np.inf
+    scaler.update(), scaler.unscale_(opt)
+    for name in ("get_scale", "is_enabled", "state_dict", "_get_growth_tracker"):
+        assert getattr(scaler, name)() == getattr(scaler_t, name)()
+    assert GradScaler("cpu", growth_factor=0.5, enabled=False).is_enabled() is False
 
 
-def torch_kept_bytes(policy):
-    params = [(torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)) for W, b in WEIGHTS]
-    pair = tc.create_selective_checkpoint_contexts(policy)
-    tc.checkpoint(lambda x: mlp(x, params, THEIRS, "tanh"), torch.tensor(X), use_reentrant=False,
-                  context_fn=lambda: pair)
-    blocks = {e.val.untyped_storage().data_ptr(): e.val.untyped_storage().nbytes()
-              for entries in pair[0].storage.values() for e in entries.values() if hasattr(e, "val")}
-    weights = {p.untyped_storage().data_ptr() for pair_ in params for p in pair_}
-    return sum(n for ptr, n in blocks.items() if ptr not in weights)
+def test_cuda_without_cuda_warns_and_disables_as_torch():
+    with warnings.catch_warnings(record=True) as ours:
+        warnings.simplefilter("always")
+        scaler = GradScaler()
+    with warnings.catch_warnings(record=True) as theirs:
+        warnings.simplefilter("always")
+        scaler_t = torch.amp.GradScaler()
+    assert scaler.is_enabled() == scaler_t.is_enabled() is False
+    assert [str(w.message) for w in ours] == [str(w.message) for w in theirs]
 
 
-@pytest.mark.parametrize("name", ["recompute all", "save the matmuls (list)", "save all"])
-def test_kept_bytes_equal_torchs_storage_less_the_weights_views(name):
-    pair = contexts(policies(tinypytorch)[name])
-    params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
-    checkpoint(functools.partial(mlp, params=params, ops=OURS, activation="tanh"), Variable(X.copy()),
-               use_reentrant=False, context_fn=lambda: pair)
-    assert kept_bytes(pair[0]) == torch_kept_bytes(policies(torch)[name])
+def test_state_dict_load_state_dict_getters_and_new_scale_are_torchs():
+    kwargs = dict(init_scale=5.0, growth_factor=3.0, backoff_factor=0.25, growth_interval=7)
+    scaler, scaler_t = GradScaler("cpu", **kwargs), torch.amp.GradScaler("cpu", **kwargs)
+    assert scaler.state_dict() == scaler_t.state_dict()
+    assert list(scaler.state_dict()) == ["scale", "growth_factor", "backoff_factor", "growth_interval",
+                                         "_growth_tracker"]
+    for name in ("get_scale", "get_growth_factor", "get_backoff_factor", "get_growth_interval", "is_enabled"):
+        assert getattr(scaler, name)() == getattr(scaler_t, name)()
+    saved = dict(scale=0.1, growth_factor=2.5, backoff_factor=0.125, growth_interval=3, _growth_tracker=2)
+    fresh, fresh_t = GradScaler("cpu"), torch.amp.GradScaler("cpu")
+    p, p_t = nn.Parameter(np.ones(1, dtype=np.float32)), torch.ones(1, requires_grad=True)
+    fresh.scale(p.sum()), fresh_t.scale(p_t.sum())
+    fresh.load_state_dict(saved), fresh_t.load_state_dict(saved)
+    assert fresh.state_dict() == fresh_t.state_dict()  # the scale stored as float32
+    assert error_of(lambda: fresh.load_state_dict({})) == error_of(lambda: fresh_t.load_state_dict({}))
+    fresh.update(0.3), fresh_t.update(0.3)
+    assert fresh.get_scale() == fresh_t.get_scale()
+    fresh.update(Variable(np.array(4.0, dtype=np.float32), requires_grad=False)), fresh_t.update(torch.tensor(4.0))
+    assert fresh.get_scale() == fresh_t.get_scale() == 4.0
+    one = np.array([2.0], dtype=np.float32)
+    assert error_of(lambda: fresh.update(Variable(one, requires_grad=False))) == error_of(
+        lambda: fresh_t.update(torch.from_numpy(one)))
+    assert error_of(lambda: fresh.update(Variable(np.ones(2, dtype=np.float32), requires_grad=False))) == error_of(
+        lambda: fresh_t.update(torch.ones(2)))
 
 
-# ----- bad input and PyTorch's errors --------------------------------------------------------------------
-
-@pytest.mark.parametrize("answer", [None, "save", 1])
-def test_a_policy_answering_something_else_is_refused(answer):
-    x = Variable(X.copy())
-    W = Variable(WEIGHTS[0][0].copy())
-    with pytest.raises(TypeError, match="policy_fn must return a CheckpointPolicy or a bool"):
-        checkpoint(lambda x: F.linear(x, W), x, use_reentrant=False,
-                   context_fn=functools.partial(contexts, lambda *a, **k: answer))
-    assert Function.dispatch_mode is None  # the region closed
-
-
-def twice(fw):
-    """Backward twice through a region whose matmul was kept: torch's error the second time."""
-    x, W = (fw.tensor(X.copy()), fw.tensor(WEIGHTS[0][0].copy()))
-    W.requires_grad_(True)
-    mm = F.MatMul if fw is tinypytorch else torch.ops.aten.mm.default
-    make = contexts if fw is tinypytorch else tc.create_selective_checkpoint_contexts
-    run = checkpoint if fw is tinypytorch else tc.checkpoint
-    y = run(lambda x: fw.tanh(fw.matmul(x, W)), x, use_reentrant=False,
-            context_fn=functools.partial(make, [mm])).sum()
-    y.backward(retain_graph=True)
-    with pytest.raises(RuntimeError) as error:
-        y.backward()
-    return str(error.value)
-
-
-def test_backward_twice_is_refused_as_in_torch():
-    assert twice(tinypytorch) == twice(torch) == BACKWARD_TWICE
-
-
-def mutated(fw, allow=False):
-    """The region returns a kept matmul's output h and tanh(h); h is changed in place before backward."""
-    x, W = (fw.tensor(X.copy()), fw.tensor(WEIGHTS[0][0].copy()))
-    W.requires_grad_(True)
-    mm = F.MatMul if fw is tinypytorch else torch.ops.aten.mm.default
-    make = contexts if fw is tinypytorch else tc.create_selective_checkpoint_contexts
-
-    def f(x):
-        h = fw.matmul(x, W)
-        return h, fw.tanh(h)
-    run = checkpoint if fw is tinypytorch else tc.checkpoint
-    h, y = run(f, x, use_reentrant=False, context_fn=functools.partial(make, [mm], allow_cache_entry_mutation=allow))
-    h.mul_(2.0)
-    y.sum().backward()
-    return W.grad
-
-
-def test_a_kept_output_changed_in_place_is_refused_as_in_torch():
-    for fw in (tinypytorch, torch):
-        with pytest.raises(RuntimeError, match="^" + MUTATED + "$"):
-            mutated(fw)
-    # allowed: both use the changed value, alike
-    np.testing.assert_allclose(mutated(tinypytorch, allow=True).data, mutated(torch, allow=True).numpy(), atol=1e-12)
-
-
-def test_context_fn_with_use_reentrant_true_is_torchs_error():
-    def message(run, make, op):
-        with pytest.raises(ValueError) as error:
-            run(lambda x: x * 2, Variable(X) if run is checkpoint else torch.tensor(X), use_reentrant=True,
-                context_fn=functools.partial(make, [op]))
-        return str(error.value)
-    assert message(checkpoint, contexts, F.MatMul) == message(tc.checkpoint, tc.create_selective_checkpoint_contexts,
-                                                              torch.ops.aten.mm.default)
-
-
-def test_a_list_of_something_else_or_neither_list_nor_function_is_refused():
-    with pytest.raises(ValueError, match="Expected op in `op_list` to be a Function class"):
-        contexts(["matmul"])
-    with pytest.raises(ValueError, match="Expected op in `op_list` to be an OpOverload"):
-        tc.create_selective_checkpoint_contexts(["matmul"])
-    for make in (contexts, tc.create_selective_checkpoint_contexts):
-        with pytest.raises(TypeError, match="^policy_fn_or_list must be either a function or a list of ops.$"):
-            make(3)
-
-
-def test_under_no_grad_nothing_is_asked_as_in_torch():
-    asked = {"ours": 0, "torch": 0}
-
-    def policy(who):
-        def fn(*args, **kwargs):
-            asked[who] += 1
-            return True
-        return fn
-    with tinypytorch.no_grad():
-        checkpoint(F.tanh, Variable(X), use_reentrant=False, context_fn=functools.partial(contexts, policy("ours")))
-    with torch.no_grad():
-        tc.checkpoint(torch.tanh, torch.tensor(X), use_reentrant=False,
-                      context_fn=functools.partial(tc.create_selective_checkpoint_contexts, policy("torch")))
-    assert asked == {"ours": 0, "torch": 0}
-
-
-def test_another_threads_operations_are_not_sent_to_the_region():
-    asked, other = [], {}
-    started, done = threading.Event(), threading.Event()
-
-    def worker():
-        started.wait()
-        other["y"] = F.tanh(Variable(np.zeros(3))).data
-        done.set()
-
-    def region(x):
-        started.set()
-        done.wait(5)
-        return F.tanh(x)
-    thread = threading.Thread(target=worker)
-    thread.start()
-    checkpoint(region, Variable(X, requires_grad=True), use_reentrant=False,
-               context_fn=functools.partial(contexts, lambda ctx, op, *a: asked.append(op) or True))
-    thread.join()
-    assert asked == [F.Tanh] and np.array_equal(other["y"], np.zeros(3))
-    assert Function.dispatch_mode is None
+def test_growth_stops_at_float32s_largest_number():
+    scaler, scaler_t = GradScaler("cpu", init_scale=3e38, growth_interval=1), torch.amp.GradScaler(
+        "cpu", init_scale=3e38, growth_interval=1)
+    p, p_t = nn.Parameter(np.zeros(1, dtype=np.float32)), torch.zeros(1, requires_grad=True)
+    opt, opt_t = optim.SGD([p]), torch.optim.SGD([p_t])
+    for _ in range(2):
+        scaler.scale(p.sum()).backward(), scaler_t.scale(p_t.sum()).backward()
+        scaler.step(opt), scaler_t.step(opt_t), scaler.update(), scaler_t.update()
+        assert scaler.state_dict() == scaler_t.state_dict()
+    assert np.isfinite(scaler.get_scale())

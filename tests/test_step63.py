@@ -1,255 +1,334 @@
-"""Step 63: forward-mode AD (tinypytorch.autograd.forward_ad) against torch.autograd.forward_ad.
-
-Every operation of tests/operations.py: the JVP for random tangents on every operand equals torch's. The rows
-without a rule are listed (UNCOVERED) and must raise a NotImplementedError naming the operation, never give a
-silently wrong or zero tangent. Then the API's behaviour and its errors, with torch's messages.
-"""
-import contextlib
+"""Step 63: selective activation checkpointing (checkpoint's context_fn, create_selective_checkpoint_contexts),
+checked against torch.utils.checkpoint doing the same: gradients, what is kept, what runs again, and the errors."""
+import collections
+import functools
+import threading
 
 import numpy as np
 import pytest
 import torch
-import torch.autograd.forward_ad as tfwAD
+import torch.utils.checkpoint as tc
+from memory import tracing_numpy
+from steploader import load_step
 
 import tinypytorch
-from operations import OPERATIONS, operands
-from steploader import load_step
-from tinypytorch import Variable, autograd
-from tinypytorch.autograd import forward_ad as fwAD
+from tinypytorch import Function, Variable, recomputation
+from tinypytorch import functions as F
+from tinypytorch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext, checkpoint
+from tinypytorch.utils.checkpoint import create_selective_checkpoint_contexts as contexts
+from tinypytorch.utils.selective_checkpoint import BACKWARD_TWICE, MUTATED, kept_bytes
 
 pytestmark = [pytest.mark.step63, pytest.mark.torch]
-
-# the in-place rows: their Functions (tinypytorch.inplace) have no jvp rule yet
-UNCOVERED = {"zero_ of a non-leaf": "zero_", "mul_ of a view": "mul_",
-             "x[0] = w of a non-leaf": "setitem"}
-
-
-def tangents_for(operation, seed=1):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(shape) for shape in operation.shapes]
+N, D, LAYERS = 6, 5, 3
+rng = np.random.default_rng(60)
+X = rng.standard_normal((N, D))
+WEIGHTS = [(rng.standard_normal((D, D)) / 2, rng.standard_normal(D)) for _ in range(LAYERS)]
+OURS = {"tanh": F.tanh, "relu": F.relu, "linear": F.linear, "save": [F.LinearFunction]}
+THEIRS = {"tanh": torch.tanh, "relu": torch.relu, "linear": torch.nn.functional.linear,
+          "save": [torch.ops.aten.addmm.default, torch.ops.aten.mm.default]}
 
 
-def jvp_ours(operation, values, tangents):
-    with fwAD.dual_level():
-        duals = [fwAD.make_dual(Variable(v.copy()), t) for v, t in zip(values, tangents)]
-        y = operation.ours(*duals)
-        return y.data.copy(), fwAD.unpack_dual(y).tangent.data
+def mlp(x, params, ops, activation):
+    for i, (W, b) in enumerate(params):
+        x = ops["linear"](x, W, b)
+        if i < len(params) - 1:
+            x = ops[activation](x)
+    return x
 
 
-def jvp_torch(operation, values, tangents):
-    with tfwAD.dual_level():
-        duals = [tfwAD.make_dual(torch.tensor(v), torch.tensor(t)) for v, t in zip(values, tangents)]
-        y = operation.theirs(*duals)
-        return y.detach().numpy(), tfwAD.unpack_dual(y).tangent.numpy()
+def run_ours(policy, activation="tanh", counts=None):
+    """Gradients of sum(y^2) for the MLP checkpointed under `policy` (None: no checkpoint); counts: Function name ->
+    forwards run while recomputing, counted on the classes' own forward."""
+    params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
+    x = Variable(X.copy())
+    f = functools.partial(mlp, params=params, ops=OURS, activation=activation)
+    y = f(x) if policy is None else checkpoint(f, x, use_reentrant=False,
+                                               context_fn=functools.partial(contexts, policy))
+    with counting_forwards(counts):
+        (y * y).sum().backward()
+    return [p.grad.data for pair in params for p in pair]
 
 
-@pytest.mark.parametrize("operation", [op for op in OPERATIONS if op.name not in UNCOVERED], ids=lambda op: op.name)
-@pytest.mark.parametrize("seed", [0, 1])
-def test_jvp_equals_torch(operation, seed):
-    values, tangents = operands(operation, seed), tangents_for(operation, seed + 10)
-    (y, t), (y_torch, t_torch) = jvp_ours(operation, values, tangents), jvp_torch(operation, values, tangents)
-    np.testing.assert_allclose(y, y_torch, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(t, t_torch, rtol=1e-10, atol=1e-12)
-    assert np.any(t_torch != 0)  # a tangent that could be wrong
+@pytest.fixture
+def counted():
+    return collections.Counter()
 
 
-@pytest.mark.parametrize("name", sorted(UNCOVERED))
-def test_uncovered_rows_raise(name):
-    operation = next(op for op in OPERATIONS if op.name == name)
-    with pytest.raises(NotImplementedError, match=f"forward AD with {UNCOVERED[name]}.*not been implemented yet"):
-        jvp_ours(operation, operands(operation), tangents_for(operation))
+class counting_forwards:
+    def __init__(self, counts):
+        self.counts = counts
+
+    def __enter__(self):
+        self.originals = {c: c.__dict__["forward"] for c in (F.LinearFunction, F.Tanh, F.ReLU)}
+        for c, forward in self.originals.items():
+            c.forward = self.wrap(c, forward)
+
+    def wrap(self, c, forward):
+        def counted(op, *xs):
+            if self.counts is not None and recomputation.is_recomputing():
+                self.counts[c.__name__] += 1
+            return forward(op, *xs)
+        return counted
+
+    def __exit__(self, *exc):
+        for c, forward in self.originals.items():
+            c.forward = forward
 
 
-def test_the_uncovered_list_is_the_gap():
-    """The count the page prints: every row outside UNCOVERED has a rule, and UNCOVERED is the three in-place rows."""
-    covered = [op for op in OPERATIONS if op.name not in UNCOVERED]
-    assert len(covered) == len(OPERATIONS) - 3 and len(UNCOVERED) == 3
+# the page's counter of the ATen operations run during the recomputation (a dict: op name -> count)
+TorchCounting = load_step(63).TorchRecomputations
 
 
-def test_an_operation_on_tensors_without_tangents_gets_none():
-    with fwAD.dual_level():
-        y = tinypytorch.sin(Variable(np.ones(3)))
-        assert fwAD.unpack_dual(y).tangent is None
+def run_torch(policy, activation="tanh", counts=None):
+    params = [(torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)) for W, b in WEIGHTS]
+    counter, runs = TorchCounting(), []
+
+    def f(x):
+        runs.append(1)
+        counter.on = len(runs) > 1
+        try:
+            return mlp(x, params, THEIRS, activation)
+        finally:
+            counter.on = False
+    x = torch.tensor(X)
+    y = f(x) if policy is None else tc.checkpoint(f, x, use_reentrant=False,
+                                                  context_fn=functools.partial(tc.create_selective_checkpoint_contexts,
+                                                                               policy))
+    with counter:
+        (y * y).sum().backward()
+    if counts is not None:
+        counts.update(counter.counts)
+    return [p.grad.numpy() for pair in params for p in pair]
 
 
-def test_a_missing_tangent_counts_as_zero():
-    x, w = np.random.default_rng(0).standard_normal((2, 3)), np.random.default_rng(1).standard_normal((3, 2))
-    with fwAD.dual_level():
-        y = fwAD.make_dual(Variable(x), np.ones((2, 3))) @ Variable(w)
-        np.testing.assert_allclose(fwAD.unpack_dual(y).tangent.data, np.ones((2, 3)) @ w, rtol=1e-14)
+def policies(fw):
+    P = CheckpointPolicy if fw is tinypytorch else tc.CheckpointPolicy
+    ops = OURS if fw is tinypytorch else THEIRS
+    return {
+        "recompute all": lambda ctx, op, *a, **k: P.PREFER_RECOMPUTE,
+        "save the matmuls (list)": ops["save"],
+        "save the matmuls (bool)": lambda ctx, op, *a, **k: op in ops["save"],
+        "save all": lambda ctx, op, *a, **k: P.PREFER_SAVE,
+        "must save all": lambda ctx, op, *a, **k: P.MUST_SAVE,
+        "must recompute all": lambda ctx, op, *a, **k: P.MUST_RECOMPUTE,
+    }
 
 
-@pytest.mark.parametrize("other", [[0.5, -1.0, 2.0], 2.0], ids=["float64 vector", "float64 0-d"])
-def test_an_operand_promoted_to_another_dtype_keeps_its_tangent(other):
-    # float32 x times a float64 tensor: x is promoted (a vector) or not (a 0-d tensor does not promote it); either
-    # way its tangent reaches the product, in the product's dtype
-    results = []
-    for fw, ad in ((torch, tfwAD), (tinypytorch, fwAD)):
-        with ad.dual_level():
-            x = ad.make_dual(fw.tensor([1.0, 2.0, 3.0]), fw.ones(3))
-            tangent = ad.unpack_dual(x * fw.tensor(other, dtype=fw.float64)).tangent
-            results.append((np.asarray(tangent.tolist()), str(tangent.dtype)))
-    (expected, expected_dtype), (actual, actual_dtype) = results
-    np.testing.assert_array_equal(actual, expected)
-    assert actual_dtype == expected_dtype
+def test_the_policy_enum_is_torchs():
+    assert [(p.name, p.value) for p in CheckpointPolicy] == [(p.name, p.value) for p in tc.CheckpointPolicy]
+    ctx = SelectiveCheckpointContext(is_recompute=False)
+    assert ctx.is_recompute is False and ctx.op_output is None
+    with pytest.raises(TypeError):
+        SelectiveCheckpointContext(False)  # keyword only, as torch's
+    with pytest.raises(TypeError):
+        tc.SelectiveCheckpointContext(False)
 
 
-def test_unpack_dual_is_a_namedtuple_and_the_tangent_is_gone_after_the_level():
-    x = Variable(np.array([1.0, 2.0]))
-    with fwAD.dual_level():
-        d = fwAD.make_dual(x, np.array([3.0, 4.0]))
-        primal, tangent = fwAD.unpack_dual(d)
-        assert fwAD.unpack_dual(d).primal is primal or np.array_equal(fwAD.unpack_dual(d).primal.data, x.data)
-        np.testing.assert_array_equal(tangent.data, [3.0, 4.0])
-        assert fwAD.unpack_dual(primal).tangent is None  # the primal view carries none
-        assert fwAD.unpack_dual(d.detach()).tangent is None  # detach drops the tangent, as in PyTorch
-    assert fwAD.unpack_dual(d).tangent is None
-    assert fwAD.unpack_dual(d, level=0).tangent is None
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("name", list(policies(torch)))
+def test_gradients_equal_no_checkpoint_and_torchs_with_the_same_policy(name, activation):
+    plain = run_ours(None, activation)
+    ours = run_ours(policies(tinypytorch)[name], activation)
+    theirs = run_torch(policies(torch)[name], activation)
+    for a, b, t in zip(plain, ours, theirs):
+        np.testing.assert_array_equal(a, b)  # the same operations on the same arrays
+        np.testing.assert_allclose(b, t, rtol=1e-12, atol=1e-12)
 
 
-def test_make_dual_shares_memory_and_lets_gradients_through():
-    x = Variable(np.array([1.0, 2.0]))
-    with fwAD.dual_level():
-        d = fwAD.make_dual(x, np.ones(2))
-        (d * d).sum().backward()
-    np.testing.assert_array_equal(x.grad.data, [2.0, 4.0])
-    assert np.shares_memory(d.data, x.data)
+@pytest.mark.parametrize("name", ["recompute all", "save the matmuls (list)", "save all"])
+def test_what_runs_again_per_operation_type_matches_torch(name):
+    ours, theirs = collections.Counter(), collections.Counter()
+    run_ours(policies(tinypytorch)[name], counts=ours)
+    run_torch(policies(torch)[name], counts=theirs)
+    assert ours["Tanh"] == theirs["tanh"]
+    assert theirs["t"] == (LAYERS if name != "save all" else 0)  # the weights' transposes: a view, no arithmetic
+    # torch saves an operation's inputs before running it, the package after: recomputing, torch stops early
+    # before the last addmm runs, the package only after its last LinearFunction ran
+    stopped_before = 1 if name == "recompute all" else 0
+    assert ours["LinearFunction"] == theirs["addmm"] + stopped_before
+    assert ours["LinearFunction"] == (LAYERS if name == "recompute all" else 0)
 
 
-def test_inference_mode_carries_no_tangent_no_grad_does():
-    with fwAD.dual_level():
-        d = fwAD.make_dual(Variable(np.ones(3)), np.ones(3))
-        with tinypytorch.inference_mode():
-            assert fwAD.unpack_dual(d * 2.0).tangent is None
-        with tinypytorch.no_grad():
-            np.testing.assert_array_equal(fwAD.unpack_dual(d * 2.0).tangent.data, [2.0, 2.0, 2.0])
-    with tfwAD.dual_level():  # the same in torch
-        d = tfwAD.make_dual(torch.ones(3), torch.ones(3))
-        with torch.inference_mode():
-            assert tfwAD.unpack_dual(d * 2.0).tangent is None
+def test_the_policy_is_asked_once_per_operation_in_the_first_run_only_as_torchs():
+    asked = {"ours": [], "torch": []}
+
+    def policy(who):
+        def fn(ctx, op, *args, **kwargs):
+            asked[who].append((getattr(op, "__name__", str(op)), ctx.is_recompute))
+            return False
+        return fn
+    run_ours(policy("ours"))
+    run_torch(policy("torch"))
+    assert {r for _, r in asked["ours"]} == {r for _, r in asked["torch"]} == {False}  # never asked recomputing
+    assert [n for n, _ in asked["ours"]] == ["LinearFunction", "Tanh"] * (LAYERS - 1) + ["LinearFunction"]
+    assert [n for n, _ in asked["torch"] if n != "t.default"] == ["addmm.default", "tanh.default"] * (LAYERS - 1) + [
+        "addmm.default"]
 
 
-# ----- bad input, torch's messages --------------------------------------------------------------------------
+def test_the_policy_gets_the_inputs_and_the_output():
+    seen = []
 
-def torch_message(fn):
-    with pytest.raises(Exception) as info:
-        fn()
-    return type(info.value), str(info.value)
-
-
-MAKE_DUAL_ERRORS = {  # (inside a level?, torch's call, ours)
-    "outside a level": (False, lambda: tfwAD.make_dual(torch.ones(3), torch.ones(3)),
-                        lambda: fwAD.make_dual(Variable(np.ones(3)), np.ones(3))),
-    "of an integer tensor": (True, lambda: tfwAD.make_dual(torch.arange(3), torch.ones(3)),
-                             lambda: fwAD.make_dual(Variable(np.arange(3)), np.ones(3))),
-    "a tangent of the wrong shape": (True, lambda: tfwAD.make_dual(torch.ones(3), torch.ones(4)),
-                                     lambda: fwAD.make_dual(Variable(np.ones(3)), np.ones(4))),
-}
+    def policy(ctx, op, *args):
+        seen.append((op, [a.shape for a in args], ctx.op_output.shape))
+        return True
+    x = Variable(np.ones((2, 3)))
+    W = Variable(np.ones((4, 3)))
+    checkpoint(lambda x: F.linear(x, W), x, use_reentrant=False, context_fn=functools.partial(contexts, policy))
+    assert seen == [(F.LinearFunction, [(2, 3), (4, 3)], (2, 4))]
 
 
-@pytest.mark.parametrize("case", list(MAKE_DUAL_ERRORS))
-def test_make_dual_refuses_as_torch(case):
-    in_level, theirs, ours = MAKE_DUAL_ERRORS[case]
-    with tfwAD.dual_level() if in_level else contextlib.nullcontext():
-        kind, message = torch_message(theirs)
-    with fwAD.dual_level() if in_level else contextlib.nullcontext(), pytest.raises(kind) as info:
-        ours()
-    assert str(info.value) == message
+def kept_after_forward(policy):
+    """NumPy bytes held after the checkpointed forward, beyond what plain checkpointing holds (tracemalloc)."""
+    params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
+    x = Variable(np.tile(X, (40, 1)))  # 240 rows: the kept outputs dwarf any small bookkeeping
+    f = functools.partial(mlp, params=params, ops=OURS, activation="tanh")
+    with tracing_numpy() as held:
+        pair = contexts(policy)
+        y = checkpoint(f, x, use_reentrant=False, context_fn=lambda: pair)
+        measured = held()  # y included: the region's last output is also kept when saved
+        counted = kept_bytes(pair[0])
+        del y  # held until measured, as a caller would hold it
+    return measured, counted
 
 
-def test_nesting_levels_is_refused():
-    def nest(module):
-        with module.dual_level(), module.dual_level():
-            pass
-    kind, message = torch_message(lambda: nest(tfwAD))
-    with pytest.raises(kind) as info:
-        nest(fwAD)
-    assert str(info.value) == message
-    with fwAD.dual_level():  # the outer level closed cleanly: a new one opens
-        pass
+def test_kept_bytes_is_what_tracemalloc_sees_held():
+    nothing, _ = kept_after_forward(lambda *a, **k: False)
+    for policy, outputs in (([F.LinearFunction], LAYERS), (lambda *a, **k: True, 2 * LAYERS - 1)):
+        measured, counted = kept_after_forward(policy)
+        assert counted == outputs * 240 * D * 8
+        # the last output kept is the region's output y, held anyway: the rest is what keeping costs
+        assert abs((measured - nothing) - (counted - 240 * D * 8)) <= 1024
 
 
-def test_make_dual_of_a_dual_tensor():
-    with tfwAD.dual_level():
-        d = tfwAD.make_dual(torch.ones(3), torch.ones(3))
-        kind, message = torch_message(lambda: tfwAD.make_dual(d, torch.ones(3)))
-    with fwAD.dual_level(), pytest.raises(kind) as info:
-        fwAD.make_dual(fwAD.make_dual(Variable(np.ones(3)), np.ones(3)), np.ones(3))
-    assert str(info.value) == message
+def torch_kept_bytes(policy):
+    params = [(torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)) for W, b in WEIGHTS]
+    pair = tc.create_selective_checkpoint_contexts(policy)
+    tc.checkpoint(lambda x: mlp(x, params, THEIRS, "tanh"), torch.tensor(X), use_reentrant=False,
+                  context_fn=lambda: pair)
+    blocks = {e.val.untyped_storage().data_ptr(): e.val.untyped_storage().nbytes()
+              for entries in pair[0].storage.values() for e in entries.values() if hasattr(e, "val")}
+    weights = {p.untyped_storage().data_ptr() for pair_ in params for p in pair_}
+    return sum(n for ptr, n in blocks.items() if ptr not in weights)
 
 
-# ----- custom Functions (step 49) ---------------------------------------------------------------------------
-
-def custom_pair(module, with_jvp):
-    class Cube(module.autograd.Function if module is torch else autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.x = x
-            return x ** 3
-
-        @staticmethod
-        def backward(ctx, g):
-            return 3 * ctx.x ** 2 * g
-
-    if with_jvp:
-        Cube.jvp = staticmethod(lambda ctx, t: 3 * ctx.x ** 2 * t)
-    return Cube
+@pytest.mark.parametrize("name", ["recompute all", "save the matmuls (list)", "save all"])
+def test_kept_bytes_equal_torchs_storage_less_the_weights_views(name):
+    pair = contexts(policies(tinypytorch)[name])
+    params = [(Variable(W.copy()), Variable(b.copy())) for W, b in WEIGHTS]
+    checkpoint(functools.partial(mlp, params=params, ops=OURS, activation="tanh"), Variable(X.copy()),
+               use_reentrant=False, context_fn=lambda: pair)
+    assert kept_bytes(pair[0]) == torch_kept_bytes(policies(torch)[name])
 
 
-def test_a_custom_function_with_jvp_equals_torch():
-    x, t = np.array([0.5, -1.5, 2.0]), np.array([1.0, 2.0, -3.0])
-    with fwAD.dual_level():
-        ours = fwAD.unpack_dual(custom_pair(tinypytorch, True).apply(fwAD.make_dual(Variable(x), t))).tangent
-        ours = ours.data
-    with tfwAD.dual_level():
-        d = tfwAD.make_dual(torch.tensor(x), torch.tensor(t))
-        theirs = tfwAD.unpack_dual(custom_pair(torch, True).apply(d)).tangent.numpy()
-    np.testing.assert_allclose(ours, theirs, rtol=1e-14)
+# ----- bad input and PyTorch's errors --------------------------------------------------------------------
+
+@pytest.mark.parametrize("answer", [None, "save", 1])
+def test_a_policy_answering_something_else_is_refused(answer):
+    x = Variable(X.copy())
+    W = Variable(WEIGHTS[0][0].copy())
+    with pytest.raises(TypeError, match="policy_fn must return a CheckpointPolicy or a bool"):
+        checkpoint(lambda x: F.linear(x, W), x, use_reentrant=False,
+                   context_fn=functools.partial(contexts, lambda *a, **k: answer))
+    assert Function.dispatch_mode is None  # the region closed
 
 
-def test_a_custom_function_without_jvp():
-    with tfwAD.dual_level():
-        d = tfwAD.make_dual(torch.ones(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
-        kind, message = torch_message(lambda: custom_pair(torch, False).apply(d))
-    with fwAD.dual_level(), pytest.raises(kind) as info:
-        custom_pair(tinypytorch, False).apply(fwAD.make_dual(Variable(np.ones(3)), np.ones(3)))
-    assert str(info.value) == message
+def twice(fw):
+    """Backward twice through a region whose matmul was kept: torch's error the second time."""
+    x, W = (fw.tensor(X.copy()), fw.tensor(WEIGHTS[0][0].copy()))
+    W.requires_grad_(True)
+    mm = F.MatMul if fw is tinypytorch else torch.ops.aten.mm.default
+    make = contexts if fw is tinypytorch else tc.create_selective_checkpoint_contexts
+    run = checkpoint if fw is tinypytorch else tc.checkpoint
+    y = run(lambda x: fw.tanh(fw.matmul(x, W)), x, use_reentrant=False,
+            context_fn=functools.partial(make, [mm])).sum()
+    y.backward(retain_graph=True)
+    with pytest.raises(RuntimeError) as error:
+        y.backward()
+    return str(error.value)
 
 
-# ----- gradcheck(check_forward_ad=True) ---------------------------------------------------------------------
-
-def test_gradcheck_checks_forward_mode():
-    x = Variable(np.random.default_rng(0).uniform(0.5, 2.0, (2, 3)))
-    assert autograd.gradcheck(lambda a: tinypytorch.sin(a) * a, (x,), check_forward_ad=True)
-    assert torch.autograd.gradcheck(lambda a: torch.sin(a) * a, (torch.tensor(x.data, requires_grad=True),),
-                                    check_forward_ad=True)
+def test_backward_twice_is_refused_as_in_torch():
+    assert twice(tinypytorch) == twice(torch) == BACKWARD_TWICE
 
 
-def test_gradcheck_catches_a_wrong_jvp():
-    class Wrong(load_step(63).Cube):  # the page's x ** 3, its backward right, its jvp wrong
-        @staticmethod
-        def jvp(ctx, t):
-            return 2 * ctx.x ** 2 * t  # 2, not 3
+def mutated(fw, allow=False):
+    """The region returns a kept matmul's output h and tanh(h); h is changed in place before backward."""
+    x, W = (fw.tensor(X.copy()), fw.tensor(WEIGHTS[0][0].copy()))
+    W.requires_grad_(True)
+    mm = F.MatMul if fw is tinypytorch else torch.ops.aten.mm.default
+    make = contexts if fw is tinypytorch else tc.create_selective_checkpoint_contexts
 
-    x = Variable(np.array([0.5, 1.5]))
-    assert autograd.gradcheck(Wrong.apply, (x,))  # backward is right
-    with pytest.raises(autograd.GradcheckError, match="forward mode mismatch"):
-        autograd.gradcheck(Wrong.apply, (x,), check_forward_ad=True, check_backward_ad=False)
-    assert not autograd.gradcheck(Wrong.apply, (x,), check_forward_ad=True, raise_exception=False)
+    def f(x):
+        h = fw.matmul(x, W)
+        return h, fw.tanh(h)
+    run = checkpoint if fw is tinypytorch else tc.checkpoint
+    h, y = run(f, x, use_reentrant=False, context_fn=functools.partial(make, [mm], allow_cache_entry_mutation=allow))
+    h.mul_(2.0)
+    y.sum().backward()
+    return W.grad
 
 
-@pytest.mark.parametrize("change", [lambda x, d: x.mul_(d), lambda x, d: x.add_(d), lambda x, d: x.copy_(d),
-                                    lambda x, d: x.__setitem__(0, d[0]), lambda x, d: d.zero_()],
-                         ids=["mul_", "add_", "copy_", "setitem", "zero_"])
-def test_an_in_place_change_involving_a_tangent_is_refused_not_dropped(change):
-    """torch gives x the tangent of x * d; the package has no in-place tangent rules yet: it must say so,
-    never leave x with no tangent (a derivative of 0)."""
-    x = tinypytorch.tensor([1.0, 2.0], dtype=tinypytorch.float64)
-    with fwAD.dual_level():
-        d = fwAD.make_dual(tinypytorch.tensor([3.0, 4.0], dtype=tinypytorch.float64),
-                                 tinypytorch.tensor([1.0, 1.0], dtype=tinypytorch.float64))
-        with pytest.raises(NotImplementedError, match="forward AD with .* not been implemented yet"):
-            change(x, d)
-        y = tinypytorch.tensor([1.0, 2.0], dtype=tinypytorch.float64)
-        y.mul_(2.0)  # no tangent anywhere: in-place changes run as usual
-        assert fwAD.unpack_dual(y).tangent is None
+def test_a_kept_output_changed_in_place_is_refused_as_in_torch():
+    for fw in (tinypytorch, torch):
+        with pytest.raises(RuntimeError, match="^" + MUTATED + "$"):
+            mutated(fw)
+    # allowed: both use the changed value, alike
+    np.testing.assert_allclose(mutated(tinypytorch, allow=True).data, mutated(torch, allow=True).numpy(), atol=1e-12)
+
+
+def test_context_fn_with_use_reentrant_true_is_torchs_error():
+    def message(run, make, op):
+        with pytest.raises(ValueError) as error:
+            run(lambda x: x * 2, Variable(X) if run is checkpoint else torch.tensor(X), use_reentrant=True,
+                context_fn=functools.partial(make, [op]))
+        return str(error.value)
+    assert message(checkpoint, contexts, F.MatMul) == message(tc.checkpoint, tc.create_selective_checkpoint_contexts,
+                                                              torch.ops.aten.mm.default)
+
+
+def test_a_list_of_something_else_or_neither_list_nor_function_is_refused():
+    with pytest.raises(ValueError, match="Expected op in `op_list` to be a Function class"):
+        contexts(["matmul"])
+    with pytest.raises(ValueError, match="Expected op in `op_list` to be an OpOverload"):
+        tc.create_selective_checkpoint_contexts(["matmul"])
+    for make in (contexts, tc.create_selective_checkpoint_contexts):
+        with pytest.raises(TypeError, match="^policy_fn_or_list must be either a function or a list of ops.$"):
+            make(3)
+
+
+def test_under_no_grad_nothing_is_asked_as_in_torch():
+    asked = {"ours": 0, "torch": 0}
+
+    def policy(who):
+        def fn(*args, **kwargs):
+            asked[who] += 1
+            return True
+        return fn
+    with tinypytorch.no_grad():
+        checkpoint(F.tanh, Variable(X), use_reentrant=False, context_fn=functools.partial(contexts, policy("ours")))
+    with torch.no_grad():
+        tc.checkpoint(torch.tanh, torch.tensor(X), use_reentrant=False,
+                      context_fn=functools.partial(tc.create_selective_checkpoint_contexts, policy("torch")))
+    assert asked == {"ours": 0, "torch": 0}
+
+
+def test_another_threads_operations_are_not_sent_to_the_region():
+    asked, other = [], {}
+    started, done = threading.Event(), threading.Event()
+
+    def worker():
+        started.wait()
+        other["y"] = F.tanh(Variable(np.zeros(3))).data
+        done.set()
+
+    def region(x):
+        started.set()
+        done.wait(5)
+        return F.tanh(x)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    checkpoint(region, Variable(X, requires_grad=True), use_reentrant=False,
+               context_fn=functools.partial(contexts, lambda ctx, op, *a: asked.append(op) or True))
+    thread.join()
+    assert asked == [F.Tanh] and np.array_equal(other["y"], np.zeros(3))
+    assert Function.dispatch_mode is None

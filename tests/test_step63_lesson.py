@@ -1,51 +1,71 @@
-"""Step 63's lesson: the dual numbers and the exercises' solutions, checked against torch (its forward mode and its
-gradients) and against derivatives worked out by hand."""
-import math
+"""Step 63's lesson: the exercises' solutions (a SiLU MLP's kept bytes, a policy with a byte budget), checked against
+torch doing the same and against the count of tensors worked out by hand."""
+import functools
 
 import numpy as np
 import pytest
 import torch
-import torch.autograd.forward_ad as tfwAD
+import torch.utils.checkpoint as tc
 
 from steploader import load_step
-from tinypytorch import Variable, autograd
 
 pytestmark = [pytest.mark.step63, pytest.mark.torch]
 step = load_step(63)
+ACTIVATION = step.N * step.D * 8  # one (64, 128) float64 tensor
 
 
-def test_dual_numbers_give_the_derivative():
-    y = step.Dual(2.0, 1.0) * step.sin(step.Dual(2.0, 1.0))
-    assert y.tangent == pytest.approx(math.sin(2.0) + 2.0 * math.cos(2.0), rel=1e-15)
-    b = step.exp(step.Dual(0.5, 1.0) * step.Dual(0.5, 1.0))
-    assert (b * b).tangent == pytest.approx(2 * math.exp(0.5), rel=1e-15)  # step 05's 4x e^(2x^2) at 0.5
+def torch_params():
+    return [(torch.tensor(W, requires_grad=True), torch.tensor(b, requires_grad=True)) for W, b in step.WEIGHTS]
 
 
-def test_directional_derivative_equals_torch():
-    x = torch.tensor(step.x0, requires_grad=True)
-    (torch.tanh(x) * x).sum().backward()
-    assert step.directional == pytest.approx(float(x.grad @ torch.tensor(step.v)), rel=1e-12)
-    with tfwAD.dual_level():
-        d = tfwAD.make_dual(torch.tensor(step.x0), torch.tensor(step.v))
-        assert step.directional == pytest.approx(tfwAD.unpack_dual((torch.tanh(d) * d).sum()).tangent.item(),
-                                                 rel=1e-12)
+def torch_region(params, activation):
+    def region(x):
+        for i, (W, b) in enumerate(params):
+            x = torch.nn.functional.linear(x, W, b)
+            x = activation(x) if i < len(params) - 1 else x
+        return x
+    return region
 
 
-def test_jacobian_by_columns_equals_torch():
-    ours = step.jacobian_by_columns(step.f, Variable(np.array([1.0, 2.0])))
-    theirs = torch.autograd.functional.jacobian(
-        lambda x: torch.stack([x[0] * x[1], torch.sin(x[0]), x[1] ** 2]), torch.tensor([1.0, 2.0], dtype=torch.float64))
-    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-14)
-    np.testing.assert_allclose(ours, [[2.0, 1.0], [math.cos(1.0), 0.0], [0.0, 4.0]], rtol=1e-14)  # by hand
+def torch_kept(policy, activation):
+    """Bytes torch holds for backward besides the weights, the input and the output: saved (no policy) or kept."""
+    params = torch_params()
+    region, x = torch_region(params, activation), torch.tensor(step.X)
+    if policy is None:
+        return step.saved_blocks(torch, region, params, x)[1]
+    pair = tc.create_selective_checkpoint_contexts(policy)
+    y = tc.checkpoint(region, x, use_reentrant=False, context_fn=lambda: pair)
+    skip = {p.untyped_storage().data_ptr() for pair_ in params for p in pair_} | {y.untyped_storage().data_ptr()}
+    blocks = {e.val.untyped_storage().data_ptr(): e.val.untyped_storage().nbytes()
+              for entries in pair[0].storage.values() for e in entries.values() if hasattr(e, "val")}
+    return sum(n for ptr, n in blocks.items() if ptr not in skip)
 
 
-def test_softplus_jvp_equals_torch():
-    x = np.linspace(-2, 2, 5)
-    t = np.random.default_rng(0).standard_normal(5)
-    from tinypytorch.autograd import forward_ad as fwAD
-    with fwAD.dual_level():
-        ours = fwAD.unpack_dual(step.SoftPlus.apply(fwAD.make_dual(Variable(x), t))).tangent.data
-    with tfwAD.dual_level():
-        theirs = tfwAD.unpack_dual(torch.nn.functional.softplus(tfwAD.make_dual(torch.tensor(x), torch.tensor(t))))
-    np.testing.assert_allclose(ours, theirs.tangent.numpy(), rtol=1e-12)
-    assert autograd.gradcheck(step.SoftPlus.apply, (Variable(x),), check_forward_ad=True)
+def test_silu_keeps_three_tensors_a_layer_without_checkpoint_and_one_with_the_products_kept():
+    def silu(x):
+        return x * torch.sigmoid(x)
+    # by hand: each hidden layer's x (read by sigmoid's and mul's backward), sigmoid(x), and the layer's output
+    # (read by the next product); with the products kept, only each hidden layer's x
+    assert step.silu_none == torch_kept(None, silu) == 3 * 2 * ACTIVATION
+    assert step.silu_products == torch_kept([torch.ops.aten.addmm.default], silu) == 2 * ACTIVATION
+
+
+def test_the_budget_policy_keeps_one_product_and_gives_torchs_gradients():
+    used = [0]
+
+    def budget(ctx, op, *args, **kwargs):
+        nbytes = ctx.op_output.untyped_storage().nbytes()
+        if op is torch.ops.aten.addmm.default and used[0] + nbytes <= ACTIVATION:
+            used[0] += nbytes
+            return tc.CheckpointPolicy.MUST_SAVE
+        return tc.CheckpointPolicy.PREFER_RECOMPUTE
+    params = torch_params()
+    y = tc.checkpoint(torch_region(params, torch.tanh), torch.tensor(step.X), use_reentrant=False,
+                      context_fn=functools.partial(tc.create_selective_checkpoint_contexts, budget))
+    (y * y).sum().backward()
+    grads = [p.grad.numpy() for pair in params for p in pair]
+    for ours, theirs in zip(step.budget_grads, grads):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    assert step.budget_kept == ACTIVATION  # the first product, not the output
+    # the first product kept: the other two run again, and both tanh
+    assert step.budget_counts == {"LinearFunction": 2, "Tanh": 2}

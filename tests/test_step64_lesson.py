@@ -1,45 +1,51 @@
-"""Step 64's lesson: the page's Jacobians, Hessians and the exercises' solutions, checked against torch.func and
-torch.autograd.functional and against derivatives worked out by hand."""
+"""Step 64's lesson: the dual numbers and the exercises' solutions, checked against torch (its forward mode and its
+gradients) and against derivatives worked out by hand."""
+import math
+
 import numpy as np
 import pytest
 import torch
-import torch.autograd.functional as TF
-import torch.func as tfunc
+import torch.autograd.forward_ad as tfwAD
 
 from steploader import load_step
+from tinypytorch import Variable, autograd
 
 pytestmark = [pytest.mark.step64, pytest.mark.torch]
 step = load_step(64)
 
 
-def test_page_jacobian_and_hessians_equal_torch():
-    J = tfunc.jacrev(lambda a: torch.tanh(torch.tensor(step.W) @ a))(torch.tensor([0.5, -1.0], dtype=torch.float64))
-    np.testing.assert_allclose(step.J_fwd.data, J.numpy(), rtol=1e-10)
-    np.testing.assert_allclose(step.J_rev.data, J.numpy(), rtol=1e-10)
-    H = tfunc.hessian(step.t_mlp_loss)(torch.tensor(step.w1.data))
-    np.testing.assert_allclose(step.H_mlp.data, H.numpy(), rtol=1e-10, atol=1e-14)
+def test_dual_numbers_give_the_derivative():
+    y = step.Dual(2.0, 1.0) * step.sin(step.Dual(2.0, 1.0))
+    assert y.tangent == pytest.approx(math.sin(2.0) + 2.0 * math.cos(2.0), rel=1e-15)
+    b = step.exp(step.Dual(0.5, 1.0) * step.Dual(0.5, 1.0))
+    assert (b * b).tangent == pytest.approx(2 * math.exp(0.5), rel=1e-15)  # step 05's 4x e^(2x^2) at 0.5
 
 
-def test_pass_counts_are_n_forward_passes_and_one_plus_m_backward_ones():
-    for n in step.sizes:
-        assert step.passes["jacfwd", n] == n
-        assert step.passes["jacrev", n] == 1 + 512 // n
+def test_directional_derivative_equals_torch():
+    x = torch.tensor(step.x0, requires_grad=True)
+    (torch.tanh(x) * x).sum().backward()
+    assert step.directional == pytest.approx(float(x.grad @ torch.tensor(step.v)), rel=1e-12)
+    with tfwAD.dual_level():
+        d = tfwAD.make_dual(torch.tensor(step.x0), torch.tensor(step.v))
+        assert step.directional == pytest.approx(tfwAD.unpack_dual((torch.tanh(d) * d).sum()).tangent.item(),
+                                                 rel=1e-12)
 
 
-def test_exercise_1_curve_jacobian_is_minus_sin_cos_2t():
-    t = 0.4
-    expected = np.array([-np.sin(t), np.cos(t), 2 * t])  # d/dt (cos t, sin t, t²), by hand
-    np.testing.assert_allclose(step.func.jacfwd(step.curve)(step.t0).data.ravel(), expected, rtol=1e-12)
-    np.testing.assert_allclose(step.func.jacrev(step.curve)(step.t0).data.ravel(), expected, rtol=1e-12)
+def test_jacobian_by_columns_equals_torch():
+    ours = step.jacobian_by_columns(step.f, Variable(np.array([1.0, 2.0])))
+    theirs = torch.autograd.functional.jacobian(
+        lambda x: torch.stack([x[0] * x[1], torch.sin(x[0]), x[1] ** 2]), torch.tensor([1.0, 2.0], dtype=torch.float64))
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(ours, [[2.0, 1.0], [math.cos(1.0), 0.0], [0.0, 4.0]], rtol=1e-14)  # by hand
 
 
-def test_exercise_2_newton_step_equals_torchs_hvp_and_the_formula():
-    x = torch.tensor([2.0, 2.0], dtype=torch.float64)
-    _, h = TF.hvp(lambda a: (a ** 4 / 4 - a).sum(), x, torch.ones(2, dtype=torch.float64))
-    np.testing.assert_allclose(step.diagonal, h.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(step.xq.data - step.gradient / step.diagonal, 2 - 7 / 12, rtol=1e-12)
-
-
-def test_exercise_3_hvp_equals_torch_hessian_times_v():
-    H = tfunc.hessian(step.t_mlp_loss)(torch.tensor(step.w1.data)).numpy()
-    np.testing.assert_allclose(step.product, H @ step.v6.data, rtol=1e-10, atol=1e-14)
+def test_softplus_jvp_equals_torch():
+    x = np.linspace(-2, 2, 5)
+    t = np.random.default_rng(0).standard_normal(5)
+    from tinypytorch.autograd import forward_ad as fwAD
+    with fwAD.dual_level():
+        ours = fwAD.unpack_dual(step.SoftPlus.apply(fwAD.make_dual(Variable(x), t))).tangent.data
+    with tfwAD.dual_level():
+        theirs = tfwAD.unpack_dual(torch.nn.functional.softplus(tfwAD.make_dual(torch.tensor(x), torch.tensor(t))))
+    np.testing.assert_allclose(ours, theirs.tangent.numpy(), rtol=1e-12)
+    assert autograd.gradcheck(step.SoftPlus.apply, (Variable(x),), check_forward_ad=True)

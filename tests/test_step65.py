@@ -1,143 +1,176 @@
-"""Step 65: peak_memory (tinypytorch.utils.memory), checked against array sizes done in the open and against
-PyTorch's profiler on the same training step; the memory techniques' gradients on the capstone's network against
-torch's twins."""
-import gc
-import json
-import math
-import pathlib
-import tempfile
-import tracemalloc
-
+"""Step 65: tinypytorch.func (jvp, vjp, jacfwd, jacrev, hessian) and autograd.functional (jacobian, hvp, vhp),
+against torch.func and torch.autograd.functional, and PyTorch's errors on bad input."""
 import numpy as np
 import pytest
-import torch
-from torch.profiler import ProfilerActivity, profile
 
 import tinypytorch as tp
-from tinypytorch import nn
-from tinypytorch.utils.checkpoint import checkpoint_sequential
-from tinypytorch.utils.memory import peak_memory
+from tinypytorch import Variable, func
+from tinypytorch.autograd import functional
 
-pytestmark = pytest.mark.step65
-MB = 10**6
+torch = pytest.importorskip("torch")
+import torch.autograd.functional as TF  # noqa: E402
+import torch.func as tfunc  # noqa: E402
 
-
-def test_peak_counts_an_array_held_and_returns_the_result():
-    peak, result = peak_memory(lambda: np.ones(MB))  # 8 MB of float64
-    assert result.nbytes == 8 * MB
-    assert 8 * MB <= peak < 8 * MB + 64 * 1024
-
-
-def test_peak_counts_what_was_freed_before_the_end():
-    def work():
-        a = np.ones(MB)  # 8 MB, freed at once
-        del a
-        b = np.ones(MB // 2)  # 4 MB, freed at the end
-        return b.sum()
-    peak, total = peak_memory(work)
-    assert total == MB // 2
-    assert 8 * MB <= peak < 8 * MB + 64 * 1024  # the first array's moment, not the sum of both
+pytestmark = [pytest.mark.step65, pytest.mark.torch]
+RNG = np.random.default_rng(62)
+W = RNG.standard_normal((4, 3))
+X = RNG.standard_normal(3)
 
 
-def test_what_was_held_before_is_not_counted():
-    held = np.ones(MB)  # noqa: F841 (held through the measurement)
-    peak, _ = peak_memory(lambda: np.ones(10))
-    assert peak < 64 * 1024
+def ours_map(x):
+    return tp.tanh(tp.matmul(x.reshape(1, -1), Variable(W.T.copy(), requires_grad=False))).reshape(-1) * x[0:1]
 
 
-def test_collector_and_tracing_left_as_they_were():
-    assert gc.isenabled() and not tracemalloc.is_tracing()
-    collector_during = []
-    peak_memory(lambda: collector_during.append(gc.isenabled()))
-    assert collector_during == [False]  # reference counting alone frees, as a training step does
-    assert gc.isenabled() and not tracemalloc.is_tracing()
-    tracemalloc.start()
-    try:
-        peak_memory(lambda: None)
-        assert tracemalloc.is_tracing()  # the caller's tracing is kept on
-    finally:
-        tracemalloc.stop()
-    with pytest.raises(ZeroDivisionError):
-        peak_memory(lambda: 1 / 0)
-    assert gc.isenabled() and not tracemalloc.is_tracing()
+def torch_map(x):
+    return torch.tanh(torch.tensor(W) @ x) * x[0:1]
 
 
-def mlp(n, ws):
-    layers = []
-    for W, b in ws:
-        layer = n.Linear(W.shape[1], W.shape[0]).double() if n is torch.nn else n.Linear(W.shape[1], W.shape[0])
-        if n is torch.nn:
-            with torch.no_grad():
-                layer.weight.copy_(torch.from_numpy(W)), layer.bias.copy_(torch.from_numpy(b))
-        else:
-            layer.weight.data, layer.bias.data = W.copy(), b.copy()
-        layers += [layer, n.Tanh()]
-    return n.Sequential(*layers)
+def ours_scalar(x):
+    return (tp.sin(x) * x[0:1] + x ** 3).sum()
 
 
-def weights(depth, width, seed=63):
-    rng = np.random.default_rng(seed)
-    return [(rng.uniform(-1, 1, (width, width)) / math.sqrt(width), rng.uniform(-1, 1, width) / math.sqrt(width))
-            for _ in range(depth)]
+def torch_scalar(x):
+    return (x.sin() * x[0:1] + x ** 3).sum()
 
 
-def torch_peak(work):
-    """The most bytes torch's CPU allocator held at once during work(), from its profiler's memory events."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        work()
-    with tempfile.TemporaryDirectory() as folder:
-        path = pathlib.Path(folder) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        events = json.loads(path.read_text())["traceEvents"]
-    held = peak = 0
-    for e in sorted((e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
-                    key=lambda e: (e["ts"], e["args"].get("Ev Idx", 0))):
-        held += e["args"]["Bytes"]
-        peak = max(peak, held)
-    return peak
+def const(a):
+    return Variable(np.asarray(a, dtype=float), requires_grad=False)
 
 
-@pytest.mark.torch
-@pytest.mark.parametrize("segments", [None, 3])
-def test_peak_of_a_training_step_is_torchs_within_a_fifth(segments):
-    """Large arrays, few of them: the graph's Python objects are small beside them, and both frameworks hold the
-    same activations (torch's profiler sees its allocator only; tracemalloc sees the arrays and Python's objects)."""
-    torch.set_num_threads(1)
-    ws, x = weights(9, 256), np.random.default_rng(0).standard_normal((1024, 256))
-    ours, twin = mlp(nn, ws), mlp(torch.nn, ws)
-
-    def step_ours():
-        out = ours(tp.Variable(x)) if segments is None else checkpoint_sequential(ours, segments, tp.Variable(x),
-                                                                                 use_reentrant=False)
-        (out * out).sum().backward()
-
-    def step_torch():
-        out = twin(torch.from_numpy(x)) if segments is None else torch.utils.checkpoint.checkpoint_sequential(
-            twin, segments, torch.from_numpy(x), use_reentrant=False)
-        (out * out).sum().backward()
-    step_ours(), step_torch()  # the gradients exist: the step measured is a second one
-    gc.collect()
-    theirs = torch_peak(step_torch)
-    ours_peak, _ = peak_memory(step_ours)
-    assert 0.8 < ours_peak / theirs < 1.2, (ours_peak, theirs)
-    for p, q in zip(ours.parameters(), twin.parameters()):
-        np.testing.assert_allclose(p.grad.data, q.grad.numpy(), rtol=1e-10, atol=1e-12)
+def torch_error(call):
+    with pytest.raises(Exception) as info:
+        call()
+    return type(info.value), str(info.value)
 
 
-def test_checkpointing_lowers_the_peak_by_about_the_activations_it_drops():
-    ws, x = weights(16, 256), np.random.default_rng(1).standard_normal((512, 256))
-    model = mlp(nn, ws)
+@pytest.mark.parametrize("name", ["jacfwd", "jacrev", "hessian"])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_jacobians_and_hessian_equal_torch_func(name, requires_grad):
+    f, g = (ours_scalar, torch_scalar) if name == "hessian" else (ours_map, torch_map)
+    ours = getattr(func, name)(f)(Variable(X.copy(), requires_grad=requires_grad))
+    np.testing.assert_allclose(ours.data, getattr(tfunc, name)(g)(torch.tensor(X)).numpy(), rtol=1e-10, atol=1e-14)
 
-    def step(segments):
-        def work():
-            out = model(tp.Variable(x)) if segments is None else checkpoint_sequential(
-                model, segments, tp.Variable(x), use_reentrant=False)
-            (out * out).sum().backward()
-            model.zero_grad()
-        return work
-    plain, _ = peak_memory(step(None))
-    checkpointed, _ = peak_memory(step(4))
-    activation = 512 * 256 * 8  # one 512 x 256 float64 array: tanh's output, the next Linear's input
-    # plain keeps 16 activations; 4 segments keep 3 segment inputs, the last segment's 4 and, in backward, one
-    # recomputed segment's 4: about 5 fewer
-    assert 4 * activation < plain - checkpointed < 6 * activation
+
+def test_jacobian_of_a_matrix_input_has_output_then_input_shape():
+    x = RNG.standard_normal((2, 3))
+    ours = func.jacrev(lambda a: tp.sin(a).sum(axis=0))(const(x))
+    assert ours.shape == (3, 2, 3)
+    np.testing.assert_allclose(ours.data, tfunc.jacrev(lambda a: a.sin().sum(0))(torch.tensor(x)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(func.jacfwd(lambda a: tp.sin(a).sum(axis=0))(const(x)).data, ours.data, rtol=1e-10)
+
+
+def test_jvp_and_vjp_equal_torch_func():
+    v, u = RNG.standard_normal(3), RNG.standard_normal(4)
+    out, tangent = func.jvp(ours_map, (const(X),), (const(v),))
+    t_out, t_tangent = tfunc.jvp(torch_map, (torch.tensor(X),), (torch.tensor(v),))
+    np.testing.assert_allclose(out.data, t_out.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(tangent.data, t_tangent.numpy(), rtol=1e-10)
+    out, vjp_fn = func.vjp(ours_map, const(X))
+    expected = tfunc.vjp(torch_map, torch.tensor(X))[1](torch.tensor(u))[0]
+    np.testing.assert_allclose(vjp_fn(const(u))[0].data, expected.numpy(), rtol=1e-10)
+
+
+def test_jvp_of_an_output_independent_of_the_input_is_zero_as_torchs():
+    ours = func.jvp(lambda a: const(np.ones(2)), (const(X),), (const(X),))[1]
+    theirs = tfunc.jvp(lambda a: torch.ones(2, dtype=torch.float64), (torch.tensor(X),), (torch.tensor(X),))[1]
+    np.testing.assert_array_equal(ours.data, theirs.numpy())
+
+
+@pytest.mark.parametrize("strategy", ["reverse-mode", "forward-mode"])
+def test_jacobian_of_tuples_equals_torchs(strategy):
+    y = RNG.standard_normal(3)
+
+    def ours(a, b):
+        return a * b, tp.sin(a)
+
+    def theirs(a, b):
+        return a * b, a.sin()
+    J = functional.jacobian(ours, (const(X), const(y)), strategy=strategy, vectorize=True)
+    T = TF.jacobian(theirs, (torch.tensor(X), torch.tensor(y)), strategy=strategy, vectorize=True)
+    for i in range(2):
+        for j in range(2):
+            np.testing.assert_allclose(J[i][j].data, T[i][j].numpy(), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["hvp", "vhp"])
+def test_hvp_and_vhp_equal_torchs(name):
+    v = RNG.standard_normal(3)
+    out, ours = getattr(functional, name)(ours_scalar, const(X), const(v))
+    t_out, theirs = getattr(TF, name)(torch_scalar, torch.tensor(X), torch.tensor(v))
+    np.testing.assert_allclose(out.data, t_out.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(ours.data, theirs.numpy(), rtol=1e-10)
+    assert not ours.requires_grad and not t_out.requires_grad
+
+
+def test_hvp_with_create_graph_can_be_differentiated_again_as_torchs():
+    x, tx = Variable(X.copy()), torch.tensor(X, requires_grad=True)
+    ours = functional.hvp(ours_scalar, x, const(np.ones(3)), create_graph=True)[1].sum()
+    theirs = TF.hvp(torch_scalar, tx, torch.ones(3, dtype=torch.float64), create_graph=True)[1].sum()
+    (g,) = tp.autograd.grad(ours, x)
+    np.testing.assert_allclose(g.data, torch.autograd.grad(theirs, tx)[0].numpy(), rtol=1e-10)
+
+
+def test_jvp_with_the_wrong_number_of_tangents_raises_torchs_error():
+    x, tx = const(X), torch.tensor(X)
+    for ours_args, torch_args in [(((x,), (x, x)), ((tx,), (tx, tx))), (((x,), x), ((tx,), tx)),
+                                  ((x, (x,)), (tx, (tx,)))]:
+        kind, message = torch_error(lambda: tfunc.jvp(torch_map, *torch_args))
+        with pytest.raises(kind) as info:
+            func.jvp(ours_map, *ours_args)
+        assert str(info.value) == message
+
+
+def test_jvp_with_a_tangent_of_the_wrong_shape_raises_torchs_error():
+    kind, message = torch_error(lambda: tfunc.jvp(torch_map, (torch.tensor(X),), (torch.ones(2, dtype=torch.float64),)))
+    with pytest.raises(kind) as info:
+        func.jvp(ours_map, (const(X),), (const(np.ones(2)),))
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("name", ["hvp", "vhp"])
+def test_v_none_on_a_non_scalar_input_raises_torchs_error(name):
+    kind, message = torch_error(lambda: getattr(TF, name)(torch_scalar, torch.tensor(X)))
+    with pytest.raises(kind) as info:
+        getattr(functional, name)(ours_scalar, const(X))
+    assert str(info.value) == message
+
+
+def test_hvp_of_v_of_the_wrong_size_and_of_a_non_scalar_output_raise_torchs_errors():
+    kind, message = torch_error(lambda: TF.hvp(torch_scalar, torch.tensor(X), torch.ones(2, dtype=torch.float64)))
+    with pytest.raises(kind) as info:
+        functional.hvp(ours_scalar, const(X), const(np.ones(2)))
+    assert str(info.value) == message == "v has invalid size: should be torch.Size([3]) but got torch.Size([2])."
+    kind, message = torch_error(lambda: TF.hvp(torch_map, torch.tensor(X), torch.ones(3, dtype=torch.float64)))
+    with pytest.raises(kind) as info:
+        functional.hvp(ours_map, const(X), const(np.ones(3)))
+    assert str(info.value) == message
+
+
+def test_jacobian_of_an_output_independent_of_the_input():
+    """strict=True: torch's error; strict=False: zeros, as torch's."""
+    t_const = lambda a: torch.ones(2, dtype=torch.float64)  # noqa: E731
+    kind, message = torch_error(lambda: TF.jacobian(t_const, torch.tensor(X), strict=True))
+    with pytest.raises(kind) as info:
+        functional.jacobian(lambda a: const(np.ones(2)), const(X), strict=True)
+    assert str(info.value) == message
+    ours = functional.jacobian(lambda a: const(np.ones(2)), const(X))
+    np.testing.assert_array_equal(ours.data, TF.jacobian(t_const, torch.tensor(X)).numpy())
+
+
+def test_strict_hvp_of_a_linear_function_raises_torchs_error():
+    kind, message = torch_error(lambda: TF.hvp(lambda a: a.sum(), torch.tensor(X), torch.ones(3,
+                                dtype=torch.float64), strict=True))
+    with pytest.raises(kind) as info:
+        functional.hvp(lambda a: a.sum(), const(X), const(np.ones(3)), strict=True)
+    assert str(info.value) == message
+    np.testing.assert_array_equal(functional.hvp(lambda a: a.sum(), const(X), const(np.ones(3)))[1].data, 0.0)
+
+
+@pytest.mark.parametrize("kwargs", [dict(strategy="bad"), dict(strategy="forward-mode"),
+                                    dict(strategy="forward-mode", vectorize=True, strict=True),
+                                    dict(strategy="forward-mode", vectorize=True, create_graph=True)])
+def test_jacobian_refuses_what_torch_refuses_with_its_message(kwargs):
+    kind, message = torch_error(lambda: TF.jacobian(torch_map, torch.tensor(X), **kwargs))
+    with pytest.raises(kind) as info:
+        functional.jacobian(ours_map, const(X), **kwargs)
+    assert str(info.value) == message

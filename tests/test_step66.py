@@ -1,137 +1,143 @@
-"""Step 66's memory timeline: events from public hooks, checked against tracemalloc (NumPy's own count of its
-arrays), against torch's pack hooks, and against counts worked out by hand."""
+"""Step 66: peak_memory (tinypytorch.utils.memory), checked against array sizes done in the open and against
+PyTorch's profiler on the same training step; the memory techniques' gradients on the capstone's network against
+torch's twins."""
 import gc
+import json
+import math
+import pathlib
+import tempfile
 import tracemalloc
 
 import numpy as np
 import pytest
 import torch
-import torch.cuda._memory_viz as memory_viz_reader
+from torch.profiler import ProfilerActivity, profile
 
 import tinypytorch as tp
-from tinypytorch import Variable
-from tinypytorch.layers import MLP
-from tinypytorch.utils import memory_timeline as mt
+from tinypytorch import nn
 from tinypytorch.utils.checkpoint import checkpoint_sequential
+from tinypytorch.utils.memory import peak_memory
 
-pytestmark = [pytest.mark.step66, pytest.mark.torch]
-DEPTH, WIDTH, BATCH = 4, 8, 3
-ACT = BATCH * WIDTH * 8
-
-
-def data():
-    rng = np.random.default_rng(1)
-    return rng.standard_normal((BATCH, WIDTH)), rng.standard_normal((BATCH, WIDTH))
+pytestmark = pytest.mark.step66
+MB = 10**6
 
 
-def mlp():
-    return MLP((WIDTH,) * (DEPTH + 1), activation=tp.tanh, rng=np.random.default_rng(0))
+def test_peak_counts_an_array_held_and_returns_the_result():
+    peak, result = peak_memory(lambda: np.ones(MB))  # 8 MB of float64
+    assert result.nbytes == 8 * MB
+    assert 8 * MB <= peak < 8 * MB + 64 * 1024
 
 
-def run(segments=None, trace=False):
-    """One step of the MLP under a timeline (plain, or checkpoint_sequential reentrant); (timeline, model)."""
-    model, (x, t) = mlp(), data()
-    functions = [(lambda layer: lambda h: tp.tanh(layer(h)))(layer) for layer in model.layers[:-1]] + \
-        [model.layers[-1]]
-    gc.collect()
-    gc.disable()
+def test_peak_counts_what_was_freed_before_the_end():
+    def work():
+        a = np.ones(MB)  # 8 MB, freed at once
+        del a
+        b = np.ones(MB // 2)  # 4 MB, freed at the end
+        return b.sum()
+    peak, total = peak_memory(work)
+    assert total == MB // 2
+    assert 8 * MB <= peak < 8 * MB + 64 * 1024  # the first array's moment, not the sum of both
+
+
+def test_what_was_held_before_is_not_counted():
+    held = np.ones(MB)  # noqa: F841 (held through the measurement)
+    peak, _ = peak_memory(lambda: np.ones(10))
+    assert peak < 64 * 1024
+
+
+def test_collector_and_tracing_left_as_they_were():
+    assert gc.isenabled() and not tracemalloc.is_tracing()
+    collector_during = []
+    peak_memory(lambda: collector_during.append(gc.isenabled()))
+    assert collector_during == [False]  # reference counting alone frees, as a training step does
+    assert gc.isenabled() and not tracemalloc.is_tracing()
+    tracemalloc.start()
     try:
-        with mt.MemoryTimeline(model.params(), trace=trace) as timeline:
-            xv = Variable(x, requires_grad=True)
-            y = model(xv) if segments is None else checkpoint_sequential(functions, segments, xv)
-            loss = tp.mean_squared_error(y, Variable(t))
-            timeline.mark("forward done")
-            loss.backward()
-            timeline.mark("backward done")
-            del loss, y, xv
-            model.cleargrads()
-            timeline.mark("end")
+        peak_memory(lambda: None)
+        assert tracemalloc.is_tracing()  # the caller's tracing is kept on
     finally:
-        gc.enable()
-    return timeline, model
+        tracemalloc.stop()
+    with pytest.raises(ZeroDivisionError):
+        peak_memory(lambda: 1 / 0)
+    assert gc.isenabled() and not tracemalloc.is_tracing()
 
 
-def at(timeline, name):
-    return next(e for e in timeline.events if e.name == name)
+def mlp(n, ws):
+    layers = []
+    for W, b in ws:
+        layer = n.Linear(W.shape[1], W.shape[0]).double() if n is torch.nn else n.Linear(W.shape[1], W.shape[0])
+        if n is torch.nn:
+            with torch.no_grad():
+                layer.weight.copy_(torch.from_numpy(W)), layer.bias.copy_(torch.from_numpy(b))
+        else:
+            layer.weight.data, layer.bias.data = W.copy(), b.copy()
+        layers += [layer, n.Tanh()]
+    return n.Sequential(*layers)
 
 
-def test_saved_as_torch_pack_hook_sees():
-    timeline, model = run()
-    x, t = data()
-    seen = []
-    layers = [torch.tensor(layer.weight.data, requires_grad=True) for layer in model.layers]
-    biases = [torch.tensor(layer.bias.data, requires_grad=True) for layer in model.layers]
-    with torch.autograd.graph.saved_tensors_hooks(lambda v: seen.append(v) or v, lambda v: v):
-        h = torch.tensor(x, requires_grad=True)
-        for i, (w, b) in enumerate(zip(layers, biases)):
-            h = torch.nn.functional.linear(h, w, b)
-            h = torch.tanh(h) if i < DEPTH - 1 else h
-        torch.nn.functional.mse_loss(h, torch.from_numpy(t))
-    forward = [e for e in timeline.events[:at(timeline, "forward done").seq] if e.kind == "saved"]
-    assert len(forward) == len(seen)
-    # new memory: each layer's output (DEPTH arrays), by hand
-    assert sum(e.bytes for e in forward) == DEPTH * ACT == at(timeline, "forward done").held
+def weights(depth, width, seed=63):
+    rng = np.random.default_rng(seed)
+    return [(rng.uniform(-1, 1, (width, width)) / math.sqrt(width), rng.uniform(-1, 1, width) / math.sqrt(width))
+            for _ in range(depth)]
 
 
-def test_held_agrees_with_tracemalloc_at_the_marks():
-    timeline, _ = run(trace=True)
-    forward, end = at(timeline, "forward done"), at(timeline, "end")
-    assert forward.traced - forward.held == 8  # the loss, which no hook meets
-    assert end.held == 0 and end.traced == 0  # everything met was freed, as NumPy's count says
-    assert all(e.traced >= e.held for e in timeline.events)  # what is counted is there
+def torch_peak(work):
+    """The most bytes torch's CPU allocator held at once during work(), from its profiler's memory events."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    held = peak = 0
+    for e in sorted((e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0),
+                    key=lambda e: (e["ts"], e["args"].get("Ev Idx", 0))):
+        held += e["args"]["Bytes"]
+        peak = max(peak, held)
+    return peak
 
 
-def test_trace_starts_and_stops_tracemalloc():
-    assert not tracemalloc.is_tracing()
-    run(trace=True)
-    assert not tracemalloc.is_tracing()
+@pytest.mark.torch
+@pytest.mark.parametrize("segments", [None, 3])
+def test_peak_of_a_training_step_is_torchs_within_a_fifth(segments):
+    """Large arrays, few of them: the graph's Python objects are small beside them, and both frameworks hold the
+    same activations (torch's profiler sees its allocator only; tracemalloc sees the arrays and Python's objects)."""
+    torch.set_num_threads(1)
+    ws, x = weights(9, 256), np.random.default_rng(0).standard_normal((1024, 256))
+    ours, twin = mlp(nn, ws), mlp(torch.nn, ws)
+
+    def step_ours():
+        out = ours(tp.Variable(x)) if segments is None else checkpoint_sequential(ours, segments, tp.Variable(x),
+                                                                                 use_reentrant=False)
+        (out * out).sum().backward()
+
+    def step_torch():
+        out = twin(torch.from_numpy(x)) if segments is None else torch.utils.checkpoint.checkpoint_sequential(
+            twin, segments, torch.from_numpy(x), use_reentrant=False)
+        (out * out).sum().backward()
+    step_ours(), step_torch()  # the gradients exist: the step measured is a second one
+    gc.collect()
+    theirs = torch_peak(step_torch)
+    ours_peak, _ = peak_memory(step_ours)
+    assert 0.8 < ours_peak / theirs < 1.2, (ours_peak, theirs)
+    for p, q in zip(ours.parameters(), twin.parameters()):
+        np.testing.assert_allclose(p.grad.data, q.grad.numpy(), rtol=1e-10, atol=1e-12)
 
 
-def test_every_allocation_freed_once():
-    timeline, _ = run(segments=2)
-    added = {e.block: e.bytes for e in timeline.events if e.bytes > 0}
-    freed = {e.block: -e.bytes for e in timeline.events if e.kind == "freed"}
-    assert added == freed and timeline.events[-1].held == 0
-    assert timeline.peak == max(e.held for e in timeline.events)
+def test_checkpointing_lowers_the_peak_by_about_the_activations_it_drops():
+    ws, x = weights(16, 256), np.random.default_rng(1).standard_normal((512, 256))
+    model = mlp(nn, ws)
 
-
-def test_recomputed_events_under_checkpoint():
-    """Two segments of two layers: the first is recomputed in backward; its two tanh outputs are new memory."""
-    timeline, _ = run(segments=2)
-    recomputed = [e for e in timeline.events if e.kind == "recomputed"]
-    assert recomputed and all(e.seq > at(timeline, "forward done").seq for e in recomputed)
-    assert sum(e.bytes for e in recomputed) == 2 * ACT
-    plain, _ = run()
-    assert not any(e.kind == "recomputed" for e in plain.events)
-
-
-def test_gradients_and_accumulated():
-    timeline, model = run()
-    accumulated = [e for e in timeline.events if e.kind == "accumulated"]
-    assert sum(e.bytes for e in accumulated) == sum(p.data.nbytes for p in model.params())
-    assert sum(e.kind == "gradient" for e in timeline.events) == DEPTH  # each layer's output gradient, once
-
-
-def test_hooks_removed_after_exit():
-    model, (x, t) = mlp(), data()
-    with mt.MemoryTimeline(model.params()) as timeline:
-        loss = tp.mean_squared_error(model(Variable(x)), Variable(t))
-    count = len(timeline.events)
-    loss.backward()
-    assert len(timeline.events) == count
-
-
-def test_held_over_time():
-    timeline, _ = run()
-    t, held = mt.held_over_time(timeline.events)
-    assert list(t) == list(range(len(timeline.events))) and held.max() == timeline.peak
-
-
-def test_memory_viz_read_by_torch():
-    timeline, _ = run(segments=2)
-    snapshot = mt.memory_viz(timeline.events)
-    trace = snapshot["device_traces"][0]
-    assert sum(e["size"] for e in trace if e["action"] == "alloc") == \
-        sum(e["size"] for e in trace if e["action"] == "free_completed")
-    text = memory_viz_reader.trace(snapshot)  # torch's own reader of the trace
-    assert "alloc" in text or "=" in text
+    def step(segments):
+        def work():
+            out = model(tp.Variable(x)) if segments is None else checkpoint_sequential(
+                model, segments, tp.Variable(x), use_reentrant=False)
+            (out * out).sum().backward()
+            model.zero_grad()
+        return work
+    plain, _ = peak_memory(step(None))
+    checkpointed, _ = peak_memory(step(4))
+    activation = 512 * 256 * 8  # one 512 x 256 float64 array: tanh's output, the next Linear's input
+    # plain keeps 16 activations; 4 segments keep 3 segment inputs, the last segment's 4 and, in backward, one
+    # recomputed segment's 4: about 5 fewer
+    assert 4 * activation < plain - checkpointed < 6 * activation

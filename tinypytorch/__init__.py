@@ -5,7 +5,7 @@ on it lives here, in modules:
 
     grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
     autocast_state  autocast's state beside them: on or off per device and thread, what Function.__call__ asks (58)
-    forward_ad_state  forward mode's state beside them: the open dual level and each Variable's tangent (step 63)
+    forward_ad_state  forward mode's state beside them: the open dual level and each Variable's tangent (step 64)
     dtypes      PyTorch's dtype rules in one place: the default dtype, type promotion, casting
     core        Variable, Function and the arithmetic operators: the floor every other module stands on
     views       version counters and views' records (steps 36-37), asked by every operation
@@ -17,7 +17,7 @@ on it lives here, in modules:
     not_there   PyTorch's names the package lacks (compile, nn.LSTM, profiler.profile, ...): a clear error where used
     utils       numerical gradients (utils.numerical), walking and drawing the graph (utils.walking, utils.drawing);
                 utils.checkpoint (steps 42-44, selective checkpointing 60), utils.data (step 51), utils.memory
-                (steps 65-66), the book's listings and pictures (utils.listing, utils.pictures)
+                (steps 66-67), the book's listings and pictures (utils.listing, utils.pictures)
     testfunctions  sphere, Matyas, Goldstein-Price, Rosenbrock (steps 24, 26)
     layers      Parameter, Layer, Linear, MLP (step 32)
     optimizers  SGD, Adam (step 32)
@@ -45,8 +45,8 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     serialization  save and load of tensors, state dicts and checkpoints, an .npz file without pickle (step 52)
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown);
                 RMSprop, Adadelta; optim.lr_scheduler: StepLR, MultiStepLR, ExponentialLR, LambdaLR, ...
-    amp         autocast: each listed operation in its dtype, float16 or float32 (step 60); GradScaler (step 61)
-    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 64);
+    amp         autocast: each listed operation in its dtype, float16 or float32 (step 61); GradScaler (step 62)
+    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 65);
                 functional_call, a module as a function of its parameters
     comparisons eq, ne, lt, le, gt, ge, equal, allclose, all, any, bitwise_xor: results without a gradient
     outputs     out= arguments: add, sub, mul, div, matmul (and the factories rand, randn) writing into a given tensor

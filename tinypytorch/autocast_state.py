@@ -1,4 +1,4 @@
-"""autocast's state (step 60), on the ground floor beside grad_mode: what Function.__call__ asks of autocast.
+"""autocast's state (step 61), on the ground floor beside grad_mode: what Function.__call__ asks of autocast.
 
 Per thread, as PyTorch keeps it: for each device type whether autocast is on and its lower dtype, whether casts
 of weights are cached, how many autocast blocks are open. Process-wide: how many blocks are open in all threads,
@@ -9,7 +9,7 @@ this module imports nothing of the package.
 import threading
 
 
-class _Autocast(threading.local):  # step 60
+class _Autocast(threading.local):  # step 61
     """The autocast state of this thread, as PyTorch keeps it: per device type ("cpu", "cuda") whether autocast
     is on and its lower dtype; whether casts of weights are cached; how many autocast blocks are open in it."""
 

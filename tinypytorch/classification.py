@@ -17,7 +17,7 @@ from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import GetItemGrad, _dim, _ndim, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
 
 
-def _floating(op, x):  # step 58
+def _floating(op, x):  # step 59
     """Refuse an integer or bool input, as PyTorch's softmax kernels do (they exist for floating dtypes only)."""
     if x.dtype.kind not in "fc":
         raise NotImplementedError(f'"{op}_lastdim_kernel_impl" not implemented for \'{dtypes.torch_name(x.dtype)}\'')
@@ -40,7 +40,7 @@ class Softmax(Function):  # step 50
         self.axis = axis
 
     def forward(self, x):
-        _floating("softmax", x)  # step 58: for floating dtypes only, as PyTorch's kernels
+        _floating("softmax", x)  # step 59: for floating dtypes only, as PyTorch's kernels
         xp = get_array_module(x)
         self.axis = _axis("softmax", self.axis, x.ndim)
         if x.size == 0:  # no step: an empty tensor's softmax is empty, as PyTorch's (NumPy finds no maximum there)
@@ -55,7 +55,7 @@ class Softmax(Function):  # step 50
         (s,) = self.saved_tensors
         return s * (gy - sum(gy * s, axis=self.axis, keepdims=True))
 
-    def jvp(self, t):  # step 63: ds = s (dx - <s, dx>), backward's formula on the tangent
+    def jvp(self, t):  # step 64: ds = s (dx - <s, dx>), backward's formula on the tangent
         s = self.results[0]
         return s * (t - (s * t).sum(axis=self.axis, keepdims=True))
 
@@ -68,7 +68,7 @@ class LogSoftmax(Function):  # step 50
         self.axis = axis
 
     def forward(self, x):
-        _floating("log_softmax", x)  # step 58: for floating dtypes only, as PyTorch's kernels
+        _floating("log_softmax", x)  # step 59: for floating dtypes only, as PyTorch's kernels
         xp = get_array_module(x)
         self.axis = _axis("log_softmax", self.axis, x.ndim)
         if x.size == 0:  # no step: an empty tensor's log_softmax is empty, as PyTorch's (NumPy finds no maximum there)
@@ -83,7 +83,7 @@ class LogSoftmax(Function):  # step 50
         (y,) = self.saved_tensors
         return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
 
-    def jvp(self, t):  # step 63: dy = dx - <softmax, dx>
+    def jvp(self, t):  # step 64: dy = dx - <softmax, dx>
         y = self.results[0]
         return t - (get_array_module(y).exp(y) * t).sum(axis=self.axis, keepdims=True)
 
@@ -134,7 +134,7 @@ class NLLLoss(Function):  # step 50
         # each row's gradient goes to its target class only; ignored rows get none
         return GetItemGrad((self.rows, self.classes), shape)(-gy * self.weights)
 
-    def jvp(self, t):  # step 63: minus the picked tangents, weighted as the picked log-probabilities
+    def jvp(self, t):  # step 64: minus the picked tangents, weighted as the picked log-probabilities
         picked = -t[self.rows, self.classes] * self.weights
         return picked if self.reduction == "none" else picked.sum()
 
@@ -146,7 +146,7 @@ def cross_entropy(input, target, reduction="mean", ignore_index=-100):  # noqa: 
     row that does not count); reduction: "mean" over the rows that count, "sum", or "none" (one loss a row).
     """
     input = as_variable(input, "cross_entropy")
-    input, = autocast_composite("cross_entropy", input)  # step 60: in float32 under autocast, log_softmax too
+    input, = autocast_composite("cross_entropy", input)  # step 61: in float32 under autocast, log_softmax too
     target = _checked_target(input, target, ignore_index)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"cross_entropy: {reduction!r} is not a valid value for reduction: "

@@ -165,7 +165,7 @@ class Unfold(Function):  # step 55
     def backward(self, gy):
         return Fold(self.windows)(gy)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 class Fold(Function):  # step 55
@@ -188,7 +188,7 @@ class Fold(Function):  # step 55
     def backward(self, gy):
         return Unfold(self.windows)(gy)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 class MaxPool2d(Function):  # step 55
@@ -245,7 +245,7 @@ class MaxPool2d(Function):  # step 55
         g = GetItemGrad(self._key(array_of(indices)), (n, c, h * w))(gy)
         return reshape(g, self.x_shape)
 
-    def jvp(self, t):  # step 63: the tangent of each window's winner
+    def jvp(self, t):  # step 64: the tangent of each window's winner
         n, c, h, w = self.x_shape
         indices = self.results[1]
         if self.empty is not None:  # no step: a window of padding alone has no winner, so no tangent
@@ -292,7 +292,7 @@ class AvgPool2d(Function):  # step 55
         share = reshape(gy, (n, c, 1, w.blocks)) / xp.asarray(self.divisors, dtype=array_of(gy).dtype)
         return Fold(w)(reshape(broadcast_to(share, (n, c, w.positions, w.blocks)), (n, c * w.positions, w.blocks)))
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 formulas_on_arrays(Unfold, Fold, MaxPool2d, AvgPool2d)

@@ -41,7 +41,7 @@ def array_of(x):
 # step 57: PyTorch's words; an inference tensor counts no in-place changes, which makes it cheaper
 INFERENCE_NO_VERSION = "Inference tensors do not track version counter."
 
-_AS_TORCH = dtypes.AS_TORCH  # step 58: NumPy's dtype -> PyTorch's dtype object
+_AS_TORCH = dtypes.AS_TORCH  # step 59: NumPy's dtype -> PyTorch's dtype object
 
 # PyTorch's words: an integer gradient would be truncated (0.5 -> 0), so integers cannot require one
 _ONLY_FLOATING = "Only Tensors of floating point and complex dtype can require gradients"
@@ -168,7 +168,7 @@ class Variable:
 
     @property
     def dtype(self):
-        dtype = self.data.dtype  # step 58: PyTorch's dtype object, torch.float32 (the package reads the array's)
+        dtype = self.data.dtype  # step 59: PyTorch's dtype object, torch.float32 (the package reads the array's)
         return _AS_TORCH.get(dtype, dtype)
 
     def __len__(self):
@@ -464,7 +464,7 @@ def compare(op, x, other):
     """
     if not isinstance(other, (Variable, *cuda.array_types, *scalar_types, np.bool_)):
         return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
-    dtype = dtypes.result_type(x, other)  # step 58: both sides in PyTorch's promoted dtype
+    dtype = dtypes.result_type(x, other)  # step 59: both sides in PyTorch's promoted dtype
     strided = x._strided or getattr(other, "_strided", False)  # no step: (tinypytorch.layout)
     other = other.data if isinstance(other, Variable) else other
     xp = cuda.get_array_module(x.data)
@@ -584,8 +584,8 @@ class Function:
     output_hooks = None  # step 35: {output index: the hooks of that output variable}
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
     is_view = False  # step 37: True for functions whose output may share its input's memory
-    promotes = False  # step 58: element-wise operations of several inputs compute in PyTorch's result_type
-    dispatch_mode = None  # step 62: set while a selective-checkpoint region is open: it runs every operation
+    promotes = False  # step 59: element-wise operations of several inputs compute in PyTorch's result_type
+    dispatch_mode = None  # step 63: set while a selective-checkpoint region is open: it runs every operation
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
     formula_on_arrays = False
@@ -597,7 +597,7 @@ class Function:
     result_layout = None
 
     def __call__(self, *inputs):
-        if self.dispatch_mode is not None:  # step 62: inside a selective-checkpoint region, the region runs it
+        if self.dispatch_mode is not None:  # step 63: inside a selective-checkpoint region, the region runs it
             return self.dispatch_mode(*inputs)
         # (Loops rather than generators or comprehensions: every operation pays for this method, and most
         # have one or two inputs.)
@@ -607,7 +607,7 @@ class Function:
                     return self.on_arrays([array_of(x) for x in inputs])  # there is a constant (BackwardMode)
                 inputs = self.coerce(inputs)
                 break
-        if autocast_state.open_autocast_blocks:  # step 60: autocast casts the inputs of the operations it lists
+        if autocast_state.open_autocast_blocks:  # step 61: autocast casts the inputs of the operations it lists
             inputs = autocast_state.autocast_inputs(self, inputs)
         # step 33: record the graph only when it will be used: when backprop is on (step 18) and a gradient
         # can flow to some input. Only then do the outputs require grad. (A loop, and `_requires_grad`, the
@@ -627,7 +627,7 @@ class Function:
             requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
-        # step 58: PyTorch's type promotion, not NumPy's (two inputs of one dtype, the common case, need no rule)
+        # step 59: PyTorch's type promotion, not NumPy's (two inputs of one dtype, the common case, need no rule)
         if self.promotes and inputs[0].data.dtype is not inputs[-1].data.dtype:
             inputs = self.promoted(inputs)
         # step 35: forward saves only what the gradients of these inputs need
@@ -653,7 +653,7 @@ class Function:
             layout.mark(outputs)
         if requires_grad:  # step 35: one method keeps what the graph needs, only where a gradient can flow
             self.record(inputs, ys, outputs)
-        if forward_ad_state.open_dual_levels:  # step 63: under a dual level the tangents go forward with the values
+        if forward_ad_state.open_dual_levels:  # step 64: under a dual level the tangents go forward with the values
             self.push_tangents(inputs, ys, outputs)
         self._to_save = ()  # step 35: record has packed what forward saved; hold it no longer
         return outputs if len(outputs) > 1 else outputs[0]
@@ -672,7 +672,7 @@ class Function:
         """The arrays whose layout decides the result's, in PyTorch's order of the operands."""
         return [x.data for x in inputs]
 
-    def push_tangents(self, inputs, ys, outputs):  # step 63
+    def push_tangents(self, inputs, ys, outputs):  # step 64
         """The outputs' tangents from the inputs' by the operation's `jvp`, when some input has one (a missing
         one is a zero tangent). Inference mode carries none, as in PyTorch."""
         tangents = [forward_ad_state.tangent_of(x) for x in inputs]
@@ -689,7 +689,7 @@ class Function:
                 xp = cuda.get_array_module(output.data)  # the tangent as its output: its shape, and its dtype
                 dtype = self.tangent_dtype(output.data.dtype, tangent_dtype)
                 forward_ad_state.set_tangent(output, xp.broadcast_to(t, output.shape).astype(dtype))
-        if self._saved:  # step 64: forward over reverse, saved outputs keep their tangents for the backward pass
+        if self._saved:  # step 65: forward over reverse, saved outputs keep their tangents for the backward pass
             graph.keep_output_tangents(self._saved, outputs)
 
     @staticmethod
@@ -698,13 +698,13 @@ class Function:
         float64 tangent of a float32 primal stays float64); a cast (Cast) casts the tangent too."""
         return dtypes.promote(output_dtype, tangent_dtype)
 
-    def jvp(self, *tangents):  # step 63
+    def jvp(self, *tangents):  # step 64
         """Forward mode: the outputs' tangents, J t, from one tangent (array or None: zero) per input; the
         primal inputs and outputs are in self.primals and self.results. Each operation defines its own."""
         raise NotImplementedError(f"Trying to use forward AD with {self.op_name()} that does not support it "
                                   "because it has not been implemented yet.")
 
-    def jvp_by_forward(self, *tangents):  # step 63
+    def jvp_by_forward(self, *tangents):  # step 64
         """The jvp of an operation linear in its inputs (reshape, sum, getitem, ...): the operation itself on the
         tangents (a missing one: zeros)."""
         xp = cuda.get_array_module(*self.primals)
@@ -713,18 +713,18 @@ class Function:
     def on_arrays(self, arrays):
         """The operation on bare arrays, inside a backward formula that runs on arrays: no Variable, no graph."""
         self.needs_input_grad = (False,) * len(arrays)
-        if self.promotes:  # step 58: a Python number stays a number (NumPy gives it the array's dtype)
+        if self.promotes:  # step 59: a Python number stays a number (NumPy gives it the array's dtype)
             # A NumPy scalar here is what NumPy's arithmetic made of 0-d arrays (gy * x of 0-d gives np.float64), a
             # 0-d tensor in PyTorch: it keeps its dtype, where result_type would read it as a Python number
             dtype = dtypes.result_type(*[np.asarray(a) if isinstance(a, np.generic) else a for a in arrays])
             arrays = [dtypes.cast(a, dtype) for a in arrays]
         return self.forward(*arrays)
 
-    def promoted(self, inputs):  # step 58
+    def promoted(self, inputs):  # step 59
         """The inputs in their result_type, for an operation that promotes. An input of another dtype is replaced
         by a stand-in: its array cast, its gradient sent where the input's goes (cast back there by the engine),
         its version counter shared, so that what forward saves still sees an in-place change of the input, and
-        its tangent cast (step 63)."""
+        its tangent cast (step 64)."""
         dtype = dtypes.result_type(*inputs)
         promoted = []
         for x in inputs:
@@ -740,7 +740,7 @@ class Function:
                     stand_in.grad_leaf = x.grad_leaf or x  # a leaf's gradient goes to the leaf (as step 38's)
                 stand_in.wrapped_number = x.wrapped_number
                 tangent = forward_ad_state.tangent_of(x) if forward_ad_state.open_dual_levels else None
-                if tangent is not None:  # step 63: forward mode reads the stand-in's tangent, cast with it
+                if tangent is not None:  # step 64: forward mode reads the stand-in's tangent, cast with it
                     forward_ad_state.set_tangent(stand_in, tangent.astype(dtype))
                 x = stand_in
             promoted.append(x)
@@ -750,7 +750,7 @@ class Function:
         """The operation's name in error messages: Mul -> mul, LinearFunction -> linear."""
         return type(self).__name__.lower().removesuffix("function")
 
-    # step 58: PyTorch's name of the function and of its inputs, for an operation whose PyTorch function refuses a
+    # step 59: PyTorch's name of the function and of its inputs, for an operation whose PyTorch function refuses a
     # number where a tensor goes (torch.exp(2.0) raises TypeError), where DeZero's functions take one (step 21)
     tensor_arguments = None  # e.g. ("maximum", "input", "other")
 
@@ -760,7 +760,7 @@ class Function:
         A number goes to the device (NumPy or CuPy) of the other inputs, since CuPy will not mix
         with NumPy arrays (step 23).
         """
-        if self.tensor_arguments is not None:  # step 58
+        if self.tensor_arguments is not None:  # step 59
             name, *arguments = self.tensor_arguments
             for position, (x, argument) in enumerate(zip(inputs, arguments), 1):
                 if isinstance(x, _NUMBERS):
@@ -880,7 +880,7 @@ class _Binary(Function):
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     shapes = None  # (shape of x0, shape of x1), only when broadcasting made them differ
-    promotes = True  # step 58
+    promotes = True  # step 59
 
     def keep_shapes(self, op, x0, x1):
         _check_broadcast(op, x0, x1)
@@ -895,7 +895,7 @@ class _Binary(Function):
         return gx0, gx1
 
 
-def sum_tangents(t0, t1):  # step 63
+def sum_tangents(t0, t1):  # step 64
     """The sum of two tangents, None standing for zero (Function.push_tangents broadcasts it to the output)."""
     return t0 if t1 is None else t1 if t0 is None else t0 + t1
 
@@ -908,7 +908,7 @@ class Add(_Binary):  # step 11
     def backward(self, gy):
         return self.sum_to_inputs(gy, gy)  # step 12: dy/dx0 = dy/dx1 = 1
 
-    def jvp(self, t0, t1):  # step 63: d(x0 + x1) = dx0 + dx1
+    def jvp(self, t0, t1):  # step 64: d(x0 + x1) = dx0 + dx1
         return sum_tangents(t0, t1)
 
 
@@ -929,7 +929,7 @@ class Mul(_Binary):  # step 20
         gx1 = gy * x0 if self.needs_input_grad[1] else None
         return self.sum_to_inputs(gx0, gx1)
 
-    def jvp(self, t0, t1):  # step 63: d(x0 x1) = dx0 x1 + x0 dx1
+    def jvp(self, t0, t1):  # step 64: d(x0 x1) = dx0 x1 + x0 dx1
         x0, x1 = self.primals
         return sum_tangents(None if t0 is None else t0 * x1, None if t1 is None else x0 * t1)
 
@@ -938,7 +938,7 @@ class Neg(Function):  # step 22
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def forward(self, x):
-        if x.dtype.kind == "b":  # step 58: PyTorch's refusal and words (NumPy's is a TypeError)
+        if x.dtype.kind == "b":  # step 59: PyTorch's refusal and words (NumPy's is a TypeError)
             raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
                                "invert a mask, use the `~` or `logical_not()` operator instead.")
         return -x
@@ -946,7 +946,7 @@ class Neg(Function):  # step 22
     def backward(self, gy):
         return -gy
 
-    def jvp(self, t):  # step 63
+    def jvp(self, t):  # step 64
         return -t
 
 
@@ -958,7 +958,7 @@ class Sub(_Binary):  # step 22
     def backward(self, gy):
         return self.sum_to_inputs(gy, -gy if self.needs_input_grad[1] else None)  # as in Mul: none for a constant
 
-    def jvp(self, t0, t1):  # step 63
+    def jvp(self, t0, t1):  # step 64
         return sum_tangents(t0, None if t1 is None else -t1)
 
 
@@ -969,7 +969,7 @@ class Div(_Binary):  # step 22
         # d(x0/x1)/dx0 = 1/x1 needs x1; d(x0/x1)/dx1 = -x0/x1^2 needs both (PyTorch keeps the same)
         needs = self.needs_input_grad
         self.save_for_backward(x0 if needs[1] else None, x1)
-        if x0.dtype.kind in "biu":  # step 58: true division of integers (and bools) gives the default float
+        if x0.dtype.kind in "biu":  # step 59: true division of integers (and bools) gives the default float
             x0, x1 = dtypes.as_floating(x0), dtypes.as_floating(x1)
         return x0 / x1
 
@@ -979,7 +979,7 @@ class Div(_Binary):  # step 22
         gx1 = -gy * (x0 / x1 / x1) if self.needs_input_grad[1] else None  # -x0/x1^2 in PyTorch's order
         return self.sum_to_inputs(gx0, gx1)
 
-    def jvp(self, t0, t1):  # step 63: d(x0/x1) = dx0/x1 - (x0/x1) dx1/x1
+    def jvp(self, t0, t1):  # step 64: d(x0/x1) = dx0/x1 - (x0/x1) dx1/x1
         x0, x1 = self.primals
         return sum_tangents(None if t0 is None else t0 / x1, None if t1 is None else -self.results[0] * t1 / x1)
 
@@ -989,7 +989,7 @@ class Reciprocal(Function):
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def forward(self, x):
-        y = 1 / dtypes.as_floating(x)  # step 58: integers and bools give the default float
+        y = 1 / dtypes.as_floating(x)  # step 59: integers and bools give the default float
         self.save_for_backward(y)  # d(1/x)/dx = -1/x^2 = -y^2: the output, not x (PyTorch saves it too)
         return y
 
@@ -997,7 +997,7 @@ class Reciprocal(Function):
         (y,) = self.saved_tensors
         return -gy * (y * y)
 
-    def jvp(self, t):  # step 63
+    def jvp(self, t):  # step 64
         return -t * (self.results[0] * self.results[0])
 
 
@@ -1017,7 +1017,7 @@ class Pow(Function):  # step 22
 
     def forward(self, x):
         self.save_for_backward(x)  # d(x^c)/dx = c x^(c-1) needs x
-        if x.dtype.kind not in "fc":  # step 58: integers and bools, PyTorch's result dtype (int ** 2.5 is float32)
+        if x.dtype.kind not in "fc":  # step 59: integers and bools, PyTorch's result dtype (int ** 2.5 is float32)
             if isinstance(self.c, numbers.Integral) and self.c < 0:  # bools too, as PyTorch
                 raise RuntimeError("Integers to negative integer powers are not allowed.")
             dtype = dtypes.result_type(x, self.c)
@@ -1036,7 +1036,7 @@ class Pow(Function):  # step 22
             return c * x * gy  # nothing; but with create_graph it keeps x ** 1 in the graph, as PyTorch does
         return c * x ** (c - 1) * gy
 
-    def jvp(self, t):  # step 63: d(x^c) = c x^(c-1) dx
+    def jvp(self, t):  # step 64: d(x^c) = c x^(c-1) dx
         (x,) = self.primals
         return t * 0.0 if self.c == 0 else self.c * x ** (self.c - 1) * t
 
@@ -1055,7 +1055,7 @@ class Clone(Function):
     def backward(self, gy):
         return gy
 
-    jvp = Function.jvp_by_forward  # step 63: a copy of the tangent
+    jvp = Function.jvp_by_forward  # step 64: a copy of the tangent
 
 
 def add(x0, x1):
@@ -1070,7 +1070,7 @@ def neg(x):
     return Neg()(x)
 
 
-def check_sub(x0, x1):  # step 58
+def check_sub(x0, x1):  # step 59
     """PyTorch's refusal of a subtraction with a bool operand, a tensor or a Python bool (NumPy computes 1 - mask,
     or refuses two bools with a TypeError). Asked of the operands as given: promotion would hide a Python bool."""
     bool0 = isinstance(x0, (bool, np.bool_)) or getattr(x0, "dtype", None) == np.bool_
@@ -1084,7 +1084,7 @@ def check_sub(x0, x1):  # step 58
 
 
 def sub(x0, x1):
-    check_sub(x0, x1)  # step 58
+    check_sub(x0, x1)  # step 59
     return Sub()(x0, x1)
 
 
@@ -1104,7 +1104,7 @@ class Rsub(_Binary):
 
 def rsub(x0, x1):
     """x1 - x0 (PyTorch's torch.rsub); `2 - x` arrives here as rsub(x, 2)."""
-    check_sub(x1, x0)  # step 58
+    check_sub(x1, x0)  # step 59
     if isinstance(x1, scalar_types):  # step 22: computed as 2 - x, a Sub whose number is drawn where the formula
         op = Sub()  # writes it; PyTorch's node (RsubBackward1) takes the number as a Scalar and lists x alone
         op.torch_name, op.scalar_inputs = "RsubBackward1", (0,)
@@ -1170,7 +1170,7 @@ class BroadcastTo(Function):  # step 30
     def backward(self, gy):
         return sum_to(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def expanded_strides(shape, strides, target):
@@ -1203,7 +1203,7 @@ def sum_to_array(x, shape):
     return sum_array(x, tuple(range(lead)) + stretched, True).reshape(shape)
 
 
-def sum_array(x, axis, keepdims):  # step 59
+def sum_array(x, axis, keepdims):  # step 60
     """x.sum(axis); float16 added in float32 and rounded once, as PyTorch does. NumPy adds float16
     in float16 along any axis but the last, and such a running sum stalls (0.001s stop at 4)."""
     if x.dtype == np.float16:
@@ -1227,7 +1227,7 @@ class SumTo(Function):  # step 30
     def backward(self, gy):
         return broadcast_to(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def sum_to(x, shape):
@@ -1254,7 +1254,7 @@ class Cast(Function):  # step 43: a change of dtype; its gradient goes back to t
     def backward(self, gy):
         return astype(gy, self.x_dtype)
 
-    jvp = Function.jvp_by_forward  # step 63: the tangent cast too
+    jvp = Function.jvp_by_forward  # step 64: the tangent cast too
 
 
 def astype(x, dtype):

@@ -1,4 +1,4 @@
-"""PyTorch's dtype rules (step 58), in one place every operation asks: the default dtype, type promotion, casting.
+"""PyTorch's dtype rules (step 59), in one place every operation asks: the default dtype, type promotion, casting.
 
 NumPy and PyTorch agree on what one dtype holds, and part ways on three rules, where the package follows PyTorch:
 

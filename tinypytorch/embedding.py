@@ -44,7 +44,7 @@ class Embedding(Function):
             gy = gy * scale[..., None]  # an array: a constant factor, so the formula stays differentiable in gy
         return GetItemGrad(indices, (self.num_weights, gy.shape[-1]))(gy)
 
-    def jvp(self, t):  # step 63: linear in the weight; padding_idx only stops the gradient
+    def jvp(self, t):  # step 64: linear in the weight; padding_idx only stops the gradient
         return t[self.indices]
 
 

@@ -22,7 +22,7 @@ from tinypytorch.core import Variable
 from tinypytorch.grad_mode import is_grad_enabled
 from tinypytorch.views import increment_version
 
-# PyTorch's dtype names, each one dtype object (step 58)
+# PyTorch's dtype names, each one dtype object (step 59)
 float16 = half = dtypes.as_torch(np.float16)
 float32 = float = dtypes.as_torch(np.float32)  # noqa: A001 (PyTorch's name: torch.float is float32)
 float64 = double = dtypes.as_torch(np.float64)

@@ -1,4 +1,4 @@
-"""Forward-mode AD's state (step 63), on the ground floor beside grad_mode and autocast_state.
+"""Forward-mode AD's state (step 64), on the ground floor beside grad_mode and autocast_state.
 
 Whether a dual level is open, and the tangent of each Variable made under it. PyTorch keeps one level, for the
 whole process; so does this module. While no level is open Function.__call__ reads only `open_dual_levels`.
@@ -8,7 +8,7 @@ proves the id still names it, and dropped all at once when the level closes. Imp
 import contextlib
 import weakref
 
-open_dual_levels = 0  # step 63: 1 while the one dual level is open; speed: all the common path reads
+open_dual_levels = 0  # step 64: 1 while the one dual level is open; speed: all the common path reads
 _tangents = {}  # id(variable) -> [weak reference to it, its tangent array, its version then, the tangent's Variable]
 
 

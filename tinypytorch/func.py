@@ -1,6 +1,6 @@
-"""Function transforms, PyTorch's `torch.func`, for functions of Variables (step 64).
+"""Function transforms, PyTorch's `torch.func`, for functions of Variables (step 65).
 
-    jvp(f, primals, tangents)   (f(*primals), J tangents): one forward-mode pass (forward_ad, step 63)
+    jvp(f, primals, tangents)   (f(*primals), J tangents): one forward-mode pass (forward_ad, step 64)
     vjp(f, *primals)            (f(*primals), vjp_fn) with vjp_fn(u) = u^T J: one backward pass per call
     jacfwd(f)(*args)            J column by column: one forward-mode pass per input element (n passes)
     jacrev(f)(*args)            J row by row: one backward pass per output element (m passes)
@@ -41,7 +41,7 @@ from tinypytorch.utils.pytree import tree_flatten, tree_map, tree_unflatten, tre
 JVP, VJP, GRAD = "jvp(f, primals, tangents)", "vjp(f, *primals)", "grad_and_value(f)(*args)"  # PyTorch's names
 
 
-def jvp(func, primals, tangents, *, strict=False, has_aux=False):  # step 64
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):  # step 65
     """(func(*primals), J tangents): one pass of forward mode, every primal with its tangent (the same pytree).
     With has_aux: (output, tangent, aux)."""
     if not isinstance(primals, tuple):
@@ -63,7 +63,7 @@ def jvp(func, primals, tangents, *, strict=False, has_aux=False):  # step 64
     return (*result, call.aux) if has_aux else result
 
 
-def vjp(func, *primals, has_aux=False):  # step 64
+def vjp(func, *primals, has_aux=False):  # step 65
     """(func(*primals), vjp_fn): vjp_fn(u) = u^T J, u shaped as the output, the result as the primals (a tuple).
     With has_aux: (output, vjp_fn, aux)."""
     call = _Call(func, primals, None, has_aux)
@@ -81,7 +81,7 @@ def vjp(func, *primals, has_aux=False):  # step 64
     return (*result, call.aux) if has_aux else result
 
 
-def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 64
+def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 65
     """func's Jacobian by rows: one backward pass per output element. Shape: output's + input's."""
     _check_chunk_size(chunk_size)
 
@@ -96,7 +96,7 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 64
     return jacobian
 
 
-def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 64
+def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 65
     """func's Jacobian by columns: one forward-mode pass per input element. Shape: output's + input's."""
 
     def jacobian(*args):
@@ -110,12 +110,12 @@ def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 64
     return jacobian
 
 
-def hessian(func, argnums=0):  # step 64
+def hessian(func, argnums=0):  # step 65
     """The matrix of second derivatives of a scalar func: jacfwd(jacrev(func)), forward over reverse, as PyTorch's."""
     return jacfwd(jacrev(func, argnums), argnums)
 
 
-def grad_and_value(func, argnums=0, has_aux=False):  # step 64
+def grad_and_value(func, argnums=0, has_aux=False):  # step 65
     """A function that returns (the gradient of the scalar func with respect to the arguments argnums picks,
     func's value); with has_aux, (gradient, (value, aux))."""
 
@@ -132,7 +132,7 @@ def grad_and_value(func, argnums=0, has_aux=False):  # step 64
     return wrapper
 
 
-def grad(func, argnums=0, has_aux=False):  # step 64
+def grad(func, argnums=0, has_aux=False):  # step 65
     """A function that returns the gradient of the scalar func (with has_aux: (gradient, aux)): the transform.
     `tinypytorch.autograd.grad(outputs, inputs)` differentiates outputs already computed."""
     transformed = grad_and_value(func, argnums, has_aux)
@@ -278,7 +278,7 @@ def _reparametrized(module, tensors, tie_weights, strict):
                 tensors[name] = value
 
 
-def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):  # step 64
+def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):  # step 65
     """Not here: see the error."""
     raise NotImplementedError("tinypytorch.func.vmap is not implemented: PyTorch's torch.func.vmap runs func once on "
                               "a whole batch; here, call func on each example in a loop, or use torch.func.vmap")

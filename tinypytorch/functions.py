@@ -31,7 +31,7 @@ class Square(Function):  # step 02 (backward: step 06)
 
     def forward(self, x):
         self.save_for_backward(x)  # step 35: d(x^2)/dx = 2x needs x
-        if x.dtype.kind == "b":  # step 58: as PyTorch's x ** 2, a bool squared is an int64
+        if x.dtype.kind == "b":  # step 59: as PyTorch's x ** 2, a bool squared is an int64
             x = x.astype(np.int64)
         return x ** 2
 
@@ -39,7 +39,7 @@ class Square(Function):  # step 02 (backward: step 06)
         (x,) = self.saved_tensors
         return 2 * x * gy
 
-    def jvp(self, t):  # step 63: d(x^2) = 2x dx
+    def jvp(self, t):  # step 64: d(x^2) = 2x dx
         return 2 * self.primals[0] * t
 
 
@@ -47,7 +47,7 @@ class Exp(Function):  # step 03 (backward: step 06)
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: an integer or bool input gives the default float, as PyTorch's
+        if x.dtype.kind in "biu":  # step 59: an integer or bool input gives the default float, as PyTorch's
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         y = xp.exp(x)
@@ -58,7 +58,7 @@ class Exp(Function):  # step 03 (backward: step 06)
         (y,) = self.saved_tensors
         return gy * y
 
-    def jvp(self, t):  # step 63: d exp(x) = exp(x) dx
+    def jvp(self, t):  # step 64: d exp(x) = exp(x) dx
         return self.results[0] * t
 
 
@@ -66,7 +66,7 @@ class Sin(Function):  # step 26
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("self",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d sin(x)/dx = cos(x) needs x
@@ -76,7 +76,7 @@ class Sin(Function):  # step 26
         (x,) = self.saved_tensors
         return gy * cos(x)
 
-    def jvp(self, t):  # step 63: d sin(x) = cos(x) dx
+    def jvp(self, t):  # step 64: d sin(x) = cos(x) dx
         return get_array_module(t).cos(self.primals[0]) * t
 
 
@@ -84,7 +84,7 @@ class Cos(Function):  # step 26
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("self",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d cos(x)/dx = -sin(x) needs x
@@ -94,7 +94,7 @@ class Cos(Function):  # step 26
         (x,) = self.saved_tensors
         return gy * -sin(x)
 
-    def jvp(self, t):  # step 63: d cos(x) = -sin(x) dx
+    def jvp(self, t):  # step 64: d cos(x) = -sin(x) dx
         return -get_array_module(t).sin(self.primals[0]) * t
 
 
@@ -102,7 +102,7 @@ class Tanh(Function):  # step 27
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         y = xp.tanh(x)
@@ -113,7 +113,7 @@ class Tanh(Function):  # step 27
         (y,) = self.saved_tensors
         return gy * (1 - y * y)
 
-    def jvp(self, t):  # step 63
+    def jvp(self, t):  # step 64
         y = self.results[0]
         return (1 - y * y) * t
 
@@ -122,7 +122,7 @@ class Log(Function):  # step 39
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("self",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.save_for_backward(x)  # step 35: d log(x)/dx = 1/x needs x
@@ -132,7 +132,7 @@ class Log(Function):  # step 39
         (x,) = self.saved_tensors
         return gy / x
 
-    def jvp(self, t):  # step 63
+    def jvp(self, t):  # step 64
         return t / self.primals[0]
 
 
@@ -167,7 +167,7 @@ class Abs(Function):
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def forward(self, x):
-        if x.dtype.kind == "b":  # step 58: PyTorch's refusal
+        if x.dtype.kind == "b":  # step 59: PyTorch's refusal
             raise NotImplementedError('"abs_cpu" not implemented for \'Bool\'')
         self.save_for_backward(x)  # d|x|/dx = sign(x) needs x
         return get_array_module(x).abs(x)
@@ -177,7 +177,7 @@ class Abs(Function):
         x = array_of(x)
         return gy * _sign(x)  # a constant; a product, as PyTorch's (an infinite gy at 0 gives NaN)
 
-    def jvp(self, t):  # step 63: sign(0) = 0, as in backward
+    def jvp(self, t):  # step 64: sign(0) = 0, as in backward
         return _sign(self.primals[0]) * t
 
 
@@ -195,7 +195,7 @@ class Sqrt(Function):
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
         y = get_array_module(x).sqrt(x)
         self.save_for_backward(y)  # d sqrt(x)/dx = 1 / (2 sqrt(x)) needs only the output (PyTorch saves it too)
@@ -205,7 +205,7 @@ class Sqrt(Function):
         (y,) = self.saved_tensors
         return gy / (2 * y)
 
-    def jvp(self, t):  # step 63
+    def jvp(self, t):  # step 64
         return t / (2 * self.results[0])
 
 
@@ -219,7 +219,7 @@ class Clamp(Function):
     def forward(self, x):
         xp = get_array_module(x)
         self.save_for_backward(x)  # which elements lie within the bounds (PyTorch saves x too)
-        x = dtypes.cast(x, dtypes.result_type(x, *[b for b in (self.low, self.high) if b is not None]))  # step 58
+        x = dtypes.cast(x, dtypes.result_type(x, *[b for b in (self.low, self.high) if b is not None]))  # step 59
         y = x if self.low is None else xp.maximum(x, self.low)
         return y if self.high is None else xp.minimum(y, self.high)  # low > high: every element is high, as PyTorch
 
@@ -232,7 +232,7 @@ class Clamp(Function):
         # as PyTorch's: an infinite gy outside gives 0 (a product by a 0/1 mask would give inf * 0 = NaN)
         return where(_mask((x >= low) & (x <= high)), gy, 0.0)
 
-    def jvp(self, t):  # step 63: slope 1 within the bounds (included), as in backward
+    def jvp(self, t):  # step 64: slope 1 within the bounds (included), as in backward
         x = self.primals[0]
         low = -math.inf if self.low is None else self.low
         high = math.inf if self.high is None else self.high
@@ -299,7 +299,7 @@ class Reshape(Function):  # step 29
     def backward(self, gy):
         return reshape(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def reshape(x, shape):
@@ -350,7 +350,7 @@ class Transpose(Function):  # step 29: the one node of permute, transpose and .T
         inverse = tuple(self.perm.index(i) for i in range(len(self.perm)))
         return permute(gy, inverse)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def _apply_permutation(x, perm, torch_name=None):
@@ -526,12 +526,12 @@ class Sum(Function):  # step 30
 
     def __init__(self, axis=None, keepdims=False, dtype=None):
         self.axis, self.keepdims = axis, keepdims
-        self.dtype = dtype  # step 58: sum(dtype=), the input cast first
+        self.dtype = dtype  # step 59: sum(dtype=), the input cast first
 
     def forward(self, x):
         self.x_shape = x.shape
         self.axes = _normalize_axis("sum", self.axis, x.ndim)
-        # step 58: sum(dtype=) casts first; PyTorch sums bools and small integers as int64 (NumPy: by platform)
+        # step 59: sum(dtype=) casts first; PyTorch sums bools and small integers as int64 (NumPy: by platform)
         if self.dtype is not None or x.dtype.kind in "bu" or x.dtype == np.int8 or x.dtype == np.int16:
             x = dtypes.cast(x, np.dtype(np.int64) if self.dtype is None else self.dtype)
         return sum_array(x, self.axes, self.keepdims)
@@ -544,7 +544,7 @@ class Sum(Function):  # step 30
             gy = reshape(gy, kept)
         return broadcast_to(gy, self.x_shape)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def sum(x, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  # noqa: A001 (PyTorch's, NumPy's)
@@ -553,7 +553,7 @@ def sum(x, dim=None, keepdim=False, *, dtype=None, axis=None, keepdims=None):  #
     return Sum(*_reduction("sum", x, dim, keepdim, axis, keepdims), _dtype_argument("sum", dtype))(x)
 
 
-def _dtype_argument(op, dtype):  # step 58
+def _dtype_argument(op, dtype):  # step 59
     """A `dtype=` argument as a NumPy dtype (None stays None)."""
     if dtype is None:
         return None
@@ -571,7 +571,7 @@ class Mean(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind not in "fc":  # step 58: a mean of integers is no integer; PyTorch asks for a floating dtype
+        if x.dtype.kind not in "fc":  # step 59: a mean of integers is no integer; PyTorch asks for a floating dtype
             raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
                                f"complex dtype. Got: {dtypes.torch_name(x.dtype)}")
         self.x_shape = x.shape
@@ -585,7 +585,7 @@ class Mean(Function):  # step 50
         # each element contributed 1/count of itself to its mean
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) / self.count
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
@@ -641,7 +641,7 @@ class Max(Function):  # step 50
         share = winners / winners.sum(axis=self.axes, keepdims=True)  # a constant: 0 or 1/(number of ties)
         return broadcast_to(_keep_axes(gy, self.axes, self.x_shape, self.keepdims), self.x_shape) * share
 
-    def jvp(self, t):  # step 63: the tangents of the tied maxima, averaged, as backward shares the gradient
+    def jvp(self, t):  # step 64: the tangents of the tied maxima, averaged, as backward shares the gradient
         x, y = self.primals[0], self.results[0]
         winners = x == y.reshape(_kept_shape(self.axes, self.x_shape))
         kept = self.keepdims
@@ -677,7 +677,7 @@ class TakeAlongDim(Function):
         gy = reshape(gy, _kept_shape((self.dim,), self.x_shape))  # the index's shape
         return GetItemGrad(key, self.x_shape)(gy), None  # each value's gradient to the element it came from
 
-    def jvp(self, t, t_indices):  # step 63: the tangent at the same indices
+    def jvp(self, t, t_indices):  # step 64: the tangent at the same indices
         return self.forward(t, self.primals[1])
 
 
@@ -796,7 +796,7 @@ class LogSumExp(Function):  # step 50
         self.axis, self.keepdims = axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         self.x_shape = x.shape
@@ -818,7 +818,7 @@ class LogSumExp(Function):  # step 50
         gy, y = [_keep_axes(v, self.axes, self.x_shape, self.keepdims) for v in (gy, y)]
         return broadcast_to(gy, self.x_shape) * exp(x - y)
 
-    def jvp(self, t):  # step 63: d logsumexp(x) = sum(softmax(x) dx)
+    def jvp(self, t):  # step 64: d logsumexp(x) = sum(softmax(x) dx)
         x, y = self.primals[0], self.results[0]
         softmax = get_array_module(x).exp(x - y.reshape(_kept_shape(self.axes, self.x_shape)))
         return (softmax * t).sum(axis=self.axes, keepdims=self.keepdims)
@@ -837,7 +837,7 @@ class Norm(Function):
         self.p, self.axis, self.keepdims = p, axis, keepdims
 
     def forward(self, x):
-        if x.dtype.kind not in "fc":  # step 58: PyTorch's refusal
+        if x.dtype.kind not in "fc":  # step 59: PyTorch's refusal
             raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as input. "
                                f"Got {dtypes.torch_name(x.dtype)}")
         xp = get_array_module(x)
@@ -864,7 +864,7 @@ class Norm(Function):
         # where the norm is 0, x is 0 too: dividing by 1 there gives PyTorch's gradient, 0
         return x * broadcast_to(gy / (y + (array_of(y) == 0)), self.x_shape)
 
-    def jvp(self, t):  # step 63: d|x|_1 = sum(sign(x) dx); d|x|_2 = sum(x dx) / |x|_2 (0 where the norm is 0)
+    def jvp(self, t):  # step 64: d|x|_1 = sum(sign(x) dx); d|x|_2 = sum(x dx) / |x|_2 (0 where the norm is 0)
         x, y = self.primals[0], self.results[0]
         if self.p == 1:
             return (get_array_module(x).sign(x) * t).sum(axis=self.axes, keepdims=self.keepdims)
@@ -924,7 +924,7 @@ def _check_matmul(x_shape, w_shape, dtypes_=()):
 class MatMul(Function):  # step 31
     def forward(self, x, W):
         _check_matmul(x.shape, W.shape, (x.dtype, W.dtype))
-        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 58: no promotion in a matrix product, as PyTorch's
+        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 59: no promotion in a matrix product, as PyTorch's
         self.shapes = (x.shape, W.shape)
         # step 35: dL/dx needs W and dL/dW needs x: keep each only if the other input needs a gradient
         self.save_for_backward(x if self.needs_input_grad[1] else None, W if self.needs_input_grad[0] else None)
@@ -938,7 +938,7 @@ class MatMul(Function):  # step 31
         gW = sum_to(matmul(transpose(x, -2, -1), gy), self.shapes[1]) if self.needs_input_grad[1] else None
         return gx, gW
 
-    def jvp(self, t0, t1):  # step 63: d(x W) = dx W + x dW
+    def jvp(self, t0, t1):  # step 64: d(x W) = dx W + x dW
         x, W = self.primals
         return sum_tangents(None if t0 is None else t0 @ W, None if t1 is None else x @ t1)
 
@@ -973,8 +973,8 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
                              f"in_features {x.shape[-1]} != {W.shape[1]}")
         if b is not None and b.shape != (W.shape[0],):
             raise ValueError(f"linear: bias of shape {tuple(b.shape)} does not match out_features {W.shape[0]}")
-        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 58: no promotion in a matrix product, as PyTorch's
-        if b is not None and b.dtype != x.dtype:  # step 58
+        dtypes.check_same_dtype(x.dtype, W.dtype)  # step 59: no promotion in a matrix product, as PyTorch's
+        if b is not None and b.dtype != x.dtype:  # step 59
             raise RuntimeError(f"self and mat2 must have the same dtype, but got {dtypes.torch_name(b.dtype)} and "
                                f"{dtypes.torch_name(x.dtype)}")
         self.bias_shape = None if b is None else b.shape
@@ -982,7 +982,7 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
         needs_x, needs_W = self.needs_input_grad[-2:]
         self.save_for_backward(x if needs_W else None, W if needs_x else None)
         if b is not None and x.dtype == W.dtype == b.dtype == np.float16:
-            # step 59: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
+            # step 60: PyTorch's addmm adds the bias before it rounds to float16, once; rounding twice
             # changes a quarter of the outputs by a step
             return (x.astype(np.float32) @ W.T.astype(np.float32) + b).astype(np.float16)
         y = x @ W.T
@@ -997,7 +997,7 @@ class LinearFunction(Function):  # step 31: y = x W^T + b as one node of the gra
             return gx, gW
         return sum_to(gy, self.bias_shape), gx, gW  # b was broadcast over the rows
 
-    def jvp(self, *tangents):  # step 63: d(x W^T + b) = dx W^T + x dW^T + db
+    def jvp(self, *tangents):  # step 64: d(x W^T + b) = dx W^T + x dW^T + db
         tb, tx, tW = tangents if len(tangents) == 3 else (None, *tangents)
         x, W = self.primals[-2:]
         t = sum_tangents(None if tx is None else tx @ W.T, None if tW is None else x @ tW.T)
@@ -1057,7 +1057,7 @@ class GetItem(Function):  # step 31
         arrays = [array_of(index) for index in self.saved_tensors]
         return GetItemGrad(_with_index_arrays(self.key, arrays), self.x_shape)(gy)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differentiable
@@ -1075,7 +1075,7 @@ class GetItemGrad(Function):  # step 31: the gradient of x[key], itself differen
     def backward(self, ggx):
         return get_item(ggx, self.key)
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def get_item(x, key):
@@ -1106,7 +1106,7 @@ class Concatenate(Function):  # step 45: PyTorch's torch.cat
         before = (slice(None),) * self.axis
         return tuple(gy[before + (slice(int(a), int(b)),)] for a, b in zip(self.bounds[:-1], self.bounds[1:]))
 
-    jvp = Function.jvp_by_forward  # step 63
+    jvp = Function.jvp_by_forward  # step 64
 
 
 def concatenate(xs, dim=None, *, axis=None):
@@ -1142,7 +1142,7 @@ class Sigmoid(Function):  # step 32
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
     saved_names = ("result",)
     def forward(self, x):
-        if x.dtype.kind in "biu":  # step 58: integers compute in the default float
+        if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
         xp = get_array_module(x)
         # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
@@ -1156,7 +1156,7 @@ class Sigmoid(Function):  # step 32
         (y,) = self.saved_tensors
         return gy * y * (1 - y)
 
-    def jvp(self, t):  # step 63
+    def jvp(self, t):  # step 64
         y = self.results[0]
         return y * (1 - y) * t
 
@@ -1165,7 +1165,7 @@ class ReLU(Function):  # step 32
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
 
     def forward(self, x):
-        if x.dtype.kind == "b":  # step 58: PyTorch's refusal and words
+        if x.dtype.kind == "b":  # step 59: PyTorch's refusal and words
             raise RuntimeError("Boolean inputs not supported for relu")
         xp = get_array_module(x)
         y = xp.maximum(x, 0)
@@ -1178,7 +1178,7 @@ class ReLU(Function):  # step 32
         # an infinite gy where x <= 0 gives 0 (a product by a 0/1 mask would give inf * 0 = NaN)
         return where(_mask(array_of(y) <= 0), 0.0, gy)
 
-    def jvp(self, t):  # step 63: as in backward (a selection, as PyTorch's)
+    def jvp(self, t):  # step 64: as in backward (a selection, as PyTorch's)
         return get_array_module(t).where(self.results[0] <= 0, 0, t)
 
 
@@ -1188,17 +1188,17 @@ class MeanSquaredError(Function):  # step 32
             raise ValueError(f"mean_squared_error: shapes {tuple(x0.shape)} and {tuple(x1.shape)} differ")
         self.save_for_backward(x0, x1)  # step 35: both gradients need x0 - x1 (PyTorch keeps both too)
         diff = x0 - x1
-        # step 59: mean, not sum / size: in float16 the sum overflows long before the mean does;
+        # step 60: mean, not sum / size: in float16 the sum overflows long before the mean does;
         # NumPy's mean adds float16 in float32, as PyTorch does, and rounds once
         return (diff * diff).mean()
 
     def backward(self, gy):
         x0, x1 = self.saved_tensors
-        # d/dx0 of mean((x0 - x1)^2); step 59: in PyTorch's order, which float16 rounds at each product
+        # d/dx0 of mean((x0 - x1)^2); step 60: in PyTorch's order, which float16 rounds at each product
         gx0 = (2.0 / array_of(x0).size) * (x0 - x1) * gy
         return gx0, -gx0
 
-    def jvp(self, t0, t1):  # step 63: d mean((x0 - x1)^2) = mean(2 (x0 - x1) (dx0 - dx1))
+    def jvp(self, t0, t1):  # step 64: d mean((x0 - x1)^2) = mean(2 (x0 - x1) (dx0 - dx1))
         x0, x1 = self.primals
         return (2.0 * (x0 - x1) * sum_tangents(t0, None if t1 is None else -t1)).mean()
 
@@ -1223,7 +1223,7 @@ class Dropout(Function):  # step 41
         (keep,) = self.saved_tensors
         return gy * array_of(keep).astype(gy.dtype) * self.scale
 
-    def jvp(self, t):  # step 63: the same mask (forward's, still in _to_save) on the tangent
+    def jvp(self, t):  # step 64: the same mask (forward's, still in _to_save) on the tangent
         (keep,) = self._to_save
         return t * keep * self.scale
 
@@ -1253,7 +1253,7 @@ def mean_squared_error(x0, x1):
 
 # ----- element-wise operations of two tensors, PyTorch's (promoted as +, -, *, / are: core._Binary) ----------------
 
-class PowTensor(_Binary):  # step 58
+class PowTensor(_Binary):  # step 59
     """x0 ** x1 where the exponent (or the base, `2 ** x`) is a tensor: PyTorch's pow(Tensor, Tensor)."""
 
     torch_name = "PowBackward1"  # PyTorch's: PowBackward2 for a number base (set by pow)
@@ -1288,7 +1288,7 @@ class PowTensor(_Binary):  # step 58
         return sum_tangents(d0, d1)
 
 
-def _refuse_two_numbers(op, x0, x1):  # step 58
+def _refuse_two_numbers(op, x0, x1):  # step 59
     """PyTorch's refusal of pow and remainder of two numbers, which take a number for one operand only (torch.add
     and floor_divide take two: Function.tensor_arguments)."""
     if not isinstance(x0, (Variable, *cuda.array_types)) and not isinstance(x1, (Variable, *cuda.array_types)):
@@ -1296,7 +1296,7 @@ def _refuse_two_numbers(op, x0, x1):  # step 58
                         f"{type(x1).__name__}), but expected a Tensor for one of them")
 
 
-def _integer_pow(x0, x1):  # step 58
+def _integer_pow(x0, x1):  # step 59
     """x0 ** x1 for integers, as PyTorch computes it for a tensor exponent: a negative power is 1 / x0 ** -x1
     rounded toward zero, so 1 for a base of 1, -1 or 1 for -1 (odd or even powers) and 0 for any other base, 0
     included. NumPy refuses negative integer powers (and PyTorch too for a number exponent: Pow)."""
@@ -1309,7 +1309,7 @@ def _integer_pow(x0, x1):  # step 58
     return xp.where(negative, inverse, y).astype(y.dtype, copy=False)
 
 
-def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 58
+def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 59
     """x ** exponent, PyTorch's torch.pow: the exponent a number (core's Pow, step 22) or a tensor (PowTensor);
     `pow(2, x)` too."""
     if type(exponent) in (int, float) and isinstance(x, Variable):  # speed: x ** 2, the common case
@@ -1327,7 +1327,7 @@ def pow(x, exponent):  # noqa: A001 (PyTorch's name); step 58
     return Pow(exponent)(x)
 
 
-class Where(Function):  # step 58
+class Where(Function):  # step 59
     """where(condition, x0, x1): x0's element where the condition holds, else x1's (PyTorch's torch.where)."""
 
     result_layout = "inputs"  # no step: laid out after the inputs as PyTorch's (tinypytorch.layout)
@@ -1358,7 +1358,7 @@ class Where(Function):  # step 58
         return xp.where(self.condition, 0.0 if t0 is None else t0, 0.0 if t1 is None else t1)
 
 
-def where(condition, x0, x1):  # step 58
+def where(condition, x0, x1):  # step 59
     """PyTorch's torch.where(condition, input, other): input's element where `condition` (a bool tensor or array)
     holds, else other's; numbers as either side. Differentiable in input and other."""
     condition = array_of(condition)
@@ -1367,7 +1367,7 @@ def where(condition, x0, x1):  # step 58
     return Where(condition)(x0, x1)
 
 
-class Maximum(_Binary):  # step 58
+class Maximum(_Binary):  # step 59
     """The element-wise maximum of two tensors (PyTorch's maximum); where they tie, each gets half the gradient."""
 
     pick = "maximum"
@@ -1396,19 +1396,19 @@ class Maximum(_Binary):  # step 58
                             None if t1 is None else ((1 - wins) * (x0 != x1) + tie) * t1)
 
 
-class Minimum(Maximum):  # step 58
+class Minimum(Maximum):  # step 59
     pick = "minimum"
 
 
-def maximum(x0, x1):  # step 58
+def maximum(x0, x1):  # step 59
     return Maximum()(x0, x1)
 
 
-def minimum(x0, x1):  # step 58
+def minimum(x0, x1):  # step 59
     return Minimum()(x0, x1)
 
 
-class FloorDivide(_Binary):  # step 58
+class FloorDivide(_Binary):  # step 59
     """x0 // x1, rounded toward minus infinity (PyTorch's floor_divide): no derivative, PyTorch's error if asked."""
 
     torch_name = "NotImplemented"  # PyTorch's node for an operation without a derivative
@@ -1425,7 +1425,7 @@ class FloorDivide(_Binary):  # step 58
         raise RuntimeError("derivative for aten::floor_divide is not implemented")
 
 
-class Remainder(_Binary):  # step 58
+class Remainder(_Binary):  # step 59
     """x0 % x1 with the sign of x1, as Python's and PyTorch's remainder: d/dx0 = 1, d/dx1 = -(x0 // x1), the
     floor division (not floor(x0 / x1): 1 // -inf is -1, where floor(1 / -inf) is -0.0)."""
 
@@ -1452,11 +1452,11 @@ class Remainder(_Binary):  # step 58
         return sum_tangents(t0, None if t1 is None else -get_array_module(x0).floor_divide(x0, x1) * t1)
 
 
-def floor_divide(x0, x1):  # step 58
+def floor_divide(x0, x1):  # step 59
     return FloorDivide()(x0, x1)
 
 
-def remainder(x0, x1):  # step 58
+def remainder(x0, x1):  # step 59
     _refuse_two_numbers("remainder", x0, x1)
     op = Remainder()
     if not isinstance(x1, (Variable, *cuda.array_types)):  # PyTorch's node for a number divisor lists no edge

@@ -36,7 +36,7 @@ from tinypytorch.views import (
 OPERATIONS = {"add_": add, "sub_": sub, "mul_": mul, "div_": div}
 
 
-def refuse_tangents(op, *variables):  # step 63
+def refuse_tangents(op, *variables):  # step 64
     """In-place operations have no tangent rules yet: where a tangent is involved, refuse rather than drop it
     (x.mul_(dual) would otherwise leave x with no tangent, a derivative of 0)."""
     if forward_ad_state.open_dual_levels and any(forward_ad_state.tangent_of(v) is not None for v in variables):
@@ -128,11 +128,11 @@ def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
     check_writable(op, x, other)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
-    refuse_tangents(op, x, other)  # step 63
+    refuse_tangents(op, x, other)  # step 64
     recording = is_grad_enabled() and (x.requires_grad or other.requires_grad)
     if not recording:
         new = OPERATIONS[op](Variable(x.data, requires_grad=False), other).data
-        dtypes.check_in_place(op, new.dtype, x.data.dtype)  # step 58: never down a category, PyTorch's rule and words
+        dtypes.check_in_place(op, new.dtype, x.data.dtype)  # step 59: never down a category, PyTorch's rule and words
         write(op, x, new)
         return x
     if x.view_record is not None:  # step 37: a view whose base changed is made again first
@@ -141,8 +141,8 @@ def apply(op, x, other):
     # does: writing into x's array would otherwise change the tensor the function saved.
     needs_old = op in ("mul_", "div_") and other.requires_grad
     y = OPERATIONS[op](alias(x, x.data.copy() if needs_old else None), other)
-    dtypes.check_in_place(op, y.data.dtype, x.data.dtype)  # step 58
-    if y.data.dtype != x.data.dtype:  # step 58: a float32 x stays float32
+    dtypes.check_in_place(op, y.data.dtype, x.data.dtype)  # step 59
+    if y.data.dtype != x.data.dtype:  # step 59: a float32 x stays float32
         y = astype(y, x.data.dtype)
     return record(op, x, y)
 
@@ -150,7 +150,7 @@ def apply(op, x, other):
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
     check_writable("zero_", x, written=None)
-    refuse_tangents("zero_", x)  # step 63
+    refuse_tangents("zero_", x)  # step 64
     if not (is_grad_enabled() and x.requires_grad):
         write("zero_", x, cuda.get_array_module(x.data).zeros_like(x.data))
         return x
@@ -197,7 +197,7 @@ def set_item(op, x, key, value):
             check_no_partial_overlap(_layout(slot), source, x.data.itemsize)
         if value.ndim > slot.ndim:  # x[0] = tensor([5.0]): PyTorch drops the value's leading 1s
             value = value.reshape(value.shape[next((i for i, n in enumerate(value.shape) if n != 1), value.ndim):])
-    refuse_tangents(op, x, value)  # step 63
+    refuse_tangents(op, x, value)  # step 64
     # an integer x takes the values of a value that requires grad, and no gradient (PyTorch's)
     if not (is_grad_enabled() and (x.requires_grad or (value.requires_grad and x.dtype.kind in "fc"))):
         xp = cuda.get_array_module(x.data)
@@ -342,7 +342,7 @@ def unary_(op, x, function):
     flow, on a copy of the old value, which function's backward reads and the write overwrites (as PyTorch saves
     the original for sin_)."""
     check_writable(op, x)
-    refuse_tangents(op, x)  # step 63
+    refuse_tangents(op, x)  # step 64
     if not (is_grad_enabled() and x.requires_grad):
         new = function(Variable(x.data, requires_grad=False)).data
         dtypes.check_in_place(op, new.dtype, x.data.dtype)  # an integer x refuses a float result, in PyTorch's words
@@ -369,7 +369,7 @@ def unsqueeze_(x, dim):
     says so (PyTorch keeps each view's own strides; the package remakes views from their base, step 37)."""
     dim = _dim("unsqueeze_", dim, x.ndim + 1)
     check_writable("unsqueeze_", x, written=None)  # a leaf that requires grad, an inference tensor (PyTorch's words)
-    refuse_tangents("unsqueeze_", x)  # step 63
+    refuse_tangents("unsqueeze_", x)  # step 64
     recording = is_grad_enabled() and x.requires_grad
     if recording and x.view_record is not None:  # step 37: a view whose base changed is made again first
         refresh_view(x)

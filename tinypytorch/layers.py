@@ -185,7 +185,7 @@ class Linear(Layer):  # step 32
         k = 1.0 / np.sqrt(in_size)
         self.weight = Parameter(rng.uniform(-k, k, (out_size, in_size)), name="weight")
         self.bias = Parameter(rng.uniform(-k, k, out_size), name="bias") if bias else None
-        if dtype is not None:  # step 58: nn.Linear's parameters in PyTorch's default dtype, float32
+        if dtype is not None:  # step 59: nn.Linear's parameters in PyTorch's default dtype, float32
             for param in self.params():
                 param.data = param.data.astype(dtype)
 
@@ -240,7 +240,7 @@ class BatchNorm1d(Layer):  # step 45
     operations, so its gradients of every order come from theirs.
     """
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, *, dtype=np.float64):  # dtype: step 58
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, *, dtype=np.float64):  # dtype: step 59
         super().__init__()
         name = type(self).__name__  # nn.BatchNorm2d is built on this layer too
         _check_size(name, "num_features", num_features)

@@ -84,7 +84,7 @@ class NativeLayerNorm(Function):  # stage 5: PyTorch's node is NativeLayerNormBa
             grads[-1] = sum_to(gy, self.normalized_shape)
         return tuple(grads)
 
-    def jvp(self, t, *t_affine):  # step 63: d x_hat = rstd (dx - mean(dx) - x_hat mean(x_hat dx)); y = x_hat w + b
+    def jvp(self, t, *t_affine):  # step 64: d x_hat = rstd (dx - mean(dx) - x_hat mean(x_hat dx)); y = x_hat w + b
         x, affine = _in_float32(self.primals[0]), [_in_float32(a) for a in self.primals[1:]]
         t, t_affine = _in_float32(t), [_in_float32(a) for a in t_affine]
         mean = x.mean(axis=self.axes, keepdims=True)

@@ -218,7 +218,7 @@ class SGD(Optimizer):  # step 32
                                   "weight_decay": weight_decay, "nesterov": nesterov, "maximize": maximize})
 
     def update(self, param, grad, group):
-        if grad.dtype == np.float16:  # step 59
+        if grad.dtype == np.float16:  # step 60
             return self.update_float16(param, grad, group)
         if group["maximize"]:  # no step: PyTorch's surface (ascend)
             grad = -grad
@@ -231,7 +231,7 @@ class SGD(Optimizer):  # step 32
 
     def update_float16(self, param, grad, group):
         """The same step on float16, rounded as torch's: each of its operations computes in float32 and rounds
-        once (step 59). (torch rounds an `alpha` to float16 first, but not a factor of `mul_`: measured.)"""
+        once (step 60). (torch rounds an `alpha` to float16 first, but not a factor of `mul_`: measured.)"""
         def op(a, alpha, b):  # torch's a.add(b, alpha=alpha)
             alpha = np.float16(alpha).astype(np.float32)
             return (a.astype(np.float32) + alpha * b.astype(np.float32)).astype(np.float16)

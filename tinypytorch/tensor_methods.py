@@ -90,7 +90,7 @@ class TensorMethods:
     def __abs__(self):
         return F.abs(self)
 
-    # step 58: powers, floor division and remainder with PyTorch's promotion; a tensor exponent too
+    # step 59: powers, floor division and remainder with PyTorch's promotion; a tensor exponent too
     __pow__ = pow = F.pow  # (the function itself: x ** y is F.pow(x, y))
 
     def __rpow__(self, base):
@@ -132,7 +132,7 @@ class TensorMethods:
         return inplace.apply("add_", self, other)
 
     def sub_(self, other):
-        check_sub(self, other)  # step 58: before apply makes a Python bool a number of x's dtype
+        check_sub(self, other)  # step 59: before apply makes a Python bool a number of x's dtype
         return inplace.apply("sub_", self, other)
 
     def mul_(self, other):

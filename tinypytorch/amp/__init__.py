@@ -1,7 +1,7 @@
 """Automatic mixed precision, PyTorch's `torch.amp`.
 
-    autocast     step 60: each listed operation run in the dtype that suits it (autocast_mode.py)
-    GradScaler   step 61: dynamic loss scaling, so that float16 gradients do not flush to zero (grad_scaler.py)
+    autocast     step 61: each listed operation run in the dtype that suits it (autocast_mode.py)
+    GradScaler   step 62: dynamic loss scaling, so that float16 gradients do not flush to zero (grad_scaler.py)
 
 PyTorch's deprecated torch.cuda.amp (GradScaler, autocast for "cuda") is deprecated.py, found as tinypytorch.cuda.amp.
 """

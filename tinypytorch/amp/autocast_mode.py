@@ -1,4 +1,4 @@
-"""autocast (step 60): PyTorch's `torch.autocast`, which runs each listed operation in the dtype that suits it.
+"""autocast (step 61): PyTorch's `torch.autocast`, which runs each listed operation in the dtype that suits it.
 
 Inside `with autocast("cuda"):` (or "cpu"), an operation of the table below gets its floating inputs cast
 before it runs: to the lower dtype (float16) where half precision is fast and safe (matrix products), to float32
@@ -26,7 +26,7 @@ from tinypytorch.normalization import NativeLayerNorm
 from tinypytorch.linear_algebra import Cross
 from tinypytorch.structure import Stack
 
-# step 60: PyTorch's lists (docs "Autocast Op Reference"; "float16 shares the lists of bfloat16" on CPU), for the
+# step 61: PyTorch's lists (docs "Autocast Op Reference"; "float16 shares the lists of bfloat16" on CPU), for the
 # operations the package has. "lower": to the autocast dtype; "float32"; "promote": to the widest input dtype;
 # None: not listed, run in whatever dtype arrives.
 #        package op      Function class     torch op          CPU        CUDA
@@ -78,7 +78,7 @@ def _device_type(array):
     return "cpu" if isinstance(array, np.ndarray) else "cuda"
 
 
-def cast_inputs(function, inputs):  # step 60
+def cast_inputs(function, inputs):  # step 61
     """The inputs `function` (a Function, or the name of an operation built from several) runs on under this
     thread's autocast: cast where POLICY lists it, else unchanged."""
     row = _BY_NAME.get(function) if isinstance(function, str) else _BY_CLASS.get(type(function))
@@ -146,7 +146,7 @@ def _checked_dtype(device_type, dtype):
     return dtype
 
 
-class autocast:  # noqa: N801 (PyTorch's name); step 60
+class autocast:  # noqa: N801 (PyTorch's name); step 61
     """Run the operations of POLICY in their dtype inside a `with` block, or inside a decorated function.
 
     autocast(device_type, dtype=None, enabled=True, cache_enabled=None), PyTorch's signature: device_type
@@ -191,7 +191,7 @@ class autocast:  # noqa: N801 (PyTorch's name); step 60
         return decorate_autocast
 
 
-def keep_autocast(function):  # step 60
+def keep_autocast(function):  # step 61
     """`function`, run whenever it is called under this thread's autocast settings of now: checkpoint's
     recomputation, which backward runs outside any autocast block, must cast as the first run did
     (PyTorch's checkpoint records the settings too)."""

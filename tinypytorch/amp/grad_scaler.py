@@ -1,4 +1,4 @@
-"""Dynamic loss scaling, PyTorch's `torch.amp.GradScaler` (step 61).
+"""Dynamic loss scaling, PyTorch's `torch.amp.GradScaler` (step 62).
 
 float16 has few exponent bits: gradients below about 6e-8 flush to zero. Multiplying the loss by a
 scale S makes every gradient S times larger (the chain rule is linear), lifting small gradients out
@@ -28,7 +28,7 @@ from tinypytorch.grad_mode import no_grad
 __all__ = ["OptState", "GradScaler"]
 
 
-class OptState(Enum):  # step 61
+class OptState(Enum):  # step 62
     """Where one optimizer is in the current iteration: READY -> UNSCALED -> STEPPED, READY again after update()."""
     READY = 0
     UNSCALED = 1
@@ -39,7 +39,7 @@ def _fresh_state():
     return {"stage": OptState.READY, "found_inf_per_device": {}}
 
 
-class GradScaler:  # step 61
+class GradScaler:  # step 62
     """Scale the loss, unscale the gradients, skip steps with inf/NaN gradients and adapt the scale.
 
     `device` is the device type of the gradients ("cuda" or "cpu"); as in PyTorch, a "cuda" scaler on

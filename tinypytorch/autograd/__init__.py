@@ -12,8 +12,8 @@ The public tools above it, which the floors above use (never the engine itself):
     gradients  grad and backward; current_pass, the one door for a pass run inside a running one (steps 42-46)
     gradcheck  gradcheck, gradgradcheck (step 40)
     function   Function with a ctx, once_differentiable: custom functions written PyTorch's way (step 49)
-    forward_ad dual_level, make_dual, unpack_dual: forward-mode AD (step 63)
-    functional vjp, jvp, jacobian, hessian, hvp, vhp of whole functions (step 64)
+    forward_ad dual_level, make_dual, unpack_dual: forward-mode AD (step 64)
+    functional vjp, jvp, jacobian, hessian, hvp, vhp of whole functions (step 65)
     profiler   PyTorch's profile: not in tinypytorch, a clear error where it is used
 """
 from tinypytorch.autograd import anomaly, engine, graph, hooks  # noqa: I001 (engine needs anomaly)
@@ -21,8 +21,8 @@ from tinypytorch.autograd.gradients import backward, grad
 from tinypytorch.autograd.anomaly import detect_anomaly, set_detect_anomaly
 from tinypytorch.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 from tinypytorch.autograd.function import Function, FunctionCtx, once_differentiable
-from tinypytorch.autograd import forward_ad  # step 63
-from tinypytorch.autograd import functional  # step 64
+from tinypytorch.autograd import forward_ad  # step 64
+from tinypytorch.autograd import functional  # step 65
 from tinypytorch.autograd import profiler
 
 

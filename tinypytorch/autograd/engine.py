@@ -132,7 +132,7 @@ def call_backward(f, gys):
     A gradient of another floating dtype than its input is cast to the input's, as PyTorch's engine
     does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
-    # step 64: under a dual level the formulas get Variables, whose tangents go forward through them
+    # step 65: under a dual level the formulas get Variables, whose tangents go forward through them
     on_arrays = f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
     if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
         previous = set_backward_on_arrays(True)
@@ -200,7 +200,7 @@ def owned_copy(g):
     copy = Variable(g.data.copy(), requires_grad=g.creator is not None)
     if g.creator is not None:
         copy.set_creator(g.creator, g.output_nr)
-    if forward_ad_state.open_dual_levels:  # step 64: a gradient computed under a dual level keeps its tangent
+    if forward_ad_state.open_dual_levels:  # step 65: a gradient computed under a dual level keeps its tangent
         forward_ad_state.set_tangent(copy, forward_ad_state.tangent_of(g))
     return copy
 
@@ -250,7 +250,7 @@ def call_hooks(hooks, grad, shape):
             result = as_variable(result, f"hook {name!r}")
             if result.shape != shape:
                 raise RuntimeError(f"hook {name!r} has changed the size of value")
-            if result.dtype != grad.dtype or result.device != grad.device:  # step 58
+            if result.dtype != grad.dtype or result.device != grad.device:  # step 59
                 raise RuntimeError(f"hook {name!r} has changed the type of value (was {dtypes.tensor_type(grad)} got "
                                    f"{dtypes.tensor_type(result)})")
             grad = result

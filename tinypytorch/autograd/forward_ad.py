@@ -1,4 +1,4 @@
-"""Forward-mode automatic differentiation, PyTorch's `torch.autograd.forward_ad` (step 63).
+"""Forward-mode automatic differentiation, PyTorch's `torch.autograd.forward_ad` (step 64).
 
     with forward_ad.dual_level():
         x = forward_ad.make_dual(primal, tangent)
@@ -16,21 +16,21 @@ from tinypytorch import forward_ad_state
 from tinypytorch.core import Variable
 from tinypytorch.functions import Reshape
 
-UnpackedDualTensor = collections.namedtuple("UnpackedDualTensor", ["primal", "tangent"])  # step 63
+UnpackedDualTensor = collections.namedtuple("UnpackedDualTensor", ["primal", "tangent"])  # step 64
 
 
-def enter_dual_level():  # step 63
+def enter_dual_level():  # step 64
     """Open the dual level (`dual_level` does it for a with block); returns its number, 0."""
     return forward_ad_state.enter_dual_level()
 
 
-def exit_dual_level(*, level=None):  # step 63
+def exit_dual_level(*, level=None):  # step 64
     """Close the dual level: every tangent made under it is dropped."""
     forward_ad_state.exit_dual_level()
 
 
 @contextlib.contextmanager
-def dual_level():  # step 63
+def dual_level():  # step 64
     """Within the block, dual tensors carry their tangents through every operation."""
     level = enter_dual_level()
     try:
@@ -46,7 +46,7 @@ def _alias(tensor):
     return view
 
 
-def make_dual(tensor, tangent, *, level=None):  # step 63
+def make_dual(tensor, tangent, *, level=None):  # step 64
     """A view of `tensor` whose tangent is `tangent` (same shape), at the open level."""
     if not forward_ad_state.open_dual_levels:
         raise RuntimeError("Trying to create a dual Tensor for forward AD but no level exists, make sure to "
@@ -61,7 +61,7 @@ def make_dual(tensor, tangent, *, level=None):  # step 63
     if forward_ad_state.tangent_of(tensor) is not None:
         raise RuntimeError("Making a dual Tensor based on a Tensor that already has a forward gradient at the "
                            "same level 0 is not supported.")
-    if isinstance(tangent, Variable) and forward_ad_state.tangent_of(tangent) is not None:  # step 64: PyTorch's
+    if isinstance(tangent, Variable) and forward_ad_state.tangent_of(tangent) is not None:  # step 65: PyTorch's
         raise RuntimeError("Setting a forward grad that itself has a forward gradient at the same level0 is not "
                            "supported.")  # (a second order needs a second level, which PyTorch has not either)
     dual = _alias(tensor)
@@ -72,7 +72,7 @@ def make_dual(tensor, tangent, *, level=None):  # step 63
     return dual
 
 
-def unpack_dual(tensor, *, level=None):  # step 63
+def unpack_dual(tensor, *, level=None):  # step 64
     """(primal, tangent): a view of `tensor` without tangent, and its tangent (None if it has none or no level
     is open)."""
     tangent = forward_ad_state.tangent_variable(tensor, lambda array: Variable(array, requires_grad=False))
@@ -81,7 +81,7 @@ def unpack_dual(tensor, *, level=None):  # step 63
     return UnpackedDualTensor(_alias(tensor), tangent)
 
 
-def keep_tangent(source, target):  # step 64
+def keep_tangent(source, target):  # step 65
     """`target` gets `source`'s tangent at the open level, if it has one (a copy of a dual that stays dual)."""
     if forward_ad_state.open_dual_levels:
         forward_ad_state.set_tangent(target, forward_ad_state.tangent_of(source))

@@ -71,7 +71,7 @@ class Function:
                                   "autograd.Function to use it with backward mode AD.")
 
     @staticmethod
-    def jvp(ctx, *grad_inputs):  # step 63
+    def jvp(ctx, *grad_inputs):  # step 64
         """Forward mode: the outputs' tangents from one tangent per argument of forward (None for a non-Variable)."""
         raise NotImplementedError("You must implement the jvp function for custom autograd.Function to use it with "
                                   "forward mode AD.")
@@ -116,7 +116,7 @@ class CustomNode(Node):
         """The user's forward, under no_grad, on the original arguments; its outputs' arrays for the node."""
         flags = iter(self.needs_input_grad)  # set by Function.__call__ for the Variable arguments
         self.ctx = FunctionCtx(self, tuple([next(flags) if isinstance(a, Variable) else False for a in self.args]))
-        with no_grad(), forward_ad_state.paused():  # (the pause: step 63; the outputs' tangents come from jvp)
+        with no_grad(), forward_ad_state.paused():  # (the pause: step 64; the outputs' tangents come from jvp)
             outputs = self.user_class.forward(self.ctx, *self.args)
         self.tuple_output = isinstance(outputs, tuple)
         outputs = outputs if self.tuple_output else (outputs,)
@@ -141,7 +141,7 @@ class CustomNode(Node):
         gradients = [self.checked(i, arg, g) for i, (arg, g) in enumerate(zip(self.args, results))]
         return tuple([g for arg, g in zip(self.args, gradients) if isinstance(arg, Variable)])  # one per node input
 
-    def jvp(self, *tangents):  # step 63
+    def jvp(self, *tangents):  # step 64
         """The user's jvp on one tangent per argument of forward: a Variable's (zeros if it has none), None for
         the rest; one tangent per output back, as arrays."""
         tangents = iter(tangents)

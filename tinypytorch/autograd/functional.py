@@ -1,4 +1,4 @@
-"""Higher-level derivatives of whole functions, PyTorch's `torch.autograd.functional` (step 64).
+"""Higher-level derivatives of whole functions, PyTorch's `torch.autograd.functional` (step 65).
 
     vjp(f, x, v)        (f(x), v^T J): one backward pass
     jvp(f, x, v)        (f(x), J v): the double-backward trick, two backward passes, as PyTorch's
@@ -28,7 +28,7 @@ from tinypytorch.grad_mode import enable_grad, is_grad_enabled, set_grad_enabled
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "hvp", "vhp"]
 
 
-def unit_like(x, k):  # step 64
+def unit_like(x, k):  # step 65
     """The k-th unit tensor (row-major) of x's shape, dtype and device."""
     xp = get_array_module(x)
     e = xp.zeros(x.shape, dtype=x.data.dtype)
@@ -36,7 +36,7 @@ def unit_like(x, k):  # step 64
     return Variable(e, requires_grad=False)
 
 
-def stack_as(parts, shape):  # step 64
+def stack_as(parts, shape):  # step 65
     """Variables of one size stacked, in order, into one of `shape`; differentiable, like each part."""
     return concatenate([p.reshape(1, -1) for p in parts]).reshape(shape)
 
@@ -173,7 +173,7 @@ def _vector(v, refs, is_refs_tuple, fn_name, create_graph, none_message):
     return v
 
 
-def vjp(func, inputs, v=None, create_graph=False, strict=False):  # step 64
+def vjp(func, inputs, v=None, create_graph=False, strict=False):  # step 65
     """(func(inputs), v^T J): one backward pass from the outputs seeded with v."""
     with enable_grad():
         is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "vjp")
@@ -186,7 +186,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):  # step 64
     return _finish(outputs, result, (is_outputs_tuple, is_inputs_tuple), create_graph)
 
 
-def jvp(func, inputs, v=None, create_graph=False, strict=False):  # step 64
+def jvp(func, inputs, v=None, create_graph=False, strict=False):  # step 65
     """(func(inputs), J v) by the double-backward trick: u^T J is linear in u, so its gradient with respect to u,
     seeded with v, is J v (PyTorch's way, two backward passes)."""
     with enable_grad():
@@ -204,7 +204,7 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):  # step 64
     return _finish(outputs, result, (is_outputs_tuple, is_outputs_tuple), create_graph)
 
 
-def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):  # step 64
+def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):  # step 65
     """The Jacobian of func at inputs: for output i and input j, a Variable of shape output_i + input_j."""
     if strategy not in ("forward-mode", "reverse-mode"):
         raise AssertionError('Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
@@ -276,7 +276,7 @@ def _tangents(func, inputs, j, tangent):
     return is_outputs_tuple, outputs, [zeros_like(p).data if t is None else t.data for p, t in pairs]
 
 
-def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,  # step 64
+def hessian(func, inputs, create_graph=False, strict=False, vectorize=False,  # step 65
             outer_jacobian_strategy="reverse-mode"):
     """The Hessian of a scalar func: the Jacobian (rows or columns) of its gradient, which keeps a graph."""
     is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "hessian")
@@ -323,7 +323,7 @@ def _gradient_with_graph(func, inputs, v, create_graph, strict, fn_name):
     return inputs, v, outputs, gradient, (is_outputs_tuple, is_inputs_tuple)
 
 
-def vhp(func, inputs, v=None, create_graph=False, strict=False):  # step 64
+def vhp(func, inputs, v=None, create_graph=False, strict=False):  # step 65
     """(func(inputs), v^T H): the gradient with a graph, then one backward pass through it seeded with v."""
     with enable_grad():
         inputs, v, outputs, gradient, tuples = _gradient_with_graph(func, inputs, v, create_graph, strict, "vhp")
@@ -333,7 +333,7 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):  # step 64
     return _finish(outputs, result, tuples, create_graph)
 
 
-def hvp(func, inputs, v=None, create_graph=False, strict=False):  # step 64
+def hvp(func, inputs, v=None, create_graph=False, strict=False):  # step 65
     """(func(inputs), H v) without H: the double-backward trick.
 
     u^T H is a backward pass through the gradient seeded with u; it is linear in u, so one more

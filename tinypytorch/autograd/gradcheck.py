@@ -174,7 +174,7 @@ def check_undefined_gradients(fn, inputs):
                                  "undefined or zero.")
 
 
-def check_undefined_tangents(fn, inputs):  # step 63
+def check_undefined_tangents(fn, inputs):  # step 64
     """check_undefined_grad in forward mode: for each input, a zero tangent and no tangent must give the same
     tangents of the outputs (where both have one), the other inputs carrying the same random ones."""
     rng = np.random.default_rng(0)
@@ -193,7 +193,7 @@ def check_undefined_tangents(fn, inputs):  # step 63
                                      "an undefined tangent value.")
 
 
-def forward_jacobian(fn, inputs):  # step 63
+def forward_jacobian(fn, inputs):  # step 64
     """{(i, j): the Jacobian from forward mode}: row k from one forward pass with the one-hot tangent e_k."""
     jacobians = {}
     for i, x in enumerate(inputs):
@@ -368,7 +368,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
     nondet_tol: how far two backward passes on the same input and gradient may differ.
     check_undefined_grad: backward must cope with outputs that get no gradient (check_undefined_gradients).
     check_grad_dtypes: each gradient must have its input's dtype.
-    check_forward_ad: also forward mode's Jacobians (step 63), one forward pass per input element;
+    check_forward_ad: also forward mode's Jacobians (step 64), one forward pass per input element;
         check_backward_ad=False leaves backward's out, as in PyTorch.
     fast_mode: compare v^T J u for random unit vectors u, v, not whole Jacobians (check_projections).
     masked: PyTorch's option for sparse tensors, which the package has none of: True only accepts gradients
@@ -384,11 +384,11 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
         elif check_backward_ad:
             analytical = reentrant_jacobian(fn, inputs, nondet_tol, check_grad_dtypes)
             jacobians_agree(numerical, analytical, atol, rtol, True)
-        if check_forward_ad and fast_mode:  # step 63
+        if check_forward_ad and fast_mode:  # step 64
             check_projections(fn, inputs, eps, atol, rtol, nondet_tol, check_grad_dtypes, forward=True)
         elif check_forward_ad:
             jacobians_agree(numerical, forward_jacobian(fn, inputs), atol, rtol, True, "computed with forward mode ")
-        if check_forward_ad and check_undefined_grad:  # step 63
+        if check_forward_ad and check_undefined_grad:  # step 64
             check_undefined_tangents(fn, inputs)
         if check_backward_ad:
             check_multiplied_by_grad_output(fn, inputs, masked)
@@ -412,7 +412,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
     second derivative. grad_outputs default to random values, as in PyTorch, but drawn from a generator
     seeded with `seed`, so that every call checks the same ones (PyTorch draws from its global generator).
     check_rev_over_rev checks them with backward (gradcheck's check_backward_ad), check_fwd_over_rev with
-    forward mode over backward (step 64); the other options are gradcheck's.
+    forward mode over backward (step 65); the other options are gradcheck's.
     """
     if not (check_fwd_over_rev or check_rev_over_rev):  # PyTorch's refusals
         raise AssertionError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")

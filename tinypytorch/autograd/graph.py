@@ -201,7 +201,7 @@ class SavedTensor:
             v.set_creator(self.creator, self.output_nr)
         elif self.requires_grad:  # an output of `function` itself (step 35)
             v.set_creator(function, self.output_nr)
-        # step 64: forward over reverse, the tangent the tensor had when saved, for a backward under a dual level
+        # step 65: forward over reverse, the tangent the tensor had when saved, for a backward under a dual level
         if forward_ad_state.open_dual_levels and getattr(self, "tangent", None) is not None:
             forward_ad_state.set_tangent(v, self.tangent)
         return v
@@ -280,12 +280,12 @@ def save(function, values, inputs, raw_outputs, outputs):
                 raise TypeError(f"{type(function).__name__}.save_for_backward: expected arrays or Variables, "
                                 f"got {type(value).__name__}")
         saved.append(variable if variable.wrapped_number else SavedTensor(variable, function, is_output))
-    if forward_ad_state.open_dual_levels:  # step 64: forward over reverse, the tangents they have now
+    if forward_ad_state.open_dual_levels:  # step 65: forward over reverse, the tangents they have now
         keep_tangents(saved, values, inputs, raw_outputs, outputs)
     return tuple(saved)
 
 
-def keep_tangents(saved, values, inputs, raw_outputs, outputs):  # step 64
+def keep_tangents(saved, values, inputs, raw_outputs, outputs):  # step 65
     """Each saved tensor keeps the tangent its Variable has now (a saved output's comes once its jvp has run:
     keep_output_tangents)."""
     for s, value in zip(saved, values):

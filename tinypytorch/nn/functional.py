@@ -81,7 +81,7 @@ def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
 def mse_loss(input, target, *, reduction="mean"):  # noqa: A002
     """The squared differences, averaged ("mean"), added ("sum") or each ("none")."""
     input, target = as_variable(input, "mse_loss"), as_variable(target, "mse_loss")
-    input, target = autocast_composite("mse_loss", input, target)  # step 60: every reduction in float32
+    input, target = autocast_composite("mse_loss", input, target)  # step 61: every reduction in float32
     if input.shape != target.shape:  # PyTorch broadcasts them, with a warning that it is likely a mistake
         raise ValueError(f"mse_loss: shapes {tuple(input.shape)} and {tuple(target.shape)} differ")
     if reduction == "mean":

@@ -217,7 +217,7 @@ class Module(Layer):  # step 52
 
     # devices and dtypes, PyTorch's forms: to(device), to(dtype), to(device, dtype), to(tensor)
 
-    def to(self, *args, device=None, dtype=None):  # step 58
+    def to(self, *args, device=None, dtype=None):  # step 59
         """Move the parameters and buffers to `device` and/or cast the floating point ones to `dtype`, in place (the
         Parameters stay the same objects, so an optimizer made before still holds them); returns the module."""
         for arg in args:
@@ -249,7 +249,7 @@ class Module(Layer):  # step 52
                 if buffer.dtype.kind in "fc" and buffer.dtype != dtype:
                     object.__setattr__(module, name, buffer.astype(dtype))
 
-    def float(self):  # step 58
+    def float(self):  # step 59
         return self.to(dtype=np.float32)
 
     def double(self):

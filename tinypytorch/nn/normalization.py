@@ -28,7 +28,7 @@ class LayerNorm(Module):  # step 54
         self.normalized_shape = tuple(normalized_shape)  # a float fails here, as in PyTorch ("not iterable")
         self.eps, self.elementwise_affine = eps, elementwise_affine
         if elementwise_affine:
-            dtype = factory_dtype(dtype)  # step 58: the default dtype unless given
+            dtype = factory_dtype(dtype)  # step 59: the default dtype unless given
             self.weight = Parameter(np.empty(self.normalized_shape, dtype), name="weight")
             if bias:
                 self.bias = Parameter(np.empty(self.normalized_shape, dtype), name="bias")
@@ -38,7 +38,7 @@ class LayerNorm(Module):  # step 54
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         self.reset_parameters()
-        if device is not None:  # step 58: PyTorch's factory arguments
+        if device is not None:  # step 59: PyTorch's factory arguments
             self.to(device)
 
     def reset_parameters(self):

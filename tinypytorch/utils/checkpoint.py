@@ -30,12 +30,12 @@ from tinypytorch.autograd.gradients import current_pass
 from tinypytorch.autograd.graph import SavedTensor, saved_tensors_hooks
 from tinypytorch.core import Function, Variable, as_variable
 from tinypytorch.grad_mode import enable_grad, is_grad_enabled, no_grad
-from tinypytorch.utils.selective_checkpoint import (  # noqa: F401  (step 62: PyTorch's names, here as there)
+from tinypytorch.utils.selective_checkpoint import (  # noqa: F401  (step 63: PyTorch's names, here as there)
     CheckpointPolicy, SelectiveCheckpointContext, create_selective_checkpoint_contexts,
 )
 
 
-def noop_context_fn():  # step 62: checkpoint's default context_fn, PyTorch's
+def noop_context_fn():  # step 63: checkpoint's default context_fn, PyTorch's
     """No context around the first run, none around the recomputation."""
     return contextlib.nullcontext(), contextlib.nullcontext()
 
@@ -224,7 +224,7 @@ def _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, de
     return result
 
 
-def _in_contexts(function, context_fn):  # step 62
+def _in_contexts(function, context_fn):  # step 63
     """`function` inside context_fn's contexts: the first when it runs first (if grad mode records anything:
     PyTorch's enters none otherwise), the second each time it runs again, for backward."""
     forward_context, recompute_context = context_fn()
@@ -253,21 +253,21 @@ def checkpoint(function, *args, use_reentrant=True, context_fn=noop_context_fn, 
     early_stop, determinism_check ("default" or "none"): for use_reentrant=False, as in PyTorch.
     kwargs: keyword arguments for `function`; only with use_reentrant=False, as in PyTorch.
     context_fn: for use_reentrant=False, a pair of contexts, around the first run and each recomputation
-        (step 62: `create_selective_checkpoint_contexts`).
+        (step 63: `create_selective_checkpoint_contexts`).
     """
     if not callable(function):
         raise TypeError(f"checkpoint: function must be callable, got {type(function).__name__}")
     if determinism_check not in ("default", "none"):
         raise ValueError(f"checkpoint: determinism_check should be one of ['default', 'none'], "
                          f"but got {determinism_check!r}")
-    function = keep_autocast(function)  # step 60: the recomputation casts as the first run did
+    function = keep_autocast(function)  # step 61: the recomputation casts as the first run did
     if use_reentrant:
         if kwargs:
             raise ValueError("Unexpected keyword arguments: " + ",".join(kwargs))
-        if context_fn is not noop_context_fn:  # step 62
+        if context_fn is not noop_context_fn:  # step 63
             raise ValueError("Passing `context_fn` or `debug` is only supported when use_reentrant=False.")
         return _checkpoint_reentrant(function, args, preserve_rng_state)
-    if context_fn is not noop_context_fn:  # step 62
+    if context_fn is not noop_context_fn:  # step 63
         function = _in_contexts(function, context_fn)
     return _checkpoint_hooks(function, args, kwargs, preserve_rng_state, early_stop, determinism_check)
 

@@ -1,4 +1,4 @@
-"""The peak memory of a piece of work, measured rather than argued (step 65).
+"""The peak memory of a piece of work, measured rather than argued (step 66).
 
 `peak_memory(work)` runs `work()` under `tracemalloc` with the garbage collector off, so that what
 the work frees it frees by reference counting alone, as a training step does, and returns the most
@@ -9,7 +9,7 @@ import gc
 import tracemalloc
 
 
-def peak_memory(work):  # step 65
+def peak_memory(work):  # step 66
     """(peak bytes above the start, work()'s result): the most memory held at once while work() ran."""
     collecting, tracing = gc.isenabled(), tracemalloc.is_tracing()
     gc.collect()

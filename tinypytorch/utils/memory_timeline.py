@@ -1,4 +1,4 @@
-"""Memory over time (step 66): what one training step holds, event by event, seen through public hooks only.
+"""Memory over time (step 67): what one training step holds, event by event, seen through public hooks only.
 
     MemoryTimeline   a context: inside it every tensor saved for backward (or saved again by a recomputation),
                      unpacked, every gradient met or accumulated and every array of theirs freed is an event
@@ -23,7 +23,7 @@ from tinypytorch.autograd.graph import saved_tensors_hooks
 
 
 @dataclasses.dataclass(frozen=True)
-class Event:  # step 66
+class Event:  # step 67
     seq: int  # its place in the step: 0, 1, 2, ...
     kind: str  # saved, recomputed, unpacked, gradient, accumulated, freed, or a mark the caller made
     name: str  # the shape and dtype of the array, or the mark's label
@@ -46,7 +46,7 @@ def _block(array):
     return array
 
 
-class MemoryTimeline:  # step 66
+class MemoryTimeline:  # step 67
     """Record one training step's memory: `with MemoryTimeline(model.params()) as timeline: ...`.
 
     params: the parameters, whose accumulated gradients are events too. trace: measure NumPy's bytes
@@ -125,12 +125,12 @@ def _name(array):
     return f"{'x'.join(map(str, array.shape)) or 'scalar'} {array.dtype}"
 
 
-def held_over_time(events):  # step 66
+def held_over_time(events):  # step 67
     """(times, bytes held): the sequence numbers and the bytes held after each event, a step line to plot."""
     return np.array([e.seq for e in events]), np.array([e.held for e in events])
 
 
-def memory_viz(events):  # step 66
+def memory_viz(events):  # step 67
     """The events as the snapshot dict PyTorch's memory visualiser reads (torch.cuda.memory._snapshot()'s form).
 
     Only its trace is filled: "device_traces" for one device, an "alloc" for each event that added bytes

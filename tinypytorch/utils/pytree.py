@@ -1,4 +1,4 @@
-"""Pytrees, as PyTorch's `torch.utils._pytree` has them: containers nested in containers, with leaves (step 64).
+"""Pytrees, as PyTorch's `torch.utils._pytree` has them: containers nested in containers, with leaves (step 65).
 
     leaves, spec = tree_flatten(tree)    the leaves, left to right, and the structure they sat in
     tree_unflatten(leaves, spec)         the same structure around other leaves
@@ -12,7 +12,7 @@ Two specs are equal when the structures are; a spec prints as PyTorch's, for the
 import collections
 
 
-class TreeSpec:  # step 64
+class TreeSpec:  # step 65
     """A structure: its container type, what rebuilds it beside the children (a dict's keys, a namedtuple's
     class) and its children's specs; a leaf's spec has no type."""
 
@@ -54,7 +54,7 @@ def _node(tree):
     return None
 
 
-def tree_flatten(tree):  # step 64
+def tree_flatten(tree):  # step 65
     """(leaves, spec): the leaves of `tree` in order, and its structure."""
     node = _node(tree)
     if node is None:
@@ -68,7 +68,7 @@ def tree_flatten(tree):  # step 64
     return leaves, TreeSpec(kind, context, specs)
 
 
-def tree_unflatten(leaves, spec):  # step 64
+def tree_unflatten(leaves, spec):  # step 65
     """The structure `spec` rebuilt around `leaves` (as many as it has)."""
     leaves = list(leaves)
     if len(leaves) != spec.num_leaves:
@@ -87,7 +87,7 @@ def _build(leaves, spec):
     return spec.type(children)
 
 
-def tree_map(fn, tree):  # step 64
+def tree_map(fn, tree):  # step 65
     """`tree` with every leaf replaced by fn(leaf)."""
     leaves, spec = tree_flatten(tree)
     return tree_unflatten([fn(leaf) for leaf in leaves], spec)
@@ -98,6 +98,6 @@ class _Star:
         return "*"
 
 
-def treespec_pprint(spec):  # step 64
+def treespec_pprint(spec):  # step 65
     """The structure written as Python writes the container, a leaf as *: (*, {'a': *}), P(x=*, y=*)."""
     return repr(tree_unflatten([_Star()] * spec.num_leaves, spec))

@@ -1,4 +1,4 @@
-"""Selective activation checkpointing (step 62), as PyTorch's `create_selective_checkpoint_contexts`.
+"""Selective activation checkpointing (step 63), as PyTorch's `create_selective_checkpoint_contexts`.
 
     policy = functools.partial(create_selective_checkpoint_contexts, [MatMul, LinearFunction])
     y = checkpoint(f, x, use_reentrant=False, context_fn=policy)
@@ -26,7 +26,7 @@ from tinypytorch.autograd.graph import share_version_counter
 from tinypytorch.core import Function
 
 
-class CheckpointPolicy(enum.Enum):  # step 62
+class CheckpointPolicy(enum.Enum):  # step 63
     """Whether the first run keeps an operation's output (SAVE) or backward computes it again (RECOMPUTE).
 
     MUST_* and PREFER_* act alike here, as in PyTorch without torch.compile (which may override a
@@ -44,7 +44,7 @@ class CheckpointPolicy(enum.Enum):  # step 62
 _SAVE = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
 
 
-class SelectiveCheckpointContext:  # step 62
+class SelectiveCheckpointContext:  # step 63
     """What the policy function is told: whether this is a recomputation (as in PyTorch 2.13 the policy is
     asked only during the first run, so always False) and the operation's output."""
 
@@ -175,7 +175,7 @@ def _where(value, xs, ys):
     return ("none", None) if value is None else ("kept", value)
 
 
-class _CachingMode(_Mode):  # step 62: PyTorch's _CachingTorchDispatchMode
+class _CachingMode(_Mode):  # step 63: PyTorch's _CachingTorchDispatchMode
     def __init__(self, policy_fn, storage):
         super().__init__(storage)
         self.policy_fn = policy_fn
@@ -201,7 +201,7 @@ def _replaying_forward(op, kept, *xs):
     return kept.ys[0] if kept.single else kept.ys
 
 
-class _CachedMode(_Mode):  # step 62: PyTorch's _CachedTorchDispatchMode
+class _CachedMode(_Mode):  # step 63: PyTorch's _CachedTorchDispatchMode
     def __init__(self, storage, allow_cache_entry_mutation):
         super().__init__(storage)
         self.allow_mutation = allow_cache_entry_mutation
@@ -252,7 +252,7 @@ def _policy_from_list(ops):
     return policy_fn
 
 
-def create_selective_checkpoint_contexts(policy_fn_or_list, allow_cache_entry_mutation=False):  # step 62
+def create_selective_checkpoint_contexts(policy_fn_or_list, allow_cache_entry_mutation=False):  # step 63
     """The (first run, recomputation) pair of contexts for `checkpoint(..., context_fn=...)`, sharing one storage.
 
     policy_fn_or_list: `policy_fn(ctx, op, *args, **kwargs)` returning a CheckpointPolicy (or a bool),
