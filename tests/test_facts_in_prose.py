@@ -31,11 +31,12 @@ PAGES = range(57, 68)
 # Per page: number as written in the prose -> why the page may state it without printing it.
 ALLOWED = {
     57: {},
-    58: {
+    58: {},
+    59: {
         "256": "the layer output's shape, given to the code (256 rows of 512)",
         "512": "the layer output's shape, given to the code",
     },
-    59: {
+    60: {
         "0.05": "2^-11, float16's relative precision, written as a percentage in the text",
         "9.8": "2^-10, float16's gap above 1, written out (9.8 x 10^-4)",
         "0.00098": "2^-10 written out",
@@ -44,29 +45,29 @@ ALLOWED = {
         "0.1": "an example of a number that float16 cannot hold exactly, not a result",
         "6,000": "the exercise's number of additions, given to the code",
     },
-    60: {
-        "65504": "float16's largest number, a definition (step 60 prints it)",
-    },
     61: {
-        "0.5": "GradScaler's backoff factor, PyTorch's default setting",
         "65504": "float16's largest number, a definition (step 60 prints it)",
     },
     62: {
+        "0.5": "GradScaler's backoff factor, PyTorch's default setting",
+        "65504": "float16's largest number, a definition (step 60 prints it)",
+    },
+    63: {
         "2.13": "the version of PyTorch the page is written against",
     },
-    63: {},
-    64: {
+    64: {},
+    65: {
         "512": "n m = 512, the size of the Jacobians the code is given",
         "0.4": "the exercise's input t, given",
     },
-    65: {
+    66: {
         "3.43": "the benchmark's budget, quoted from bench/results/capstone.md (bench/, not this page, measures it)",
         "128": "the benchmark's largest depth, quoted from bench/results/capstone.md",
         "6%": "the benchmark's smallest excess over PyTorch's peak, from bench/results/capstone.md",
         "18%": "the benchmark's largest excess over PyTorch's peak, from bench/results/capstone.md",
         "1024": "the exercise's loss scale, given to the code",
     },
-    66: {
+    67: {
         "256": "the network's width, given to the code",
     },
 }
@@ -168,20 +169,20 @@ def plant(notebook, old, new):
 
 @pytest.mark.step62
 def test_a_number_planted_in_the_prose_fails_the_check():
-    notebook = load(61)
-    assert not unprinted(notebook, ALLOWED[61])
+    notebook = load(62)
+    assert not unprinted(notebook, ALLOWED[62])
     wrong = plant(notebook, "at chance, 0.10.", "at chance, 0.12.")
-    missing = unprinted(wrong, ALLOWED[61])
+    missing = unprinted(wrong, ALLOWED[62])
     assert len(missing) == 1 and missing[0].endswith(": 0.12")
 
 
 @pytest.mark.step60
 def test_a_right_number_passes_and_a_wrong_one_fails():
-    notebook = load(59)
+    notebook = load(60)
     right = plant(notebook, "They are lost before the sum.", "They are lost before the sum: 870 of the 1,201.")
     wrong = plant(notebook, "They are lost before the sum.", "They are lost before the sum: 871 of the 1,201.")
-    assert not unprinted(right, ALLOWED[59])
-    assert [entry.split(": ")[1] for entry in unprinted(wrong, ALLOWED[59])] == ["871"]
+    assert not unprinted(right, ALLOWED[60])
+    assert [entry.split(": ")[1] for entry in unprinted(wrong, ALLOWED[60])] == ["871"]
 
 
 def test_what_counts_as_a_number_of_the_prose():
