@@ -1,16 +1,17 @@
 # %% [markdown]
-# # Step 57: Every gradient mode
+# # Step 57: Switching recording on and off
 #
 # Step 18 gave the framework one switch, `no_grad`: inside it, operations
-# record no graph. PyTorch has a family of them: `set_grad_enabled`, which
-# is a call, a block and a decorator at once; `enable_grad`, which turns
-# recording back on inside `no_grad`; decorators that also work on
-# generators; and `inference_mode`, a stricter `no_grad` whose tensors skip
-# even the bookkeeping of steps 36 and 37 (version counters and views).
-# Every one of them belongs to the thread that set it. This step walks
-# through them all, in the one file of the package where they live,
-# `tinypytorch/grad_mode.py`, shown part by part, then whole. It ends with the
-# oldest trap in PyTorch: `.data` against `.detach()`.
+# record no graph. PyTorch has a family of them, and this step builds it:
+# `set_grad_enabled`, which is a call, a block and a decorator at once;
+# `enable_grad`, which turns recording back on inside `no_grad`;
+# decorators that also work on generators; and `requires_grad_`, the
+# switch on one tensor rather than on the whole program. Every mode
+# belongs to the thread that set it. All of them live in one file of the
+# package, `tinypytorch/grad_mode.py`, shown here part by part. Step 58
+# then asks what a mode promises about the bookkeeping of steps 36 and 37
+# (version counters and views): `inference_mode`, and `.data` against
+# `.detach()`.
 
 # %%
 import re
@@ -18,7 +19,6 @@ import textwrap
 import threading
 
 import matplotlib.pyplot as plt
-import numpy as np
 import torch
 
 import tinypytorch as tp
@@ -58,25 +58,103 @@ show_code(grad_mode._Config)
 # %%
 show_code(grad_mode.no_grad, grad_mode.enable_grad, grad_mode.is_grad_enabled, grad_mode.set_grad_enabled)
 
+# %% [markdown]
+# Each line below changes the flag, and `trace` notes the flag after it
+# together with whether `w * 2` then records a graph:
+
 # %%
 w = tp.tensor([1.0, 2.0], requires_grad=True)
+trace = []
+
+
+def note(statement, depth=0):
+    trace.append((statement, depth, tp.is_grad_enabled(), (w * 2).requires_grad))
+
+
+note("(the default)")
 tp.set_grad_enabled(False)  # a call: off until switched back
-print("after the call:  ", tp.is_grad_enabled(), (w * 2).requires_grad)
+note("tp.set_grad_enabled(False)")
 tp.set_grad_enabled(True)
+note("tp.set_grad_enabled(True)")
 with tp.set_grad_enabled(False):
+    note("with tp.set_grad_enabled(False):")
     with tp.enable_grad():
-        print("enable_grad inside:", tp.is_grad_enabled(), (w * 2).requires_grad)
-    print("in the block:    ", tp.is_grad_enabled())
-print("after the block: ", tp.is_grad_enabled())
+        note("with tp.enable_grad():", 1)
+    note("(enable_grad's block ends)", 1)
+note("(the outer block ends)")
+for statement, depth, on, records in trace:
+    print(f"{'    ' * depth + statement:38} grad mode {'on ' if on else 'off'}  w * 2 records: {records}")
+
+
+# %% tags=["hide-input"]
+def trace_picture(trace):
+    """The statements run (indented as nested) and the flag after each: green on, grey off."""
+    fig, axis = plt.subplots(figsize=(8, 2.6))
+    for row, (statement, depth, on, records) in enumerate(trace):
+        axis.text(0.05 + 0.35 * depth, -row, statement, ha="left", va="center", fontsize=9, family="monospace")
+        axis.add_patch(plt.Rectangle((5.3, -row - 0.42), 2.5, 0.84, color="C2" if on else "0.85"))
+        axis.text(6.55, -row, "on: w * 2 records" if records else "off: records nothing", ha="center",
+                  va="center", fontsize=8.5)
+    axis.text(6.55, 0.8, "grad mode after the line", ha="center", va="center", fontsize=9)
+    axis.set(xlim=(0, 8), ylim=(-len(trace) + 0.4, 1.2))
+    axis.axis("off")
+    fig.tight_layout()
+    plt.show()
+
+
+trace_picture(trace)
 
 # %% [markdown]
-# `requires_grad_` is the other switch, on a tensor rather than a thread:
-# `w.requires_grad_(False)` freezes `w` (nothing computed from it alone
-# records), the everyday way to fine-tune part of a model.
+# The call form is the one to be careful with: nothing switches it back,
+# so a program that forgets `set_grad_enabled(True)` records nothing from
+# then on. The block forms cannot forget. `set_grad_enabled(False)` as a
+# decorator (`@tp.set_grad_enabled(False)`) switches only while the
+# function runs; decorating itself switches nothing.
+#
+# ## requires_grad_: a switch on one tensor
+#
+# An operation records only when grad mode is on *and* one of its inputs
+# requires grad. `requires_grad_` is the other half of that rule, on a
+# tensor rather than a thread: `w.requires_grad_(False)` freezes `w`
+# (nothing computed from it alone records), the everyday way to fine-tune
+# part of a model.
 
 # %%
 w.requires_grad_(False)
 print("frozen:", (w * 2).requires_grad, "| again:", (w.requires_grad_() * 2).requires_grad)
+
+
+# %% tags=["hide-input"]
+def records(fw, mode_on, input_requires_grad):
+    """Whether `a * b` records a graph, under grad mode on or off, with `a` requiring grad or not."""
+    a, b = fw.tensor([1.0, 2.0]), fw.tensor([3.0, 4.0])
+    a.requires_grad_(input_requires_grad)
+    with fw.set_grad_enabled(mode_on):
+        return (a * b).requires_grad
+
+
+def rule_picture(rule):
+    """The two switches, the thread's and the tensor's: an operation records only where both are on."""
+    fig, axis = plt.subplots(figsize=(8, 2.0))
+    for r, mode_on in enumerate((True, False)):
+        axis.text(-0.1, -r, f"grad mode {'on' if mode_on else 'off'}", ha="right", va="center", fontsize=9,
+                  family="monospace")
+        for c, requires in enumerate((True, False)):
+            on = rule[mode_on, requires]
+            axis.add_patch(plt.Rectangle((1.1 * c + 0.05, -r - 0.4), 1.0, 0.8, color="C2" if on else "0.85"))
+            axis.text(1.1 * c + 0.55, -r, "a * b records" if on else "no graph", ha="center", va="center",
+                      fontsize=9)
+    for c, requires in enumerate((True, False)):
+        axis.text(1.1 * c + 0.55, 0.55, f"a.requires_grad_({requires})", ha="center", va="bottom", fontsize=8.5,
+                  family="monospace")
+    axis.set(xlim=(-1.6, 2.5), ylim=(-1.5, 1.0))
+    axis.axis("off")
+    fig.tight_layout()
+    plt.show()
+
+
+rule = {(m, r): records(tp, m, r) for m in (True, False) for r in (True, False)}
+rule_picture(rule)
 
 # %% [markdown]
 # ## Modes as decorators, on functions and generators
@@ -130,116 +208,6 @@ def generator_picture():
 generator_picture()
 
 # %% [markdown]
-# ## inference_mode: no graph, and no bookkeeping either
-#
-# `no_grad` stops the graph, but every new tensor still gets a version
-# counter (step 36) and every view a record of its base (step 37), in case
-# it is used later in a computation that records. `inference_mode`
-# promises that it will not be: tensors made inside are *inference
-# tensors*, with neither. Inside the mode even `enable_grad` records
-# nothing; `inference_mode(False)` turns both off again. The counter of
-# open blocks is a speed shortcut: while no thread is in the mode, making
-# a tensor does not read the thread-local flag (`InferenceMode.enabled`).
-
-# %%
-show_code(grad_mode.inference_mode)
-
-# %%
-w = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
-with tp.inference_mode():
-    x = w * 2
-    print("made inside:", "is_inference", x.is_inference(), "| requires_grad", x.requires_grad,
-          "| counter", x.version_counter, "| a view's record", x[0:2].view_record)
-print("a normal tensor's view outside keeps a record:", w[0:2].view_record is not None)
-
-# %% [markdown]
-# The promise is enforced: with no counter, backward could not tell if an
-# inference tensor had changed since it was saved, so PyTorch refuses to
-# save one, to change one in place outside the mode, or to make one
-# require grad (nor does it give its `_version`). The package raises the
-# same errors, in PyTorch's words:
-
-# %%
-attempts = [lambda fw, x: x * fw.tensor([1.0, 1.0, 1.0], requires_grad=True),  # saves x for w's gradient
-            lambda fw, x: x.add_(1)]  # an in-place change outside the mode
-for attempt in attempts:
-    for fw in (torch, tp):
-        with fw.inference_mode():
-            x = fw.tensor([1.0, 2.0, 3.0])
-        try:
-            attempt(fw, x)
-        except RuntimeError as error:
-            lines = textwrap.wrap(str(error), 94)
-            print(f"{fw.__name__:12}", lines[0], *(f"\n{'':12} {line}" for line in lines[1:]))
-    print()
-
-# %% [markdown]
-# Only the path of a file differs (`tinypytorch.no_grad()` where torch
-# says `torch.no_grad()`). What *is* allowed outside the mode: using an
-# inference tensor where nothing is saved of it (`x + w`), and
-# `x.clone()`, a normal tensor with a fresh counter.
-#
-# A view of a *normal* tensor made inside the mode is not an inference
-# tensor: it shares its base's counter and requires grad as its base
-# does. But nothing recorded how it was made, so outside the mode, where
-# recording is on, PyTorch forbids changing it in place if it requires
-# grad ("A view was created in inference mode and is being modified
-# inplace in normal mode"); the package too (the check at the end asks
-# both).
-
-# %% tags=["hide-input"]
-def probe(fw, mode):
-    """What a mode does, asked of the framework: five yes/no answers."""
-    w = fw.tensor([1.0, 2.0, 3.0], requires_grad=True)
-    with mode(fw):
-        y = w * 2
-        view = y[0:2]
-    try:
-        counted = y._version == 0
-    except RuntimeError:
-        counted = False
-    try:
-        (y * fw.tensor([1.0, 1.0, 1.0], requires_grad=True)).sum().backward()
-        savable = True
-    except RuntimeError:
-        savable = False
-    return {"records a graph": y.grad_fn is not None,
-            "counts versions": counted, "views keep their base": view._base is not None,
-            "may be saved later": savable, "inference tensors": y.is_inference()}
-
-
-MODES = {"grad enabled": lambda fw: fw.enable_grad(), "no_grad": lambda fw: fw.no_grad(),
-         "inference_mode": lambda fw: fw.inference_mode()}
-
-
-def modes_picture(table):
-    """The modes (rows) against what each does (columns): green yes, grey no."""
-    columns = list(next(iter(table.values())))
-    fig, axis = plt.subplots(figsize=(8, 2.2))
-    for r, (mode, answers) in enumerate(table.items()):
-        axis.text(-0.1, -r, mode, ha="right", va="center", fontsize=9, family="monospace")
-        for c, column in enumerate(columns):
-            axis.add_patch(plt.Rectangle((c + 0.05, -r - 0.4), 0.9, 0.8, color="C2" if answers[column] else "0.85"))
-            axis.text(c + 0.5, -r, "yes" if answers[column] else "no", ha="center", va="center", fontsize=9)
-    for c, column in enumerate(columns):
-        axis.text(c + 0.5, 0.6, column.replace(" ", "\n", 1), ha="center", va="bottom", fontsize=8.5)
-    axis.set(xlim=(-1.6, len(columns)), ylim=(-len(table) + 0.4, 1.6))
-    axis.axis("off")
-    fig.tight_layout()
-    plt.show()
-
-
-mode_table = {name: probe(tp, mode) for name, mode in MODES.items()}
-modes_picture(mode_table)
-
-# %% [markdown]
-# Each cell above was asked of the package just now (the check at the end
-# asks torch the same). `no_grad` and `inference_mode` differ only in the
-# three right-hand columns: what a tensor made in the mode may do later.
-# What the bookkeeping saved costs in time is measured in
-# `bench/results/grad_modes.md`, a forward pass of a small MLP in each
-# mode, against torch's.
-#
 # ## A mode belongs to its thread
 #
 # Because each flag is a `threading.local`, a thread started inside
@@ -286,122 +254,23 @@ def threads_picture(seen):
 threads_picture(seen_in_a_thread(tp))
 
 # %% [markdown]
-# ## .data against .detach()
+# A program that computes in several threads (a data loader's workers, a
+# server answering requests) must therefore enter `no_grad` in each
+# thread that should not record.
 #
-# Both give the tensor's values without its history, sharing the same
-# memory. The difference is the version counter. `.detach()` is a new
-# tensor that *shares* the counter (step 36), so a change through it is
-# seen by every graph that saved the original. `.data` escapes the counter:
-# in PyTorch it is a tensor with a counter of its own; in tinypytorch it is
-# the array itself. Here `b` is saved by `b * b`, then changed by 1:
-
-# %%
-def through_data(fw):
-    a = fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=True)
-    b = a * 1
-    c = (b * b).sum()  # saves b: dc/da = 2b
-    b.data += 1  # nothing counts this change
-    c.backward()
-    return a.grad
-
-
-def through_detach(fw):
-    a = fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=True)
-    b = a * 1
-    c = (b * b).sum()
-    b.detach().add_(1)  # the shared counter goes to 1
-    c.backward()
-
-
-for fw in (torch, tp):
-    try:
-        through_detach(fw)
-    except RuntimeError as error:
-        found = [re.search(p, str(error)).group() for p in ("modified by an inplace operation",
-                                                            r"is at version \d+; expected version \d+")]
-        print(f"{fw.__name__:11} .detach(): raises '... {found[0]} ... {found[1]}'")
-    grad = np.asarray(through_data(fw).detach()).tolist()
-    print(f"{fw.__name__:11} .data:      a.grad = {grad}, silently")
-print("the right gradient, 2a:", [2.0, 4.0, 6.0])
-
-
-# %% tags=["hide-input"]
-def data_detach_picture():
-    """b, b.detach() and b.data: one array, and which of them share b's version counter."""
-    fig, axis = plt.subplots(figsize=(8, 2.1))
-    axis.add_patch(plt.Rectangle((3.2, 0.8), 1.6, 0.6, color="C0", alpha=0.3))
-    axis.text(4.0, 1.1, "the array [2, 3, 4]", ha="center", va="center", fontsize=9)
-    axis.add_patch(plt.Rectangle((3.2, -0.9), 1.6, 0.6, color="C1", alpha=0.3))
-    axis.text(4.0, -0.6, "b's version counter: 1", ha="center", va="center", fontsize=9)
-    for x, name, counted in [(1.0, "b.detach()", True), (4.0, "b (saved at version 0)", True),
-                             (7.0, "b.data", False)]:
-        axis.text(x, 0.25, name, ha="center", va="center", fontsize=9, family="monospace",
-                  bbox=dict(boxstyle="round", fc="white", ec="0.5"))
-        axis.annotate("", xy=(4.0 + (x - 4) * 0.2, 0.8), xytext=(x, 0.45), arrowprops=dict(arrowstyle="->"))
-        if counted:
-            axis.annotate("", xy=(4.0 + (x - 4) * 0.2, -0.3), xytext=(x, 0.05), arrowprops=dict(arrowstyle="->",
-                                                                                                 color="C1"))
-    axis.text(7.0, -0.3, "no counter of b's:\nthe change goes unseen", ha="center", va="center", fontsize=8.5,
-              color="C3")
-    axis.text(1.0, -0.3, "shares it: backward\nsees version 1, raises", ha="center", va="center", fontsize=8.5,
-              color="C1")
-    axis.set(xlim=(-0.3, 8.3), ylim=(-1.1, 1.6))
-    axis.axis("off")
-    fig.tight_layout()
-    plt.show()
-
-
-data_detach_picture()
-
-# %% [markdown]
-# The `.data` gradient is $2(a + 1)$, computed from the changed `b`: wrong
-# by exactly the change, and nothing warns. Use `.detach()` (or a `no_grad`
-# block) to change a tensor outside the graph, and let the counter catch
-# the mistake.
-#
-# ## The whole home
-#
-# The other modes of the package live in the same file, each taught in its
-# step: formulas on bare arrays (the engine's speed path, step 33),
-# saved-tensor hooks (step 38), anomaly mode (step 39) and recomputation
-# (steps 42 to 47). Here is the file whole, top to bottom, with the parts
-# shown above in their places (folded: open it to read):
-
-# %% tags=["hide-output"]
-show_code(grad_mode)
-
-# %% [markdown]
 # ## Check against PyTorch
 #
-# Every scenario of the page, run in both frameworks: what it records, the
-# `requires_grad` and `is_inference` of its result, the error it raises and
-# its key phrase, the `.data` gradient. The collapsed cell writes the
-# scenarios once, for a framework `fw`.
+# Every scenario of the page, run in both frameworks: the `requires_grad`
+# and `grad_fn` of its result, or what grad mode was where. The collapsed
+# cell writes the scenarios once, for a framework `fw`.
 
 # %% tags=["hide-cell"]
 def v(fw, grad=False):
     return fw.tensor([1.0, 2.0, 3.0], dtype=fw.float64, requires_grad=grad)
 
 
-def inference(fw):
-    with fw.inference_mode():
-        return v(fw)
-
-
 def state(y):
-    return f"requires_grad={y.requires_grad}, grad_fn={'None' if y.grad_fn is None else 'set'}, " \
-           f"is_inference={y.is_inference()}"
-
-
-def view_made_inside(fw):
-    w = v(fw, True)
-    with fw.inference_mode():
-        return w[0:2]
-
-
-def a_thread(fw):
-    on, records = seen_in_a_thread(fw)["worker"]
-    return f"grad mode in the thread: {on}, records: {records}"
+    return f"requires_grad={y.requires_grad}, grad_fn={'None' if y.grad_fn is None else 'set'}"
 
 
 def set_grad_enabled_call(fw):
@@ -418,8 +287,9 @@ def in_block(fw, mode):
     return state(y)
 
 
-def decorated(fw):
-    return fw.no_grad()(lambda: state(v(fw, True) * 2))()
+def decorated(fw, mode):
+    function = mode(fw)(lambda: state(v(fw, True) * 2))
+    return f"{function()}; grad mode after the call: {fw.is_grad_enabled()}"
 
 
 def on_a_generator(fw):
@@ -428,29 +298,9 @@ def on_a_generator(fw):
     return f"grad mode inside: {next(it)}, in the caller: {fw.is_grad_enabled()}"
 
 
-SCENARIOS = {
-    "set_grad_enabled(False), called": set_grad_enabled_call,
-    "set_grad_enabled(False), block": lambda fw: in_block(fw, lambda fw: fw.set_grad_enabled(False)),
-    "enable_grad inside no_grad": lambda fw: in_block(fw, lambda fw: _both(fw.no_grad(), fw.enable_grad())),
-    "@no_grad on a function": decorated,
-    "@no_grad on a generator": on_a_generator,
-    "requires_grad_(False)": lambda fw: state(v(fw, True).requires_grad_(False) * 2),
-    "no_grad": lambda fw: in_block(fw, lambda fw: fw.no_grad()),
-    "inference_mode": lambda fw: in_block(fw, lambda fw: fw.inference_mode()),
-    "enable_grad in inference_mode": lambda fw: in_block(fw, lambda fw: _both(fw.inference_mode(),
-                                                                                   fw.enable_grad())),
-    "inference: _version": lambda fw: inference(fw)._version,
-    "inference: saved for backward": lambda fw: inference(fw) * v(fw, True),
-    "inference: add_ outside": lambda fw: inference(fw).add_(1),
-    "inference: requires_grad_ outside": lambda fw: inference(fw).requires_grad_(),
-    "inference: + outside": lambda fw: state(inference(fw) + v(fw, True)),
-    "inference: clone()": lambda fw: state(inference(fw).clone()),
-    "a normal tensor's view made inside": lambda fw: state(view_made_inside(fw)),
-    "that view changed in place outside": lambda fw: view_made_inside(fw).mul_(2),
-    "a thread under no_grad": a_thread,
-    ".data changed after saving": lambda fw: f"a.grad = {np.asarray(through_data(fw).detach()).tolist()}",
-    ".detach() changed after saving": through_detach,
-}
+def a_thread(fw):
+    on, recorded = seen_in_a_thread(fw)["worker"]
+    return f"grad mode in the thread: {on}, records: {recorded}"
 
 
 class _both:
@@ -468,47 +318,57 @@ class _both:
         self.first.__exit__(*exc_info)
 
 
+SCENARIOS = {
+    "set_grad_enabled(False), called": set_grad_enabled_call,
+    "set_grad_enabled(False), block": lambda fw: in_block(fw, lambda fw: fw.set_grad_enabled(False)),
+    "@set_grad_enabled(False)": lambda fw: decorated(fw, lambda fw: fw.set_grad_enabled(False)),
+    "no_grad": lambda fw: in_block(fw, lambda fw: fw.no_grad()),
+    "enable_grad inside no_grad": lambda fw: in_block(fw, lambda fw: _both(fw.no_grad(), fw.enable_grad())),
+    "no_grad inside enable_grad": lambda fw: in_block(fw, lambda fw: _both(fw.enable_grad(), fw.no_grad())),
+    "@no_grad on a function": lambda fw: decorated(fw, lambda fw: fw.no_grad()),
+    "@no_grad on a generator": on_a_generator,
+    "requires_grad_(False)": lambda fw: state(v(fw, True).requires_grad_(False) * 2),
+    "requires_grad_() on a constant": lambda fw: state(v(fw).requires_grad_() * 2),
+    "a thread under no_grad": a_thread,
+}
+
+
 def outcome(scenario, fw):
     """What the scenario gives: its result, or its error's type and key phrase."""
     try:
         result = scenario(fw)
     except RuntimeError as error:
         return key(error)
-    finally:  # a scenario leaves no mode on
-        assert fw.is_grad_enabled() and not fw.is_inference_mode_enabled()
-    return state(result) if isinstance(result, (torch.Tensor, tp.Variable)) else str(result)
+    finally:  # a scenario leaves grad mode on
+        assert fw.is_grad_enabled()
+    return str(result)
 
 
 # %%
 table = {name: (outcome(s, tp), outcome(s, torch)) for name, s in SCENARIOS.items()}
 for name, (ours, theirs) in table.items():
     assert ours == theirs, (name, ours, theirs)
-    print(textwrap.fill(ours.replace("RuntimeError: ", "raises: "), 108, initial_indent=f"{name:33} ",
-                        subsequent_indent=" " * 34))
-assert {name: probe(torch, mode) for name, mode in MODES.items()} == mode_table
-assert table[".data changed after saving"][0] == "a.grad = [4.0, 6.0, 8.0]"  # 2a would be [2, 4, 6]
-print(f"\nthe modes table: {len(MODES)} modes x {len(mode_table['no_grad'])} answers, equal to torch's")
-print(f"PyTorch check passed: {len(table)} scenarios as torch's "
-      "(outcomes, errors, the .data wrong gradient)")
+    print(textwrap.fill(ours, 108, initial_indent=f"{name:32} ", subsequent_indent=" " * 33))
+assert {(m, r): records(torch, m, r) for m in (True, False) for r in (True, False)} == rule
+assert [entry[2:] for entry in trace] == [(True, True), (False, False), (True, True), (False, False),
+                                          (True, True), (False, False), (True, True)]
+print(f"\nthe rule of the two switches: {len(rule)} cases, equal to torch's")
+print(f"PyTorch check passed: {len(table)} scenarios as torch's")
 
 # %% [markdown]
 # ## Recap
 #
 # - `set_grad_enabled(mode)` switches when called, and switches back at
 #   the end of a `with` block or a decorated call; `is_grad_enabled()`
-#   asks. `no_grad` and `enable_grad` nest, and decorate functions and
-#   generators (a generator's body runs in the mode, its caller does not).
-# - `requires_grad_(False)` freezes one tensor, where a mode freezes a
+#   asks. `no_grad` and `enable_grad` save the old flag and put it back,
+#   so they nest.
+# - The same modes decorate functions and generators: a generator's body
+#   runs in the mode, its caller between two steps does not.
+# - An operation records when grad mode is on and an input requires grad:
+#   `requires_grad_(False)` freezes one tensor, where a mode freezes a
 #   thread.
-# - `inference_mode` is `no_grad` plus a promise: its tensors keep no
-#   version counter and no view record, so they may never be saved for
-#   backward, changed in place outside the mode, or made to require grad;
-#   `clone()` gives a normal tensor back.
-# - Every mode but anomaly mode is per thread: a new thread starts with
-#   grad mode on.
-# - `.data` and `.detach()` share the memory; only `.detach()` shares the
-#   version counter. A change through `.data` gives a wrong gradient
-#   silently; through `.detach()`, backward raises.
+# - Every mode but anomaly mode is per thread (`threading.local`): a new
+#   thread starts with grad mode on.
 #
 # ## Exercises
 #
@@ -530,24 +390,7 @@ frozen = tp.nn.Sequential(tp.nn.Linear(2, 3), tp.nn.Tanh(), tp.nn.Linear(3, 1))
 print(trained_names(frozen, tp.tensor([[0.5, -1.0]])))
 
 # %% [markdown]
-# **2. Features from inference mode, trained on.** A feature computed under
-# `inference_mode` cannot enter a product that is trained. Write
-# `head_gradient(x, w)`: the features `x * x` made in inference mode, then
-# the gradient of `sum(features * w)` with respect to `w`, using the fix the
-# error message suggests.
-
-# %% tags=["hide-cell"]
-def head_gradient(x, w):
-    with tp.inference_mode():
-        features = x * x
-    (features.clone() * w).sum().backward()  # a normal tensor, which may be saved
-    return w.grad
-
-
-print(head_gradient(tp.tensor([1.0, -2.0, 3.0]), tp.tensor([0.5, 0.5, 0.5], requires_grad=True)))
-
-# %% [markdown]
-# **3. Predictions batch by batch.** Write a generator `predictions(model,
+# **2. Predictions batch by batch.** Write a generator `predictions(model,
 # batches)`, decorated with `@tp.no_grad()`, that yields the model's output
 # for each batch. Check that the outputs record nothing, and that a loss
 # the caller computes between two batches still records.
@@ -564,3 +407,39 @@ batches = [tp.tensor([[1.0, 2.0]]), tp.tensor([[3.0, 4.0]])]
 for out in predictions(model, batches):
     caller_loss = (model(batches[0]) - out).sum()  # the caller, between two batches
     print("output records:", out.requires_grad, "| the caller's loss records:", caller_loss.requires_grad)
+
+# %% [markdown]
+# **3. Evaluate in a worker thread.** Write `evaluate_in_thread(model, x)`:
+# it runs `model(x)` in a new thread, entering `no_grad` *inside* that
+# thread, and returns the output. Check that the output records nothing
+# even though the main thread's grad mode is on, and that entering
+# `no_grad` in the main thread instead would not have been enough.
+
+# %% tags=["hide-cell"]
+def evaluate_in_thread(model, x, fw=tp):
+    result = {}
+
+    def work():
+        with fw.no_grad():  # this thread's own flag
+            result["out"] = model(x)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    return result["out"]
+
+
+def evaluate_from_outside(model, x, fw=tp):
+    """The mistake: no_grad in the main thread, the work in another."""
+    result = {}
+    with fw.no_grad():
+        thread = threading.Thread(target=lambda: result.update(out=model(x)))
+        thread.start()
+        thread.join()
+    return result["out"]
+
+
+model = tp.nn.Linear(2, 1)
+x = tp.tensor([[1.0, 2.0]])
+print("no_grad in the worker:", evaluate_in_thread(model, x).requires_grad,
+      "| no_grad in the main thread:", evaluate_from_outside(model, x).requires_grad)

@@ -1,5 +1,5 @@
-"""Step 57's lesson: the exercises' solutions (a frozen first layer, features made in inference mode and trained
-on, predictions from a no_grad generator), checked against torch doing the same."""
+"""Step 57's lesson: the exercises' solutions (a frozen first layer, predictions from a no_grad generator, no_grad
+entered in a worker thread), checked against torch doing the same."""
 import numpy as np
 import pytest
 import torch
@@ -32,25 +32,6 @@ def test_freezing_the_first_layer_leaves_torchs_gradients_on_the_last():
             np.testing.assert_allclose(p.grad.data, p_t.grad.numpy(), rtol=1e-12)
 
 
-def test_features_from_inference_mode_give_the_gradient_x_squared_as_torch():
-    x, w = [1.0, -2.0, 3.0], [0.5, 0.5, 0.5]
-    ours = step.head_gradient(tp.tensor(x), tp.tensor(w, requires_grad=True))
-    w_t = torch.tensor(w, requires_grad=True)
-    with torch.inference_mode():
-        features = torch.tensor(x) ** 2
-    (features.clone() * w_t).sum().backward()
-    np.testing.assert_allclose(ours.data, w_t.grad.numpy(), rtol=1e-6)
-    np.testing.assert_allclose(ours.data, np.square(x), rtol=1e-6)  # d/dw sum(x^2 w) = x^2
-
-
-@pytest.mark.parametrize("fw", [torch, tp], ids=lambda fw: fw.__name__)
-def test_without_the_clone_both_refuse_to_save_the_features(fw):
-    with fw.inference_mode():
-        features = fw.tensor([1.0, 2.0]) ** 2
-    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
-        features * fw.tensor([1.0, 1.0], requires_grad=True)
-
-
 def test_predictions_record_nothing_and_the_caller_between_records_as_torch():
     ours, theirs = twins()
 
@@ -68,3 +49,15 @@ def test_predictions_record_nothing_and_the_caller_between_records_as_torch():
         between, between_t = ours(tp.tensor(batch)), theirs(torch.from_numpy(batch))
         assert between.requires_grad is between_t.requires_grad is True
         np.testing.assert_allclose(out.data, out_t.numpy(), rtol=1e-12)
+
+
+def test_no_grad_in_the_worker_records_nothing_and_in_the_main_thread_is_not_enough_as_in_torch():
+    ours, theirs = twins()
+    x = np.array([[1.0, 2.0], [-0.5, 3.0]])
+    inside = step.evaluate_in_thread(ours, tp.tensor(x))
+    inside_t = step.evaluate_in_thread(theirs, torch.from_numpy(x), fw=torch)  # the solution, run on torch
+    assert inside.requires_grad is inside_t.requires_grad is False
+    outside = step.evaluate_from_outside(ours, tp.tensor(x))
+    outside_t = step.evaluate_from_outside(theirs, torch.from_numpy(x), fw=torch)
+    assert outside.requires_grad is outside_t.requires_grad is True
+    np.testing.assert_allclose(inside.data, inside_t.numpy(), rtol=1e-12)
