@@ -54,7 +54,7 @@ def main(argv=None):
     text, slopes, _ = report(results, scaling, s, "quick" if args.quick else "full")
     write_results(output_folder(args.out, args.quick), "autograd", text,
                   lambda path: plot(results, scaling, slopes, s["sizes"], path))
-    speed_grad_modes.run(args.quick, args.out)  # step 57: each gradient mode's cost, into grad_modes.md
+    speed_grad_modes.run(args.quick, args.out)  # steps 57 and 58: each gradient mode's cost, into grad_modes.md
     speed_jacobians.run(args.quick, args.out)  # step 65: jacfwd against jacrev, into jacobians.md
     speed_conv.run(args.quick, args.out)  # step 55: conv2d forward and backward against torch and NumPy, conv.md
     if args.profile:

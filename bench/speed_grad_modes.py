@@ -109,7 +109,7 @@ def report(times, mode):
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Grad enabled pays for the graph: a node per operation, kept until the output is freed. no_grad "
               "records nothing; inference_mode records nothing either, and its new tensors also go without a "
-              "version counter and a view record (step 57). NumPy by hand is the floor: the same arithmetic "
+              "version counter and a view record (step 58). NumPy by hand is the floor: the same arithmetic "
               "with no tensor type at all. Where the ratio of medians and the ratio of best repeats disagree, the "
               "machine's load (above) moved the times more than the mode did: run it again on a quiet machine.", ""]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Every gradient mode against PyTorch: no_grad, enable_grad, set_grad_enabled, inference_mode (step 57's package parts).
+"""Every gradient mode against PyTorch: no_grad, enable_grad, set_grad_enabled, inference_mode (steps 57 and 58).
 
 Each scenario is written once, against a framework module `fw` (torch or tinypytorch: the names are the same),
 runs in both, and must give the same outcome: the same values, or the same error with PyTorch's words.

@@ -38,7 +38,7 @@ def array_of(x):
     return x.data if isinstance(x, Variable) else x
 
 
-# step 57: PyTorch's words; an inference tensor counts no in-place changes, which makes it cheaper
+# step 58: PyTorch's words; an inference tensor counts no in-place changes, which makes it cheaper
 INFERENCE_NO_VERSION = "Inference tensors do not track version counter."
 
 _AS_TORCH = dtypes.AS_TORCH  # step 59: NumPy's dtype -> PyTorch's dtype object
@@ -102,7 +102,7 @@ class Variable:
         self._requires_grad = requires_grad
         self._backward_hooks = None  # step 34: {handle id: hook}, made by the first register_hook (PyTorch's name)
         self._retains_grad = False  # step 34: retain_grad() was called on this non-leaf
-        # step 36: shared with views of the same data; step 57: an inference tensor has none (PyTorch's)
+        # step 36: shared with views of the same data; step 58: an inference tensor has none (PyTorch's)
         self.version_counter = None if grad_mode.open_inference_blocks and InferenceMode.enabled else VersionCounter()
 
     # Rarely set, so class-level defaults rather than one more attribute on every Variable:
@@ -117,12 +117,12 @@ class Variable:
     @property
     def _version(self):
         """How many in-place changes this variable's data has seen (step 36; PyTorch's `_version`)."""
-        if self.version_counter is None:  # step 57
+        if self.version_counter is None:  # step 58
             raise RuntimeError(INFERENCE_NO_VERSION)
         return self.version_counter.value
 
     def is_inference(self):
-        """Whether this is an inference tensor (step 57): made in inference mode, or a view of one. As in
+        """Whether this is an inference tensor (step 58): made in inference mode, or a view of one. As in
         PyTorch, that is a tensor without a version counter."""
         return self.version_counter is None
 
@@ -358,7 +358,7 @@ class Variable:
                                "use var.detach() for a variable that does not require grad")
         if value and self.data is not None and self.data.dtype.kind != "f":
             raise RuntimeError(_cannot_require_grad(self.data.dtype))
-        if value and self.version_counter is None and not InferenceMode.enabled:  # step 57: it could not be saved
+        if value and self.version_counter is None and not InferenceMode.enabled:  # step 58: it could not be saved
             raise RuntimeError("Setting requires_grad=True on inference tensor outside InferenceMode is not allowed.")
         self._requires_grad = value
 
@@ -622,7 +622,7 @@ class Function:
             if x._strided:  # no step
                 strided = True
         requires_grad = requires_grad and Config.enable_backprop  # step 33: and only while backprop is on
-        # step 57: inference mode records nothing, even under enable_grad
+        # step 58: inference mode records nothing, even under enable_grad
         if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
             requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
@@ -645,7 +645,7 @@ class Function:
             for output in outputs:
                 output._requires_grad = output.data.dtype.kind == "f"  # an integer output has no gradient
         if self.is_view:
-            if requires_grad and inputs[0].version_counter is None:  # step 57: a view of an inference tensor is one
+            if requires_grad and inputs[0].version_counter is None:  # step 58: a view of an inference tensor is one
                 requires_grad = outputs[0]._requires_grad = False  # too, outside the graph, as in PyTorch
             views.track_view(self, inputs[0], outputs[0])  # step 37: the output may share the input's memory
             strided = True  # no step: a view may be laid out otherwise than in C order

@@ -45,7 +45,7 @@ def tangent_of(variable):
 
 
 def _version(variable):
-    counter = variable.version_counter  # None for an inference tensor (step 57)
+    counter = variable.version_counter  # None for an inference tensor (step 58)
     return None if counter is None else counter.value
 
 

@@ -1,7 +1,7 @@
 """Every mode of the package in one place: what operations and backward passes ask before they act.
 
-    grad mode           operations record the graph: no_grad, enable_grad, set_grad_enabled (step 18)
-    inference mode      no graph, and new tensors are inference tensors: no version counter, no view record (56)
+    grad mode           operations record the graph: no_grad (step 18), enable_grad, set_grad_enabled (step 57)
+    inference mode      no graph, and new tensors are inference tensors: no version counter, no view record (step 58)
     formulas on arrays  a backward formula computes on bare arrays: the engine's speed path (step 33)
     saved-tensor hooks  the (pack, unpack) pairs of the saved_tensors_hooks contexts entered (step 38)
     anomaly mode        every function keeps the stack that made it; backward checked for NaN (step 39)
@@ -156,7 +156,7 @@ class set_grad_enabled(_DecoratorContextManager):  # noqa: N801 (PyTorch's name)
         return type(self)(self.mode)
 
 
-# ----- inference mode (step 57) ----------------------------------------------------------------------
+# ----- inference mode (step 58) ----------------------------------------------------------------------
 
 class _InferenceMode(threading.local):
     """Whether inference mode is on in this thread: Variable.__init__ reads it for every new tensor."""

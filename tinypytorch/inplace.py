@@ -54,10 +54,10 @@ def check_writable(op, x, other=None, written=_KEEP):
     `written`: the array written, if not x's (x[key]'s), or None where one value is written (zero_, which PyTorch
     lets fill a broadcast view)."""
     views.check_returned_view_writable(x)  # step 49
-    if x.version_counter is None and not is_inference_mode_enabled():  # step 57
+    if x.version_counter is None and not is_inference_mode_enabled():  # step 58
         raise RuntimeError(INFERENCE_INPLACE)
     if x.view_record is not None and x.view_record.in_inference and x.requires_grad and is_grad_enabled():
-        raise RuntimeError(VIEW_FROM_INFERENCE_INPLACE)  # step 57: no graph says what the view was made from
+        raise RuntimeError(VIEW_FROM_INFERENCE_INPLACE)  # step 58: no graph says what the view was made from
     if is_grad_enabled() and x.requires_grad:
         if x.creator is None and x.view_record is None:
             raise RuntimeError(f"{op}: a leaf Variable that requires grad is being used in an in-place operation.")

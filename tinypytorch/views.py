@@ -5,7 +5,7 @@ memory shares (views, detached copies, saved tensors), so a graph that saved the
 can refuse it (step 36). A view (reshape, transpose, basic indexing) also remembers its
 base and how it was made from it, so that its graph can follow the base's changes (step 37).
 
-Inference tensors (step 57) have neither: no counter (`version_counter` is None) and no view's record.
+Inference tensors (step 58) have neither: no counter (`version_counter` is None) and no view's record.
 
 Every recorded operation asks these records (Function.__call__ in core), and so do the
 in-place operations (tinypytorch.inplace): they live here, below both, and import neither.
@@ -14,7 +14,7 @@ from tinypytorch import cuda
 from tinypytorch.grad_mode import enable_grad, is_grad_enabled, is_inference_mode_enabled
 
 
-# step 57: PyTorch's words, its missing spaces included: an inference tensor, which counts no versions, may be
+# step 58: PyTorch's words, its missing spaces included: an inference tensor, which counts no versions, may be
 # changed in place only inside inference mode (by an in-place operation, or by the engine adding into `.grad`)
 INFERENCE_INPLACE = ("Inplace update to inference tensor outside InferenceMode is not allowed.You can make a clone to "
                      "get a normal tensor before doing inplace update.See https://github.com/pytorch/rfcs/pull/17 for "
@@ -46,12 +46,12 @@ def increment_version(x):
     In-place operations call it (step 36); so does code that writes into `x.data` itself, such as
     RevCol's clamp of alpha (step 47), so that a graph that saved the old value refuses to use it.
     """
-    if x.version_counter is None:  # step 57: an inference tensor counts nothing (PyTorch's: nothing to do)
+    if x.version_counter is None:  # step 58: an inference tensor counts nothing (PyTorch's: nothing to do)
         return
     x.version_counter.value += 1
 
 
-# step 57: PyTorch's words for a view of a normal tensor made in inference mode, whose graph no one recorded
+# step 58: PyTorch's words for a view of a normal tensor made in inference mode, whose graph no one recorded
 VIEW_FROM_INFERENCE = "A view was created in inference mode and "
 VIEW_FROM_INFERENCE_CLARIFY = (
     ". Given that this use case is ambiguous and error-prone, it is forbidden. You can clarify your code by moving "
@@ -64,7 +64,7 @@ VIEW_FROM_INFERENCE_STALE = (VIEW_FROM_INFERENCE + "its base or another view of 
 
 class View:
     """What a view remembers (step 37): its base, how it is made from the base, and the base's version then;
-    and whether it was made in inference mode (step 57), when nothing recorded how. A view that an operation
+    and whether it was made in inference mode (step 58), when nothing recorded how. A view that an operation
     made by handing back its input (a custom Function's `return x`, a module's hook node) has no `fn`: what
     made it is the operation (`made_by`, "Output 0 of Id"), whose own backward must not be replaced."""
 
@@ -83,7 +83,7 @@ def track_view(f, x, y):
     """
     if not is_view_of(y.data, x.data):
         return  # a copy after all (NumPy's reshape of a non-contiguous array, advanced indexing)
-    if x.version_counter is None:  # step 57: a view of an inference tensor is one too, and keeps no record
+    if x.version_counter is None:  # step 58: a view of an inference tensor is one too, and keeps no record
         share_version_counter(y, None)
         return
     share_version_counter(y, x.version_counter)
@@ -93,7 +93,7 @@ def track_view(f, x, y):
     else:
         parent = x.view_record.fn
         y.view_record = View(x.view_record.base, lambda t: own(parent(t)), x._version)
-    # step 57: as in PyTorch, a view of a normal tensor made in inference mode is a normal tensor that requires
+    # step 58: as in PyTorch, a view of a normal tensor made in inference mode is a normal tensor that requires
     # grad as its base does, without a graph; what may be done with it later is checked (check_writable, refresh_view)
     if is_inference_mode_enabled():
         y.view_record.in_inference = True
@@ -131,7 +131,7 @@ def track_returned_inputs(f, inputs, arrays, outputs):  # step 49
             if y is x.data:
                 output = outputs[nr]
                 share_version_counter(output, x.version_counter)
-                if x.version_counter is not None:  # (a view of an inference tensor is one too: no record, step 57)
+                if x.version_counter is not None:  # (a view of an inference tensor is one too: no record, step 58)
                     output.view_record = View(x if x.view_record is None else x.view_record.base, None, x._version)
                     output.view_record.made_by = f"Output {nr} of {type(f).__name__.removesuffix('Backward')}"
                 break
@@ -152,7 +152,7 @@ def refresh_view(v):
             raise RuntimeError(f"{view.made_by} is a view and its base or another view of its base has been "
                                "modified inplace." + RETURNED_INPUT)
         return
-    if view.in_inference:  # step 57: its graph was never recorded, so it cannot be made again
+    if view.in_inference:  # step 58: its graph was never recorded, so it cannot be made again
         if view.version != v._version and v.requires_grad and is_grad_enabled():
             raise RuntimeError(VIEW_FROM_INFERENCE_STALE)
         return
@@ -171,7 +171,7 @@ def read_view(v):
     """Reading a view's requires_grad, is_leaf or grad_fn brings it up to date first, as reading grad_fn does in
     PyTorch: after an in-place change of its base (or of another view of it) that made the base require grad, the
     view requires grad too, and an in-place change through it is recorded. (A view an operation handed back, or one
-    made in inference mode, cannot be made again: the operation that uses it says so, step 49 and step 57.)"""
+    made in inference mode, cannot be made again: the operation that uses it says so, step 49 and step 58.)"""
     view = v.view_record
     if view.fn is not None and not view.in_inference and not is_inference_mode_enabled():
         refresh_view(v)

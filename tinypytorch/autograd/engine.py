@@ -365,7 +365,7 @@ class GraphTask:
             gx = call_hooks(x._backward_hooks, gx, x.data.shape)  # step 34: a hook may replace the gradient
         if (x, 0) in self.targets:
             self.captured[x] = gx
-        # step 57: a view made in inference mode has no way to its base, nor a .grad of its own (PyTorch's)
+        # step 58: a view made in inference mode has no way to its base, nor a .grad of its own (PyTorch's)
         if x.view_record is not None and x.view_record.in_inference:
             return
         if not self.capture:

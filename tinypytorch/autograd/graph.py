@@ -30,7 +30,7 @@ BACKWARD_TWICE = (
 )
 
 
-# step 57: PyTorch 2.13's words
+# step 58: PyTorch 2.13's words
 INFERENCE_SAVED = (
     "Inference tensors cannot be saved for backward. Please do not use Tensors created in inference mode in "
     "computation tracked by autograd. To work around this, you can make a clone to get a normal tensor and use it "
@@ -112,7 +112,7 @@ class SavedTensor:
         self.data_ref = self.variable_ref = None  # step 38: what a hooked tensor keeps for its checks
         self.freed = False
         self.counter = variable.version_counter  # step 36: shared with every view of the same data
-        if self.counter is None:  # step 57: an inference tensor's in-place changes could not be detected
+        if self.counter is None:  # step 58: an inference tensor's in-place changes could not be detected
             raise RuntimeError(INFERENCE_SAVED)
         self.version = self.counter.value  # step 36: the version it must still have when unpacked
         self.output_nr = variable.output_nr
