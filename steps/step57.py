@@ -6,8 +6,8 @@
 # `set_grad_enabled`, which is a call, a block and a decorator at once;
 # `enable_grad`, which turns recording back on inside `no_grad`;
 # decorators that also work on generators; and `requires_grad_`, the
-# switch on one tensor rather than on the whole program. Every mode
-# belongs to the thread that set it. All of them live in one file of the
+# switch on one tensor rather than on the whole program. Each of these
+# modes belongs to the thread that set it. All of them live in one file of the
 # package, `tinypytorch/grad_mode.py`, shown here part by part. Step 58
 # then asks what a mode promises about the bookkeeping of steps 36 and 37
 # (version counters and views): `inference_mode`, and `.data` against

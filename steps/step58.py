@@ -418,7 +418,7 @@ print(head_gradient(tp.tensor([1.0, -2.0, 3.0]), tp.tensor([0.5, 0.5, 0.5], requ
 # inside `inference_mode` (with `w` requiring grad), then outside the mode
 # `x + 1`, `x[0:2]`, `x.clone()` and `x.detach()`, and return each one's
 # `is_inference()`. Before running it, guess from the rule "made in the
-# mode, or a view of a tensor that was".
+# mode, or sharing its memory with a tensor that was".
 
 # %% tags=["hide-cell"]
 def kinds(fw=tp):
