@@ -3,9 +3,9 @@
 #
 # A float16 number takes two bytes instead of float32's four: half the
 # memory for every weight, activation and gradient, and on GPUs with
-# tensor cores many times the arithmetic speed. What it gives up that
-# breaks training is range. With 5 exponent bits, the smallest float16
-# above zero is $2^{-24} \approx 6 \times 10^{-8}$, and a network's
+# tensor cores many times the arithmetic speed. Of what it gives up,
+# range is what breaks training silently. With 5 exponent bits, the
+# smallest float16 above zero is $2^{-24} \approx 6 \times 10^{-8}$, and a network's
 # gradients are small numbers: in float16 a large share of them become
 # exactly zero, and those weights do not learn. This step measures that
 # share in a small network, layer by layer (PyTorch flushes the very same
@@ -115,6 +115,8 @@ def gradients(dtype, scale=1.0):
     """Each parameter's gradient of WEIGHT * MSE, computed in `dtype`, the loss times `scale` first."""
     model = mlp(dtype)
     loss = nn.MSELoss()(model(Variable(inputs.astype(dtype))), Variable(targets.astype(dtype)))
+    # the factors here (2/N, WEIGHT, scale) are powers of two, exact in float16: a Python number such as 0.1
+    # meeting float16 is rounded to float16 first in the package (NumPy), PyTorch multiplies in float32 and rounds once
     (loss * (WEIGHT * scale)).backward()
     return {name: param.grad.data for name, param in model.named_parameters()}
 
@@ -138,7 +140,7 @@ for name, share in flushed(g16, g32).items():
 # right of that line.
 
 # %% tags=["hide-input"]
-def histogram_picture(grads32, grads16, title):
+def histogram_picture(grads32, grads16, title, xlabel="log2 |gradient| (float32)"):
     names = [n for n in grads32 if n.endswith("weight")]
     fig, axes = plt.subplots(1, len(names), figsize=(8, 2.9), sharey=True)
     bins = np.arange(-38, 7, 1.0)
@@ -150,7 +152,7 @@ def histogram_picture(grads32, grads16, title):
         axis.hist(logs[lost], bins=bins, color="C3", label="flushed to 0 in float16")
         axis.axvline(-25, color="k", lw=1, label="2^-25: rounds to 0")
         axis.axvline(-14, color="k", lw=1, ls="--", label="2^-14: subnormal below")
-        axis.set(title=f"{name}: {lost.mean():.0%} flushed", xlabel="log2 |gradient| (float32)")
+        axis.set(title=f"{name}: {lost.sum()} flushed", xlabel=xlabel)
     axes[0].set_ylabel("entries")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
@@ -166,8 +168,8 @@ histogram_picture(g32, g16, "each layer's weight gradients in float32, and what 
 # batch, $\delta^\top x$: $\delta$, the gradient at the layer's output,
 # has one row per sample, and $x$ is the layer's input. Backward computes
 # $\delta$ first, in float16, and only then does the matrix product add up
-# its 512 rows, each one sample's share, far smaller than their sum. The
-# cell counts the flushed entries above $2^{-25}$ and, per layer, the
+# its 512 rows, one sample's share each, typically far smaller than their
+# sum. The cell counts the flushed entries above $2^{-25}$ and, per layer, the
 # entries of $\delta$ that are zero in float16 but not in float32:
 
 # %%
@@ -203,8 +205,8 @@ for index in sorted(d32):
 #
 # Every gradient is linear in the loss: multiply the loss by $2^{10}$
 # before backward, and every gradient, every $\delta$ with it, is $2^{10}$
-# times larger, ten bins to the right in the histogram, clear of the zero
-# line. Dividing by $2^{10}$ afterwards, in float32, gives the gradients
+# times larger: ten bins to the right in the histogram (the second
+# picture below), clear of the $2^{-25}$ line. Dividing by $2^{10}$ afterwards, in float32, gives the gradients
 # back; a power of two changes only the exponent, so no mantissa bit is
 # lost on the way.
 
@@ -225,7 +227,8 @@ print(f"still flushed: {len(still)} entry, {entry}[{row}, {col}], 2^{np.log2(abs
 
 # %% tags=["hide-input"]
 histogram_picture({n: g * SCALE for n, g in g32.items()}, scaled,
-                  "the same gradients with the loss scaled by 2^10, and what float16 keeps")
+                  "the same gradients with the loss scaled by 2^10, and what float16 keeps",
+                  xlabel="log2 |2^10 gradient| (float32)")
 
 
 # %% [markdown]
@@ -233,14 +236,14 @@ histogram_picture({n: g * SCALE for n, g in g32.items()}, scaled,
 # of shares that nearly cancel: $2^{-34}$, from shares whose sizes add up
 # to $2^{-23}$. float16 holds every value to about $2^{-11}$ of its size,
 # so the shares' errors together can be as large as the sum itself: here
-# the scaled sum lands below $2^{-25}$ (exercise 3 finds the scale that
-# saves it). Too large a
-# scale overflows instead: the scale must be large enough for the small
-# gradients and small enough for the big ones. Steps 61 and 62 make this
-# practical: **autocast** runs each operation in float16 only where that
-# is safe, and **GradScaler** scales the loss, unscales the gradients, and
-# adjusts the scale as training goes, skipping any step whose gradients
-# overflowed. bfloat16, with float32's range, needs no loss scaling.
+# the scaled sum lands below $2^{-25}$. Exercise 3 finds the scale that
+# saves it, and the scale at which the largest gradient would overflow:
+# the scale must be large enough for the small gradients and small enough
+# for the big ones. Steps 61 and 62 make this practical: **autocast**
+# runs each operation in float16 only where that is safe, and
+# **GradScaler** scales the loss, unscales the gradients, and adjusts the
+# scale as training goes, skipping any step whose gradients overflowed.
+# bfloat16, with float32's range, needs no loss scaling.
 #
 # ## Check against PyTorch
 #
