@@ -324,7 +324,7 @@ print(f"first below 0.05: SGD at step {sgd_below:,}, Adam at step {adam_below:,}
 # where SGD, stepping by lr * g, crawls.
 # The package's Adam, with torch's options (weight_decay and amsgrad, still named,
 # are off by default; state_of reads self.state.setdefault(param, {}) until step 48):
-from tinypytorch.optimizers import Adam  # noqa: E402
+from tinypytorch.optimizers import Adam
 
 show_code(Adam.update, Adam.moments, step=32)
 
