@@ -33,30 +33,33 @@ from tinypytorch.utils.pictures import draw_dag
 #    backward, send the results on.
 #
 # A node is a `Function`, or, for a leaf (a variable no recorded function
-# made), the leaf itself: PyTorch gives each leaf a node, `AccumulateGrad`,
-# that adds the complete gradient into `.grad`. The walk follows each
-# function's `edges`: for each input, the node its gradient goes to, or
-# nothing. (Until step 35, read the edges as the inputs' creators.)
+# made; `is_leaf` in PyTorch and here), the leaf itself: PyTorch gives each
+# leaf a node, `AccumulateGrad`, that adds the complete gradient into
+# `.grad`. The walk follows each function's `edges`: for each input, the
+# node its gradient goes to, or nothing. (Until step 35, read the edges as
+# the inputs' creators.)
 
 # %%
 show_code(engine.count_dependencies, step=33)
 
 # %% [markdown]
-# **What is counted.** Only nodes a gradient flows to, which PyTorch marks
-# with `requires_grad`. A variable the user makes requires grad here by
-# default (PyTorch's `torch.tensor` needs `requires_grad=True`); a number in
-# an expression, the `4.0` in `c * 4.0`, or a variable made with
-# `requires_grad=False` is a *constant*: no edge leads to it, and an
-# operation on constants only is not recorded at all, nor is anything under
-# `no_grad` (step 18). Here only `x` and the two functions that lead to it
-# are counted:
+# **What is counted.** Only the nodes a gradient flows to, which PyTorch
+# marks with `requires_grad`. A variable the user makes requires grad here
+# by default (PyTorch's `torch.tensor` needs `requires_grad=True`), and so
+# does the result of an operation with such an input. A number in an
+# expression, the `4.0` in `c * 4.0`, or a variable made with
+# `requires_grad=False` (or a leaf switched off by `requires_grad_(False)`
+# before use) is a *constant*: no edge leads to it, and an operation on
+# constants only is not recorded at all, nor is anything under `no_grad`
+# (step 18). Here only `x` and the two functions that lead to it are
+# counted:
 
 # %%
 x = Variable(np.array(3.0), name="x")
 c = Variable(np.array(2.0), name="c", requires_grad=False)
 y = x * c + c * 4.0
 counts = engine.count_dependencies([y])
-print("counts:", {node.name if isinstance(node, Variable) else type(node).__name__: n for node, n in counts.items()})
+print("counts:", {(v.name if isinstance(v, Variable) else type(v).__name__): n for v, n in counts.items()})
 print("c * 4.0 was recorded:", y.creator.edges[1][0] is not None)
 
 # %% [markdown]
@@ -136,8 +139,9 @@ show_code(engine.GraphTask.receive, engine.GraphTask.run_function, step=33)
 # The buffers belong to the pass, not to the variables: an intermediate
 # gradient waits there until its count reaches zero and is gone after the
 # pass. So a gradient kept in `.grad` from an earlier pass is never counted
-# twice, step 14's trap, where $y = (x^2)^2$ backpropagated twice gave
-# `x.grad` $= 96$ instead of PyTorch's $64$.
+# twice: step 14's trap, where $y = (x^2)^2$ backpropagated twice with its
+# intermediate gradients kept gave `x.grad` $= 96$ instead of PyTorch's
+# $64$, is gone.
 #
 # ## Check against PyTorch
 #
@@ -173,13 +177,20 @@ def run(m, make, example, requires):
     """(the names of the functions in the order backward ran them, the leaves' gradients) in framework m."""
     leaves = [make(v, r) for v, r in zip((0.5, 1.5), requires)]
     y = example(m, *leaves)
-    if m is torch:
-        calls, names = torch_run_order(y)
-    else:
-        calls = record_backward_calls(y)
-        names = lambda: calls  # noqa: E731
+    recording = torch_run_order(y)[1] if m is torch else record_backward_calls(y)
     y.backward()
-    return names(), [None if v.grad is None else v.grad.item() for v in leaves]
+    order = recording() if m is torch else recording
+    if m is tinypytorch:
+        assert len(order) == len(functions_in_graph(y))  # every function ran, none twice
+    return order, [None if v.grad is None else v.grad.item() for v in leaves]
+
+
+def same_gradients(grads, grads_t):
+    """None in the same places, the other gradients equal."""
+    assert [g is None for g in grads] == [g is None for g in grads_t], (grads, grads_t)
+    np.testing.assert_allclose([g for g in grads if g is not None], [g for g in grads_t if g is not None],
+                               rtol=1e-14)
+    return True
 
 
 def tensor(v, requires_grad=True):
@@ -192,12 +203,10 @@ def variable(v, requires_grad=True):
 
 # %%
 for example, requires in [(branches_example, (True, True)), (with_constants, (True, False))]:
-    (order, grads), (order_t, grads_t) = run(tinypytorch, variable, example, requires), run(torch, tensor, example,
-                                                                                              requires)
+    (order, grads), (order_t, grads_t) = (run(m, make, example, requires)
+                                          for m, make in [(tinypytorch, variable), (torch, tensor)])
     assert order == order_t, (order, order_t)
-    assert [g is None for g in grads] == [g is None for g in grads_t]
-    np.testing.assert_allclose([g for g in grads if g is not None], [g for g in grads_t if g is not None],
-                               rtol=1e-14)
+    assert same_gradients(grads, grads_t)
     print(f"{example.__name__}: {len(order)} functions, each run once, in torch's order:", " ".join(order))
 print("PyTorch check passed: run order and gradients equal torch's")
 
