@@ -241,8 +241,8 @@ print(f"h.grad = {h.grad:.1f}  (3, times 100 by the hook)   x.grad = {x.grad:.1f
 #
 # ## Hooks and `autograd.grad`
 #
-# `autograd.grad` runs the same engine, so hooks on the variables it
-# reaches run too, and a hook on one of its inputs changes the gradient it
+# `autograd.grad` (step 33's third exercise: gradients returned, not
+# stored) runs the same engine, so hooks on the variables it reaches run too, and a hook on one of its inputs changes the gradient it
 # returns, as in PyTorch. One corner differs: when an input of
 # `autograd.grad` also lies on the path to another input, PyTorch returns
 # that input's gradient as it was *before* its hooks ran (while passing the
