@@ -8,6 +8,7 @@ copy (`torch.from_numpy`) and builds data parallelism and sharding from its own 
     collectives    all_reduce, broadcast, all_gather, all_gather_into_tensor, reduce_scatter,
                    reduce_scatter_tensor (async_op=True: a Work to wait on); ReduceOp
     launcher       spawn(fn, nprocs): N processes on this machine, from a script or a notebook
+    zero           ZeroDataParallel: ZeRO stages 1 and 2, optimizer state (and gradients) sharded over the ranks
 
 Needs PyTorch (`import tinypytorch` does not import this module; `tinypytorch.distributed` does).
 """
