@@ -666,7 +666,6 @@ NOT_THERE = {
     "num_workers": Present("torch.utils.data.DataLoader([1, 2], num_workers=2)"),
     "worker_init_fn": Refused("torch.utils.data.DataLoader([1, 2], num_workers=2, worker_init_fn=print)",
                               NotImplementedError),
-    "sampler": Refused("torch.utils.data.DataLoader([1, 2], sampler=[0, 1])", TypeError),
     "batch_sampler": Refused("torch.utils.data.DataLoader([1, 2], batch_sampler=[[0, 1]])", TypeError),
     "timeout": Refused("torch.utils.data.DataLoader([1, 2], timeout=1)", TypeError),
     "x.pin_memory()": Absent("x.pin_memory"),

@@ -132,3 +132,12 @@ __all__ = [
 __all__ += ["backends", "profiler", "compile", "functional"]  # torch.backends, torch.profiler, torch.compile (not_there)
 __all__ += ["empty", "empty_like", "randint", "set_default_device", "get_default_device", "stack", "scatter", "unique",
             "cross", "einsum", "svd", "linalg", "linear_algebra", "structure"]
+
+
+def __getattr__(name):
+    """`tinypytorch.distributed` and `tinypytorch.multiprocessing` on first use, as `torch.distributed` after
+    `import torch`: they need PyTorch (its transport), which `import tinypytorch` alone does not import."""
+    if name in ("distributed", "multiprocessing"):
+        import importlib
+        return importlib.import_module(f"tinypytorch.{name}")
+    raise AttributeError(f"module 'tinypytorch' has no attribute '{name}'")

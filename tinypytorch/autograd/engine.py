@@ -273,7 +273,7 @@ class GraphTask:
 
     _ids = itertools.count()
     __slots__ = ("id", "capture", "retain_graph", "retain_grad", "leaf_hooks", "dependencies", "targets", "leading",
-                 "buffers", "ready", "captured", "sent", "gathers")
+                 "buffers", "ready", "captured", "sent", "gathers", "callbacks")
 
     def __init__(self, roots, retain_graph, retain_grad=False, inputs=None):
         self.id = next(self._ids)  # step 42: tells nested passes apart
@@ -289,6 +289,7 @@ class GraphTask:
         self.ready = []  # functions whose every gradient has arrived
         self.captured = {}  # input -> its gradient (autograd.grad)
         self.sent = {}  # function -> the inputs whose gradients its backward sent early (step 46)
+        self.callbacks = []  # run once the pass has finished (queue_callback: DDP waits for its all-reduces there)
 
     def run(self, roots, seeds):
         _running.stack.append(self)
@@ -298,9 +299,20 @@ class GraphTask:
             ready, run_function = self.ready, self.run_function  # (read once: the loop runs every function)
             while ready:
                 run_function(heapq.heappop(ready)[1])
+            self.run_callbacks()
         finally:
             _running.stack.pop()
         return self.captured
+
+    def queue_callback(self, callback):
+        """Call `callback()` when this pass has run its last function and hook (PyTorch's final callbacks)."""
+        self.callbacks.append(callback)
+
+    def run_callbacks(self):
+        """The queued callbacks, in order; one may queue another, which runs too. The pass is still the
+        running one meanwhile, as in PyTorch."""
+        while self.callbacks:
+            self.callbacks.pop(0)()
 
     def run_function(self, f):
         """f has all its gradients: its outputs' gradients finished (their hooks: step 34), its backward, its inputs'

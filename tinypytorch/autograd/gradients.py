@@ -1,7 +1,8 @@
 """`autograd.grad` (step 33): gradients of outputs with respect to chosen inputs, returned, not stored.
 
 Also `autograd.backward`, and `current_pass`: the one door into the engine for the floors above
-that run a backward pass inside a running one (checkpointing, reversible blocks).
+that run a backward pass inside a running one (checkpointing, reversible blocks); and `queue_callback`,
+a call at the end of the running pass (DistributedDataParallel waits there for its all-reduces).
 """
 from collections.abc import Iterable
 
@@ -99,3 +100,16 @@ def current_pass():
     `torch.autograd._is_checkpoint_valid()`.)
     """
     return engine.innermost_pass()
+
+
+def queue_callback(callback):
+    """Call `callback()` once the backward pass running now has finished: after its last function, its last
+    hook, its last gradient added into `.grad` (PyTorch's `Variable._execution_engine.queue_callback`).
+
+    What DistributedDataParallel needs: its hooks start a gradient's all-reduce as the gradient becomes
+    ready, and at the end of the pass something must wait for them all and write the averages into `.grad`.
+    """
+    task = engine.innermost_pass()
+    if task is None:
+        raise RuntimeError("Final callbacks can only be installed during backward pass.")  # PyTorch's words
+    task.queue_callback(callback)

@@ -42,3 +42,11 @@ __all__ = [
     "flatten", "Flatten", "Unflatten", "Identity", "activation", "Softmax", "LogSoftmax",
     "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell", "DataParallel",
 ]
+
+
+def __getattr__(name):
+    """`tinypytorch.nn.parallel` on first use: DistributedDataParallel needs PyTorch's torch.distributed."""
+    if name == "parallel":
+        import importlib
+        return importlib.import_module("tinypytorch.nn.parallel")
+    raise AttributeError(f"module 'tinypytorch.nn' has no attribute '{name}'")

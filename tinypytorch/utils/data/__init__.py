@@ -5,6 +5,7 @@
     Subset         some samples of a dataset, by index; random_split makes them
     DataLoader     an iterable of minibatches: shuffled each epoch from the framework's generator
     default_collate  how a list of samples becomes one batch (PyTorch's rules)
+    distributed    DistributedSampler: each process of a group takes its own share of the samples
 """
 import collections.abc
 import numbers
@@ -79,6 +80,8 @@ class DataLoader:
         collate_fn   makes a batch of a list of samples, in place of default_collate
         generator    a NumPy Generator (the kind the framework's generator is) that draws the shuffled
                      order in place of the framework's generator
+        sampler      an iterable of sample indices (a DistributedSampler) that gives the order of the
+                     samples in place of shuffle; the batches are its indices, batch_size at a time
         num_workers  PyTorch's worker processes: here every sample is loaded in the main process, so
                      the batches are the same, in the same order, as with num_workers=0 (PyTorch's are
                      too), and nothing loads faster. prefetch_factor and persistent_workers are checked
@@ -92,8 +95,8 @@ class DataLoader:
     `device` is the package's own: the batches' Variables are moved there.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, *, num_workers=0, collate_fn=None, pin_memory=False,
-                 drop_last=False, worker_init_fn=None, generator=None, prefetch_factor=None,
+    def __init__(self, dataset, batch_size=1, shuffle=False, *, sampler=None, num_workers=0, collate_fn=None,
+                 pin_memory=False, drop_last=False, worker_init_fn=None, generator=None, prefetch_factor=None,
                  persistent_workers=False, device="cpu"):
         if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             raise TypeError(f"DataLoader: dataset must support len() and indexing (a Dataset), "
@@ -112,15 +115,20 @@ class DataLoader:
             raise TypeError("DataLoader: generator must be a numpy.random.Generator (the framework's generators are "
                             f"NumPy's), got {type(generator).__name__}")
         self.generator, self.pin_memory = generator, bool(pin_memory)
+        if sampler is not None and shuffle:  # no step: a sampler decides the order (PyTorch's words)
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        self.sampler = sampler  # no step: a DistributedSampler's share of the samples
 
     def __len__(self):
         """The number of batches in an epoch."""
-        n = len(self.dataset)
+        n = len(self.dataset) if self.sampler is None else len(self.sampler)  # no step: the sampler's share
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def batches(self):
         """The sample indices of each batch of one epoch."""
         n = len(self.dataset)
+        if self.sampler is not None:  # no step: the sampler's indices, in its order
+            return _in_batches(np.fromiter(self.sampler, np.int64), self.batch_size, self.drop_last)
         if self.shuffle and self.generator is not None:  # no step: the loader's own generator draws the order
             return _in_batches(self.generator.permutation(n), self.batch_size, self.drop_last)
         order = random.default_generator().permutation(n) if self.shuffle else np.arange(n)
@@ -270,3 +278,6 @@ def _pinned(batch):
         return Variable(host, requires_grad=False)
 
     return _each_variable(batch, pin)
+
+
+from tinypytorch.utils.data.distributed import DistributedSampler  # noqa: E402 (torch.utils.data.DistributedSampler)
