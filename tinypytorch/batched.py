@@ -38,7 +38,9 @@ class BatchedVariable(Variable):
 
     @property
     def data(self):
-        raise RuntimeError(DATA)
+        """Not an array (there is none of one sample): what the package reads of an array, its shape and dtype,
+        is there; anything that would compute with it raises PyTorch's error."""
+        return LogicalData(self)
 
     # the logical shape: physical's without the batch dim
     @property
@@ -117,6 +119,29 @@ class BatchedVariable(Variable):
 
     def __repr__(self):
         return f"BatchedVariable(lvl={self.level}, bdim=0, value=\n{self.physical!r})"  # as PyTorch prints one
+
+
+def _refuse(*args, **kwargs):
+    raise RuntimeError(DATA)
+
+
+class LogicalData:
+    """The `.data` of a BatchedVariable: the shape, dtype, ndim, size and itemsize of one sample's array, which the
+    package's checks read; its values are not there, so NumPy cannot take it, nor arithmetic or indexing."""
+
+    __array_ufunc__ = None  # NumPy's operators give way to this class's, which refuse
+    __array__ = __getitem__ = __setitem__ = __iter__ = __len__ = __bool__ = item = tolist = astype = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __pow__ = _refuse
+    __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __iadd__ = __isub__ = __imul__ = __itruediv__ = _refuse
+
+    def __init__(self, x):
+        self.shape, self.ndim = tuple(x.shape), x.ndim
+        self.dtype = innermost(x).data.dtype
+        self.size, self.itemsize = x.numel(), self.dtype.itemsize
+        self.strides = None
+
+    def __getattr__(self, name):  # anything else of an array: its values
+        raise RuntimeError(DATA)
 
 
 batching_state.batched_type = BatchedVariable

@@ -87,7 +87,7 @@ def run_rule(function, inputs):
                                   f"({type(function).__name__}) in tinypytorch; call it outside vmap, or loop over "
                                   "the batch")
     outputs = RULES[cls](batch)
-    if isinstance(outputs, tuple):
+    if isinstance(outputs, (tuple, list)):  # (a Function of several outputs returns a list)
         return tuple(BatchedVariable(y, batch.level) for y in outputs)
     return BatchedVariable(outputs, batch.level)
 
@@ -365,7 +365,8 @@ def linear(batch):
 def cross(batch):
     """The cross product along `dim`: element-wise in the other dims, the dim counted in the padded rank."""
     ndim = max(batch.ndim(0), batch.ndim(1))
-    return batch.run(*batch.padded(ndim), dim=batch.function.dim % ndim + 1)
+    a, b = [pad(x, ndim) for x in batch.expanded()]  # (its components are indexed by position: one rank for both)
+    return batch.run(a, b, dim=batch.function.dim % ndim + 1)
 
 
 # ----- images, normalization ----------------------------------------------------------------------------------
@@ -377,7 +378,7 @@ def images(batch):
     if batch.ndim(0) < 4 and not isinstance(batch.function, CV.Fold) or batch.ndim(0) < 3:
         return batch.run(x)
     outputs = batch.run(merge(x))
-    if isinstance(outputs, tuple):
+    if isinstance(outputs, (tuple, list)):
         return tuple(split(y, batch.size) for y in outputs)
     return split(outputs, batch.size)
 
@@ -404,6 +405,51 @@ def stack(batch):
     return batch.run(*batch.expanded(), dim=batch.function.dim % (batch.ndim(0) + 1) + 1)
 
 
+# ----- in-place operations (tinypytorch.inplace hands them here inside vmap) -----------------------------------
+
+IN_PLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a Tensor `other` in "
+            "extra_args that has more elements than `self`. This happened due to `other` being vmapped over but "
+            "`self` not being vmapped over in a vmap. Please try to use out-of-place operators instead of inplace "
+            "arithmetic. If said operator is being called inside the PyTorch framework, please file a bug report "
+            "instead.")  # PyTorch's words
+
+
+def in_place(write, x, others, key=None):
+    """x changed in place by `write(physical x, *physical others)`: the change made to x's batch, each batched
+    other padded to x's rank (or, with `key`, to the rank of x[key]). Only a batched x can take a batched value:
+    an unbatched one has room for one sample's."""
+    operands = [x, *others]
+    level = max(v.level for v in operands if isinstance(v, BatchedVariable))
+    target = unbatched(x, level)
+    if target is None or not isinstance(x, BatchedVariable) or x.level != level:
+        if key is None:  # PyTorch's words for x.add_(batched): the write's shapes, with the batch's size
+            import numpy as np
+            shape = np.broadcast_shapes(tuple(x.shape), *[tuple(v.shape) for v in others if hasattr(v, "shape")])
+            raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
+                               f"{[batching_state.size_of(level)] + list(shape)}")
+        raise RuntimeError(IN_PLACE)
+    ndim = x.ndim if key is None else _slot_ndim(x, key)
+    physical = [unbatched(v, level) for v in others]
+    write(target, *[v if p is None else pad(p, ndim) for v, p in zip(others, physical)])
+    return x
+
+
+def _slot_ndim(x, key):
+    import numpy as np
+    return np.empty(tuple(x.shape), dtype=bool)[key].ndim
+
+
+def batched_key(key):
+    """The index of x[key] in x's physical value (the batch dim first, whole)."""
+    key, position = _batched_key(key)
+    if position:
+        raise NotImplementedError("vmap: an in-place write through index arrays that a slice separates is not "
+                                  "supported in tinypytorch")
+    return key
+
+
 batching_state.run_rule = run_rule
+batching_state.in_place = in_place
+batching_state.batched_key = batched_key
 batching_state.has_batched_attribute = has_batched_attribute
 batching_state.attribute_operand_types = tuple(ATTRIBUTE_OPERANDS)

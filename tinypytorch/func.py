@@ -448,8 +448,8 @@ def _physical_leaf(x, numbers):
 def _physical_pair(y, u, numbers):
     """An output and its cotangent on the physical values of levels `numbers` (u None: ones, as grad seeds)."""
     y = materialized(y, numbers)
-    if u is None and numbers:
-        u = Variable(get_array_module(y.data).ones(y.shape, dtype=y.data.dtype), requires_grad=False)
+    if u is None and numbers:  # (a physical y of a scalar function has a value per sample)
+        return y, Variable(get_array_module(y.data).ones(y.shape, dtype=y.data.dtype), requires_grad=False)
     return y, (u if u is None else materialized(u, numbers))
 
 
