@@ -20,7 +20,7 @@ An operation without a rule raises a NotImplementedError that names it: never a 
 import copy
 import numbers
 
-from tinypytorch import batching_state, cuda
+from tinypytorch import batching_state, core, cuda
 from tinypytorch import classification as C
 from tinypytorch import convolution as CV
 from tinypytorch import functions as F
@@ -181,8 +181,8 @@ def dropout(batch):
         xp = cuda.get_array_module(x.data) if not isinstance(x, BatchedVariable) else __import__("numpy")
         ones = Variable(xp.ones(tuple(x.shape[1:]), dtype=x.data.dtype), requires_grad=False)
         return x * batch.run(ones)  # the mask, scaled: dropout of ones
-    batching_state.check_random()  # 'error': PyTorch's error, before anything is drawn
     with batching_state.per_sample_draws():
+        batching_state.check_random()  # 'error': PyTorch's error, before anything is drawn
         return batch.run(x)
 
 
@@ -405,6 +405,13 @@ def stack(batch):
     return batch.run(*batch.expanded(), dim=batch.function.dim % (batch.ndim(0) + 1) + 1)
 
 
+def compare(op, x, other):
+    """x <op> other (==, <, ...; not a Function: nothing to differentiate) of batched values: element-wise."""
+    batch = Batch(None, [x, other])
+    ndim = max(batch.ndim(0), batch.ndim(1))
+    return BatchedVariable(core.compare(op, *batch.padded(ndim)), batch.level)
+
+
 # ----- in-place operations (tinypytorch.inplace hands them here inside vmap) -----------------------------------
 
 IN_PLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a Tensor `other` in "
@@ -414,7 +421,7 @@ IN_PLACE = ("vmap: inplace arithmetic(self, *extra_args) is not possible because
             "instead.")  # PyTorch's words
 
 
-def in_place(write, x, others, key=None):
+def in_place(write, x, others, key=None, name=None):
     """x changed in place by `write(physical x, *physical others)`: the change made to x's batch, each batched
     other padded to x's rank (or, with `key`, to the rank of x[key]). Only a batched x can take a batched value:
     an unbatched one has room for one sample's."""
@@ -422,7 +429,7 @@ def in_place(write, x, others, key=None):
     level = max(v.level for v in operands if isinstance(v, BatchedVariable))
     target = unbatched(x, level)
     if target is None or not isinstance(x, BatchedVariable) or x.level != level:
-        if key is None:  # PyTorch's words for x.add_(batched): the write's shapes, with the batch's size
+        if name == "add_":  # PyTorch's words for x.add_(batched): the write's shapes, with the batch's size
             import numpy as np
             shape = np.broadcast_shapes(tuple(x.shape), *[tuple(v.shape) for v in others if hasattr(v, "shape")])
             raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
@@ -450,6 +457,7 @@ def batched_key(key):
 
 batching_state.run_rule = run_rule
 batching_state.in_place = in_place
+batching_state.compare = compare
 batching_state.batched_key = batched_key
 batching_state.has_batched_attribute = has_batched_attribute
 batching_state.attribute_operand_types = tuple(ATTRIBUTE_OPERANDS)

@@ -67,7 +67,7 @@ def check_random():
         return
     mode = levels[-1].randomness
     if mode == "error":
-        raise RuntimeError(RANDOM_ERROR)
+        raise RuntimeError(RANDOM_ERROR)  # (even where a rule would draw per sample)
     if mode == "different" and not drawing_per_sample:
         raise NotImplementedError("vmap(randomness='different'): this random operation draws the same numbers for "
                                   "every sample in tinypytorch (only dropout draws per sample); use "

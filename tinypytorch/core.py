@@ -464,6 +464,8 @@ def compare(op, x, other):
     """
     if not isinstance(other, (Variable, *cuda.array_types, *scalar_types, np.bool_)):
         return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # vmap: on the batch
+        return batching_state.compare(op, x, other)
     dtype = dtypes.result_type(x, other)  # step 59: both sides in PyTorch's promoted dtype
     strided = x._strided or getattr(other, "_strided", False)  # no step: (tinypytorch.layout)
     other = other.data if isinstance(other, Variable) else other

@@ -127,7 +127,7 @@ def alias(x, data=None):
 def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
     if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # vmap: on the batch
-        return batching_state.in_place(lambda p, o: apply(op, p, o), x, [other])
+        return batching_state.in_place(lambda p, o: apply(op, p, o), x, [other], name=op)
     check_writable(op, x, other)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
     refuse_tangents(op, x, other)  # step 64
