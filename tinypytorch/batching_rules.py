@@ -347,8 +347,10 @@ def linear(batch):
     or bias (per-sample parameters), the same formula as a batched matrix product and a sum."""
     *bias, x, W = batch.values
     *b_bias, bx, bW = batch.batched
-    if not bW and not any(b_bias):
-        return batch.run(*batch.values)
+    if not bW and not any(b_bias):  # the batch's rows as rows of one matrix (the Function's formulas are for 2-D x)
+        rows = F.reshape(x, (-1, x.shape[-1]))
+        y = batch.run(*bias, rows, W)
+        return F.reshape(y, tuple(x.shape[:-1]) + (y.shape[-1],))
     x = x if bx else expand(x, batch.size)
     W = W if bW else expand(W, batch.size)
     ndim = batch.ndim(len(bias))  # the sample's x: (..., in)
