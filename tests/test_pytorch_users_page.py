@@ -631,7 +631,7 @@ NOT_THERE = {
     "max_pool1d": Absent("F.max_pool1d"),
     "nn.Conv2d": Refused("nn.Conv2d(1, 1, 3, padding=1, padding_mode='reflect')", NotImplementedError),
     "'zeros'": Present("nn.Conv2d(1, 1, 3, padding=1, padding_mode='zeros')"),
-    "torch.func": Refused("torch.func.vmap(torch.sin)(x)", NotImplementedError),  # its vmap
+    "torch.func": Present("torch.func.vmap(torch.sin)(x)"),  # its vmap
     "chunk_size": Present("torch.func.jacrev(torch.sin, chunk_size=1)(x)"),
     "vectorize=True": Present("torch.autograd.functional.jacobian(torch.sin, x, vectorize=True)"),
     "jacrev(jacfwd(f))": Refused("torch.func.jacrev(torch.func.jacfwd(torch.sin))(x)", NotImplementedError),

@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, dtypes
+from tinypytorch import batching_state, cuda, dtypes
 from tinypytorch.autocast_state import autocast_composite
 from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
@@ -169,6 +169,8 @@ def _checked_target(input, target, ignore_index, op="cross_entropy"):
     """`target` as an integer array on input's device, after checking it against input of shape (N, C)."""
     if input.ndim != 2:
         raise ValueError(f"{op}: expected an input of shape (N, C), got {tuple(input.shape)}")
+    if batching_state.open_vmap_levels and isinstance(target, batching_state.batched_type):
+        return target  # a batched target (vmap): nll_loss's batching rule takes it
     if isinstance(target, Variable):
         target = target.data
     xp = get_array_module(input.data)

@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from tinypytorch import autocast_state, cuda, dtypes, forward_ad_state, grad_mode, layout, views
+from tinypytorch import autocast_state, batching_state, cuda, dtypes, forward_ad_state, grad_mode, layout, views
 from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
 from tinypytorch.size import Size
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
@@ -464,6 +464,8 @@ def compare(op, x, other):
     """
     if not isinstance(other, (Variable, *cuda.array_types, *scalar_types, np.bool_)):
         return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # vmap: on the batch
+        return batching_state.compare(op, x, other)
     dtype = dtypes.result_type(x, other)  # step 59: both sides in PyTorch's promoted dtype
     strided = x._strided or getattr(other, "_strided", False)  # no step: (tinypytorch.layout)
     other = other.data if isinstance(other, Variable) else other
@@ -599,6 +601,8 @@ class Function:
     def __call__(self, *inputs):
         if self.dispatch_mode is not None:  # step 63: inside a selective-checkpoint region, the region runs it
             return self.dispatch_mode(*inputs)
+        if batching_state.open_vmap_levels and batching_state.any_batched(self, inputs):  # inside vmap, batched
+            return batching_state.run_rule(self, inputs)  # input: the operation's batching rule runs it
         # (Loops rather than generators or comprehensions: every operation pays for this method, and most
         # have one or two inputs.)
         for x in inputs:

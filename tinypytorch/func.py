@@ -27,14 +27,15 @@ import collections.abc
 import contextlib
 import threading
 
-from tinypytorch import cuda, forward_ad_state, layers
+from tinypytorch import batching_state, cuda, forward_ad_state, layers
 from tinypytorch.autograd import forward_ad as fwAD
 from tinypytorch.autograd import gradients
-from tinypytorch.autograd.functional import stack_as, unit_like
+from tinypytorch.batched import innermost, materialized, rebatched
+from tinypytorch.batching import vmap
 from tinypytorch.core import Variable
 from tinypytorch.cuda import get_array_module
 from tinypytorch.factories import zeros_like
-from tinypytorch.functions import Reshape
+from tinypytorch.functions import Reshape, movedim, reshape
 from tinypytorch.grad_mode import enable_grad, is_grad_enabled
 from tinypytorch.utils.pytree import tree_flatten, tree_map, tree_unflatten, treespec_pprint
 
@@ -89,9 +90,9 @@ def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None):  # step 65
         call = _Call(func, args, argnums, has_aux)  # the Variables to differentiate, flattened: call.inputs
         outputs = call.record()  # func run once, its graph recorded; its outputs, flattened
         blocks = []  # blocks[i][j]: output i's Jacobian with respect to input j
-        for i, y in enumerate(outputs):
-            rows = [call.pull([y], [unit_like(y, k)]) for k in range(y.numel())]  # one backward pass per element of y
-            blocks.append([stack_as(r, y.shape + x.shape) for r, x in zip(zip(*rows), call.inputs)])  # r: x's rows
+        for y in outputs:  # one backward pass for all the rows of y's block: vmap over the unit cotangents
+            rows = vmap(lambda u: tuple(call.pull([y], [u])))(_basis(y))  # (y.numel(),) + x.shape for each x
+            blocks.append([reshape(r, y.shape + x.shape) for r, x in zip(rows, call.inputs)])
         return call.nest(blocks)  # in PyTorch's structure (with aux, if has_aux)
     return jacobian
 
@@ -103,9 +104,14 @@ def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 65
         _check_randomness(randomness)
         call = _Call(func, args, argnums, has_aux)  # the Variables to differentiate, flattened: call.inputs
         by_input = []  # by_input[j][i]: output i's Jacobian with respect to input j
-        for j, x in enumerate(call.inputs):
-            columns = [call.push({j: unit_like(x, k)}) for k in range(x.numel())]  # one forward pass per element of x
-            by_input.append([_side_by_side(c, x.shape) for c in zip(*columns)])  # c: one output's columns
+        for j, x in enumerate(call.inputs):  # one forward pass for all of x's columns: vmap over unit tangents
+            def columns_of(t, j=j):
+                tangents = call.push({j: t})
+                return (tangents, call.outputs) + ((call.aux,) if has_aux else ())
+            columns, outputs, *aux = vmap(columns_of, randomness=randomness)(_basis(x))
+            call.outputs = [y[0] for y in outputs]  # the values, the same for every column
+            call.aux = _first(aux[0]) if has_aux else None
+            by_input.append([_side_by_side(c, x.shape) for c in columns])
         return call.nest(list(zip(*by_input)))  # output by input, in PyTorch's structure (with aux, if has_aux)
     return jacobian
 
@@ -278,12 +284,6 @@ def _reparametrized(module, tensors, tie_weights, strict):
                 tensors[name] = value
 
 
-def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):  # step 65
-    """Not here: see the error."""
-    raise NotImplementedError("tinypytorch.func.vmap is not implemented: PyTorch's torch.func.vmap runs func once on "
-                              "a whole batch; here, call func on each example in a loop, or use torch.func.vmap")
-
-
 class _Reversing(threading.local):
     depth = 0  # how many reverse transforms are running their function now, in this thread
 
@@ -345,15 +345,16 @@ class _Call:
                                       "a jvp) is not offered: a tangent is an array that no graph records, so it "
                                       "cannot be differentiated; use forward over reverse, jacfwd(jacrev(f)), as "
                                       "hessian does")
+        numbers = _open_levels()  # inside vmap: primals and tangents as batched as each other (_dual)
         with fwAD.dual_level():
-            leaves = [fwAD.make_dual(x, tangents[j]) if j in tangents else x for j, x in enumerate(self.inputs)]
-            pairs = [fwAD.unpack_dual(y) for y in self.flat_outputs(self.call(leaves, JVP), JVP)]
+            leaves = [_dual(x, tangents[j], numbers) if j in tangents else x for j, x in enumerate(self.inputs)]
+            pairs = [_unpack(y, numbers) for y in self.flat_outputs(self.call(leaves, JVP), JVP)]
         if strict and any(tangent is None for _, tangent in pairs):
             raise RuntimeError("jvp(f, primals, tangents, strict=True): The output of f is independent of the "
                                "inputs. This is not allowed with strict=True.")
         self.outputs = [value for value, _ in pairs]
         # an output that does not depend on the inputs has a zero tangent, as in PyTorch
-        return [zeros_like(value) if tangent is None else tangent for value, tangent in pairs]
+        return [_zeros(value, numbers) if tangent is None else tangent for value, tangent in pairs]
 
     def record(self):
         """func run once, its graph recorded (`run_recorded`): its outputs, flattened, after vjp's checks."""
@@ -370,8 +371,9 @@ class _Call:
         _reversing.depth += 1
         try:
             with enable_grad():
-                self.leaves = [Reshape(x.shape)(x) if x.requires_grad else _leaf(x) for x in self.inputs]
-                output = self.call(self.leaves, api)
+                self.levels = _open_levels()  # inside vmap: each input expanded to a leaf per sample (_physical_leaf)
+                self.leaves = [_physical_leaf(x, self.levels) for x in self.inputs]
+                output = self.call([rebatched(leaf, self.levels) for leaf in self.leaves], api)
         finally:
             _reversing.depth -= 1
         self.nested = grad_enabled and self._depends_on_outside(output)
@@ -384,7 +386,8 @@ class _Call:
         if any(isinstance(v, Variable) and v.requires_grad for v in given):
             return True
         own = {id(leaf) for leaf in self.leaves}
-        todo, seen = [y for y in tree_flatten(output)[0] if isinstance(y, Variable) and y.requires_grad], set()
+        outputs = [innermost(y) for y in tree_flatten(output)[0]]  # (the graph is on the innermost Variables)
+        todo, seen = [y for y in outputs if isinstance(y, Variable) and y.requires_grad], set()
         while todo:  # a walk of the graph (a function may use Variables it was not given)
             node = todo.pop()
             if id(node) in seen:
@@ -404,10 +407,13 @@ class _Call:
         pairs = [(y, u) for y, u in zip(outputs, cotangents) if y.requires_grad]
         grads = [None] * len(self.leaves)
         if pairs and self.leaves:
+            # inside vmap: on the physical values, where the graph is (a cotangent batched at a level the graph
+            # is not, as vmap of a vjp_fn gives it, stays batched: the backward formulas batch by their rules)
+            pairs = [_physical_pair(y, u, self.levels) for y, u in pairs]
             with enable_grad():
                 grads = gradients.grad([y for y, _ in pairs], self.leaves, [u for _, u in pairs],
                                        retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
-        return [zeros_like(x) if g is None else g for g, x in zip(grads, self.inputs)]
+        return [rebatched(zeros_like(x) if g is None else g, self.levels) for g, x in zip(grads, self.leaves)]
 
     def unwrap(self, value):
         """A Variable computed in `record`, as the caller gets it: detached unless nested (keeping its tangent, if
@@ -423,6 +429,45 @@ class _Call:
         inputs'; (jacobian, aux) with has_aux."""
         jacobian = tree_unflatten([tree_unflatten(row, self.spec) for row in blocks], self.out_spec)
         return (jacobian, self.aux) if self.has_aux else jacobian
+
+
+def _open_levels():
+    """The numbers of the vmap levels open now, outermost first ([] outside vmap)."""
+    return [level.number for level in batching_state.levels]
+
+
+def _physical_leaf(x, numbers):
+    """What a reverse transform differentiates for input x: outside vmap, a new leaf on x (or a view, if x
+    requires grad); inside vmap, the same made of x batched at every open level (`numbers`), on the physical
+    value. A per-sample gradient is the gradient with respect to the sample's own copy of x: so an argument
+    that every sample shares is expanded first, and backward gives each sample its gradient."""
+    x = materialized(x, numbers)
+    return Reshape(x.shape)(x) if x.requires_grad else _leaf(x)
+
+
+def _physical_pair(y, u, numbers):
+    """An output and its cotangent on the physical values of levels `numbers` (u None: ones, as grad seeds)."""
+    y = materialized(y, numbers)
+    if u is None and numbers:  # (a physical y of a scalar function has a value per sample)
+        return y, Variable(get_array_module(y.data).ones(y.shape, dtype=y.data.dtype), requires_grad=False)
+    return y, (u if u is None else materialized(u, numbers))
+
+
+def _dual(x, tangent, numbers):
+    """x made dual with `tangent` (forward mode); inside vmap on the physical values of every open level, where
+    both have the same shape (a primal that every sample shares expanded), then batched again."""
+    return rebatched(fwAD.make_dual(materialized(x, numbers), materialized(tangent, numbers)), numbers)
+
+
+def _unpack(y, numbers):
+    """(value, tangent) of output y (forward mode), batched again as y's physical value was (tangent None: zero)."""
+    value, tangent = fwAD.unpack_dual(materialized(y, numbers))
+    return rebatched(value, numbers), (tangent if tangent is None else rebatched(tangent, numbers))
+
+
+def _zeros(x, numbers):
+    """Zeros shaped as x (a physical leaf inside vmap: batched again)."""
+    return rebatched(zeros_like(materialized(x, numbers)), numbers)
 
 
 def _leaf(x):
@@ -478,9 +523,20 @@ def _check_randomness(randomness):
         raise RuntimeError(f"Only allowed values for randomness are 'error', 'different', or 'same'. Got {randomness}")
 
 
+def _basis(x):
+    """The unit vectors of x's elements, each shaped as x: (x.numel(),) + x.shape, an identity matrix reshaped."""
+    n = x.numel()
+    xp = get_array_module(innermost(x).data)
+    return Variable(xp.eye(n, dtype=innermost(x).data.dtype).reshape((n,) + tuple(x.shape)), requires_grad=False)
+
+
+def _first(tree):
+    """The first of the batch of each leaf of `tree` (a value that is the same for every sample)."""
+    return tree_map(lambda leaf: leaf[0] if isinstance(leaf, Variable) else leaf, tree)
+
+
 def _side_by_side(columns, input_shape):
-    """One output's columns J e_k, for every element k of one input, set side by side: output's + input's shape.
-    A tangent is an array: no graph to keep."""
-    xp = get_array_module(columns[0])
-    stacked = xp.stack([c.data for c in columns], axis=-1)
-    return Variable(stacked.reshape(columns[0].shape + input_shape), requires_grad=False)
+    """One output's columns J e_k, for every element k of one input, stacked in front (vmap's batch dim): moved
+    behind, then output's + input's shape."""
+    moved = movedim(columns, 0, -1) if columns.ndim else columns
+    return reshape(moved, tuple(columns.shape[1:]) + tuple(input_shape))

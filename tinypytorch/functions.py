@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch import cuda, dtypes, random
+from tinypytorch import batching_state, cuda, dtypes, random
 from tinypytorch.core import (
     Function, Neg, Pow, Variable, _Binary, array_of, as_variable, formulas_on_arrays, sum_array, sum_tangents,
 )
@@ -1361,6 +1361,8 @@ class Where(Function):  # step 59
 def where(condition, x0, x1):  # step 59
     """PyTorch's torch.where(condition, input, other): input's element where `condition` (a bool tensor or array)
     holds, else other's; numbers as either side. Differentiable in input and other."""
+    if batching_state.open_vmap_levels and isinstance(condition, batching_state.batched_type):
+        return Where(condition)(x0, x1)  # a batched condition: where's batching rule takes it (vmap)
     condition = array_of(condition)
     if not isinstance(condition, cuda.array_types) or condition.dtype != np.bool_:
         raise TypeError(f"where: expected a bool condition, got {getattr(condition, 'dtype', type(condition).__name__)}")

@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, dtypes, forward_ad_state, layout
+from tinypytorch import batching_state, cuda, dtypes, forward_ad_state, layout
 from tinypytorch.core import (
     Function, Variable, add, as_variable, astype, div, expanded_strides, formulas_on_arrays, mul, sub, sum_to,
 )
@@ -126,6 +126,8 @@ def alias(x, data=None):
 
 def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # vmap: on the batch
+        return batching_state.in_place(lambda p, o: apply(op, p, o), x, [other], name=op)
     check_writable(op, x, other)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
     refuse_tangents(op, x, other)  # step 64
@@ -149,6 +151,8 @@ def apply(op, x, other):
 
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x,)):  # vmap: on the batch
+        return batching_state.in_place(zero_, x, [])
     check_writable("zero_", x, written=None)
     refuse_tangents("zero_", x)  # step 64
     if not (is_grad_enabled() and x.requires_grad):
@@ -175,6 +179,9 @@ def set_item(op, x, key, value):
     Recorded as its out-of-place twin SetItem when a gradient can flow, as PyTorch records
     CopySlices or IndexPutBackward0.
     """
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, value)):  # vmap: on the batch
+        physical_key = batching_state.batched_key(key)
+        return batching_state.in_place(lambda p, v: set_item(op, p, physical_key, v), x, [value], key)
     slot = _slot(x.data, key)  # a wrong index first, as PyTorch slices before it writes
     if slot is not None and op == "setitem" and _overlaps_itself(x.data) and not _overlaps_itself(slot):
         # a part of a broadcast view that repeats nothing (e = b.expand(2, 3); e[0] = v) is written through the
@@ -341,6 +348,8 @@ def unary_(op, x, function):
     """x <- function(x) in place (op "sin_": function sin); returns x. Recorded as function itself when a gradient can
     flow, on a copy of the old value, which function's backward reads and the write overwrites (as PyTorch saves
     the original for sin_)."""
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x,)):  # vmap: on the batch
+        return batching_state.in_place(lambda p: unary_(op, p, function), x, [])
     check_writable(op, x)
     refuse_tangents(op, x)  # step 64
     if not (is_grad_enabled() and x.requires_grad):

@@ -19,6 +19,8 @@ import numbers
 
 import numpy as np
 
+from tinypytorch import batching_state
+
 INITIAL_SEED = 67280421310721  # PyTorch's default_rng_seed_val: reproducible without a seed
 
 _generator = np.random.Generator(np.random.PCG64(INITIAL_SEED))
@@ -27,6 +29,8 @@ _seed = INITIAL_SEED
 
 def default_generator():
     """The generator every random operation of the package draws from."""
+    if batching_state.open_vmap_levels:  # inside vmap: randomness decides whether a draw may happen
+        batching_state.check_random()
     return _generator
 
 
@@ -111,6 +115,8 @@ def device_generator():
 
 def uniform(shape, xp):
     """Uniform numbers in [0, 1) where module `xp` computes: the CPU's generator for NumPy, the device's otherwise."""
+    if batching_state.open_vmap_levels:  # inside vmap: randomness decides whether a draw may happen
+        batching_state.check_random()
     if xp is np:
         return _generator.random(shape)
     return _device_generator.random(shape, xp)

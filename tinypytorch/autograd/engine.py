@@ -17,7 +17,7 @@ import heapq
 import itertools
 import threading
 
-from tinypytorch import cuda, dtypes, forward_ad_state
+from tinypytorch import batching_state, cuda, dtypes, forward_ad_state
 from tinypytorch.autograd import anomaly
 from tinypytorch.core import (
     Clone, Function, Variable, array_of, as_array, as_variable, astype, gradient_edge, increment_version,
@@ -133,7 +133,9 @@ def call_backward(f, gys):
     does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
     # step 65: under a dual level the formulas get Variables, whose tangents go forward through them
-    on_arrays = f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
+    # vmap: formulas get Variables, which meet batched gradients (vmap of a vjp) by the batching rules
+    on_arrays = (f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
+                 and not batching_state.open_vmap_levels)
     if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
         previous = set_backward_on_arrays(True)
         try:
@@ -164,7 +166,8 @@ def checked_gradient(f, i, gx, on_arrays=False):
     else:
         if not isinstance(gx, Variable):  # (the test first: a call saved for the usual Variable)
             gx = as_variable(gx, f"{type(f).__name__}.backward")
-        data = gx.data
+        # (vmap: a batched gradient has no array of its own; its logical shape and dtype are checked)
+        data = gx if batching_state.open_vmap_levels and isinstance(gx, batching_state.batched_type) else gx.data
     # (every gradient passes here: the arrays' shape and dtype, not the Variable's properties)
     shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
     if data.shape != shape:
