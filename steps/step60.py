@@ -177,7 +177,8 @@ def output_gradients(dtype, scale=1.0):
     """Each Linear's delta (the gradient at its output, one row per sample) and its input x, in `dtype`."""
     model, deltas, xs = mlp(dtype), {}, {}
     for index in (0, 2, 4):  # hooks that keep the module's input and the gradient at its output
-        model[index].register_forward_hook(lambda module, args, out, index=index: xs.update({index: args[0].data}))
+        model[index].register_forward_hook(
+            lambda module, args, out, index=index: xs.update({index: args[0].data}))
         model[index].register_full_backward_hook(
             lambda module, grad_in, grad_out, index=index: deltas.update({index: grad_out[0].data.copy()}))
     loss = nn.MSELoss()(model(Variable(inputs.astype(dtype))), Variable(targets.astype(dtype)))

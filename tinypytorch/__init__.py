@@ -100,6 +100,7 @@ from tinypytorch.layers import Parameter
 from tinypytorch.size import Size
 from tinypytorch.random import get_rng_state, manual_seed, set_rng_state
 from tinypytorch.serialization import load, save
+from tinypytorch.func import vmap  # torch.vmap, torch.func.vmap's other name
 
 Tensor = Variable  # PyTorch's name of the class, for isinstance checks and annotations in ported code
 cat = concatenate  # PyTorch's name of step 45's concatenate
@@ -123,7 +124,7 @@ __all__ = [
     "abs", "amax", "amin", "argmax", "argmin", "clamp", "expand", "flatten", "min", "norm", "sqrt", "squeeze", "t",
     "unsqueeze", "cat", "factories", "nn", "optim", "save", "load", "serialization", "amp", "autocast", "func",
     "dtype", "get_default_dtype", "set_default_dtype", "promote_types", "can_cast", "result_type", "dtypes",
-    "where", "maximum", "minimum", "floor_divide", "remainder", "Size",
+    "where", "maximum", "minimum", "floor_divide", "remainder", "Size", "vmap",
     "convolution", "conv2d", "conv_transpose2d", "max_pool2d",
     # no step: more of PyTorch's surface
     "asin", "ceil", "floor", "prod", "var", "std", "movedim", "moveaxis", "sin_", "all", "any", "allclose", "equal",

@@ -133,9 +133,9 @@ def call_backward(f, gys):
     does: a float32 input gets a float32 gradient even where float64 met it (step 43).
     """
     # step 65: under a dual level the formulas get Variables, whose tangents go forward through them
-    # vmap: formulas get Variables, which meet batched gradients (vmap of a vjp) by the batching rules
-    on_arrays = (f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
-                 and not batching_state.open_vmap_levels)
+    on_arrays = f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
+    if batching_state.open_vmap_levels:  # step 68: Variables, which meet batched gradients by the batching rules
+        on_arrays = False
     if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
         previous = set_backward_on_arrays(True)
         try:
@@ -166,8 +166,9 @@ def checked_gradient(f, i, gx, on_arrays=False):
     else:
         if not isinstance(gx, Variable):  # (the test first: a call saved for the usual Variable)
             gx = as_variable(gx, f"{type(f).__name__}.backward")
-        # (vmap: a batched gradient has no array of its own; its logical shape and dtype are checked)
-        data = gx if batching_state.open_vmap_levels and isinstance(gx, batching_state.batched_type) else gx.data
+        data = gx.data
+        if batching_state.open_vmap_levels and isinstance(gx, batching_state.batched_type):  # step 68: a batched
+            data = gx  # gradient has no array of its own; its logical shape and dtype are checked
     # (every gradient passes here: the arrays' shape and dtype, not the Variable's properties)
     shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)
     if data.shape != shape:
