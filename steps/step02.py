@@ -63,28 +63,29 @@ def draw_box(ax, xy, w, h, face, text, size=10, style="round,pad=0.05", edge="0.
     ax.text(*xy, text, ha="center", va="center", fontsize=size)
 
 
-def draw_arrow(ax, start, end, label):
+def draw_arrow(ax, start, end, label, label_x=None):
     ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="-|>", lw=1.4, color="0.2"))
-    ax.text((start[0] + end[0]) / 2, start[1] - 0.3, label, ha="center", va="top", fontsize=8,
-            family="monospace")
+    ax.text((start[0] + end[0]) / 2 if label_x is None else label_x, start[1] - 0.35, label, ha="center",
+            va="top", fontsize=8, family="monospace")
 
 
-fig, ax = plt.subplots(figsize=(8, 3))
-ax.add_patch(FancyBboxPatch((1.75, 0.35), 5.0, 2.05, boxstyle="round,pad=0.05", facecolor="#f3f3f3",
+fig, ax = plt.subplots(figsize=(9, 3))
+ax.add_patch(FancyBboxPatch((1.55, 0.35), 6.35, 2.05, boxstyle="round,pad=0.05", facecolor="#f3f3f3",
                             edgecolor="0.5", linestyle="--"))
-ax.text(4.25, 2.2, "Function.__call__ (the same for every function)", ha="center", fontsize=10)
+ax.text(4.725, 2.2, "Function.__call__ (the same for every function)", ha="center", fontsize=10)
 draw_box(ax, (0.7, 1.2), 1.1, 0.8, "lightblue", "Variable\nx\n10.0")
-draw_box(ax, (2.5, 1.2), 0.7, 0.5, "#fff2cc", "10.0")
-draw_box(ax, (4.25, 1.2), 1.3, 0.7, "#ffcc80", "forward\nx ** 2", style="square,pad=0.05")
-draw_box(ax, (6.0, 1.2), 0.7, 0.5, "#fff2cc", "100.0")
-draw_box(ax, (7.8, 1.2), 1.1, 0.8, "#caff70", "Variable\ny\n100.0")
-draw_arrow(ax, (1.3, 1.2), (2.1, 1.2), ".data")
-draw_arrow(ax, (2.9, 1.2), (3.55, 1.2), "")
-draw_arrow(ax, (4.95, 1.2), (5.6, 1.2), "")
-draw_arrow(ax, (6.4, 1.2), (7.2, 1.2), "Variable(y)")
-ax.text(4.25, 0.55, "Square writes only this: its maths on a bare ndarray", ha="center", fontsize=9,
+draw_box(ax, (2.75, 1.2), 0.7, 0.5, "#fff2cc", "10.0")
+draw_box(ax, (4.5, 1.2), 1.3, 0.7, "#ffcc80", "forward\nx ** 2", style="square,pad=0.05")
+draw_box(ax, (6.25, 1.2), 0.7, 0.5, "#fff2cc", "100.0")
+draw_box(ax, (8.7, 1.2), 1.1, 0.8, "#caff70", "Variable\ny\n100.0")
+# each label sits inside the dashed box, where its step happens, clear of the box's border
+draw_arrow(ax, (1.3, 1.2), (2.35, 1.2), ".data", label_x=1.925)
+draw_arrow(ax, (3.15, 1.2), (3.8, 1.2), "")
+draw_arrow(ax, (5.2, 1.2), (5.85, 1.2), "")
+draw_arrow(ax, (6.65, 1.2), (8.1, 1.2), "Variable(y)", label_x=7.27)
+ax.text(4.725, 0.55, "Square writes only this: its maths on a bare ndarray", ha="center", fontsize=9,
         color="#b22222")
-ax.set(xlim=(0, 8.5), ylim=(0.2, 2.6))
+ax.set(xlim=(0, 9.6), ylim=(0.2, 2.6))
 ax.axis("off")
 ax.set_title("Square()(x): unwrap, forward on the array, wrap", fontsize=11)
 plt.show()

@@ -133,7 +133,7 @@ print(f"central difference: smallest error {central_errors[best]:.1e} at h = {h_
 
 # %% tags=["hide-input"]
 u = 2.0 ** -53
-fig, ax = plt.subplots(figsize=(8, 3.5))
+fig, ax = plt.subplots(figsize=(9.5, 3.5))
 ax.loglog(h_values, forward_errors, "o-", label="forward difference")
 ax.loglog(h_values, central_errors, "s-", label="central difference")
 ax.loglog(h_values, 6 * 0.5 ** 2 * h_values, "--", color="C0", alpha=0.5, label=r"$6x^2 h$ (slope 1)")
@@ -145,7 +145,7 @@ ax.invert_xaxis()  # h shrinks from left to right
 ax.set_xlabel("step h (shrinking to the right)")
 ax.set_ylabel("absolute error of f'(0.5)")
 ax.set_title("Derivative of $x^4$ at $x = 0.5$: truncation error falls, then rounding error rises")
-ax.legend(fontsize=8, loc="lower left")
+ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes: every corner has data
 fig.tight_layout()
 plt.show()
 

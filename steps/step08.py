@@ -217,10 +217,10 @@ ax.plot(np.arange(1, n + 1), frames_per_step(backward_recursive, n), label="recu
 ax.plot(np.arange(1, n + 1), frames_per_step(Variable.backward, n), lw=2.5, label="loop (step 08)")
 ax.text(n * 0.98, 40, "the loop: one call open, at any depth", ha="right", color="C1")
 ax.axhline(limit, color="0.5", ls="--", lw=1)
-ax.text(n / 2, limit * 0.93, f"default recursion limit ({limit:,})", ha="center", va="top", color="0.4")
+ax.text(n * 0.98, limit * 0.93, f"default recursion limit ({limit:,})", ha="right", va="top", color="0.4")
 ax.set(xlabel="functions whose backward has run", ylabel="Python calls open",
        title=f"backward through a chain of {n} functions: the call stack", ylim=(-40, limit * 1.08))
-ax.legend(loc="upper left")
+ax.legend(loc="upper left", bbox_to_anchor=(0, 0.86))  # below the limit line, above the curves
 plt.show()
 
 # %% [markdown]

@@ -178,17 +178,18 @@ def central_difference_error_picture():
     hs = np.logspace(-13, -1, 97)
     x = 0.5
     errors = [abs((np.exp(x + h) - np.exp(x - h)) / (2 * h) - np.exp(x)) / np.exp(x) for h in hs]
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, ax = plt.subplots(figsize=(9.5, 3))
     ax.loglog(hs, errors, ".", ms=4, label="measured")
     ax.loglog(hs, hs ** 2 / 6, "--", label="truncation $h^2/6$")
     ax.loglog(hs, np.finfo(float).eps / hs, ":", label=r"rounding $\approx\varepsilon/h$")
     ax.axvline(1e-4, color="0.5", lw=1)
     ax.axhline(1e-6, color="C3", lw=1)
-    ax.text(1.3e-4, 1e-13, "numerical_diff's h", color="0.4")
+    ax.text(1.3e-4, 1e-2, "numerical_diff's h", color="0.4")
     ax.text(3e-9, 2e-6, "gradient_check's rtol", color="C3")
     ax.set(xlabel="step h", ylabel="relative error", ylim=(1e-14, 1e-1),
            title="central difference of exp at x = 0.5: wrong by far less than rtol at h = 1e-4")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # beside the axes, off the data
+    fig.tight_layout()
     plt.show()
 
 

@@ -220,7 +220,8 @@ def draw_links(ax, y, names, title):
         strong_ring = cycle and not isinstance(b.outputs[0] if kind == "creator" else a.outputs[0], weakref.ref)
         rad = {"creator": -0.5, "inputs": 0.0}.get(kind, -0.5)
         ax.annotate("", xy=(xb, 0), xytext=(xa, 0), arrowprops=dict(
-            arrowstyle="-|>", lw=1.4, linestyle="--" if weak else "-", shrinkA=16, shrinkB=16,
+            arrowstyle="-|>", lw=1.4, linestyle="--" if weak else "-", shrinkB=16,
+            shrinkA=26 if kind == "inputs" else 16,  # a straight arrow leaves the wide function box at its side
             color="#b22222" if strong_ring else "0.6" if weak else "0.25", connectionstyle=f"arc3,rad={rad}"))
         label_y = {"creator": -0.62, "inputs": 0.1}.get(kind, 0.55)  # creator arcs below, outputs above
         ax.text((xa + xb) / 2, label_y, kind, ha="center", fontsize=8, color="0.3")

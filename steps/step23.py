@@ -48,7 +48,8 @@ artists = {name: ax.text(x, y, label, ha="center", va="center", fontsize=9, tran
                          bbox=dict(boxstyle="round,pad=0.4", facecolor=colour, edgecolor="0.3"))
            for name, (x, y, label, colour) in boxes.items()}
 for low, high in imports:
-    ax.annotate("", xy=(0, 0.5), xycoords=artists[high], xytext=(1, 0.5), textcoords=artists[low],
+    ax.annotate("", xy=(0, 0.5), xycoords=artists[high].get_bbox_patch(), xytext=(1, 0.5),  # box to box
+                textcoords=artists[low].get_bbox_patch(),
                 arrowprops=dict(arrowstyle="-|>", color="0.35", shrinkA=3, shrinkB=3))
 for x, floor in [(0.1, "ground floor"), (0.4, "the core"), (0.67, "above the core"), (0.9, "the face")]:
     ax.text(x, 0.02, floor, ha="center", fontsize=9, color="0.4", style="italic", transform=ax.transAxes)

@@ -67,7 +67,7 @@ plot_dot_graph(y)
 
 # %% tags=["hide-input"]
 grid = np.linspace(-4, 4, 200)
-fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3))
+fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
 for n, colour in zip((1, 2, 3, 4), ("#c6dbef", "#6baed6", "#2171b5", "#08306b")):
     g = Variable(grid.copy())
     partial = sum((-1) ** i / math.factorial(2 * i + 1) * g ** (2 * i + 1) for i in range(n))
@@ -78,8 +78,9 @@ left.plot(grid, np.sin(grid), "k--", label="sin")
 right.plot(grid, np.cos(grid), "k--", label="cos")
 for axis, title in ((left, "partial sums of the series"), (right, "their gradients, from backward")):
     axis.set(ylim=(-2, 2), title=title, xlabel="x")
-    axis.legend(fontsize=7, loc="lower left")
-plt.tight_layout()
+# one legend for both panels (their colours agree), beside them: the curves fill every corner
+fig.legend(handles=left.get_lines() + right.get_lines()[-1:], fontsize=8, loc="center right")
+fig.tight_layout(rect=(0, 0, 0.86, 1))
 plt.show()
 
 # %% [markdown]

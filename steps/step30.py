@@ -82,7 +82,8 @@ for ax, colours, target, title in ((left, by_column, (3,), "b of shape (3,): one
     where = (5, -0.5) if target == (3,) else (5.5, 0)
     grid(ax, summed, where, f"sum_to {target}", colours[:1] if target == (3,) else colours[:, :1])
     ax.annotate("", xy=(where[0] - 0.3, 0.5), xytext=(3.3, 0.5), arrowprops=dict(arrowstyle="-|>", lw=1.4))
-    ax.text(4.15, -0.1, "add up\nthe copies", ha="center", va="top", fontsize=8, color="#b22222")
+    ax.text((3.3 + where[0] - 0.3) / 2, -0.1, "add up\nthe copies", ha="center", va="top", fontsize=8,
+            color="#b22222")  # under the middle of the arrow
     ax.set(xlim=(-0.3, 8.4), ylim=(-2.3, 2.6), aspect="equal", title=title)
     ax.title.set_fontsize(9)
     ax.axis("off")

@@ -88,7 +88,7 @@ def variable_box(axis, xy, title, data):
 
 def draw_who_owns(y, title):
     """Functions, edges, SavedTensor records and what each refers to, for y = (x * exp(x)).sum(), drawn
-    from the objects as they are now (a freed record is greyed and struck through)."""
+    from the objects as they are now (a freed record is greyed, its outline dotted)."""
     sum_f = y.creator
     mul = sum_f.edges[0][0]
     x, exp = mul.edges[0][0], mul.edges[1][0]
@@ -100,12 +100,12 @@ def draw_who_owns(y, title):
     F = {exp: (3.4, 3.6), mul: (6.0, 3.6), sum_f: (8.6, 3.6)}
     for f, xy in F.items():
         box(axis, xy, 1.3, 0.5, type(f).__name__, "#cfe2f3")
-    X, H = (1.0, 2.9), (4.6, 0.75)
+    X, H = (1.0, 2.9), (6.0, 0.75)
     variable_box(axis, X, "Variable x (a leaf)", x.data)
     variable_box(axis, H, "Variable exp(x)", None if h is None else h.data)
     if h is not None:
-        arrow(axis, (F[exp][0] + 0.15, F[exp][1] - 0.25), (H[0] - 0.2, H[1] + 0.55), color="gray", dashed=True)
-        axis.text(4.1, 1.75, "weak", color="gray", fontsize=9)
+        arrow(axis, (F[exp][0] + 0.3, F[exp][1] - 0.25), (H[0] - 0.7, H[1] + 0.55), color="gray", dashed=True)
+        axis.text(4.25, 2.85, "weak", color="gray", fontsize=9)
     # edges: where each input's gradient goes
     arrow(axis, (F[sum_f][0] - 0.65, 3.6), (F[mul][0] + 0.65, 3.6))
     arrow(axis, (F[mul][0] - 0.65, 3.6), (F[exp][0] + 0.65, 3.6))
@@ -113,13 +113,13 @@ def draw_who_owns(y, title):
     arrow(axis, (F[mul][0] - 0.2, 3.85), (X[0], X[1] + 0.55), rad=0.3)
     axis.text(7.3, 3.7, "edge", fontsize=9, ha="center")
     # the records each function saved, and what each refers to
-    places = {exp: [(3.4, 2.35)], mul: [(5.3, 2.35), (6.7, 2.35)]}
+    places = {exp: [(2.9, 2.35)], mul: [(5.6, 2.35), (7.0, 2.35)]}
     for f, slots in places.items():
         for s, xy in zip([s for s in f.saved if isinstance(s, SavedTensor)], slots):
             axis.plot([F[f][0], xy[0]], [F[f][1] - 0.25, xy[1] + 0.3], color="darkorange", linewidth=1)
             if s.freed:
-                box(axis, xy, 1.3, 0.6, "SavedTensor\nfreed", "#eeeeee", edge="gray", text_color="gray")
-                axis.plot([xy[0] - 0.65, xy[0] + 0.65], [xy[1] - 0.3, xy[1] + 0.3], color="gray", linewidth=1)
+                box(axis, xy, 1.3, 0.6, "SavedTensor\nfreed", "#eeeeee", edge="gray", text_color="gray",
+                    linestyle=":")
                 continue
             kind = "saved input:\nthe Variable" if s.variable is not None else "saved output:\nits array only"
             box(axis, xy, 1.3, 0.6, kind, "#fce5cd", edge="darkorange")
@@ -127,8 +127,8 @@ def draw_who_owns(y, title):
                 arrow(axis, (xy[0] - 0.1, xy[1] - 0.3), (X[0] + 0.3, X[1] - 0.55), color="darkorange", rad=-0.25)
             elif s.variable is not None:
                 arrow(axis, (xy[0], xy[1] - 0.3), (H[0] + 0.6, H[1] + 0.55), color="darkorange")
-            else:
-                arrow(axis, (xy[0], xy[1] - 0.3), (H[0] - 0.1, H[1] + 0.05), color="darkorange")
+            else:  # into the array's side, clear of the Variable's name
+                arrow(axis, (xy[0], xy[1] - 0.3), (H[0] - 0.7, H[1] - 0.15), color="darkorange")
     axis.text(F[sum_f][0], 2.35, "Sum saves\nnothing", ha="center", va="center", fontsize=9, color="gray",
               style="italic")
     axis.text(7.9, 0.75, "black: edges (where gradients go)\norange: the records a function\nsaved, and what they hold\n"

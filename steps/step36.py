@@ -58,7 +58,7 @@ def box(axis, x, y, text, color, width=1.9, height=0.62):
     axis.text(x, y, text, ha="center", va="center", fontsize=9)
 
 
-fig, axis = plt.subplots(figsize=(8, 3.5))
+fig, axis = plt.subplots(figsize=(8.5, 3.8))
 events = [(0.0, "b = a * 2", "b's counter: 0"), (2.5, "c = b * b", "saves b\nat version 0"),
           (5.0, "b.add_(1)", "counter 0 → 1"), (7.5, "c.sum().backward()", "unpack: 1 ≠ 0\nRuntimeError")]
 axis.step([-1.0, 5.0, 9.0], [0, 1, 1], where="post", color="C0", linewidth=2, label="b._version (the counter)")
@@ -71,7 +71,7 @@ axis.annotate("", xy=(7.5, 0.05), xytext=(7.5, 0.95), arrowprops=dict(arrowstyle
 axis.text(7.65, 0.5, "compared\non unpack", fontsize=8.5, color="C3", va="center")
 axis.set(xlim=(-1.2, 9.2), ylim=(-0.4, 2.6), yticks=[0, 1], xticks=[], ylabel="version",
          title="a saved tensor changed in place: the counter moves, the remembered version does not")
-axis.legend(loc="lower right", fontsize=8.5, frameon=False, bbox_to_anchor=(1.0, 0.12))
+axis.legend(loc="upper center", fontsize=8.5, frameon=False, bbox_to_anchor=(0.5, 0.0), ncol=2)  # under the axes
 for side in ("top", "right"):
     axis.spines[side].set_visible(False)
 fig.tight_layout()

@@ -113,26 +113,29 @@ def draw_timeline(events, saved_by, what, forward_ops, backward_ops):
                                       facecolor="#dbe9f6" if phase == "pack" else "#fde2cf", edgecolor="gray"))
         axis.text(c, 3.0, label, ha="center", va="center", fontsize=8.5)
     middle = len(forward_ops)
-    axis.axvline(middle, color="gray", linestyle="--", linewidth=0.8)
-    axis.text(middle, 3.0, "y.backward()", ha="center", va="center", fontsize=9, backgroundcolor="white")
+    axis.plot([middle, middle], [0.1, 2.8], color="gray", linestyle="--", linewidth=0.8)  # up to the call
+    axis.text(middle, 3.0, "y.backward()", ha="center", va="center", fontsize=9)
     axis.text((middle - 1) / 2, 3.45, "forward: pack_hook runs\nas each tensor is saved", ha="center", fontsize=9)
     axis.text(middle + 1 + (len(backward_ops) - 1) / 2, 3.45, "backward: unpack_hook runs\nwhen the tensor is needed",
               ha="center", fontsize=9)
-    seen, start = {}, {}
-    for step_number, (phase, ticket) in enumerate(events):  # tickets packed by one function sit side by side
+    seen, where = {}, {}
+    for phase, ticket in events:  # tickets packed by one function sit side by side
         key = (phase, saved_by[ticket])
         offset = 0.22 * seen.get(key, 0) - 0.11 * (sum(saved_by[t] == saved_by[ticket] for t in tickets) - 1)
         seen[key] = seen.get(key, 0) + 1
-        where = column[key] + offset
+        where[phase, ticket] = column[key] + offset
+    for (phase, ticket), x in where.items():
         marker, color = ("v", "C2") if phase == "pack" else ("^", "C1")
-        axis.plot([where], [lane[ticket]], marker=marker, color=color, markersize=9, zorder=3)
-        axis.plot([where, where], [lane[ticket] + 0.12, 2.73], color=color, linewidth=0.8, linestyle=":")
-        if phase == "pack":
-            start[ticket] = where
-        else:
-            axis.plot([start[ticket], where], [lane[ticket]] * 2, color="gray", linewidth=5, alpha=0.35, zorder=1)
-            axis.text((start[ticket] + where) / 2, lane[ticket] + 0.1, f"autograd keeps {ticket} (what pack returned)",
-                      ha="center", fontsize=8)
+        axis.plot([x], [lane[ticket]], marker=marker, color=color, markersize=9, zorder=3)
+        axis.plot([x, x], [lane[ticket] + 0.12, 2.73], color=color, linewidth=0.8, linestyle=":")
+    for ticket in tickets:
+        start, end = where["pack", ticket], where["unpack", ticket]
+        axis.plot([start, end], [lane[ticket]] * 2, color="gray", linewidth=5, alpha=0.35, zorder=1)
+        # the label goes in the widest stretch of the bar that no vertical line crosses
+        crossing = {middle} | {x for (_, t), x in where.items() if lane[t] < lane[ticket]}
+        stops = [start, *sorted(x for x in crossing if start < x < end), end]
+        left, right = max(zip(stops, stops[1:]), key=lambda gap: gap[1] - gap[0])
+        axis.text((left + right) / 2, lane[ticket] + 0.1, f"autograd keeps ticket {ticket}", ha="center", fontsize=8)
     for ticket in tickets:
         axis.text(-0.5, lane[ticket], f"ticket {ticket}:\n{what[ticket]}", ha="right", va="center", fontsize=8.5)
     axis.plot([], [], "v", color="C2", label="pack_hook(tensor) → ticket")

@@ -93,35 +93,38 @@ def columns_picture():
     fig, (grid, undo) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [1.2, 1]})
     node = dict(boxstyle="round,pad=0.3", facecolor="#dbe9f6", edgecolor="#1f77b4")
     lit_node = dict(node, facecolor="#fde0c5", edgecolor="#d62728")
-    grey = dict(arrowstyle="->", color="#b0b0b0", lw=1.0, shrinkA=12, shrinkB=12)
+    grey = dict(arrowstyle="->", color="#b0b0b0", lw=1.0, shrinkA=2, shrinkB=2)  # from box edge to box edge
     colour = {"below": "#1f77b4", "above": "#ff7f0e", "alpha": "#2ca02c"}
     xs = (1.2, 3.6, 6.0)
     grid.set(xlim=(-0.2, 7.6), ylim=(-1.7, 3.8))
     grid.axis("off")
     grid.set_title("forward: columns of L = 4 levels, bottom up", fontsize=12)
+    boxes = {}  # (column, level): the box drawn around its name, where arrows start and end
     for k, xk in enumerate(xs, start=1):
         grid.text(xk, 3.55, f"column {k}", ha="center", fontsize=11)
         for i in range(4):
             lit = (k, i) == (3, 1)
-            grid.text(xk, i, f"$c_{i}^{{({k})}}$", ha="center", va="center", fontsize=12,
-                      bbox=lit_node if lit else node)
+            boxes[k, i] = grid.text(xk, i, f"$c_{i}^{{({k})}}$", ha="center", va="center", fontsize=12,
+                                    bbox=lit_node if lit else node).get_bbox_patch()
 
-            def arrow(what, start, **extra):
+            def arrow(what, start, source=None, **extra):
                 style = dict(grey, color=colour[what], lw=2.0) if lit else grey
-                grid.annotate("", xy=(xk, i), xytext=start, arrowprops={**style, **extra})
+                grid.annotate("", xy=(xk, i), xytext=start, arrowprops={
+                    **style, "patchA": boxes.get(source), "patchB": boxes[k, i], **extra})
 
-            arrow("below", (xk, i - 1) if i else (xk, -1.25), **({} if i else {"shrinkA": 0}))
+            arrow("below", (xk, i - 1) if i else (xk, -1.25), (k, i - 1) if i else None,
+                  **({} if i else {"shrinkA": 0}))
             if k > 1:
-                arrow("alpha", (xs[k - 2], i))
+                arrow("alpha", (xs[k - 2], i), (k - 1, i))
                 if i < 3:
-                    arrow("above", (xs[k - 2], i + 1))
+                    arrow("above", (xs[k - 2], i + 1), (k - 1, i + 1))
             else:
                 grid.text(0.0, i, "0", ha="center", va="center", fontsize=11, color="#555555")
-                grid.annotate("", xy=(xk, i), xytext=(0.0, i), arrowprops=dict(grey, shrinkA=6))
+                grid.annotate("", xy=(xk, i), xytext=(0.0, i), arrowprops=dict(grey, shrinkA=6, patchB=boxes[k, i]))
     grid.plot([xs[0], xs[-1]], [-1.25, -1.25], color="#b0b0b0", lw=1.0)
     grid.text(3.6, -1.6, "the input x, read by level 0 of every column", ha="center", fontsize=10, color="#555555")
     grid.text(4.8, 0.93, r"$\alpha_1 \cdot$", ha="center", va="top", fontsize=12, color=colour["alpha"])
-    grid.text(4.55, 1.62, "above", ha="center", fontsize=11, color=colour["above"], rotation=-22)
+    grid.text(5.2, 1.72, "above", ha="center", va="center", fontsize=11, color=colour["above"])
     grid.text(6.12, 0.5, "below", ha="left", va="center", fontsize=11, color=colour["below"])
 
     undo.set(xlim=(0, 10), ylim=(-1.7, 3.8))

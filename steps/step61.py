@@ -87,10 +87,15 @@ def draw_graph(loss, names):
             ax.annotate("", at[key], src, arrowprops=dict(arrowstyle="->", color="0.3", shrinkA=24, shrinkB=24))
     for leaf in ("w", "b"):
         ax.text(*place[leaf], f"{leaf}\nfloat32", ha="center", va="center", bbox=dict(fc="#dddddd", ec="0.4"))
+    boxes = {}
     for key, text in labels.items():
         colour = "#9ecae1" if "float16" in text else "#fdd0a2"
-        ax.text(*at[key], text, ha="center", va="center", bbox=dict(fc=colour, ec="0.4", boxstyle="round"))
-    ax.text(5.0, 1.45, "target float32 (a constant)", ha="center", fontsize=9, color="0.3")
+        boxes[nodes[key][0]] = ax.text(*at[key], text, ha="center", va="center",
+                                       bbox=dict(fc=colour, ec="0.4", boxstyle="round")).get_bbox_patch()
+    # the target enters mse_loss as a constant: an input, but no node of the graph and no edge
+    ax.annotate("target float32 (a constant)", xy=(0.5, 1), xycoords=boxes["MeanSquaredError"], xytext=(6.9, 1.4),
+                textcoords="data", ha="center", va="center", fontsize=9, color="0.3",
+                arrowprops=dict(arrowstyle="->", color="0.5", linestyle="--", shrinkA=2, shrinkB=2))
     ax.text(3.3, -0.75, "backward: each Cast casts the gradient back to its input's dtype", ha="center", va="top",
             fontsize=9, color="0.3")  # under the boxes, not on Cast b's
     ax.set_xlim(-0.5, 7.8), ax.set_ylim(-1.1, 1.8), ax.axis("off")
