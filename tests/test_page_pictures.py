@@ -3,7 +3,7 @@ on data, no big marker on another.
 
 Each page runs as its script, in a process of its own (a page sets the default dtype, seeds, modes), with
 `plt.show` replaced by the measurement; the test reports the faults of each figure by its number on the page.
-The pages: those that draw graphs with tinypytorch.utils.pictures, step 29 and steps 52-67. Slow: it runs the
+The pages: those that draw graphs with tinypytorch.utils.pictures, step 29 and steps 52-68. Slow: it runs the
 pages (steps 66 and 67 take a minute between them); tests/test_picture_overlaps.py is the quick check of the
 measuring and of the helpers.
 """
@@ -16,7 +16,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGES = [3, 5, 6, 7, 9, 11, 12, 13, 14, 15, 16, 18, 20, 25, 27, 29, 33, 34, *range(52, 68)]
+PAGES = [3, 5, 6, 7, 9, 11, 12, 13, 14, 15, 16, 18, 20, 25, 27, 29, 33, 34, *range(52, 69)]
 
 MEASURE = """
 import io, json, runpy, sys, contextlib
