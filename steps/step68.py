@@ -129,7 +129,7 @@ show_code(BatchedVariable.__init__, BatchedVariable.shape.fget)
 show_code(BatchedVariable.item, BatchedVariable.__bool__)
 
 # %% [markdown]
-# ## The door: Function.__call__
+# ## The door: `Function.__call__`
 #
 # Every operation of the package goes through `Function.__call__`. While
 # no vmap is open, the check costs one attribute read. Inside vmap, an
