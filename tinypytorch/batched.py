@@ -103,6 +103,27 @@ class BatchedVariable(Variable):
     def detach(self):
         return BatchedVariable(self.physical.detach(), self.level)
 
+    # memory layout: that of one sample's elements in the innermost array (whose last dims are the logical ones),
+    # as PyTorch reads a batched tensor's strides without its batch dims
+    def is_contiguous(self):
+        array = innermost(self).data
+        if 0 in array.shape:
+            return True  # (no elements: any layout is C order)
+        return bool(array[(0,) * (array.ndim - self.ndim)].flags.c_contiguous)
+
+    def contiguous(self):
+        from tinypytorch.core import Clone
+        return self if self.is_contiguous() else Clone(contiguous=True)(self)
+
+    def view(self, *shape):
+        """reshape that never copies, as Variable.view: the batch's reshape must view the innermost array."""
+        y = self.reshape(*shape)
+        before, after = innermost(self).data, innermost(y).data
+        if after.size and not cuda.get_array_module(after).may_share_memory(after, before):
+            raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                               "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+        return y
+
     # one sample's values: not there inside vmap (PyTorch's errors)
     def item(self):
         raise RuntimeError(ITEM)
