@@ -311,5 +311,35 @@ def test_vmap_of_jvp_as_torch():
     assert_matches(ours, theirs)
 
 
+ALL_ANY = {
+    "x.all()": lambda m: lambda x: x.all(),
+    "x.any(dim=0)": lambda m: lambda x: x.any(dim=0),
+    "(x > 0).all(dim=-1, keepdim=True)": lambda m: lambda x: (x > 0).all(dim=-1, keepdim=True),
+    "any(x, dim=())": lambda m: lambda x: m.any(x, dim=()),  # every dim of a sample under vmap (eager: none)
+    "x.all(dim=(0, 1))": lambda m: lambda x: x.all(dim=(0, 1)),
+    "x[0, 0].all(dim=0)": lambda m: lambda x: x[0, 0].all(dim=0),
+}
+
+
+@pytest.mark.parametrize("in_dims", [0, 1])
+@pytest.mark.parametrize("name", list(ALL_ANY))
+def test_all_and_any_of_each_sample_as_torch(name, in_dims):
+    a = np.array([[[1.0, 0.0, 2.0], [3.0, 4.0, 5.0]], [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]])
+    ours = vmap(ALL_ANY[name](tp), in_dims=in_dims)(tp.from_numpy(a))
+    theirs = tfunc.vmap(ALL_ANY[name](torch), in_dims=in_dims)(torch.from_numpy(a))
+    assert_matches(ours, theirs)
+
+
+def test_requires_grad_method_is_refused_inside_vmap_as_torch():
+    def f(m):
+        return lambda x: x.requires_grad_(False)
+    errors = []
+    for fw, transform in ((tp, vmap), (torch, tfunc.vmap)):
+        with pytest.raises(RuntimeError) as caught:
+            transform(f(fw))(fw.ones(3, 2))
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

@@ -25,6 +25,10 @@ CONTROL_FLOW = ("vmap: It looks like you're attempting to use a Tensor in some d
                 "don't support that yet, please file an issue at https://github.com/pytorch/pytorch/issues .")
 NO_STORAGE = "Cannot access data pointer of Tensor that doesn't have storage"
 DATA = "accessing `data` under vmap transform is not allowed"
+REQUIRES_GRAD_ = ("You are attempting to call Tensor.requires_grad_() (or perhaps using torch.autograd.functional.* "
+                  "APIs) inside of a function being transformed by a functorch transform. This is unsupported, please "
+                  "attempt to use the functorch transforms (e.g. grad, vjp, jacrev, jacfwd, hessian) or call "
+                  "requires_grad_() outside of a function being transformed instead.")
 
 
 class BatchedVariable(Variable):
@@ -102,6 +106,9 @@ class BatchedVariable(Variable):
 
     def detach(self):
         return BatchedVariable(self.physical.detach(), self.level)
+
+    def requires_grad_(self, requires_grad=True):  # PyTorch refuses the method (not the attribute) inside vmap
+        raise RuntimeError(REQUIRES_GRAD_)
 
     # memory layout: that of one sample's elements in the innermost array (whose last dims are the logical ones),
     # as PyTorch reads a batched tensor's strides without its batch dims

@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 
-from tinypytorch import cuda, dtypes, inplace, outputs
+from tinypytorch import batching_state, cuda, dtypes, inplace, outputs
 from tinypytorch.core import Variable, _check_broadcast, compare
 from tinypytorch.functions import _dims
 
@@ -121,6 +121,8 @@ def _reduce(op, input, dim, keepdim, out):
     if not isinstance(input, Variable):
         raise TypeError(f"{op}() received an invalid combination of arguments - got ({_got(input)}), but expected "
                         "(Tensor input, tuple of ints dim = None, bool keepdim = False)")
+    if batching_state.open_vmap_levels and isinstance(input, batching_state.batched_type):  # step 68: vmap
+        return _reduce_batched(op, input, dim, keepdim, out)
     data = input.data
     if isinstance(dim, (tuple, list)) and not dim:
         axes = ()  # PyTorch's all(x, dim=()) reduces no dim (where its sum reduces every one)
@@ -136,6 +138,18 @@ def _reduce(op, input, dim, keepdim, out):
     if out.data.dtype not in (np.bool_, np.uint8):
         raise RuntimeError(f"{op} only supports bool tensor for result, got: {dtypes.torch_name(out.data.dtype)}")
     return outputs.write(op, out, y.astype(out.data.dtype))
+
+
+def _reduce_batched(op, input, dim, keepdim, out):  # step 68
+    """all or any of each sample of a batched input (vmap): the same dims of the physical value, one further."""
+    if out is not None:
+        raise RuntimeError(f"{op}: out= is not supported inside vmap in tinypytorch")
+    if dim is None or (isinstance(dim, (tuple, list)) and not dim):  # every dim of the sample; an empty tuple
+        axes = tuple(range(input.ndim))  # too, as PyTorch's batching rule reads it (where eager all reduces none)
+    else:
+        axes = _dims(op, dim, input.ndim)
+    physical = _reduce(op, input.physical, tuple(a + 1 for a in axes) or (), keepdim, None)
+    return type(input)(physical, input.level)
 
 
 def all(input, dim=None, keepdim=False, *, out=None):  # noqa: A001,A002 (PyTorch's names)
