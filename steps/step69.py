@@ -8,9 +8,10 @@
 # before adding it, and the size of each sample's gradient tells which
 # samples pull the model hardest. The plain way is a loop, one backward
 # pass per sample. This step gets all of them in one call by composing
-# two transforms the package has: `grad` of a function of the parameters
-# (step 65, with `functional_call`) and `vmap` over the samples (step 68),
-# `vmap(grad(loss), in_dims=(None, 0, 0))`, as `torch.func` does it. It
+# two transforms the package has, `grad` ([step 65](step65.ipynb)) of
+# the loss as a function of the parameters and `vmap` over the samples
+# ([step 68](step68.ipynb)): `vmap(grad(loss), in_dims=(None, 0, 0))`, as
+# `torch.func` does it. It
 # ends with the same trick turned around: `vmap` over a stack of models'
 # parameters runs an ensemble in one call (`stack_module_state`).
 
@@ -120,8 +121,11 @@ plt.show()
 # ## A loss as a function of the parameters, differentiated per sample
 #
 # `grad` differentiates a function with respect to its arguments, so the
-# loss must take the parameters as an argument: `functional_call` (step
-# 65) runs the model with the tensors of a dict in its parameters' places.
+# loss must take the parameters as an argument. `functional_call(model,
+# params, args)` runs the model with the tensors of the dict `params` in
+# its parameters' places, for that call only (PyTorch's
+# `torch.func.functional_call`): the model is used for its structure,
+# and its own parameters are left as they were.
 # The function is written for **one** sample (a batch of one, as the
 # model expects); `grad` gives that sample's gradient, a dict shaped as
 # `params`.
@@ -167,10 +171,10 @@ print("vmap(grad) vs the loop of 16 backward passes:",
 #
 # and one backward pass, seeded with a one for each sample's loss
 # (`_physical_pair`), fills row $i$ with sample $i$'s gradient: exactly
-# what the loop's $i$-th backward pass computed, by the same backward
-# formulas. `run_recorded` is where `grad`, `vjp` and `jacrev` make their
-# leaves; `_open_levels` is empty outside `vmap`, and then the leaf is the
-# argument itself, as in step 65.
+# what the loop's $i$-th backward pass computed, the same derivatives
+# taken for all samples at once. `run_recorded` is where `grad`, `vjp` and
+# `jacrev` make their leaves; outside `vmap` `_open_levels` is empty and
+# the leaf is a new leaf on the argument's data, as in step 65.
 
 # %%
 show_code(func._Call.run_recorded, func._physical_leaf, func._physical_pair, step=69)
@@ -256,8 +260,8 @@ plt.show()
 # Unclipped, the wrong label has the largest say in the step. Clipped
 # at $C$, it counts no more than any other sample whose gradient
 # reaches $C$. (The norm of the batch's
-# gradient alone, which `clip_grad_norm_` of step 55 would clip, cannot
-# tell which sample it came from.)
+# gradient alone, which `clip_grad_norm_` of [step 56](step56.ipynb)
+# would clip, cannot tell which sample it came from.)
 #
 # ## Ensembles: vmap over models
 #
