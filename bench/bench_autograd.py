@@ -17,6 +17,7 @@ Workloads (each computes a gradient; tests/test_bench.py checks every one agains
 - grad modes: a small MLP's forward with the graph recorded, under no_grad and under inference_mode
   (speed_grad_modes.py, written to grad_modes.md);
 - Jacobians: jacfwd (columns) against jacrev (rows) as n and m vary (speed_jacobians.py, jacobians.md);
+- per-sample gradients: a loop of backward passes against vmap(grad) (speed_per_sample.py, per_sample.md);
 - convolution: conv2d forward and backward against PyTorch and a hand-written NumPy im2col (speed_conv.py, conv.md).
 
 "NumPy" is the same arithmetic written by hand: a forward pass that keeps what the backward
@@ -38,6 +39,7 @@ import pathlib  # noqa: E402
 import speed_conv  # noqa: E402
 import speed_grad_modes  # noqa: E402
 import speed_jacobians  # noqa: E402
+import speed_per_sample  # noqa: E402
 from speed_autograd import SETTINGS, plot, profile, report, run_workloads  # noqa: E402
 from writing import output_folder, write_results  # noqa: E402
 
@@ -56,6 +58,7 @@ def main(argv=None):
                   lambda path: plot(results, scaling, slopes, s["sizes"], path))
     speed_grad_modes.run(args.quick, args.out)  # steps 57 and 58: each gradient mode's cost, into grad_modes.md
     speed_jacobians.run(args.quick, args.out)  # step 65: jacfwd against jacrev, into jacobians.md
+    speed_per_sample.run(args.quick, args.out)  # step 69: a loop of backward passes against vmap(grad), per_sample.md
     speed_conv.run(args.quick, args.out)  # step 55: conv2d forward and backward against torch and NumPy, conv.md
     if args.profile:
         profile(s)

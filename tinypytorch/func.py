@@ -8,6 +8,7 @@
     grad(f)(*args)              the gradient of a scalar f; grad_and_value(f)(*args) gives f's value too
     functional_call(module, params, args)   module called with other tensors in its parameters' and buffers'
                                 places, for that call only: a model as a function of its parameters, for the above
+    stack_module_state(models)  (params, buffers): the models' tensors stacked by name, for vmap over the models
 
 PyTorch's signatures and structures: argnums (an int or a tuple of ints) picks the arguments to differentiate;
 with has_aux=True f returns (output, aux), and aux comes back beside the result, not differentiated. Arguments
@@ -30,13 +31,14 @@ import threading
 from tinypytorch import batching_state, cuda, forward_ad_state, layers
 from tinypytorch.autograd import forward_ad as fwAD
 from tinypytorch.autograd import gradients
-from tinypytorch.batched import innermost, materialized, rebatched
+from tinypytorch.batched import innermost, is_batched, materialized, rebatched
 from tinypytorch.batching import vmap
 from tinypytorch.core import Variable
 from tinypytorch.cuda import get_array_module
 from tinypytorch.factories import zeros_like
 from tinypytorch.functions import Reshape, movedim, reshape
 from tinypytorch.grad_mode import enable_grad, is_grad_enabled
+from tinypytorch.structure import stack
 from tinypytorch.utils.pytree import tree_flatten, tree_map, tree_unflatten, treespec_pprint
 
 JVP, VJP, GRAD = "jvp(f, primals, tangents)", "vjp(f, *primals)", "grad_and_value(f)(*args)"  # PyTorch's names
@@ -181,6 +183,37 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
         return module(*args, **({} if kwargs is None else kwargs))
 
 
+def stack_module_state(models):  # step 69
+    """(params, buffers) of M models of one class, each a dict from dotted names (as named_parameters and
+    named_buffers give them) to the M tensors of that name stacked along a new first dim: PyTorch's
+    `torch.func.stack_module_state`, so that `vmap(lambda p, b, x: functional_call(models[0], (p, b), (x,)),
+    in_dims=(0, 0, None))` runs the M models at once (an ensemble). The stacked parameters are new leaves, detached
+    from the models' (an optimizer can take them; the models' own parameters stay as they are); the names are the
+    first model's. PyTorch's errors: no model, models in different train/eval modes, of different classes, of
+    different shapes (stack's), a name that a later model lacks (a KeyError), a name that requires grad in some
+    models and not in others."""
+    if len(models) == 0:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if not (all(m.training for m in models) or all(not m.training for m in models)):
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
+    if not all(type(m) is type(models[0]) for m in models):
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+    all_params = [dict(m.named_parameters()) for m in models]
+    params = {name: _stacked_leaf([p[name] for p in all_params], name) for name in all_params[0]}
+    all_buffers = [dict(m.named_buffers()) for m in models]  # arrays in this package: stacked as Variables
+    buffers = {name: stack([Variable(b[name], requires_grad=False) for b in all_buffers])
+               for name in all_buffers[0]}
+    return params, buffers
+
+
+def _stacked_leaf(tensors, name):
+    """The tensors stacked along a new first dim; a new leaf that requires grad if they all do (none: a constant)."""
+    requires = [t.requires_grad for t in tensors]
+    if any(requires) and not all(requires):
+        raise RuntimeError(f"Expected {name} from each model to have the same .requires_grad")
+    stacked = stack(tensors)
+    return stacked.detach().requires_grad_() if all(requires) else stacked
+
 def _named_tensors(module):
     """(dotted name, value) of every parameter, then every buffer, a shared one (tied weights) under each of its
     names: torch's named_parameters and named_buffers with remove_duplicate=False."""
@@ -236,6 +269,10 @@ def _swap(module, name, value):
     old = owner.__dict__.get(attr, _MISSING)
     if attr in layers.buffer_names(owner) and value is not _MISSING:
         if isinstance(value, Variable):
+            if is_batched(value):  # (its .data is no array: the module would fail, and putting it back too)
+                raise NotImplementedError(f"functional_call: buffer '{name}' is given a Variable batched by vmap; "
+                                          "tinypytorch's buffers are arrays, which vmap does not batch (torch's "
+                                          "would be): pass the buffers unbatched (in_dims None)")
             if value.requires_grad and is_grad_enabled():
                 raise NotImplementedError(f"functional_call: buffer '{name}' is given a Variable that requires grad; "
                                           "tinypytorch's buffers are arrays, which no gradient reaches (torch's "
