@@ -341,5 +341,13 @@ def test_requires_grad_method_is_refused_inside_vmap_as_torch():
     assert errors[0] == errors[1]
 
 
+def test_batch_norm_inside_vmap_is_refused_clearly():
+    bn = tp.nn.BatchNorm1d(3).eval()
+    for f, a in ((lambda w: func.functional_call(bn, {"weight": w}, (tp.ones(4, 3),)), tp.ones(2, 3)),
+                 (lambda x: bn(x), tp.ones(2, 4, 3))):
+        with pytest.raises(NotImplementedError, match="vmap: batch_norm"):
+            vmap(f)(a)
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

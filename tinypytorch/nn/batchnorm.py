@@ -15,7 +15,7 @@ normalised in float32 and rounded once, as PyTorch's CPU kernels do, and may mee
 """
 import numpy as np
 
-from tinypytorch import cuda, dtypes, layers, recomputation
+from tinypytorch import batching_state, cuda, dtypes, layers, recomputation
 from tinypytorch.core import Variable, as_variable, astype
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import reshape
@@ -92,6 +92,10 @@ class BatchNorm2d(_BatchNorm):
 def _batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps):
     """torch's F.batch_norm for a Module's buffers: normalise x with the batch's statistics (use_batch) or the
     running ones; with use_batch, running statistics given (arrays) move `momentum` of the way to the batch's."""
+    if batching_state.open_vmap_levels and any(isinstance(v, batching_state.batched_type)  # step 68: vmap
+                                               for v in (x, running_mean, running_var, weight, bias)):
+        raise NotImplementedError("vmap: batch_norm of a batched input or with batched parameters is not supported "
+                                  "in tinypytorch; call it outside vmap, or loop over the batch")
     channels = x.shape[1]
     if use_batch and x.numel() // channels == 1:  # torch's check, before the others
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {x.shape}")
