@@ -91,7 +91,7 @@ def jacfwd_by_columns(f):
 
 
 def jacrev_by_rows(f):
-    """f's Jacobian by rows: one recorded forward pass, then one backward pass (vjp) per element of the output."""
+    """f's Jacobian by rows: one recorded forward pass, then one backward pass (vjp) per output element."""
     def jacobian(x):
         y, pull = func.vjp(f, x)  # f run once, its graph recorded
         rows = [pull(unit(y.shape, i))[0] for i in range(y.numel())]  # e_iᵀ J, one backward pass each
@@ -353,8 +353,7 @@ close(functional.jacobian(layer, x2, strategy="forward-mode", vectorize=True), T
 close(functional.hvp(scalar, x, v)[1], TF.hvp(t_scalar, tx, tv)[1])
 close(functional.vhp(scalar, x, v)[1], TF.vhp(t_scalar, tx, tv)[1])
 print("torch.autograd.functional: jacobian (both strategies), hvp, vhp equal")
-print("PyTorch check passed: the step's loops, func's five transforms and functional's jacobian, hvp, vhp "
-      "equal torch's")
+print("PyTorch check passed: the step's loops, func's five transforms, functional's jacobian, hvp, vhp")
 
 # %% [markdown]
 # ## Recap
@@ -387,7 +386,8 @@ def curve(t):
 t0 = const([0.4])
 J_curve_fwd, J_curve_rev = jacfwd_by_columns(curve)(t0), jacrev_by_rows(curve)(t0)
 print(np.round(J_curve_fwd.data.ravel(), 6), np.round(J_curve_rev.data.ravel(), 6))
-print("by columns: 1 forward-mode pass (one input); by rows: 1 forward and 3 backward passes (three outputs)")
+print("by columns: 1 forward-mode pass (one input);",
+      "by rows: 1 forward and 3 backward passes (three outputs)")
 
 # %% [markdown]
 # **2. A Newton step with hvp.** For $f(x) = \sum x^4/4 - x$ the Newton
