@@ -347,9 +347,9 @@ FAILED_BATCHED_GRAD_MSG = """
 gradcheck or gradgradcheck failed while testing batched gradient computation.
 To compute batched gradients (e.g. jacobians, hessians: tinypytorch.func.jacrev), the backward computation runs
 under vmap, on a batch of output gradients at once. The most common failure is a vmap-incompatible operation in a
-backward formula: one that leaves the package for raw arrays (.data, .numpy(), .item()), branches on a value, writes
-a batched gradient into an unbatched tensor in place, or is an operation without a batching rule. Write the backward
-with out-of-place operations of the package, or call gradcheck/gradgradcheck with `check_batched_grad=False`.
+backward formula: one that leaves the package for raw arrays (.data, .numpy(), .item()), branches on a value, or
+writes a batched gradient into an unbatched tensor in place. Write the backward with out-of-place operations of the
+package, or call gradcheck/gradgradcheck with `check_batched_grad=False`.
 """.strip()
 
 FAILED_BATCHED_GRAD_MSG_FWD_AD = """
