@@ -16,7 +16,8 @@ Workloads (each computes a gradient; tests/test_bench.py checks every one agains
 - scaling: backward time against graph size, 10^3 to 10^5 functions, for a chain and a wide graph;
 - grad modes: a small MLP's forward with the graph recorded, under no_grad and under inference_mode
   (speed_grad_modes.py, written to grad_modes.md);
-- Jacobians: jacfwd (columns) against jacrev (rows) as n and m vary (speed_jacobians.py, jacobians.md);
+- Jacobians: jacfwd (columns) against jacrev (rows) as n and m vary, as loops of passes and batched with vmap,
+  against torch.func (speed_jacobians.py, jacobians.md);
 - per-sample gradients: a loop of backward passes against vmap(grad) (speed_per_sample.py, per_sample.md);
 - convolution: conv2d forward and backward against PyTorch and a hand-written NumPy im2col (speed_conv.py, conv.md).
 

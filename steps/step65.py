@@ -39,14 +39,15 @@ def const(array):
 #
 # For $f:\mathbb{R}^n\to\mathbb{R}^m$ the Jacobian $J$ is $m\times n$.
 # Feeding the unit tangent $e_k$ forward gives column $k$; feeding the unit
-# cotangent $e_i$ backward gives row $i$. So `jacfwd` needs $n$ passes and
-# `jacrev` needs $m$ (after one forward pass that records the graph).
+# cotangent $e_i$ backward gives row $i$. So a Jacobian by columns needs $n$
+# forward-mode passes, and one by rows $m$ backward passes (after one
+# forward pass that records the graph).
 
 # %% tags=["hide-input"]
 def draw_columns_and_rows(m=4, n=6):
     fig, axes = plt.subplots(1, 2, figsize=(8, 3))
-    for ax, title, colour, forward in ((axes[0], "jacfwd: column k = J e_k (n passes)", "tab:blue", True),
-                                       (axes[1], "jacrev: row i = e_iᵀ J (m passes)", "tab:red", False)):
+    for ax, title, colour, forward in ((axes[0], "by columns: J e_k (n passes)", "tab:blue", True),
+                                       (axes[1], "by rows: e_iᵀ J (m passes)", "tab:red", False)):
         for i in range(m):
             for k in range(n):
                 lit = (k == 2) if forward else (i == 1)
@@ -62,19 +63,41 @@ def draw_columns_and_rows(m=4, n=6):
 draw_columns_and_rows()
 
 # %% [markdown]
-# `tinypytorch.func` writes both as loops over basis vectors (PyTorch
-# batches the same loop with `vmap`). `jvp` runs one forward-mode pass
-# under a `dual_level`; `vjp` records one forward pass and returns a
-# function that runs a backward pass per cotangent. Both transforms take
-# PyTorch's arguments: `argnums` picks the arguments to differentiate,
-# and arguments and outputs may be tuples or dicts of Variables (a
-# model's parameters). `_Call` flattens what is differentiated into a
-# list, `call.inputs`, and `call.nest` puts the blocks of the Jacobian
-# back into PyTorch's structure; `call.push` is one forward-mode pass,
-# `call.pull` one backward pass.
+# The package has PyTorch's two products in `tinypytorch.func`.
+# `jvp(f, (x,), (v,))` runs one forward-mode pass under a `dual_level`
+# and returns $(f(x), Jv)$. `vjp(f, x)` records one forward pass and
+# returns $f(x)$ and a function that runs one backward pass per
+# cotangent $u$ and returns $(u^\top J,)$. A Jacobian is then a loop
+# over basis vectors, of one product or the other: the step's two
+# functions, for one input Variable and one output Variable of any shape.
 
 # %%
-show_code(func.jacfwd, func.jacrev)
+def unit(shape, k):
+    """The k-th unit vector e_k, shaped as `shape` (a 1 at flat position k)."""
+    e = np.zeros(int(np.prod(shape)))
+    e[k] = 1.0
+    return const(e.reshape(shape))
+
+
+def jacfwd_by_columns(f):
+    """f's Jacobian by columns: one forward-mode pass (jvp) per element of the input."""
+    def jacobian(x):
+        columns = []
+        for k in range(x.numel()):
+            y, column = func.jvp(f, (x,), (unit(x.shape, k),))  # f(x) and J e_k, in one pass
+            columns.append(column.reshape(-1))
+        return tp.stack(columns, dim=1).reshape(y.shape + x.shape)  # shape: output's + input's
+    return jacobian
+
+
+def jacrev_by_rows(f):
+    """f's Jacobian by rows: one recorded forward pass, then one backward pass (vjp) per output element."""
+    def jacobian(x):
+        y, pull = func.vjp(f, x)  # f run once, its graph recorded
+        rows = [pull(unit(y.shape, i))[0] for i in range(y.numel())]  # e_iᵀ J, one backward pass each
+        return tp.stack(rows).reshape(y.shape + x.shape)
+    return jacobian
+
 
 # %%
 rng = np.random.default_rng(62)
@@ -86,24 +109,33 @@ def layer(x):  # x -> tanh(W x): R^2 -> R^3
 
 
 x = const([0.5, -1.0])
-J_fwd, J_rev = func.jacfwd(layer)(x), func.jacrev(layer)(x)
+J_fwd, J_rev = jacfwd_by_columns(layer)(x), jacrev_by_rows(layer)(x)
 J_hand = (1 - np.tanh(W @ x.data) ** 2)[:, None] * W  # diag(1 - tanh²) W, by the chain rule
 print(np.round(J_fwd.data, 6))
-print("jacfwd vs jacrev:", below(np.abs(J_fwd.data - J_rev.data).max(), 1e-15),
+print("by columns vs by rows:", below(np.abs(J_fwd.data - J_rev.data).max(), 1e-15),
       "| vs the chain rule by hand:", below(np.abs(J_fwd.data - J_hand).max(), 1e-15))
+print("vs the package's func.jacfwd:", below(np.abs(J_fwd.data - func.jacfwd(layer)(x).data).max(), 1e-15),
+      "| func.jacrev:", below(np.abs(J_rev.data - func.jacrev(layer)(x).data).max(), 1e-15))
 
 # %% [markdown]
+# The package's `func.jacfwd` and `func.jacrev`, as PyTorch's, build
+# the same matrices without the loop: `vmap` (step 68) runs the $n$
+# forward-mode passes, or the $m$ backward passes, as one pass on a batch
+# of basis vectors. They also take PyTorch's arguments: `argnums` picks
+# the arguments to differentiate, and arguments and outputs may be tuples
+# or dicts of Variables (a model's parameters).
+#
 # ## When columns are cheaper than rows
 #
 # Count passes for $x\mapsto\tanh(Wx)$ with $W$ of size $m\times n$:
-# `jacfwd` makes $n$ forward-mode passes, `jacrev` one recorded forward
-# pass and $m$ backward passes. The figure counts them by counting the
-# calls of `Tanh.forward` and `Tanh.backward`: every pass runs one of them
-# once, whatever its direction.
+# `jacfwd_by_columns` makes $n$ forward-mode passes, `jacrev_by_rows` one
+# recorded forward pass and $m$ backward passes. The figure counts them by
+# counting the calls of `Tanh.forward` and `Tanh.backward`: every pass runs
+# one of them once, whatever its direction.
 
 # %% tags=["hide-input"]
-def count_passes(mode, n, m):
-    """Run jacfwd or jacrev on an m x n map and count the passes it makes, by counting tanh's calls."""
+def count_passes(jacobian_of, n, m):
+    """Build the Jacobian of an m x n map with jacobian_of (a transform) and count its passes, by tanh's calls."""
     W_nm = np.random.default_rng(0).standard_normal((m, n))
     calls = {"forward": 0, "backward": 0}
     tanh_forward, tanh_backward = tp.functions.Tanh.forward, tp.functions.Tanh.backward
@@ -117,27 +149,30 @@ def count_passes(mode, n, m):
         return tanh_backward(self, *a)
     tp.functions.Tanh.forward, tp.functions.Tanh.backward = counted_forward, counted_backward
     try:
-        getattr(func, mode)(lambda a: tp.tanh(tp.matmul(a.reshape(1, -1), const(W_nm.T))).reshape(-1))(const(
-            np.ones(n)))
+        jacobian_of(lambda a: tp.tanh(tp.matmul(a.reshape(1, -1), const(W_nm.T))).reshape(-1))(const(np.ones(n)))
     finally:
         tp.functions.Tanh.forward, tp.functions.Tanh.backward = tanh_forward, tanh_backward
     return calls["forward"] + calls["backward"]
 
 
 sizes = [2 ** k for k in range(1, 9)]
-passes = {(mode, n): count_passes(mode, n, 512 // n) for mode in ("jacfwd", "jacrev") for n in sizes}
+loops = {"by columns": jacfwd_by_columns, "by rows": jacrev_by_rows}
+passes = {(name, n): count_passes(loops[name], n, 512 // n) for name in loops for n in sizes}
 fig, ax = plt.subplots(figsize=(6, 3.4))
-for mode, colour in (("jacfwd", "tab:blue"), ("jacrev", "tab:red")):
-    ax.plot(sizes, [passes[mode, n] for n in sizes], "o-", color=colour, label=mode)
+for name, colour in (("by columns", "tab:blue"), ("by rows", "tab:red")):
+    ax.plot(sizes, [passes[name, n] for n in sizes], "o-", color=colour, label=name)
 ax.set_xscale("log", base=2), ax.set_yscale("log", base=2)
 ax.set_xlabel("n inputs (m = 512 / n outputs)"), ax.set_ylabel("passes through tanh")
 ax.set_title("Same Jacobian, n m = 512: columns win while n < m")
 ax.legend()
 plt.tight_layout()
 plt.show()
-print("  n   m  jacfwd  jacrev")
+print("  n   m  by columns  by rows")
 for n in sizes:
-    print(f"{n:3d} {512 // n:3d} {passes['jacfwd', n]:7d} {passes['jacrev', n]:7d}")
+    print(f"{n:3d} {512 // n:3d} {passes['by columns', n]:10d} {passes['by rows', n]:8d}")
+batched = {name: count_passes(getattr(func, name), 4, 128) for name in ("jacfwd", "jacrev")}
+print(f"the package's func.jacfwd and func.jacrev at n = 4, m = 128: {batched['jacfwd']} and "
+      f"{batched['jacrev']} calls of tanh (batched passes)")
 
 # %% [markdown]
 # The lines cross at $n = m$ (about 23, as $nm = 512$): with fewer inputs
@@ -145,32 +180,46 @@ for n in sizes:
 # one backward pass gives its whole gradient, which is why training uses
 # reverse mode. A pass does not cost the same in both modes (a tangent pass
 # computes values and tangents, a backward pass only gradients but after a
-# recorded forward), so measured times shift the crossover:
-# `bench/speed_jacobians.py` times both, here and in `torch.func`.
+# recorded forward), so measured times shift the crossover. Batching moves
+# it too: the package's `func.jacfwd` calls tanh once and `func.jacrev`
+# twice, one batched pass each, at every size. `bench/speed_jacobians.py`
+# times the loops, the package's batched transforms and `torch.func`'s.
 #
 # ## Hessians: forward over reverse
 #
-# The Hessian of a scalar $f$ is the Jacobian of its gradient. `hessian`
-# is PyTorch's default, `jacfwd(jacrev(f))`, forward over reverse: each
-# column is one forward-mode pass pushed through the whole of `jacrev`,
-# its backward passes included. Saved tensors keep their tangents and the
-# backward formulas run on Variables while a dual level is open, so the
-# input's tangent reaches the gradient. `jacrev(jacrev(f))` gives the same
-# matrix by rows: the inner `vjp` records its backward passes
-# (`create_graph=True`) when its input requires grad, as the outer
-# `jacrev`'s does. PyTorch's docs example,
+# The Hessian of a scalar $f$ is the Jacobian of its gradient.
+# `jacfwd_by_columns(jacrev_by_rows(f))` takes it forward over reverse:
+# each column is one forward-mode pass pushed through the whole of
+# `jacrev_by_rows`, its backward passes included. Saved tensors keep their
+# tangents and the backward formulas run on Variables while a dual level
+# is open, so the input's tangent reaches the gradient.
+# `jacrev_by_rows(jacrev_by_rows(f))` gives the same matrix by rows: the
+# inner `vjp` records its backward passes (`create_graph=True`) when its
+# input requires grad, as the outer `vjp`'s does. PyTorch's `hessian` is
+# forward over reverse, `jacfwd(jacrev(f))`, and so is the package's
+# `func.hessian`. PyTorch's docs example,
 # $\nabla^2 \sum\sin x = \operatorname{diag}(-\sin x)$:
 
 # %%
 x = const([0.3, 1.1, -0.7, 2.0])
-H = func.hessian(lambda a: tp.sin(a).sum())(x)
+
+
+def sum_sin(a):
+    return tp.sin(a).sum()
+
+
+H = jacfwd_by_columns(jacrev_by_rows(sum_sin))(x)
 print(np.round(H.data, 6) + 0.0)
 print("against diag(-sin x):", below(np.abs(H.data - np.diag(-np.sin(x.data))).max(), 1e-15))
+H_rows = jacrev_by_rows(jacrev_by_rows(sum_sin))(x)
+print("reverse over reverse:", below(np.abs(H_rows.data - H.data).max(), 1e-15),
+      "| func.hessian:", below(np.abs(func.hessian(sum_sin)(x).data - H.data).max(), 1e-15))
 
 # %% [markdown]
 # The same for a small network's loss, as a function of its first layer's
-# weights (2 × 3, flattened: a 6 × 6 Hessian). Its off-diagonal entries
-# couple weights of both hidden units, which meet in the output and the loss.
+# weights (2 × 3, flattened: a 6 × 6 Hessian), by the package's
+# `func.hessian`. Its off-diagonal entries couple weights of both hidden
+# units, which meet in the output and the loss.
 
 # %%
 data, target = rng.standard_normal((5, 3)), rng.standard_normal((5, 1))
@@ -249,7 +298,8 @@ except RuntimeError as error:
 # %% [markdown]
 # ## Check against PyTorch
 #
-# `jvp`, `vjp`, `jacfwd`, `jacrev` and `hessian` against `torch.func`;
+# The step's `jacfwd_by_columns` and `jacrev_by_rows`, and the package's
+# `jvp`, `vjp`, `jacfwd`, `jacrev` and `hessian`, against `torch.func`;
 # `jacobian` (both strategies), `hvp` and `vhp` against
 # `torch.autograd.functional`; float64, `rtol=1e-10`.
 
@@ -291,28 +341,31 @@ x2, v2, u3 = const([0.5, -1.0]), const([0.3, 0.7]), const([1.0, -2.0, 0.5])
 tx2, tv2, tu3 = (torch.tensor(a.data) for a in (x2, v2, u3))
 close(func.jvp(layer, (x2,), (v2,))[1], tfunc.jvp(t_layer, (tx2,), (tv2,))[1])
 close(func.vjp(layer, x2)[1](u3)[0], tfunc.vjp(t_layer, tx2)[1](tu3)[0])
-for name in ("jacfwd", "jacrev"):
+for name, loop in (("jacfwd", jacfwd_by_columns), ("jacrev", jacrev_by_rows)):
+    close(loop(layer)(x2), getattr(tfunc, name)(t_layer)(tx2))
     close(getattr(func, name)(layer)(x2), getattr(tfunc, name)(t_layer)(tx2))
+close(jacfwd_by_columns(jacrev_by_rows(mlp_loss))(w1), tfunc.hessian(t_mlp_loss)(torch.tensor(w1.data)))
 close(func.hessian(mlp_loss)(w1), tfunc.hessian(t_mlp_loss)(torch.tensor(w1.data)))
-print("torch.func: jvp, vjp, jacfwd, jacrev, hessian equal")
+print("torch.func: the loops by columns and by rows; jvp, vjp, jacfwd, jacrev, hessian equal")
 tx, tv = torch.tensor(x.data), torch.tensor(v.data)
 close(functional.jacobian(layer, x2), TF.jacobian(t_layer, tx2))
 close(functional.jacobian(layer, x2, strategy="forward-mode", vectorize=True), TF.jacobian(t_layer, tx2))
 close(functional.hvp(scalar, x, v)[1], TF.hvp(t_scalar, tx, tv)[1])
 close(functional.vhp(scalar, x, v)[1], TF.vhp(t_scalar, tx, tv)[1])
 print("torch.autograd.functional: jacobian (both strategies), hvp, vhp equal")
-print("PyTorch check passed: func's five transforms and functional's jacobian, hvp, vhp equal torch's")
+print("PyTorch check passed: the step's loops, func's five transforms, functional's jacobian, hvp, vhp")
 
 # %% [markdown]
 # ## Recap
 #
 # - One forward-mode pass gives a column $Jv$, one backward pass a row
-#   $u^\top J$: `jvp` and `vjp`. `jacfwd` loops over $n$ columns,
-#   `jacrev` over $m$ rows; few inputs favour columns, few outputs rows.
-# - `hessian` is `jacfwd(jacrev(f))`, forward over reverse, as PyTorch's;
-#   `jacrev(jacrev(f))` gives the same through `create_graph`.
-# - The transforms take PyTorch's `argnums` and `has_aux`, and tuples,
-#   lists and dicts of Variables as arguments and outputs.
+#   $u^\top J$: `jvp` and `vjp`. A Jacobian is $n$ columns or $m$ rows;
+#   few inputs favour columns, few outputs rows.
+# - A Hessian is forward over reverse (`jacfwd(jacrev(f))`, PyTorch's
+#   `hessian`); reverse over reverse gives the same through `create_graph`.
+# - The package's `func.jacfwd`, `func.jacrev` and `func.hessian` run
+#   the passes as one batched pass (`vmap`, step 68) and take PyTorch's
+#   `argnums` and `has_aux`, and tuples, lists and dicts of Variables.
 # - `vhp` and `hvp` give $v^\top H$ and $Hv$ in $O(n)$ memory, by double
 #   backward; the Hessian itself needs $n^2$.
 # - `autograd.functional.jacobian(f, x, strategy=...)`, `strict=True`
@@ -322,7 +375,8 @@ print("PyTorch check passed: func's five transforms and functional's jacobian, h
 #
 # **1. A Jacobian with more outputs than inputs.** For
 # $f(t) = (\cos t, \sin t, t^2)$ at $t = 0.4$ (one input, three outputs),
-# get the Jacobian with `jacfwd` and `jacrev`. Which made fewer passes?
+# get the Jacobian with `jacfwd_by_columns` and `jacrev_by_rows`. Which
+# made fewer passes?
 
 # %% tags=["hide-cell"]
 def curve(t):
@@ -330,8 +384,10 @@ def curve(t):
 
 
 t0 = const([0.4])
-print(np.round(func.jacfwd(curve)(t0).data.ravel(), 6), np.round(func.jacrev(curve)(t0).data.ravel(), 6))
-print("jacfwd: 1 pass (one input); jacrev: 3 backward passes (three outputs)")
+J_curve_fwd, J_curve_rev = jacfwd_by_columns(curve)(t0), jacrev_by_rows(curve)(t0)
+print(np.round(J_curve_fwd.data.ravel(), 6), np.round(J_curve_rev.data.ravel(), 6))
+print("by columns: 1 forward-mode pass (one input);",
+      "by rows: 1 forward and 3 backward passes (three outputs)")
 
 # %% [markdown]
 # **2. A Newton step with hvp.** For $f(x) = \sum x^4/4 - x$ the Newton

@@ -1,5 +1,6 @@
-"""bench/bench_autograd.py (autograd_workloads, speed_autograd, speed_grad_modes, speed_conv) and bench/bench_changes.py
-(speed_changes): every measured function computes the gradient (or output) PyTorch or maths gives.
+"""bench/bench_autograd.py (autograd_workloads, speed_autograd, speed_grad_modes, speed_conv, speed_jacobians) and
+bench/bench_changes.py (speed_changes): every measured function computes the gradient (or output) PyTorch or maths
+gives.
 
 Small sizes only; nothing here looks at a timing. The benchmark itself runs with
 `python bench/bench_autograd.py` (or `--quick`).
@@ -22,6 +23,7 @@ import speed_autograd
 import speed_changes
 import speed_conv
 import speed_grad_modes
+import speed_jacobians
 import timing
 from reference import floats
 
@@ -322,3 +324,23 @@ def test_conv_report_gives_tinypytorchs_ratio_to_each():
     text = speed_conv.report(times, "quick")
     first = next(iter(speed_conv.WORKLOADS))
     assert f"| {first} | 6 ms | 2 ms | 3 ms | 3.0 (2.0) | 2.0 (5.0) |" in text
+
+
+@pytest.mark.parametrize("n", [1, 4, 32])
+@pytest.mark.parametrize("way", ["loops", "tinypytorch", "torch"])
+@pytest.mark.parametrize("mode", ["jacfwd", "jacrev"])
+def test_every_jacobian_the_jacobians_benchmark_times_is_the_chain_rules(way, mode, n):
+    """speed_jacobians: each way's Jacobian of x -> tanh(W x) is diag(1 - tanh(W x)²) W (worked by hand)."""
+    W, x = speed_jacobians.problem(n, speed_jacobians.PRODUCT // n)
+    J = speed_jacobians.jacobian_call(way, mode, W, x)()
+    np.testing.assert_allclose(np.asarray(J.detach().numpy() if way == "torch" else J.data),
+                               (1 - np.tanh(W @ x) ** 2)[:, None] * W, rtol=1e-12, atol=1e-15)
+
+
+def test_jacobians_report_gives_each_way_its_ratios():
+    times = {(way, mode, n): ((1 if mode == "jacfwd" else 2) * (3 if way == "loops" else 1) * n * 1e-3, 0.0)
+             for way in speed_jacobians.WAYS for mode in ("jacfwd", "jacrev") for n in (4, 256)}
+    times["torch", "jacfwd", 4] = (0.002, 0.0)
+    text = speed_jacobians.report(times, (4, 256), "quick")
+    assert "| 4 | 256 | 12 ms | 24 ms | 4 ms | 8 ms | 2 ms | 8 ms |" in text
+    assert "| 4 | 256 | 0.50 | 0.50 | 0.25 | 2.00 | 1.00 | 0.33 | 0.33 |" in text

@@ -5,6 +5,7 @@ torch's weights-only rule.
 """
 import io
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -376,11 +377,129 @@ def test_contradictory_options_are_refused_as_torch_refuses_them(options):
     assert verdicts["torch"][0] == "AssertionError" and verdicts["tinypytorch"] == verdicts["torch"]
 
 
+def is_batched(m, g):
+    """Whether g is a batch of gradients that vmap (gradcheck's, PyTorch's legacy one) passes to a backward."""
+    return torch._C._functorch.is_legacy_batchedtensor(g) if m is torch else isinstance(g, tinypytorch.batched.BatchedVariable)
+
+
+def unbatchable(m, kind):
+    """Custom functions right one gradient at a time, whose backward fails under vmap in one way each (what
+    PyTorch's check_batched_grad catches), or is wrong only for a batch of gradients ("batched only")."""
+
+    class Twice(m.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            ctx.save_for_backward(a)
+            return a * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            (a,) = ctx.saved_tensors
+            if kind == "through numpy":  # leaves autograd for an array: no one sample's array under vmap
+                return m.from_numpy(g.numpy() * 2)
+            if kind == "into a buffer":  # a batch of gradients written in place into one unbatched tensor
+                out = m.zeros_like(a)
+                out += 2 * g
+                return out
+            if kind == "branch on a value":  # data-dependent control flow
+                return 2 * g if bool((g != 0).any()) else m.zeros_like(g)
+            if kind == "item":
+                return 2 * g * (g.sum().item() * 0 + 1)
+            return 3 * g if is_batched(m, g) else 2 * g  # "batched only": wrong only for a batch
+
+    return Twice.apply
+
+
+def gradcheck_both_whole(fn_of, values=(0.3, -0.7, 1.1), **options):
+    """{framework: gradcheck's verdict, or (the type, the whole message) of what it raised}."""
+    verdicts = {}
+    for key, m in FRAMEWORKS.items():
+        x = m.tensor(values, dtype=m.float64, requires_grad=True)
+        try:
+            verdicts[key] = m.autograd.gradcheck(fn_of(m), (x,), **options)
+        except Exception as error:
+            verdicts[key] = type(error).__name__, str(error)
+    return verdicts
+
+
 @pytest.mark.step40
-def test_batched_gradients_need_vmap_which_the_package_has_not():
-    verdicts = gradcheck_both("Sin", check_batched_grad=True)
+def test_batched_gradients_of_right_functions_pass_in_both():
+    assert gradcheck_both("Sin", check_batched_grad=True) == {"torch": True, "tinypytorch": True}
+    assert gradcheck_both(lambda m: lambda a: (a.sin() * a, a.sum() * a[0]), check_batched_grad=True,
+                          check_forward_ad=True, check_batched_forward_grad=True) == {"torch": True,
+                                                                                      "tinypytorch": True}
+    assert gradgradcheck_both(check_batched_grad=True) == {"torch": True, "tinypytorch": True}
+
+
+@pytest.mark.step40
+@pytest.mark.parametrize("kind", ["through numpy", "into a buffer", "branch on a value", "item"])
+def test_a_backward_that_fails_under_vmap_fails_check_batched_grad_in_both(kind):
+    assert gradcheck_both(lambda m: unbatchable(m, kind)) == {"torch": True, "tinypytorch": True}
+    verdicts = gradcheck_both_whole(lambda m: unbatchable(m, kind), check_batched_grad=True)
+    for name, message in verdicts.values():
+        assert name == "GradcheckError"
+        assert message.startswith("While computing batched gradients, got: ")
+        assert "gradcheck or gradgradcheck failed while testing batched gradient computation." in message
+        assert "check_batched_grad=False" in message
+    assert gradcheck_both(lambda m: unbatchable(m, kind), check_batched_grad=True, raise_exception=False) == \
+        {"torch": False, "tinypytorch": False}
+
+
+@pytest.mark.step40
+def test_a_backward_wrong_only_for_a_batch_fails_check_batched_grad_in_both():
+    """Right one gradient at a time (gradcheck passes), 3 g instead of 2 g for a batch: the batched gradients differ
+    from the unbatched ones stacked, which the message shows."""
+    assert gradcheck_both(lambda m: unbatchable(m, "batched only")) == {"torch": True, "tinypytorch": True}
+    verdicts = gradcheck_both_whole(lambda m: unbatchable(m, "batched only"), check_batched_grad=True)
+    for name, message in verdicts.values():
+        assert name == "GradcheckError"
+        assert message.startswith("For output 0 and input 0:")
+        assert "gradcheck or gradgradcheck failed while testing batched gradient computation." in message
+        assert "Got:" in message and "Expected:" in message
+
+
+@pytest.mark.step40
+def test_the_batched_check_compares_the_batched_gradients_with_the_stacked_ones():
+    """The numbers of the package's message: its 'Got' is 3/2 of its 'Expected' (3 g against 2 g), and 'Expected'
+    is 2 v for the two random output gradients v."""
+    x = tinypytorch.tensor((0.3, -0.7, 1.1), dtype=tinypytorch.float64, requires_grad=True)
+    with pytest.raises(tinypytorch.autograd.GradcheckError) as caught:
+        tinypytorch.autograd.gradcheck(unbatchable(tinypytorch, "batched only"), (x,), check_batched_grad=True)
+    got, expected = (np.array(re.findall(r"-?\d+\.\d*(?:e[-+]\d+)?", part), dtype=float).reshape(2, 3)
+                     for part in str(caught.value).split("Got:")[1].split("Expected:"))
+    np.testing.assert_allclose(got, 1.5 * expected, rtol=1e-6)
+    v = np.random.default_rng(0).standard_normal((2, 3))  # the check's output gradients: seeded with 0
+    np.testing.assert_allclose(expected, 2 * v, rtol=1e-6)
+
+
+@pytest.mark.step40
+def test_batched_forward_gradients_of_a_custom_function_are_refused_where_vmap_cannot_run_it():
+    """PyTorch's vmap runs a custom Function in forward mode; the package's has no batching rule for one: a clear
+    refusal, not a verdict on the function (which gradcheck passes without the batched check)."""
+    def sin_with_jvp(m):
+        class SinWithJvp(m.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                ctx.save_for_backward(a)
+                ctx.a = a
+                return a.sin()
+
+            @staticmethod
+            def backward(ctx, g):
+                (a,) = ctx.saved_tensors
+                return g * a.cos()
+
+            @staticmethod
+            def jvp(ctx, t):
+                return t * ctx.a.cos()
+        return SinWithJvp.apply
+
+    assert gradcheck_both(sin_with_jvp, check_forward_ad=True) == {"torch": True, "tinypytorch": True}
+    verdicts = gradcheck_both_whole(sin_with_jvp, check_forward_ad=True, check_batched_forward_grad=True)
     assert verdicts["torch"] is True
-    assert verdicts["tinypytorch"][0] == "NotImplementedError" and "vmap" in verdicts["tinypytorch"][1]
+    name, message = verdicts["tinypytorch"]
+    assert name == "NotImplementedError"
+    assert message.startswith("gradcheck: check_batched_forward_grad=True runs") and "no batching rule" in message
 
 
 def gradgradcheck_both(**options):

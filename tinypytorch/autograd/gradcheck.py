@@ -10,7 +10,9 @@ PyTorch's whole signature is accepted, and its checks run in its order: the Jaco
 computed twice, which must agree within nondet_tol), forward mode's (check_forward_ad), backward with
 zero gradients for the outputs (which must give zeros of the inputs' dtypes and sizes), and backward
 with no gradient at all for the outputs (check_undefined_grad). fast_mode compares random projections
-v^T J u instead of whole Jacobians, as PyTorch's fast mode does.
+v^T J u instead of whole Jacobians, as PyTorch's fast mode does. check_batched_grad (and
+check_batched_forward_grad) run backward (forward mode) under vmap on a batch of random gradients (tangents) and
+compare it with one pass per gradient (step 68).
 """
 import warnings
 
@@ -339,20 +341,111 @@ def _fast_mismatch(fn, inputs, i, j, expected, got, eps, atol, rtol, forward):
     return message
 
 
+# ----- check_batched_grad, check_batched_forward_grad: a pass under vmap against one pass per vector (step 68) ------
+
+FAILED_BATCHED_GRAD_MSG = """
+gradcheck or gradgradcheck failed while testing batched gradient computation.
+To compute batched gradients (e.g. jacobians, hessians: tinypytorch.func.jacrev), the backward computation runs
+under vmap, on a batch of output gradients at once. The most common failure is a vmap-incompatible operation in a
+backward formula: one that leaves the package for raw arrays (.data, .numpy(), .item()), branches on a value, or
+writes a batched gradient into an unbatched tensor in place. Write the backward with out-of-place operations of the
+package, or call gradcheck/gradgradcheck with `check_batched_grad=False`.
+""".strip()
+
+FAILED_BATCHED_GRAD_MSG_FWD_AD = """
+gradcheck failed while testing batched gradient computation with forward-mode AD.
+To compute batched forward gradients (e.g. tinypytorch.func.jacfwd), forward mode runs under vmap, on a batch of
+tangents at once; the most common failure is a vmap-incompatible operation in a jvp formula (see check_batched_grad).
+Call gradcheck with `check_batched_forward_grad=False` to leave this check out.
+""".strip()
+
+
+def _failed_batched_grad_test_msg(output_idx, input_idx, result, expected, is_forward_ad=False):
+    """PyTorch's message for batched gradients that differ from the unbatched ones."""
+    return (f"For output {output_idx} and input {input_idx}:\n\n"
+            f"{FAILED_BATCHED_GRAD_MSG_FWD_AD if is_forward_ad else FAILED_BATCHED_GRAD_MSG}\n\n"
+            f"Got:\n{result}\n\nExpected:\n{expected}")
+
+
+def _random_like(rng, y, count=2):
+    """`count` standard normal Variables shaped like y, in its dtype and on its device, stacked (count first)."""
+    xp = get_array_module(y.data)
+    return Variable(xp.asarray(rng.standard_normal((count,) + tuple(y.shape))).astype(y.dtype), requires_grad=False)
+
+
+def _vmapped(single, vectors, message, option):
+    """vmap(single)(vectors). What the function does wrong inside vmap (a RuntimeError, as in PyTorch) is raised
+    as GradcheckError with `message`. An operation that vmap has no batching rule for is the package's limit, not
+    the function's fault (PyTorch's vmap would loop over the batch): a NotImplementedError that names `option`."""
+    from tinypytorch.batching import vmap  # (here: vmap's rules import the operations, which import this floor)
+    try:
+        return vmap(single)(vectors)
+    except NotImplementedError as error:  # (a RuntimeError too: caught first)
+        raise NotImplementedError(f"gradcheck: {option}=True runs the function's gradients under vmap, which "
+                                  f"cannot run them here ({error}); PyTorch's vmap would loop over the batch. "
+                                  f"Leave {option} False for this function.") from error
+    except RuntimeError as error:
+        raise GradcheckError(f"While computing batched gradients, got: {error}\n\n{message}") from error
+
+
+def _compare_batched(results, expected, output_of, input_of, is_forward_ad=False):
+    """Each batched result against the unbatched ones stacked, with torch.allclose's default tolerances."""
+    for k, (result, single) in enumerate(zip(results, expected)):
+        want = np.stack([as_numpy(g.data) for g in single])
+        got = as_numpy(result.data)
+        if got.shape != want.shape or not np.allclose(got, want):
+            raise GradcheckError(_failed_batched_grad_test_msg(output_of(k), input_of(k), got, want, is_forward_ad))
+
+
+def check_batched_gradients(fn, inputs, seed=0):  # step 68
+    """PyTorch's _test_batched_grad, for each output that requires grad: the vector-Jacobian products of a batch of
+    two random output gradients, computed by one backward pass under vmap, must equal one backward pass per
+    gradient (np.allclose). A backward that fails under vmap raises GradcheckError naming what failed. The gradients
+    come from a generator seeded with `seed`, so that every call checks the same ones (PyTorch draws from its global
+    generator)."""
+    rng = np.random.default_rng(seed)
+    wrt = [x for x in inputs if x.requires_grad]
+    for j, y in enumerate(y for y in _outputs(fn, inputs) if y.requires_grad):
+        def vjp(v, y=y):  # one backward pass: v^T J for every input that requires grad (zeros where none reaches)
+            grads = grad(y, wrt, grad_outputs=v, retain_graph=True, allow_unused=True)
+            return tuple(g if g is not None else Variable(get_array_module(x.data).zeros(x.shape, dtype=x.dtype),
+                                                          requires_grad=False) for g, x in zip(grads, wrt))
+        vs = _random_like(rng, y)
+        expected = list(zip(*[vjp(v) for v in vs]))  # expected[k]: input k's gradient for each v
+        results = _vmapped(vjp, vs, FAILED_BATCHED_GRAD_MSG, "check_batched_grad")
+        _compare_batched(results, expected, lambda k, j=j: j, lambda k: _position(inputs, wrt[k]))
+
+
+def check_batched_tangents(fn, inputs, seed=0):  # step 68
+    """PyTorch's _test_batched_grad_forward_ad, for each input that requires grad: the Jacobian-vector products of a
+    batch of two random tangents, computed by one forward-mode pass under vmap (tinypytorch.func.jvp), must equal
+    one forward-mode pass per tangent (np.allclose); the other inputs are detached. Seeded as
+    check_batched_gradients."""
+    from tinypytorch import func  # (here, as vmap: func imports the operations)
+    rng = np.random.default_rng(seed)
+    for i, x in enumerate(inputs):
+        if not (x.requires_grad and np.issubdtype(x.dtype, np.floating)):
+            continue
+        others = [a.detach() for a in inputs]
+
+        def jvp(t, i=i, others=others):  # one forward-mode pass: J t for every output (zeros where none reaches)
+            def of_input_i(a):
+                return _outputs(fn, others[:i] + [a] + others[i + 1:])
+            return tuple(func.jvp(of_input_i, (x.detach(),), (t,))[1])
+        ts = _random_like(rng, x)
+        expected = list(zip(*[jvp(t) for t in ts]))  # expected[k]: output k's tangent for each t
+        results = _vmapped(jvp, ts, FAILED_BATCHED_GRAD_MSG_FWD_AD, "check_batched_forward_grad")
+        _compare_batched(results, expected, lambda k: k, lambda k, i=i: i, is_forward_ad=True)
+
+
 def _check_options(check_forward_ad, check_backward_ad, check_batched_grad, check_batched_forward_grad):
-    """PyTorch's refusals of contradictory options; the batched checks need vmap, which the package lacks."""
+    """PyTorch's refusals of contradictory options."""
     if not (check_forward_ad or check_backward_ad):
         raise AssertionError("Expected at least one of check_forward_ad or check_backward_ad to be True")
     if check_batched_grad and not check_backward_ad:
         raise AssertionError("Setting check_batched_grad=True requires check_backward_ad to be True")
     if check_batched_forward_grad and not check_forward_ad:
         raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
-    for name, value in (("check_batched_grad", check_batched_grad),
-                        ("check_batched_forward_grad", check_batched_forward_grad)):
-        if value:
-            raise NotImplementedError(f"gradcheck: {name}=True checks gradients computed with vmap, which "
-                                      "tinypytorch does not have (tinypytorch.func.vmap raises); leave it False, "
-                                      "PyTorch's default")
 
 
 def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True, nondet_tol=0.0,
@@ -373,7 +466,9 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
     fast_mode: compare v^T J u for random unit vectors u, v, not whole Jacobians (check_projections).
     masked: PyTorch's option for sparse tensors, which the package has none of: True only accepts gradients
         close to zero, not exactly zero, from zero gradients of the outputs.
-    check_batched_grad, check_batched_forward_grad: need vmap, which the package lacks: NotImplementedError.
+    check_batched_grad: backward run under vmap (step 68) on a batch of random output gradients must equal one
+        backward pass per gradient (check_batched_gradients); check_batched_forward_grad: forward mode's likewise.
+        An operation vmap has no batching rule for (a custom Function in forward mode): NotImplementedError.
     """
     _check_options(check_forward_ad, check_backward_ad, check_batched_grad, check_batched_forward_grad)
     inputs = _checked_inputs(inputs, "gradcheck")
@@ -390,7 +485,11 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
             jacobians_agree(numerical, forward_jacobian(fn, inputs), atol, rtol, True, "computed with forward mode ")
         if check_forward_ad and check_undefined_grad:  # step 64
             check_undefined_tangents(fn, inputs)
+        if check_batched_forward_grad:  # step 68: forward mode under vmap, against one pass per tangent
+            check_batched_tangents(fn, inputs)
         if check_backward_ad:
+            if check_batched_grad:  # step 68: backward under vmap, against one pass per output gradient
+                check_batched_gradients(fn, inputs)
             check_multiplied_by_grad_output(fn, inputs, masked)
             if check_undefined_grad:
                 check_undefined_gradients(fn, inputs)
