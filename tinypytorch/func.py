@@ -2,25 +2,27 @@
 
     jvp(f, primals, tangents)   (f(*primals), J tangents): one forward-mode pass (forward_ad, step 64)
     vjp(f, *primals)            (f(*primals), vjp_fn) with vjp_fn(u) = u^T J: one backward pass per call
-    jacfwd(f)(*args)            J column by column: one forward-mode pass per input element (n passes)
-    jacrev(f)(*args)            J row by row: one backward pass per output element (m passes)
+    jacfwd(f)(*args)            J by columns: vmap of jvp over the n basis tangents (one batched forward pass)
+    jacrev(f)(*args)            J by rows: vmap of vjp_fn over the m basis cotangents (one batched backward pass)
     hessian(f)(*args)           jacfwd(jacrev(f)): forward over reverse, as PyTorch's
     grad(f)(*args)              the gradient of a scalar f; grad_and_value(f)(*args) gives f's value too
     functional_call(module, params, args)   module called with other tensors in its parameters' and buffers'
                                 places, for that call only: a model as a function of its parameters, for the above
     stack_module_state(models)  (params, buffers): the models' tensors stacked by name, for vmap over the models
+    vmap(f, in_dims, out_dims)  f run once on a batch (tinypytorch.batching, step 68); grad, vjp and jvp inside it
+                                differentiate a per-sample copy of each shared argument (per-sample gradients, step 69)
 
 PyTorch's signatures and structures: argnums (an int or a tuple of ints) picks the arguments to differentiate;
 with has_aux=True f returns (output, aux), and aux comes back beside the result, not differentiated. Arguments
 and outputs are pytrees of Variables (tuples, lists, dicts, namedtuples: tinypytorch.utils.pytree). A Jacobian
 nests as PyTorch's: the output's structure, each of its leaves holding the differentiated argument's structure
-(a tuple of those for a tuple argnums). PyTorch batches its loops with vmap; here they are loops over basis
-vectors, with the same values (so chunk_size, which only sizes PyTorch's batches, changes nothing).
+(a tuple of those for a tuple argnums). As PyTorch's, jacfwd and jacrev batch their passes with vmap (step 65's
+page writes them as loops first); chunk_size is checked, and the whole basis runs as one batch.
 
 Transforms compose through the graph. A reverse transform whose output depends on Variables that require
 grad outside it (an enclosing transform's, or the caller's parameters) records its backward passes
 (create_graph), so jacrev(jacrev(f)) works; forward mode pushes tangents through the backward formulas, so
-jacfwd(jacrev(f)) and a jvp of a grad work. Refused with a clear error: vmap; forward mode inside forward
+jacfwd(jacrev(f)) and a jvp of a grad work. Refused with a clear error: forward mode inside forward
 mode (forward_ad has one dual level); reverse mode over forward mode (a tangent is an array that no graph
 records, so it cannot be differentiated).
 """
