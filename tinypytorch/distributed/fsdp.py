@@ -85,12 +85,14 @@ class Sharding:
         self.rows = slice(min(rank * self.chunk, rows), min((rank + 1) * self.chunk, rows))
 
     def local(self, full):
-        return np.ascontiguousarray(full[self.rows])  # a copy of its own: the whole one is let go
+        return full[self.rows].copy()  # a copy of its own (a view would keep the whole array alive)
 
     def gather(self, local):
         """Every rank's rows, padded to `chunk` rows for the collective, in rank order: the whole array."""
-        padded = np.zeros((self.chunk, *self.full_shape[1:]), local.dtype)
-        padded[:len(local)] = local
+        padded = local
+        if len(local) < self.chunk or not local.flags.c_contiguous:
+            padded = np.zeros((self.chunk, *self.full_shape[1:]), local.dtype)
+            padded[:len(local)] = local
         whole = np.empty((self.chunk * self.world, *self.full_shape[1:]), local.dtype)
         with collectives.trusted_calls():
             collectives.all_gather_into_tensor(whole, padded, group=self.group)
@@ -103,7 +105,8 @@ class Sharding:
         mine = np.empty((self.chunk, *self.full_shape[1:]), full_grad.dtype)
         with collectives.trusted_calls():
             collectives.reduce_scatter_tensor(mine, padded, op=collectives.ReduceOp.AVG, group=self.group)
-        return np.ascontiguousarray(mine[:self.rows.stop - self.rows.start])
+        rows = self.rows.stop - self.rows.start
+        return mine if rows == self.chunk else mine[:rows].copy()  # a view would keep the padding alive
 
 
 class FSDPParam:
@@ -239,18 +242,18 @@ def _fsdp_class(cls):
 
 def managed_parameters(module):
     """(owner, name, parameter) for each parameter of `module` not under a fully_shard-ed sub-module."""
-    found, seen = [], set()
-
-    def walk(m):
+    found, seen, stack = [], set(), [module]  # a loop, not a recursive closure: a closure that calls itself is a
+    while stack:                              # reference cycle, and would keep the whole parameters until gc ran
+        m = stack.pop()
+        children = []
         for name in list(m._registered):
             value = getattr(m, name)
             if isinstance(value, Parameter) and id(value) not in seen:
                 seen.add(id(value))
                 found.append((m, name, value))
             elif isinstance(value, Layer) and not isinstance(value, FSDPModule):
-                walk(value)
-
-    walk(module)
+                children.append(value)
+        stack.extend(reversed(children))
     return found
 
 
