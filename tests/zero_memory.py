@@ -65,15 +65,14 @@ def counted(optimizer, params, zero):
 
 def settled(held):
     """held(), once gloo's worker threads have let go of the last collective's tensors: they hold them a moment after
-    the collective is over (so a reading may count a buffer already given up); read until two readings agree."""
-    last = held()
-    for _ in range(100):
-        time.sleep(0.002)
-        now = held()
-        if now == last:
-            return now
-        last = now
-    return last
+    the collective is over (so a reading may count a buffer already given up); read until three readings agree."""
+    readings = [held()]
+    for _ in range(200):
+        time.sleep(0.005)
+        readings.append(held())
+        if readings[-3:].count(readings[-1]) == 3:
+            break
+    return readings[-1]
 
 
 def held_by_each_setup(rank):
