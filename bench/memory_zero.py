@@ -55,7 +55,8 @@ def main():
         tables[n] = per_rank[0]
     print(markdown(tables))
     for rank, (shapes, gap) in enumerate(dist.spawn(shards_both_ways, 4, timeout=120)):
-        print(f"N = 4, rank {rank}: shards {shapes[0]} (torch's {'the same' if shapes[0] == shapes[1] else shapes[1]}), "
+        same = "the same" if shapes[0] == shapes[1] else shapes[1]
+        print(f"N = 4, rank {rank}: shards {shapes[0]} (torch's {same}), "
               f"largest difference of the parameters after 3 Adam steps {gap:.1e}")
 
 

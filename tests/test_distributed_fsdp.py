@@ -1,5 +1,5 @@
-"""ZeRO stage 3 (tinypytorch.distributed.fsdp.fully_shard) against torch's fully_shard (FSDP2) on a twin model with the
-same data in the same two processes, and against plain DistributedDataParallel: the shards each rank holds (torch.chunk's
+"""ZeRO stage 3 (tinypytorch.distributed.fsdp.fully_shard) against torch's fully_shard (FSDP2) on a twin model with
+the same data in the same two processes, and against plain DistributedDataParallel: the shards each rank holds (torch.chunk's
 cut: 5 rows are 3 + 2, one row is 1 + 0), the reduce-scattered gradients, the parameters after N steps of SGD and Adam,
 gradient accumulation over two backward passes; and the bytes each rank holds, one table for plain DDP and ZeRO stages
 1, 2 and 3 (tests/zero_memory.py), with the whole parameters freed after forward.
@@ -76,7 +76,8 @@ def fsdp_runs(rank):
     ours, theirs = shard(model(), tp), shard(twin(model()), torch)
     out["classes"] = ([type(m).__name__ for m in ours], [type(m).__name__ for m in theirs],
                       all(isinstance(m, FSDPModule) for m in (ours, ours[0], ours[2], ours[4])))
-    out["shapes"] = ([tuple(p.shape) for p in ours.parameters()], [tuple(p.to_local().shape) for p in theirs.parameters()])
+    out["shapes"] = ([tuple(p.shape) for p in ours.parameters()],
+                     [tuple(p.to_local().shape) for p in theirs.parameters()])
     out["full shapes"] = ([p.full_shape for p in ours.parameters()], [tuple(p.shape) for p in theirs.parameters()])
     y = ours(tp.tensor(X[:2]))  # after forward: shards in the slots again, the whole arrays freed (not the root's: it
     out["after forward"] = (  # has none of its own here)
@@ -121,9 +122,9 @@ def test_fully_shard_equals_torchs_fully_shard_and_plain_ddp():
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_bytes_per_rank_plain_ddp_and_zero_stages_1_2_3(n):
-    """Counted: ZeRO's accounting for float32 Adam, 16, 4 + 4 + 8/N, 4 + 12/N and 16/N bytes a parameter. Traced (NumPy's
-    bytes held between steps): the same for plain DDP and stage 3, apart from Adam's 0-d step counts; stages 1 and 2 hold
-    besides the optimizer's pieces of the parameters (4/N bytes a parameter, copies). Forward: stage 3 gathers one layer
+    """Counted: ZeRO's accounting for float32 Adam, 16, 4 + 4 + 8/N, 4 + 12/N and 16/N bytes a parameter. Traced
+    (NumPy's bytes held between steps): the same for plain DDP and stage 3, apart from Adam's 0-d step counts; stages 1
+    and 2 hold besides the optimizer's pieces of the parameters (4/N bytes a parameter, copies). Forward: stage 3 gathers one layer
     at a time (its peak holds at least the larger layer's whole parameters, never both layers'), and after forward holds
     what plain DDP's forward holds: the whole parameters are freed."""
     layer_bytes = [4 * (SIZES[0] * SIZES[1] + SIZES[1]), 4 * (SIZES[1] * SIZES[2] + SIZES[2])]
