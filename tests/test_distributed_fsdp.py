@@ -1,8 +1,8 @@
 """ZeRO stage 3 (tinypytorch.distributed.fsdp.fully_shard) against torch's fully_shard (FSDP2) on a twin model with
-the same data in the same two processes, and against plain DistributedDataParallel: the shards each rank holds (torch.chunk's
-cut: 5 rows are 3 + 2, one row is 1 + 0), the reduce-scattered gradients, the parameters after N steps of SGD and Adam,
-gradient accumulation over two backward passes; and the bytes each rank holds, one table for plain DDP and ZeRO stages
-1, 2 and 3 (tests/zero_memory.py), with the whole parameters freed after forward.
+the same data in the same two processes, and against plain DistributedDataParallel: the shards each rank holds
+(torch.chunk's cut: 5 rows are 3 + 2, one row is 1 + 0), the reduce-scattered gradients, the parameters after N steps
+of SGD and Adam, gradient accumulation over two backward passes; and the bytes each rank holds, one table for plain DDP
+and ZeRO stages 1, 2 and 3 (tests/zero_memory.py), with the whole parameters freed after forward.
 """
 import numpy as np
 import pytest
@@ -124,8 +124,8 @@ def test_fully_shard_equals_torchs_fully_shard_and_plain_ddp():
 def test_bytes_per_rank_plain_ddp_and_zero_stages_1_2_3(n):
     """Counted: ZeRO's accounting for float32 Adam, 16, 4 + 4 + 8/N, 4 + 12/N and 16/N bytes a parameter. Traced
     (NumPy's bytes held between steps): the same for plain DDP and stage 3, apart from Adam's 0-d step counts; stages 1
-    and 2 hold besides the optimizer's pieces of the parameters (4/N bytes a parameter, copies). Forward: stage 3 gathers one layer
-    at a time (its peak holds at least the larger layer's whole parameters, never both layers'), and after forward holds
+    and 2 hold besides the optimizer's pieces of the parameters (4/N bytes a parameter, copies). Forward: stage 3
+    gathers one layer at a time (its peak holds at least the larger layer's whole parameters, never both layers'), and after forward holds
     what plain DDP's forward holds: the whole parameters are freed."""
     layer_bytes = [4 * (SIZES[0] * SIZES[1] + SIZES[1]), 4 * (SIZES[1] * SIZES[2] + SIZES[2])]
     for table in dist.spawn(held_by_each_setup, n, timeout=TIMEOUT):
