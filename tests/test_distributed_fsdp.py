@@ -125,8 +125,8 @@ def test_bytes_per_rank_plain_ddp_and_zero_stages_1_2_3(n):
     """Counted: ZeRO's accounting for float32 Adam, 16, 4 + 4 + 8/N, 4 + 12/N and 16/N bytes a parameter. Traced
     (NumPy's bytes held between steps): the same for plain DDP and stage 3, apart from Adam's 0-d step counts; stages 1
     and 2 hold besides the optimizer's pieces of the parameters (4/N bytes a parameter, copies). Forward: stage 3
-    gathers one layer at a time (its peak holds at least the larger layer's whole parameters, never both layers'), and after forward holds
-    what plain DDP's forward holds: the whole parameters are freed."""
+    gathers one layer at a time (its peak holds at least the larger layer's whole parameters, never both layers'), and
+    after forward holds what plain DDP's forward holds: the whole parameters are freed."""
     layer_bytes = [4 * (SIZES[0] * SIZES[1] + SIZES[1]), 4 * (SIZES[1] * SIZES[2] + SIZES[2])]
     for table in dist.spawn(held_by_each_setup, n, timeout=TIMEOUT):
         assert list(table) == list(SETUPS)
