@@ -9,6 +9,7 @@ copy (`torch.from_numpy`) and builds data parallelism and sharding from its own 
                    reduce_scatter_tensor (async_op=True: a Work to wait on); ReduceOp
     launcher       spawn(fn, nprocs): N processes on this machine, from a script or a notebook
     zero           ZeroDataParallel: ZeRO stages 1 and 2, optimizer state (and gradients) sharded over the ranks
+    fsdp           fully_shard: ZeRO stage 3, the parameters sharded too (PyTorch's FSDP2)
 
 Needs PyTorch (`import tinypytorch` does not import this module; `tinypytorch.distributed` does).
 """
@@ -19,9 +20,10 @@ from tinypytorch.distributed.collectives import (
     ReduceOp, Work, all_gather, all_gather_into_tensor, all_reduce, broadcast, reduce_scatter, reduce_scatter_tensor,
 )
 from tinypytorch.distributed.launcher import ProcessFailed, spawn
+from tinypytorch.distributed import fsdp  # tinypytorch.distributed.fsdp.fully_shard: torch's place
 
 __all__ = [
     "init_process_group", "destroy_process_group", "get_rank", "get_world_size", "is_initialized", "is_available",
     "barrier", "ReduceOp", "Work", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-    "reduce_scatter", "reduce_scatter_tensor", "spawn", "ProcessFailed",
+    "reduce_scatter", "reduce_scatter_tensor", "spawn", "ProcessFailed", "fsdp",
 ]
