@@ -9,7 +9,7 @@
 # have computed on the whole batch, and their optimizers, stepping alike,
 # keep identical models. PyTorch's `DistributedDataParallel` (DDP) does the
 # averaging **during** backward: a post-accumulate-grad hook on every
-# parameter (step 55) marks its gradient ready, gradients travel in
+# parameter (step 53) marks its gradient ready, gradients travel in
 # **buckets**, and a bucket's all-reduce starts as soon as its last
 # gradient is ready, while backward computes the layers below. This step
 # opens stage 7, on training with several processes: the bytes travel
