@@ -116,7 +116,8 @@ def gradients(dtype, scale=1.0):
     model = mlp(dtype)
     loss = nn.MSELoss()(model(Variable(inputs.astype(dtype))), Variable(targets.astype(dtype)))
     # the factors here (2/N, WEIGHT, scale) are powers of two, exact in float16: a Python number such as 0.1
-    # meeting float16 is rounded to float16 first in the package (NumPy), PyTorch multiplies in float32 and rounds once
+    # meeting float16 is rounded to float16 first in the package (NumPy); PyTorch multiplies in float32 and
+    # rounds once
     (loss * (WEIGHT * scale)).backward()
     return {name: param.grad.data for name, param in model.named_parameters()}
 
@@ -223,8 +224,9 @@ for name in g32:
 still = [(n, tuple(i)) for n in g32 for i in np.argwhere((unscaled[n] == 0) & (g32[n] != 0))]
 (entry, (row, col)), = still  # one weight's entry: the sum of its 512 samples' shares
 shares = d32[int(entry[0])][:, row] * x32[int(entry[0])][:, col]
-print(f"still flushed: {len(still)} entry, {entry}[{row}, {col}], 2^{np.log2(abs(g32[entry][row, col])):.0f} "
-      f"in float32; its shares add up to 2^{np.log2(np.abs(shares).sum()):.0f} without their signs")
+size = np.log2(abs(g32[entry][row, col]))
+print(f"still flushed: {len(still)} entry, {entry}[{row}, {col}], 2^{size:.0f} in float32; "
+      f"its shares add up to 2^{np.log2(np.abs(shares).sum()):.0f} without their signs")
 
 # %% tags=["hide-input"]
 histogram_picture({n: g * SCALE for n, g in g32.items()}, scaled,
@@ -332,7 +334,8 @@ print("float16 rounding near 2^-25 and 65504 as NumPy's")
 print("flushed shares, 6 parameters:", ", ".join(f"{s:.1%}" for s in theirs.values()), "in both")
 print("zeros of delta at layers 0, 2, 4:", ", ".join(f"{zeros[i]:.0%}" for i in sorted(zeros)), "in both")
 print("scaled-loss gradients: each at most 4 float16 steps from torch's")
-print("PyTorch check passed: float16's range and the flushed gradients equal torch's; scaled-loss gradients agree")
+print("PyTorch check passed: float16's range and the flushed gradients equal torch's; "
+      "scaled-loss gradients agree")
 
 # %% [markdown]
 # ## Recap
