@@ -51,7 +51,11 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
                 RMSprop, Adadelta; optim.lr_scheduler: StepLR, MultiStepLR, ExponentialLR, LambdaLR, ...
     amp         autocast: each listed operation in its dtype, float16 or float32 (step 61); GradScaler (step 62)
     func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 65); vmap (step 68);
-                functional_call, a module as a function of its parameters
+                functional_call, a module as a function of its parameters, stack_module_state (step 69)
+    distributed torch.distributed on the gloo backend: a process group, collectives on the package's arrays,
+                spawn (step 70); distributed.zero: ZeRO stages 1-2; distributed.fsdp: fully_shard (ZeRO stage 3)
+    nn.parallel DistributedDataParallel: gradients all-reduced in buckets from post-accumulate-grad hooks (step 70)
+    multiprocessing  torch.multiprocessing's names (PyTorch's own)
     comparisons eq, ne, lt, le, gt, ge, equal, allclose, all, any, bitwise_xor: results without a gradient
     outputs     out= arguments: add, sub, mul, div, matmul (and the factories rand, randn) writing into a given tensor
 """
