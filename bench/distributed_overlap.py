@@ -46,7 +46,7 @@ def measure(rank, warmup, steps):
         def start(world_size, group, k=k, bucket=bucket, plain=bucket.start):
             log[k] = [clock(), None]
             plain(world_size, group)
-            bucket.work._work.get_future().then(lambda _, k=k: log[k].__setitem__(1, clock()))
+            bucket.work.get_future().then(lambda _, k=k: log[k].__setitem__(1, clock()))
         bucket.start = start
     x = tp.tensor(np.random.default_rng(rank).standard_normal((64, 256)).astype(np.float32))
     opt = tp.optim.SGD(model.parameters(), lr=0.01)

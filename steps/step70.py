@@ -243,7 +243,7 @@ def record(ddp, log, clock=time.perf_counter):
         def start(world_size, group, k=k, bucket=bucket, plain=bucket.start):
             log.append(("launch", k, clock()))
             plain(world_size, group)
-            bucket.work._work.get_future().then(lambda _, k=k: log.append(("done", k, clock())))
+            bucket.work.get_future().then(lambda _, k=k: log.append(("done", k, clock())))
         bucket.start = start
 
 

@@ -96,6 +96,29 @@ def test_collectives_equal_torch_distributed():
                 assert np.asarray(ours).dtype == theirs.dtype, name
 
 
+def future_of_an_all_reduce(rank):
+    x = tp.tensor([1.0, 2.0]) * (rank + 1)
+    seen = []
+    work = dist.all_reduce(x, async_op=True)
+    work.get_future().then(lambda future: seen.append(future.value()[0].tolist()))
+    work.wait()
+    deadline = time.monotonic() + 10  # the callback runs on gloo's thread, at or just after completion
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        work.get_future()
+        late = "no error"
+    except RuntimeError as error:
+        late = str(error)
+    return seen, x.data.tolist(), late
+
+
+def test_an_async_collectives_future_runs_its_callback_with_the_reduced_values():
+    for seen, reduced, late in dist.spawn(future_of_an_all_reduce, 2, timeout=TIMEOUT):
+        assert reduced == [3.0, 6.0] and seen == [[3.0, 6.0]]  # 1 * x + 2 * x, as torch's all_reduce gives
+        assert late.startswith("get_future: ask before wait()")
+
+
 def fails_in_rank_1(rank):
     if rank == 1:
         time.sleep(0.5)  # rank 0 is waiting in its all-reduce by now

@@ -92,6 +92,13 @@ class Work:
     def is_completed(self):
         return self._work is None or self._work.is_completed()
 
+    def get_future(self):
+        """PyTorch's Future of the collective: `then(callback)` runs the callback once the collective completes
+        (its value holds torch's tensors over the arrays the collective was given)."""
+        if self._work is None:  # (torch's Work lets go of the tensors once waited on: so does this one)
+            raise RuntimeError("get_future: ask before wait(), on a collective started with async_op=True")
+        return self._work.get_future()
+
 
 def _started(work, outputs, async_op, after=None):
     """A Work over torch's `work` that gives the outputs back when done; waited on here unless async_op."""
