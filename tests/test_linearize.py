@@ -29,6 +29,23 @@ def close(mine, expected, rtol=1e-12):
     np.testing.assert_allclose(mine.data, expected.detach().numpy(), rtol=rtol, atol=1e-13)
 
 
+class Square(tp.autograd.Function):
+    """x * x with its own jvp: linearize keeps the call and replays the user's jvp (the input kept on ctx)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * ctx.x * g
+
+    @staticmethod
+    def jvp(ctx, t):
+        return 2 * ctx.x * t
+
+
 # each case: (our function, torch's, the primals' shapes); the same computation in both frameworks
 CASES = {
     "elementwise": (lambda x: tp.sin(x) * tp.exp(x) + x ** 3 / (1 + x * x),
@@ -39,6 +56,11 @@ CASES = {
     "reshape_transpose": (lambda x: tp.exp(x.reshape(4, 3).T) * x, lambda x: x.reshape(4, 3).T.exp() * x, [(3, 4)]),
     "constant_factor": (lambda x: x * ours(A) + tp.matmul(x, ours(B)).sum(),
                         lambda x: x * theirs(A) + (x @ theirs(B)).sum(), [(3, 4)]),
+    "softmax_relu": (lambda x: tp.nn.functional.softmax(x, dim=1) * tp.relu(x),
+                     lambda x: torch.softmax(x, 1) * torch.relu(x), [(3, 4)]),
+    "vmap_inside": (lambda x: func.vmap(lambda r: (r * r).sum() * r)(x),
+                    lambda x: torch.vmap(lambda r: (r * r).sum() * r)(x), [(3, 4)]),
+    "custom_function_with_jvp": (lambda x: tp.sin(Square.apply(x)), lambda x: (x * x).sin(), [(3, 4)]),
 }
 
 
@@ -215,7 +237,13 @@ def test_primals_that_cannot_be_linearized_raise_torch_errors():
 def test_what_is_not_offered_is_refused_clearly():
     x = RNG.standard_normal(3)
     _, jvp_fn = func.linearize(tp.sin, ours(x))
-    with pytest.raises(NotImplementedError, match="requires grad"):
-        jvp_fn(Variable(x.copy(), requires_grad=True))
+    with pytest.raises(NotImplementedError, match="reverse mode over jvp_fn"):
+        func.grad(lambda t: jvp_fn(t).sum())(ours(x))
+    with pytest.raises(NotImplementedError, match="forward mode over jvp_fn"):
+        func.jvp(jvp_fn, (ours(x),), (ours(x),))
+    with pytest.raises(NotImplementedError, match="inside forward mode"):
+        func.jvp(lambda a: func.linearize(tp.sin, a)[0], (ours(x),), (ours(x),))
+    with pytest.raises(NotImplementedError, match="inside a reverse transform"):
+        func.grad(lambda a: func.linearize(tp.sin, a)[0].sum())(ours(x))
     with pytest.raises(NotImplementedError, match="inside vmap"):
         vmap(lambda a: func.linearize(tp.sin, a)[0])(ours(np.ones((2, 3))))

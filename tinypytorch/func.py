@@ -134,9 +134,9 @@ def linearize(func, *primals):  # no step: PyTorch's torch.func.linearize
     linearization at the primals. jvp_fn replays only those kept jvps, on the new tangents' arrays, in the order
     they ran: func's Python code does not run again (only the jvp rules do). Under vmap, jvp_fn replays them
     once per sample. As in PyTorch, the kept values cost memory: with every tangent known in advance, a vmap of
-    jvp does the same work without them. The result of jvp_fn is recorded in no graph, so a tangent that
-    requires grad (under grad mode), and linearize inside vmap, inside forward mode or inside a reverse
-    transform, are refused."""
+    jvp does the same work without them. As jvp's tangents, jvp_fn's result is recorded in no graph:
+    a reverse transform or forward mode over jvp_fn, and linearize inside vmap, inside forward mode or inside a
+    reverse transform, are refused."""
     if forward_ad_state.open_dual_levels:
         raise NotImplementedError("tinypytorch.func.linearize: inside forward mode it would need a second dual "
                                   "level, which forward_ad does not have")
@@ -191,9 +191,12 @@ def linearize(func, *primals):  # no step: PyTorch's torch.func.linearize
                 if mine != theirs:
                     raise RuntimeError(f"tangent:{idx} with {what} {mine} in flattened pytree doesn't match the "
                                        f"{what} {theirs} of the corresponding primal.")
-            if t.requires_grad and is_grad_enabled():
-                raise NotImplementedError("tinypytorch.func.linearize: jvp_fn's result is recorded in no graph, so "
-                                          "a tangent that requires grad is refused (detach it, or use jvp)")
+        if _reversing.depth:
+            raise NotImplementedError("tinypytorch.func.linearize: reverse mode over jvp_fn is not offered: a "
+                                      "tangent is an array that no graph records, so it cannot be differentiated")
+        if forward_ad_state.open_dual_levels:
+            raise NotImplementedError("tinypytorch.func.linearize: forward mode over jvp_fn is not offered: it "
+                                      "replays on arrays, which carry no tangents")
         numbers = _open_levels()
         if not numbers:
             return tree_unflatten([Variable(r, requires_grad=False) if k is not None else r for r, k in
