@@ -149,7 +149,7 @@ def linearize(func, *primals):  # no step: PyTorch's torch.func.linearize
     flat_primals, spec = tree_flatten(primals)
     for p in flat_primals:
         if not isinstance(p, Variable):  # (PyTorch's error: it makes its tracing tangents with new_empty)
-            raise AttributeError(f"'{type(p).__name__}' object has no attribute 'new_empty'")
+            raise AttributeError(f"'{type(p).__name__}' object has no attribute 'new_empty'")  # noqa: TRY004
     seeds = [get_array_module(p.data).zeros(p.shape, dtype=p.data.dtype) for p in flat_primals]
     tape = forward_ad_state.tape = []
     try:
