@@ -9,6 +9,7 @@ import contextlib
 import weakref
 
 open_dual_levels = 0  # step 64: 1 while the one dual level is open; speed: all the common path reads
+tape = None  # no step: while linearize records (tinypytorch.func), a list of (replay, input tangents, output tangents)
 _tangents = {}  # id(variable) -> [weak reference to it, its tangent array, its version then, the tangent's Variable]
 
 

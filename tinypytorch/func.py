@@ -5,6 +5,7 @@
     jacfwd(f)(*args)            J by columns: vmap of jvp over the n basis tangents (one batched forward pass)
     jacrev(f)(*args)            J by rows: vmap of vjp_fn over the m basis cotangents (one batched backward pass)
     hessian(f)(*args)           jacfwd(jacrev(f)): forward over reverse, as PyTorch's
+    linearize(f, *primals)      (f(*primals), jvp_fn): f run once, each operation's jvp kept; jvp_fn(t) replays them
     grad(f)(*args)              the gradient of a scalar f; grad_and_value(f)(*args) gives f's value too
     functional_call(module, params, args)   module called with other tensors in its parameters' and buffers'
                                 places, for that call only: a model as a function of its parameters, for the above
@@ -28,6 +29,7 @@ records, so it cannot be differentiated).
 """
 import collections.abc
 import contextlib
+import itertools
 import threading
 
 from tinypytorch import batching_state, cuda, forward_ad_state, layers
@@ -123,6 +125,145 @@ def jacfwd(func, argnums=0, *, has_aux=False, randomness="error"):  # step 65
 def hessian(func, argnums=0):  # step 65
     """The matrix of second derivatives of a scalar func: jacfwd(jacrev(func)), forward over reverse, as PyTorch's."""
     return jacfwd(jacrev(func, argnums), argnums)
+
+
+def linearize(func, *primals):  # no step: PyTorch's torch.func.linearize
+    """(func(*primals), jvp_fn), where jvp_fn(*tangents) = J tangents (the tangents shaped as the primals, the
+    result as the output): PyTorch's `torch.func.linearize`. func runs once, here, under a dual level; while it
+    runs, each operation's jvp is kept with the primal inputs and outputs it read (`Function.replay_jvp`): its
+    linearization at the primals. jvp_fn replays only those kept jvps, on the new tangents' arrays, in the order
+    they ran: func's Python code does not run again (only the jvp rules do). Under vmap, jvp_fn replays them
+    once per sample. As in PyTorch, the kept values cost memory: with every tangent known in advance, a vmap of
+    jvp does the same work without them. As jvp's tangents, jvp_fn's result is recorded in no graph:
+    a reverse transform or forward mode over jvp_fn, and linearize inside vmap, inside forward mode or inside a
+    reverse transform, are refused."""
+    if forward_ad_state.open_dual_levels:
+        raise NotImplementedError("tinypytorch.func.linearize: inside forward mode it would need a second dual "
+                                  "level, which forward_ad does not have")
+    if batching_state.levels:
+        raise NotImplementedError("tinypytorch.func.linearize: not offered inside vmap (the kept jvps would be the "
+                                  "batched operations'); call linearize outside and vmap jvp_fn instead")
+    if _reversing.depth:
+        raise NotImplementedError("tinypytorch.func.linearize: not offered inside a reverse transform: jvp_fn's "
+                                  "result is recorded in no graph, so it could not be differentiated")
+    flat_primals, spec = tree_flatten(primals)
+    for p in flat_primals:
+        if not isinstance(p, Variable):  # (PyTorch's error: it makes its tracing tangents with new_empty)
+            raise AttributeError(f"'{type(p).__name__}' object has no attribute 'new_empty'")  # noqa: TRY004
+    seeds = [get_array_module(p.data).zeros(p.shape, dtype=p.data.dtype) for p in flat_primals]
+    tape = forward_ad_state.tape = []
+    try:
+        with fwAD.dual_level():
+            duals = [fwAD.make_dual(p, seed) for p, seed in zip(flat_primals, seeds)]
+            leaves, out_spec = tree_flatten(func(*tree_unflatten(duals, spec)))
+            out_tangents = [forward_ad_state.tangent_of(y) if isinstance(y, Variable) else None for y in leaves]
+            leaves = [fwAD.unpack_dual(y).primal if isinstance(y, Variable) else y for y in leaves]
+    finally:
+        forward_ad_state.tape = None
+    program, out_slots = _linear_program(seeds, tape, out_tangents)
+    del tape, seeds, out_tangents  # only the program's kept jvps and their primal values stay
+    shapes = [p.shape for p in flat_primals]
+    dtypes = [p.dtype for p in flat_primals]
+    devices = [p.device for p in flat_primals]
+    outputs = [(y.shape, y.data.dtype, get_array_module(y.data)) if isinstance(y, Variable) else None
+               for y in leaves]
+
+    def replayed(arrays):
+        """The outputs' tangents (arrays, or the non-tensor leaves as they are) for the inputs' tangent arrays."""
+        values = _run_linear_program(program, arrays)
+        result = []
+        for y, out, slot in zip(leaves, outputs, out_slots):
+            if out is None:
+                result.append(y)
+                continue
+            value = None if slot is None else values[slot]
+            shape, dtype, xp = out
+            result.append(xp.zeros(shape, dtype=dtype) if value is None else value)  # independent: a zero tangent
+        return result
+
+    def jvp_fn(*tangents):
+        flat, tangent_spec = tree_flatten(tangents)
+        if tangent_spec != spec:
+            raise RuntimeError(f"Expected the tangents {tangent_spec} to have the same argspec as the primals {spec}")
+        for idx, t in enumerate(flat):
+            for what, mine, theirs in (("shape", t.shape, shapes[idx]), ("device", t.device, devices[idx]),
+                                       ("dtype", t.dtype, dtypes[idx])):
+                if mine != theirs:
+                    raise RuntimeError(f"tangent:{idx} with {what} {mine} in flattened pytree doesn't match the "
+                                       f"{what} {theirs} of the corresponding primal.")
+        if _reversing.depth:
+            raise NotImplementedError("tinypytorch.func.linearize: reverse mode over jvp_fn is not offered: a "
+                                      "tangent is an array that no graph records, so it cannot be differentiated")
+        if forward_ad_state.open_dual_levels:
+            raise NotImplementedError("tinypytorch.func.linearize: forward mode over jvp_fn is not offered: it "
+                                      "replays on arrays, which carry no tangents")
+        numbers = _open_levels()
+        if not numbers:
+            return tree_unflatten([Variable(r, requires_grad=False) if k is not None else r for r, k in
+                                   zip(replayed([t.data for t in flat]), outputs)], out_spec)
+        # inside vmap: the tangents' physical arrays, every open level's batch dim in front; one replay per sample
+        arrays = [innermost(materialized(t, numbers)).data for t in flat]
+        batch = arrays[0].shape[:len(numbers)]
+        samples = [replayed([a[index] for a in arrays]) for index in _indices(batch)]
+        result = []
+        for k, (y, out) in enumerate(zip(leaves, outputs)):
+            if out is None:
+                result.append(y)
+                continue
+            stacked = out[2].stack([sample[k] for sample in samples]).reshape(batch + tuple(out[0]))
+            result.append(rebatched(Variable(stacked, requires_grad=False), numbers))
+        return tree_unflatten(result, out_spec)
+    return tree_unflatten(leaves, out_spec), jvp_fn
+
+
+def _linear_program(seeds, tape, out_tangents):
+    """linearize's recording as a program on numbered slots: the inputs' tangents are slots 0..n-1; each kept jvp
+    (replay, input slots, (slot, shape, dtype) of each output tangent) reads and writes slots, found by the
+    identity of the tangent arrays of the recording (every array the tape names is alive, so ids are unique).
+    Only the jvps that an output's tangent depends on are kept. Returns (program, the outputs' slots)."""
+    slots = {id(seed): k for k, seed in enumerate(seeds)}
+    program = []
+    for replay, ins, outs in tape:
+        in_slots = []
+        for a in ins:
+            if a is not None and id(a) not in slots:
+                raise RuntimeError("tinypytorch.func.linearize: an operation read a tangent that no recorded "
+                                   "operation made (a dual made inside func?)")
+            in_slots.append(None if a is None else slots[id(a)])
+        metas = []
+        for a in outs:
+            if a is None:
+                metas.append(None)
+            else:
+                slots[id(a)] = len(slots)
+                metas.append((slots[id(a)], a.shape, a.dtype))
+        program.append((replay, in_slots, metas))
+    out_slots = [None if a is None else slots[id(a)] for a in out_tangents]
+    needed, kept = {s for s in out_slots if s is not None}, []
+    for replay, in_slots, metas in reversed(program):  # dead code removed, from the outputs back
+        if any(m is not None and m[0] in needed for m in metas):
+            needed.update(s for s in in_slots if s is not None)
+            kept.append((replay, in_slots, metas))
+    return kept[::-1], out_slots
+
+
+def _run_linear_program(program, arrays):
+    """The slots' values (a dict) after the kept jvps ran on the inputs' tangent arrays; None: a zero tangent."""
+    values = dict(enumerate(arrays))
+    for replay, in_slots, metas in program:
+        tangents = [None if s is None else values.get(s) for s in in_slots]
+        if all(t is None for t in tangents):
+            continue  # every input's tangent is zero: so are the outputs'
+        for t, meta in zip(replay(tangents), metas):
+            if meta is not None and t is not None:
+                slot, shape, dtype = meta
+                values[slot] = get_array_module(t).broadcast_to(t, shape).astype(dtype)
+    return values
+
+
+def _indices(shape):
+    """Every index of an array of `shape`, in C order."""
+    return list(itertools.product(*[range(n) for n in shape]))
 
 
 def grad_and_value(func, argnums=0, has_aux=False):  # step 65
