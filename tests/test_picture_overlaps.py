@@ -4,8 +4,8 @@ tests/overlaps.py does the measuring (`fig.canvas.draw()`, then the window exten
 the drawn paths of lines, arrows and patch outlines, in pixels). Here: that it finds each kind of fault in a figure
 drawn to have it, that it finds nothing in the same figure drawn well, and that the graphs of
 tinypytorch.utils.pictures (draw_dag, draw_graph) come out clean, step 33's among them, whose arrow Mul -> w ran
-through the Sin box. Every figure a page shows (pages 29, 33, 52-66 and the pages that draw with the helpers)
-is measured by tests/test_page_pictures.py, marked slow since it runs the pages.
+through the Sin box. Every figure of every step's page is measured by
+tests/test_page_pictures.py, marked slow since it runs the pages.
 
 What is not measured: the Graphviz pictures (plot_dot_graph: `dot` lays them out, and its SVG is not a matplotlib
 figure; these tests need no `dot`); colours and contrast; a label inside a filled cell or bar (how many pictures
