@@ -156,7 +156,7 @@ print("after the level:", fwAD.unpack_dual(y).tangent)
 # its inputs' tangents and runs its `jvp`:
 
 # %%
-show_code(core.Function.push_tangents, forward_ad_state.tangent_of)
+show_code(core.Function.push_tangents, forward_ad_state.tangent_of, step=64)
 
 # %% [markdown]
 # The tangents live in the state module keyed by the tensor, not on it, so

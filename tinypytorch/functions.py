@@ -1144,6 +1144,10 @@ class Sigmoid(Function):  # step 32
     def forward(self, x):
         if x.dtype.kind in "biu":  # step 59: integers compute in the default float
             x = dtypes.as_floating(x)
+        if x.dtype == np.float16:  # no step: computed in float32 and rounded once, as PyTorch's (its opmath type)
+            y = self.forward(x.astype(np.float32)).astype(np.float16)
+            self.save_for_backward(y)
+            return y
         xp = get_array_module(x)
         # 1 / (1 + exp(-x)) overflows (with a warning) for x < -709. With z = exp(-|x|) <= 1
         # nothing overflows, and sigmoid(x) = z / (1 + z) keeps every digit for x < 0.
