@@ -12,7 +12,7 @@ import numpy as np
 
 from tinypytorch import batching_state, cuda, dtypes
 from tinypytorch.autocast_state import autocast_composite
-from tinypytorch.core import Function, Variable, as_variable, formulas_on_arrays
+from tinypytorch.core import Function, Variable, array_of, as_variable, astype, formulas_on_arrays
 from tinypytorch.cuda import get_array_module
 from tinypytorch.functions import GetItemGrad, _dim, _ndim, _normalize_axis, exp, sum  # noqa: A004 (the package's sum)
 
@@ -46,6 +46,10 @@ class Softmax(Function):  # step 50
         if x.size == 0:  # no step: an empty tensor's softmax is empty, as PyTorch's (NumPy finds no maximum there)
             self.save_for_backward(x)
             return x.copy()
+        if x.dtype == np.float16:  # no step: computed in float32 and rounded once, as PyTorch's (its opmath type)
+            s = self.forward(x.astype(np.float32)).astype(np.float16)
+            self.save_for_backward(s)
+            return s
         e = xp.exp(x - x.max(axis=self.axis, keepdims=True))  # the largest is exp(0) = 1: no overflow
         s = e / e.sum(axis=self.axis, keepdims=True)
         self.save_for_backward(s)  # the output: its derivative needs nothing else (PyTorch saves it too)
@@ -53,6 +57,8 @@ class Softmax(Function):  # step 50
 
     def backward(self, gy):
         (s,) = self.saved_tensors
+        if array_of(s).dtype == np.float16:  # no step: in float32 (the engine rounds the gradient once), as PyTorch's
+            s, gy = astype(s, np.float32), astype(gy, np.float32)  # (in float16 steps, gy - <s, gy> cancels)
         return s * (gy - sum(gy * s, axis=self.axis, keepdims=True))
 
     def jvp(self, t):  # step 64: ds = s (dx - <s, dx>), backward's formula on the tangent

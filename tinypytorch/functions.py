@@ -840,6 +840,10 @@ class Norm(Function):
         if x.dtype.kind not in "fc":  # step 59: PyTorch's refusal
             raise RuntimeError("linalg.vector_norm: Expected a floating point or complex tensor as input. "
                                f"Got {dtypes.torch_name(x.dtype)}")
+        if x.dtype == np.float16:  # no step: computed in float32 and rounded once, as PyTorch's (its opmath type)
+            y = self.forward(x.astype(np.float32)).astype(np.float16)
+            self.save_for_backward(*((x,) if self.p == 1 else (x, y)))
+            return y
         xp = get_array_module(x)
         self.x_shape = x.shape
         self.axes = _normalize_axis("norm", self.axis, x.ndim)
