@@ -24,6 +24,7 @@ import torch  # noqa: E402
 import tinypytorch as tp  # noqa: E402
 import tinypytorch.distributed as dist  # noqa: E402
 from tinypytorch.nn.parallel import DistributedDataParallel  # noqa: E402
+from tinypytorch.utils.bucket_timeline import on_buckets  # noqa: E402
 from writing import format_time, machine_lines, output_folder, write_results, written_by  # noqa: E402
 
 SETTINGS = {"full": {"warmup": 3, "steps": 30}, "quick": {"warmup": 1, "steps": 3}}
@@ -41,13 +42,8 @@ def measure(rank, warmup, steps):
     clock = time.perf_counter
     model = wide_model()
     ddp = DistributedDataParallel(model, bucket_cap_mb=0.25)
-    log = {}
-    for k, bucket in enumerate(ddp.reducer.buckets):
-        def start(world_size, group, k=k, bucket=bucket, plain=bucket.start):
-            log[k] = [clock(), None]
-            plain(world_size, group)
-            bucket.work.get_future().then(lambda _, k=k: log[k].__setitem__(1, clock()))
-        bucket.start = start
+    log = {}  # bucket -> [launched, done]
+    on_buckets(ddp, lambda k: log.__setitem__(k, [clock(), None]), lambda k: log[k].__setitem__(1, clock()))
     x = tp.tensor(np.random.default_rng(rank).standard_normal((64, 256)).astype(np.float32))
     opt = tp.optim.SGD(model.parameters(), lr=0.01)
     overlapped, sequential = [], []

@@ -14,6 +14,7 @@
 # `.detach()`.
 
 # %%
+import contextlib
 import re
 import textwrap
 import threading
@@ -303,19 +304,11 @@ def a_thread(fw):
     return f"grad mode in the thread: {on}, records: {recorded}"
 
 
-class _both:
+@contextlib.contextmanager
+def _both(first, second):
     """Two modes entered as one block (the second inside the first)."""
-
-    def __init__(self, first, second):
-        self.first, self.second = first, second
-
-    def __enter__(self):
-        self.first.__enter__()
-        self.second.__enter__()
-
-    def __exit__(self, *exc_info):
-        self.second.__exit__(*exc_info)
-        self.first.__exit__(*exc_info)
+    with first, second:
+        yield
 
 
 SCENARIOS = {

@@ -13,6 +13,7 @@
 # same values, with the version counter shared or escaped.
 
 # %%
+import contextlib
 import re
 import textwrap
 
@@ -322,19 +323,11 @@ def inference_view(fw):
         return w[0:2]
 
 
-class _both:
+@contextlib.contextmanager
+def _both(first, second):
     """Two modes entered as one block (the second inside the first)."""
-
-    def __init__(self, first, second):
-        self.first, self.second = first, second
-
-    def __enter__(self):
-        self.first.__enter__()
-        self.second.__enter__()
-
-    def __exit__(self, *exc_info):
-        self.second.__exit__(*exc_info)
-        self.first.__exit__(*exc_info)
+    with first, second:
+        yield
 
 
 SCENARIOS = {

@@ -28,6 +28,7 @@ import tinypytorch as tp
 import tinypytorch.distributed as dist
 from tinypytorch.nn.parallel import DistributedDataParallel
 from tinypytorch.nn.parallel.reducer import Bucket, Reducer
+from tinypytorch.utils.bucket_timeline import on_buckets
 from tinypytorch.utils.data.distributed import DistributedSampler
 from tinypytorch.utils.listing import show_code
 
@@ -239,12 +240,7 @@ print(f"after {STEPS} steps, both ranks' parameters equal one process's on all 1
 # %% tags=["hide-input"]
 def record(ddp, log, clock=time.perf_counter):
     """Each bucket's launch and completion (its all-reduce's torch future) into `log`."""
-    for k, bucket in enumerate(ddp.reducer.buckets):
-        def start(world_size, group, k=k, bucket=bucket, plain=bucket.start):
-            log.append(("launch", k, clock()))
-            plain(world_size, group)
-            bucket.work.get_future().then(lambda _, k=k: log.append(("done", k, clock())))
-        bucket.start = start
+    on_buckets(ddp, lambda k: log.append(("launch", k, clock())), lambda k: log.append(("done", k, clock())))
 
 
 def wide_model():

@@ -339,8 +339,9 @@ def test_turning_a_check_off_or_widening_it_passes_in_both(name, options):
     assert gradcheck_both(name, **options) == {"torch": True, "tinypytorch": True}
 
 
-def wrong_jvp(m):
-    class SinWrongJvp(m.autograd.Function):
+def sin_with_jvp(m, factor=1):
+    """sin as a custom Function of framework m whose jvp is `factor` times the right one (2: a wrong jvp)."""
+    class SinWithJvp(m.autograd.Function):
         @staticmethod
         def forward(ctx, a):
             ctx.save_for_backward(a)
@@ -354,9 +355,13 @@ def wrong_jvp(m):
 
         @staticmethod
         def jvp(ctx, t):
-            return 2 * t * ctx.a.cos()
+            return factor * t * ctx.a.cos()
 
-    return SinWrongJvp.apply
+    return SinWithJvp.apply
+
+
+def wrong_jvp(m):
+    return sin_with_jvp(m, factor=2)
 
 
 @pytest.mark.step40
@@ -476,24 +481,6 @@ def test_the_batched_check_compares_the_batched_gradients_with_the_stacked_ones(
 def test_batched_forward_gradients_of_a_custom_function_are_refused_where_vmap_cannot_run_it():
     """PyTorch's vmap runs a custom Function in forward mode; the package's has no batching rule for one: a clear
     refusal, not a verdict on the function (which gradcheck passes without the batched check)."""
-    def sin_with_jvp(m):
-        class SinWithJvp(m.autograd.Function):
-            @staticmethod
-            def forward(ctx, a):
-                ctx.save_for_backward(a)
-                ctx.a = a
-                return a.sin()
-
-            @staticmethod
-            def backward(ctx, g):
-                (a,) = ctx.saved_tensors
-                return g * a.cos()
-
-            @staticmethod
-            def jvp(ctx, t):
-                return t * ctx.a.cos()
-        return SinWithJvp.apply
-
     assert gradcheck_both(sin_with_jvp, check_forward_ad=True) == {"torch": True, "tinypytorch": True}
     verdicts = gradcheck_both_whole(sin_with_jvp, check_forward_ad=True, check_batched_forward_grad=True)
     assert verdicts["torch"] is True
