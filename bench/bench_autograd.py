@@ -59,7 +59,7 @@ def main(argv=None):
                   lambda path: plot(results, scaling, slopes, s["sizes"], path))
     speed_grad_modes.run(args.quick, args.out)  # steps 57 and 58: each gradient mode's cost, into grad_modes.md
     speed_jacobians.run(args.quick, args.out)  # step 65: jacfwd against jacrev, into jacobians.md
-    speed_per_sample.run(args.quick, args.out)  # step 69: a loop of backward passes against vmap(grad), per_sample.md
+    speed_per_sample.run(args.quick, args.out)  # step 70: a loop of backward passes against vmap(grad), per_sample.md
     speed_conv.run(args.quick, args.out)  # step 55: conv2d forward and backward against torch and NumPy, conv.md
     if args.profile:
         profile(s)

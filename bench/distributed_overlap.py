@@ -3,12 +3,12 @@
     python bench/distributed_overlap.py            # writes bench/results/distributed_overlap.md
     python bench/distributed_overlap.py --quick    # a smoke test, seconds: written to bench/_out/
 
-Two processes on this machine (tinypytorch.distributed.spawn, gloo on the loopback interface), step 70's timed
+Two processes on this machine (tinypytorch.distributed.spawn, gloo on the loopback interface), step 73's timed
 network: four 256 x 256 layers with tanh between, float32, 64 samples per rank, bucket_cap_mb=0.25 (a bucket per
 layer). On rank 0, for each of the last `steps` training steps: when each bucket's all-reduce started and when
 torch reported it complete (the future of its Work), in time since backward began, and how long backward took.
 Then the same steps with the averaging after backward instead: backward under no_sync, then one all-reduce per
-bucket, each waited for. Medians over the steps; the page (step 70) draws one such step without its numbers.
+bucket, each waited for. Medians over the steps; the page (step 73) draws one such step without its numbers.
 """
 import argparse
 import os
@@ -85,7 +85,7 @@ def report(overlapped, sequential, mode):
     lines = [
         "# Backward and DistributedDataParallel's buckets, overlapping",
         "",
-        f"{written_by('distributed_overlap.py', mode)}. Two processes on this machine (gloo, loopback), step 70's "
+        f"{written_by('distributed_overlap.py', mode)}. Two processes on this machine (gloo, loopback), step 73's "
         "timed network: four 256 × 256 layers, tanh, float32, 64 samples per rank, `bucket_cap_mb=0.25` (a bucket "
         f"per layer, the last layer's first). Medians over {len(overlapped)} training steps on rank 0, times since "
         "backward began; completion is when torch's future for the bucket's all-reduce ran its callback.",

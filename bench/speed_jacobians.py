@@ -1,5 +1,5 @@
 """A Jacobian by columns (jacfwd: forward mode) against rows (jacrev: reverse mode), three ways side by side:
-loops of single passes (step 65's), tinypytorch.func's batched transforms (vmap, step 68) and torch.func's
+loops of single passes (step 65's), tinypytorch.func's batched transforms (vmap, step 69) and torch.func's
 (also vmap): bench/results/jacobians.{md,png}.
 
     python bench/bench_autograd.py             # the full run writes it with autograd.md (`make bench`)
@@ -101,7 +101,7 @@ def report(times, sizes, mode):
              f"x -> tanh(W x), W m × n, float64, n m = {PRODUCT}; medians of repeats, all in one run, taking turns. "
              "Three ways: **loops** of single passes (step 65's `jacfwd_by_columns`, n forward-mode passes, and "
              "`jacrev_by_rows`, one recorded forward and m backward passes, on `tinypytorch.func.jvp`/`vjp`); "
-             "**tinypytorch.func**'s `jacfwd`/`jacrev`, which batch those passes into one with vmap (step 68); "
+             "**tinypytorch.func**'s `jacfwd`/`jacrev`, which batch those passes into one with vmap (step 69); "
              "**torch.func**'s, which do the same in PyTorch.", ""]
     lines += machine_lines()
     lines += ["", "Times per Jacobian:", ""]

@@ -1,5 +1,5 @@
 """Per-sample gradients two ways, in tinypytorch and in PyTorch, side by side: a loop of one backward pass per sample
-against vmap(grad(loss)) over the batch (step 69), into bench/results/per_sample.md.
+against vmap(grad(loss)) over the batch (step 70), into bench/results/per_sample.md.
 
     python bench/bench_autograd.py              # the full run writes it with autograd.md (`make bench`)
     python bench/speed_per_sample.py            # this measurement alone, into bench/results/per_sample.md

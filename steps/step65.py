@@ -119,7 +119,7 @@ print("vs the package's func.jacfwd:", below(np.abs(J_fwd.data - func.jacfwd(lay
 
 # %% [markdown]
 # The package's `func.jacfwd` and `func.jacrev`, as PyTorch's, build
-# the same matrices without the loop: `vmap` (step 68) runs the $n$
+# the same matrices without the loop: `vmap` (step 69) runs the $n$
 # forward-mode passes, or the $m$ backward passes, as one pass on a batch
 # of basis vectors. They also take PyTorch's arguments: `argnums` picks
 # the arguments to differentiate, and arguments and outputs may be tuples
@@ -364,7 +364,7 @@ print("PyTorch check passed: the step's loops, func's five transforms, functiona
 # - A Hessian is forward over reverse (`jacfwd(jacrev(f))`, PyTorch's
 #   `hessian`); reverse over reverse gives the same through `create_graph`.
 # - The package's `func.jacfwd`, `func.jacrev` and `func.hessian` run
-#   the passes as one batched pass (`vmap`, step 68) and take PyTorch's
+#   the passes as one batched pass (`vmap`, step 69) and take PyTorch's
 #   `argnums` and `has_aux`, and tuples, lists and dicts of Variables.
 # - `vhp` and `hvp` give $v^\top H$ and $Hv$ in $O(n)$ memory, by double
 #   backward; the Hessian itself needs $n^2$.

@@ -1,449 +1,531 @@
 # %% [markdown]
-# # Step 69: Per-sample gradients
+# # Step 69: vmap: a batch dimension the function never sees
 #
-# A backward pass from a batch's mean loss gives **one** gradient: the
-# mean of the samples' gradients, each sample's contribution added into
-# the same `.grad`. Some methods need the terms of that sum one by one:
-# differentially private training (DP-SGD) clips each sample's gradient
-# before adding it, and the size of each sample's gradient tells which
-# samples pull the model hardest. The plain way is a loop, one backward
-# pass per sample. This step gets all of them in one call by composing
-# two transforms the package has, `grad` ([step 65](step65.ipynb)) of
-# the loss as a function of the parameters and `vmap` over the samples
-# ([step 68](step68.ipynb)): `vmap(grad(loss), in_dims=(None, 0, 0))`, as
-# `torch.func` does it. It
-# ends with the same trick turned around: `vmap` over a stack of models'
-# parameters runs an ensemble in one call (`stack_module_state`).
+# A function written for one sample, say the cosine similarity of two
+# vectors, goes wrong on a batch: `x @ y` of two matrices is a matrix
+# product, not a row of dot products, and `x.norm()` takes the norm of the
+# whole batch. The usual cure is to rewrite it with batch dims in mind
+# (`(x * y).sum(-1)`, `norm(dim=-1)`), or to loop over the samples in
+# Python. PyTorch's `torch.func.vmap` does neither: it runs the function
+# **once**, on values that look like one sample and hold the whole batch.
+# Each operation the function calls meets such a value and runs its
+# **batching rule**: the same operation on the whole batch, its arguments
+# shifted past a hidden batch dimension. This step builds
+# `tinypytorch.func.vmap` (also `tinypytorch.vmap`) and checks it against
+# `torch.func.vmap`. It opens stage 6, on function transforms: vmap is the
+# one the next steps combine with `grad` and the Jacobians.
 
 # %%
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch as tp
-from tinypytorch import Variable, func, nn
-from tinypytorch.nn import functional as F
-from tinypytorch.utils.listing import show_code
+from tinypytorch import batching_rules, core
+from tinypytorch.batched import BatchedVariable, levels_of
+from tinypytorch.func import vmap
+from tinypytorch.utils.listing import show_code, source_at_step
 from tinypytorch.utils.pictures import draw_dag
 
-tp.set_default_dtype(tp.float64)  # float64, so the checks hold to 1e-12
+
+# %% tags=["hide-input"]
+def show_opening(obj, step, lines):
+    """The first `lines` lines of obj's listing at `step` (show_code's listing, cut where the rest is not this
+    step's): highlighted in Jupyter and the book, printed when run as a script."""
+    source = "\n".join(source_at_step(obj, step).splitlines()[:lines]) + "\n    ...\n"
+    try:
+        from IPython import get_ipython
+        from IPython.display import Code, display
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    print(source) if shell is None else display(Code(source, language="python"))
+
+
+def wrapped(text, indent="    "):
+    """A long message on lines the page's width takes."""
+    return textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent)
+
+
+# %% [markdown]
+# ## One sample, a whole batch
+#
+# `cosine` is written for two vectors. `vmap(cosine)` takes two batches of
+# vectors (their dim 0 is the batch) and gives one similarity per pair,
+# the same numbers as a loop over the pairs. Called on the batches
+# directly, `cosine` asks for a matrix product of two (4, 3) matrices.
+
+# %%
+def cosine(x, y):
+    return (x @ y) / (x.norm() * y.norm())
+
+
+rng = np.random.default_rng(0)
+X, Y = tp.tensor(rng.normal(size=(4, 3))), tp.tensor(rng.normal(size=(4, 3)))
+batched = vmap(cosine)(X, Y)
+looped = tp.stack([cosine(X[i], Y[i]) for i in range(4)])
+print("vmap(cosine):", batched)
+print("a loop      :", looped)
+try:
+    cosine(X, Y)
+except ValueError as error:
+    print("cosine(X, Y) on the batches:", error)
+
+# %% [markdown]
+# Inside `vmap`, `cosine` gets a `BatchedVariable`: its **physical**
+# value holds the whole batch, shape (4, 3) with the batch at dim 0; its
+# **logical** shape, the one the function sees through `shape`, `ndim`,
+# `len` and `size`, is one sample's, (3,). The number of the vmap that
+# made it, its **level**, is kept beside it, for nesting.
+
+# %%
+def look(x, y):
+    print(f"{type(x).__name__}: logical shape {tuple(x.shape)}, physical {tuple(x.physical.shape)}, "
+          f"level {x.level}")
+    return cosine(x, y)
+
+
+_ = vmap(look)(X, Y)
 
 
 # %% tags=["hide-input"]
-def below(error, bound):
-    """'< 1e-12', after checking it: rounding differs between CPUs, a bound does not."""
-    assert error < bound, f"{error:.3g} is not below {bound:.0e}"
-    return f"< {bound:.0e}"
+def shapes_picture():
+    """The physical value (a batch of 4 rows) and the logical sample the function sees."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    for i in range(4):
+        for j in range(3):
+            ax.add_patch(plt.Rectangle((j, 3 - i), 0.95, 0.9, facecolor=f"C{i}", alpha=0.45))
+        ax.text(-0.3, 3.45 - i, f"sample {i}", ha="right", va="center", fontsize=9)
+    ax.text(1.5, 4.3, "physical: (4, 3)", ha="center", fontsize=10)
+    ax.text(1.5, -0.5, "dim 0 is the batch of level 1", ha="center", fontsize=9, color="0.3")
+    for j in range(3):
+        ax.add_patch(plt.Rectangle((6 + j, 1.8), 0.95, 0.9, facecolor="white", edgecolor="0.3", hatch="//"))
+    ax.text(7.5, 3.3, "logical: (3,)", ha="center", fontsize=10)
+    ax.text(7.5, 1.2, "what the function sees:\none sample, any of the four", ha="center", va="top", fontsize=9,
+            color="0.3")
+    ax.annotate("", (5.8, 2.25), (3.2, 2.25), arrowprops=dict(arrowstyle="-|>", color="0.35", lw=1.2))
+    ax.text(4.5, 2.5, "BatchedVariable", ha="center", fontsize=9)
+    ax.set(xlim=(-2, 9.5), ylim=(-1, 4.8))
+    ax.axis("off")
+    fig.tight_layout()
+    plt.show()
 
 
-def flat(grads):
-    """A dict of gradients (each with the samples in front, or not) as one row of numbers per sample."""
-    rows = [np.asarray(g.data).reshape(len(Y) if g.ndim > p.ndim else 1, -1)
-            for g, p in zip(grads.values(), params.values())]
-    return np.concatenate(rows, axis=1)
-
+shapes_picture()
 
 # %% [markdown]
-# ## One gradient for the batch, one per sample
+# ## The batched Variable
 #
-# The task: 16 points in 4 dimensions, three classes, a small network
-# (4 → 8 → 3, tanh) trained on them for a while. One label is wrong on
-# purpose: the point that lies deepest inside its class is given another
-# class.
+# `BatchedVariable` (tinypytorch/batched.py) is a `Variable` with no
+# array of its own: it keeps the physical value and the level, and
+# answers every question about shape with the physical shape minus dim 0.
+# What would read one sample's values raises PyTorch's error, since there
+# is no one sample to read: `item()` (and `float`, `int`), and `bool()`,
+# which Python calls for an `if` on a tensor.
+
+# %%
+show_code(BatchedVariable.__init__, BatchedVariable.shape.fget)
+show_code(BatchedVariable.item, BatchedVariable.__bool__)
+
+# %% [markdown]
+# ## The door: `Function.__call__`
+#
+# Every operation of the package goes through `Function.__call__`. While
+# no vmap is open, the check costs one attribute read. Inside vmap, an
+# operation with a batched input goes to `run_rule` instead of its own
+# forward:
+
+# %%
+show_opening(core.Function.__call__, 68, 6)
+show_code(batching_rules.run_rule)
+
+# %% [markdown]
+# `Batch` unwraps the inputs at the highest level present: each batched
+# one becomes its physical value, batch first; the others stay as they
+# are. The rule calls **the same kind of Function** on those values,
+# with its arguments adjusted, so the operation's own forward (and
+# backward, if a gradient is wanted) runs on the whole batch at once;
+# `run_rule` wraps the result at that level again.
 
 # %% tags=["hide-input"]
-rng = np.random.default_rng(69)
-N = 16
-X = tp.tensor(rng.standard_normal((N, 4)))
-scores = X.data @ rng.standard_normal((4, 3))  # the classes: the largest of three linear scores
-Y = tp.tensor(np.argmax(scores, axis=1))
-ranked = np.sort(scores, axis=1)
-FLIPPED = int(np.argmax(ranked[:, -1] - ranked[:, -2]))  # the widest margin between first and second class
-Y.data[FLIPPED] = (Y.data[FLIPPED] + 1) % 3  # the wrong label
-print(f"sample {FLIPPED} gets the wrong label")
+def path_picture():
+    """The path of a + b (a batched, b not) through the door and its rule."""
+    nodes = {
+        "call": ("leaf", "a + b\nlogical (3,), (2, 1)"),
+        "door": ("function", "Function.__call__:\na batched input"),
+        "batch": ("function", "Batch: physical\n(4, 3) and (2, 1)"),
+        "rule": ("highlight", "elementwise rule:\npad to (4, 1, 3)"),
+        "add": ("function", "Add on arrays:\n(4, 1, 3) + (2, 1)"),
+        "out": ("output", "BatchedVariable\nphysical (4, 2, 3)\nlogical (2, 3)"),
+    }
+    positions = {"call": (0, 1), "door": (1.25, 1), "batch": (2.5, 1), "rule": (2.5, 0), "add": (1.25, 0),
+                 "out": (0, 0)}
+    edges = [("call", "door"), ("door", "batch"), ("batch", "rule"), ("rule", "add"), ("add", "out")]
+    _, ax = plt.subplots(figsize=(8, 2.6))
+    draw_dag(nodes, edges, ax=ax, positions=positions)
+    plt.show()
 
-tp.manual_seed(69)
-model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
-optimizer = tp.optim.SGD(model.parameters(), lr=0.5)
-for _ in range(60):
-    optimizer.zero_grad()
-    F.cross_entropy(model(X), Y).backward()
-    optimizer.step()
-alone = F.cross_entropy(model(X[FLIPPED:FLIPPED + 1]), Y[FLIPPED:FLIPPED + 1]).item()
-print(f"after 60 steps of SGD: mean loss {F.cross_entropy(model(X), Y).item():.2f}, "
-      f"loss of sample {FLIPPED} {alone:.2f}")
+
+path_picture()
 
 # %% [markdown]
-# The batch's gradient is one backward pass. The per-sample gradients are
-# a loop: sample $i$ alone through the model, its loss $\ell_i$, one
-# backward pass, the `.grad`s copied out. Their mean is the batch's
-# gradient, since the mean loss is $\frac1N\sum_i \ell_i$ and a gradient
-# is linear.
+# ## Three rules
+#
+# **Element-wise operations** broadcast, and broadcasting lines dims up
+# from the right. A batched operand whose sample has fewer dims than the
+# other operand's would have its batch dim lined up with a sample dim:
+# physical (4, 3) against an unbatched (2, 1) compares 4 with 2 and fails.
+# The rule pads each batched operand with 1s after its batch dim, up to the
+# largest logical rank: (4, 1, 3) against (2, 1) gives (4, 2, 3), the batch
+# of four (2, 3) results.
 
 # %%
-model.zero_grad()
-F.cross_entropy(model(X), Y).backward()
-batch_grad = {k: p.grad.data.copy() for k, p in model.named_parameters()}
+show_code(batching_rules.Batch.padded, batching_rules.pad, batching_rules.elementwise)
 
-loop_grads = {k: [] for k in batch_grad}
-for i in range(N):  # one backward pass per sample
-    model.zero_grad()
-    F.cross_entropy(model(X[i:i + 1]), Y[i:i + 1]).backward()
-    for k, p in model.named_parameters():
-        loop_grads[k].append(p.grad.data.copy())
-loop_grads = {k: np.stack(g) for k, g in loop_grads.items()}
-print({k: g.shape for k, g in loop_grads.items()})
-print("mean of the per-sample gradients vs the batch's gradient:",
-      below(max(np.abs(loop_grads[k].mean(axis=0) - batch_grad[k]).max() for k in batch_grad), 1e-15))
+# %%
+a, b = tp.tensor(rng.normal(size=(4, 3))), tp.tensor(rng.normal(size=(2, 1)))
+try:
+    a.data + b.data
+except ValueError as error:
+    print("physical values, not padded:", str(error).strip())
+
+
+def add(x, y):
+    z = x + y
+    print(f"logical {tuple(x.shape)} + {tuple(y.shape)} -> {tuple(z.shape)}; "
+          f"physical {tuple(z.physical.shape)}")
+    return z
+
+
+_ = vmap(add, in_dims=(0, None))(a, b)
 
 # %% [markdown]
-# Laid out as rows, one per sample, each the model's 67 parameters, the
-# per-sample gradients show what the mean hides: the samples do not pull
-# alike. The one with the wrong label pulls hardest; the points the
-# model already fits well hardly pull at all. Their mean, the batch's
-# gradient (the bottom row), is faint: the pulls partly cancel.
+# **Reductions** name their dims in the sample's terms: `x.sum(0)` means
+# the sample's first dim, which is the physical value's dim 1, and
+# `x.sum(-1)` its last, the same dim counted from the right. The rule
+# makes every dim non-negative against the logical rank, then one further;
+# `None` (all of the sample) becomes every dim but the batch's.
+
+# %%
+show_code(batching_rules.shifted_axes, batching_rules.reduction)
+for dim in (0, -1, (0, 1), None):
+    print(f"a sample of 2 dims, sum over {dim}: physical axes {batching_rules.shifted_axes(dim, 2)}")
+
+# %% [markdown]
+# **Matrix products** pad too, but a vector operand has no dim to spare:
+# `v @ W` of a vector (n,) contracts v's only dim. The rule makes a batched
+# vector a matrix first, a row (B, 1, n) on the left or a column (B, n, 1)
+# on the right, multiplies (matmul broadcasts the batch dim as any
+# leading dim), and drops the dim it added.
+
+# %%
+show_code(batching_rules.matmul)
+W = tp.tensor(rng.normal(size=(3, 5)))
+print("vmap(v @ W), v batched (4, 3):", tuple(vmap(lambda v: v @ W)(X).shape),
+      "| W @ v, W (5, 3) shared:", tuple(vmap(lambda v: W.t() @ v)(X).shape),
+      "| u @ v, both batched:", tuple(vmap(lambda u, v: u @ v)(X, Y).shape))
+
+# %% [markdown]
+# Reshapes put the batch size before the new shape, permutations keep dim
+# 0 first, indexing prepends a whole slice for the batch, `cat` and `stack`
+# repeat an unbatched operand along a new batch dim (a broadcast view, no
+# copy) and shift their dim. An operation with no rule raises a
+# `NotImplementedError` that names it, never a wrong result.
+#
+# ## in_dims and out_dims
+#
+# `in_dims` says where each argument's batch is: an int per argument
+# (the default, 0, for all), `None` for an argument every sample shares,
+# or a nested structure that matches the arguments. vmap moves each batch
+# dim to the front before wrapping. `out_dims` says where each output's
+# batch dim goes. Below, the samples are the **columns** of a (3, 4)
+# matrix, `w` is shared, and the results are returned as columns again:
+
+# %%
+def standardize(x, w):
+    return w * (x - x.mean()) / x.std()
+
+
+columns, w = X.t(), tp.tensor([1.0, 2.0, 3.0], dtype=tp.float64)
+out = vmap(standardize, in_dims=(1, None), out_dims=1)(columns, w)
+print("in_dims=(1, None), out_dims=1:", tuple(columns.shape), "->", tuple(out.shape))
+print("column 0 equals standardize(column 0):",
+      np.allclose(out.data[:, 0], standardize(columns[:, 0], w).data, rtol=1e-14, atol=0))
+
+# %% [markdown]
+# ## Nested vmap
+#
+# `vmap(vmap(f))` batches twice: the outer vmap opens level 1, the inner
+# one level 2. A value batched at both is a `BatchedVariable` of level 2
+# around one of level 1 around the array, whose dims are level 1's batch,
+# then level 2's, then the sample's. A rule works at the highest level
+# present and takes the level-1 wrapper inside as its "physical" value:
+# that wrapper is a Variable, so the same rule runs on it and meets level
+# 1's rule underneath. Pairwise distances between two sets of points: the
+# outer vmap walks the rows of `P`, the inner one the rows of `Q`. In the
+# picture below, each coloured block of the array is one row of `P`, each
+# row of a block one row of `Q`.
+
+# %%
+def distance(p, q):
+    d = p - q
+    return (d * d).sum().sqrt()
+
+
+def look_inside(p, q):
+    d = p - q
+    print(f"p - q: levels {levels_of(d)}, logical {tuple(d.shape)}, "
+          f"array {tuple(d.physical.physical.shape)}")
+    return distance(p, q)
+
+
+P, Q = tp.tensor(rng.normal(size=(4, 3))), tp.tensor(rng.normal(size=(5, 3)))
+pairwise = vmap(vmap(look_inside, in_dims=(None, 0)), in_dims=(0, None))(P, Q)
+print("pairwise distances:", tuple(pairwise.shape), "| [1, 2] equals |P[1] - Q[2]|:",
+      np.isclose(pairwise.data[1, 2], np.linalg.norm(P.data[1] - Q.data[2]), rtol=1e-14, atol=0))
+
 
 # %% tags=["hide-input"]
-per_sample_rows = np.concatenate([loop_grads[k].reshape(N, -1) for k in batch_grad], axis=1)
-mean_row = per_sample_rows.mean(axis=0, keepdims=True)
-print("parameters:", per_sample_rows.shape[1])
-limit = np.abs(per_sample_rows).max()
-fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.6), height_ratios=[N, 2.2], sharex=True)
-image = top.imshow(per_sample_rows, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
-top.set_yticks(range(N), [f"{i} (wrong label)" if i == FLIPPED else str(i) for i in range(N)], fontsize=7)
-top.set_title("per-sample gradients: a row per sample (one backward pass each)", fontsize=10)
-bottom.imshow(mean_row, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
-bottom.set_yticks([0], ["batch (mean)"], fontsize=8)
-bottom.set_xlabel("the 67 parameters: 0.weight, 0.bias, 2.weight, 2.bias")
-fig.colorbar(image, ax=[top, bottom], shrink=0.8)
-plt.show()
+def levels_picture():
+    """p - q inside two vmaps: two wrappers around one array, drawn as 4 blocks (level 1) of 5 rows (level 2)."""
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    boxes = [((0, 0), 7.6, 4.1, "C1", "BatchedVariable, level 2 (inner vmap, rows of Q): the function sees (3,)"),
+             ((0.2, 0.15), 7.2, 3.4, "C0", "BatchedVariable, level 1 (outer vmap, rows of P): logical (5, 3)"),
+             ((0.4, 0.3), 6.8, 2.7, "0.5", "the array: (4, 5, 3) = (level 1's batch, level 2's, the sample)")]
+    for (x, y), width, height, colour, label in boxes:
+        ax.add_patch(plt.Rectangle((x, y), width, height, facecolor=colour, alpha=0.1, edgecolor=colour))
+        ax.text(x + 0.15, y + height - 0.12, label, va="top", fontsize=9)
+    for i in range(4):  # level 1's batch: one block per row of P
+        for j in range(5):  # level 2's: one row per row of Q
+            for k in range(3):  # the sample
+                ax.add_patch(plt.Rectangle((0.9 + 1.6 * i + 0.36 * k, 0.75 + 0.36 * j), 0.33, 0.3,
+                                           facecolor=f"C{i}", alpha=0.3 + 0.1 * j))
+        ax.text(1.4 + 1.6 * i, 0.68, f"P[{i}]", ha="center", va="top", fontsize=8)
+    ax.set(xlim=(-0.1, 7.7), ylim=(-0.1, 4.2))
+    ax.axis("off")
+    fig.tight_layout()
+    plt.show()
+
+
+levels_picture()
 
 # %% [markdown]
-# ## A loss as a function of the parameters, differentiated per sample
+# ## Randomness
 #
-# `grad` differentiates a function with respect to its arguments, so the
-# loss must take the parameters as an argument. `functional_call(model,
-# params, args)` runs the model with the tensors of the dict `params` in
-# its parameters' places, for that call only (PyTorch's
-# `torch.func.functional_call`): the model is used for its structure,
-# and its own parameters are left as they were.
-# The function is written for **one** sample (a batch of one, as the
-# model expects); `grad` gives that sample's gradient, a dict shaped as
-# `params`.
+# What should `dropout` do inside vmap: one mask per sample, or one mask
+# for all? PyTorch makes the caller say. `randomness="error"`, the default,
+# refuses random operations; `"different"` draws for every sample;
+# `"same"` draws once and shares it. Four rows of ones through dropout:
 
 # %%
-params = {k: p.detach() for k, p in model.named_parameters()}
-
-
-def loss_of(params, x, y):
-    """The loss of one sample, as a function of the parameters."""
-    logits = func.functional_call(model, params, (x.unsqueeze(0),))
-    return F.cross_entropy(logits, y.unsqueeze(0))
-
-
-g0 = func.grad(loss_of)(params, X[0], Y[0])
-print("grad of sample 0 vs the loop's:",
-      below(max(np.abs(g0[k].data - loop_grads[k][0]).max() for k in g0), 1e-15))
-
-# %% [markdown]
-# `vmap` maps that over the batch: `in_dims=(None, 0, 0)` says the
-# parameters are shared (not batched) and `x`, `y` are batched along
-# dim 0. Each result comes back with the 16 samples in front.
-
-# %%
-per_sample = func.vmap(func.grad(loss_of), in_dims=(None, 0, 0))(params, X, Y)
-print({k: tuple(g.shape) for k, g in per_sample.items()})
-print("vmap(grad) vs the loop of 16 backward passes:",
-      below(max(np.abs(per_sample[k].data - loop_grads[k]).max() for k in per_sample), 1e-14))
-
-# %% [markdown]
-# ## Why it equals the loop: a copy of the parameters per sample
-#
-# Inside `vmap` the forward pass runs once, on the whole batch. If `grad`
-# made its leaf of the shared parameters, the 16 losses would all hang
-# from that one leaf, and a backward pass from them would add their
-# gradients into it: the batch's sum again, not the terms. So before the
-# forward pass `grad` gives each sample **its own copy**: `_physical_leaf`
-# broadcasts an argument that every sample shares to the batch (a
-# broadcast view of `(16, …)`, no memory copied) and makes that the leaf.
-# Sample $i$'s loss uses row $i$ of it and no other row, so
-#
-# $$\frac{\partial}{\partial W_i}\sum_j \ell_j(W_j) = \frac{\partial \ell_i}{\partial W_i},$$
-#
-# and one backward pass, seeded with a one for each sample's loss
-# (`_physical_pair`), fills row $i$ with sample $i$'s gradient: exactly
-# what the loop's $i$-th backward pass computed, the same derivatives
-# taken for all samples at once. `run_recorded` is where `grad`, `vjp` and
-# `jacrev` make their leaves; outside `vmap` `_open_levels` is empty and
-# the leaf is a new leaf on the argument's data, as in step 65.
-
-# %%
-show_code(func._Call.run_recorded, func._physical_leaf, func._physical_pair, step=69)
-
-# %% [markdown]
-# The same by hand, on a linear model $\ell_i = (x_i\cdot w - t_i)^2$
-# with a shared $w$ of 3 numbers: the shared leaf gets the sum of the
-# samples' gradients; the copy, a leaf of 16 rows, gets one row each,
-# $2(x_i\cdot w - t_i)\,x_i$.
-
-# %%
-Xl, t, w0 = rng.standard_normal((N, 3)), rng.standard_normal(N), rng.standard_normal(3)
-by_formula = 2 * (Xl @ w0 - t)[:, None] * Xl  # sample i's gradient, worked out by hand
-
-w = Variable(w0.copy(), requires_grad=True)  # one leaf that every sample shares
-losses = (tp.matmul(tp.tensor(Xl), w) - tp.tensor(t)) ** 2
-losses.sum().backward()
-print("shared leaf: w.grad", w.grad.shape, "= the sum of the rows:",
-      below(np.abs(w.grad.data - by_formula.sum(0)).max(), 1e-13))
-
-copies = Variable(np.broadcast_to(w0, (N, 3)), requires_grad=True)  # w per sample (a broadcast view)
-losses = ((copies * tp.tensor(Xl)).sum(dim=1) - tp.tensor(t)) ** 2
-losses.backward(tp.ones(N))  # a one for each sample's loss
-print("one copy per sample: copies.grad", copies.grad.shape, "= the rows:",
-      below(np.abs(copies.grad.data - by_formula).max(), 1e-13))
-
-# %% tags=["hide-input"]
-fig, (left, right) = plt.subplots(1, 2, figsize=(10, 2.6))
-edges = [("w", "mm"), ("X", "mm"), ("mm", "l"), ("l", "sum"), ("sum", "L")]
-draw_dag({"w": ("leaf", "w (3,)"), "X": ("variable", "X (16, 3)"), "mm": ("function", "(X w - t)²"),
-          "l": ("variable", "ℓ (16,)"), "sum": ("function", "sum"), "L": ("output", "L")}, edges, ax=left,
-         positions={"w": (0, 0.5), "X": (0, -0.5), "mm": (1.2, 0), "l": (2.3, 0), "sum": (3.2, 0),
-                    "L": (4.0, 0)},
-         notes={"w": "w.grad = Σᵢ ∂ℓᵢ/∂w"}, title="the batch's loss: one leaf, gradients added")
-draw_dag({"w": ("variable", "w (3,)"), "b": ("function", "broadcast"), "W": ("leaf", "W (16, 3)"),
-          "X": ("variable", "X (16, 3)"), "mm": ("function", "(Wᵢ·xᵢ - tᵢ)²"), "l": ("output", "ℓ (16,)")},
-         [("w", "b"), ("b", "W"), ("W", "mm"), ("X", "mm"), ("mm", "l")], ax=right,
-         positions={"w": (0, 0.5), "b": (1, 0.5), "W": (2.1, 0.5), "X": (2.1, -0.6), "mm": (3.3, 0),
-                    "l": (4.4, 0)},
-         notes={"W": "W.grad[i] = ∂ℓᵢ/∂w", "l": "seeded with ones"},
-         title="inside vmap(grad(f)): a copy per sample")
-plt.tight_layout()
-plt.show()
-
-# %% [markdown]
-# The loop runs 16 small forward and backward passes; `vmap(grad)` runs
-# one of each on the whole batch, with batched operations in place of
-# the loop. The work is the same arithmetic, in fewer and larger
-# operations; `bench/speed_per_sample.py` measures the two in
-# tinypytorch and in PyTorch.
-#
-# ## Clipping each sample's gradient (DP-SGD)
-#
-# Differentially private SGD (Abadi et al.) bounds how much any
-# one sample can move the model: each sample's gradient $g_i$ is scaled
-# down to a norm of at most $C$, $g_i \min(1, C/\lVert g_i\rVert)$, before
-# the mean is taken (then Gaussian noise of a size set by $C$ is added,
-# which this page leaves out). That needs every $\lVert g_i\rVert$, the
-# norm over all of the model's parameters: the per-sample gradients.
-
-# %%
-rows = flat(per_sample)  # (16, 67): each sample's gradient as one row
-norms = np.linalg.norm(rows, axis=1)
-C = 0.5
-clipped = rows * np.minimum(1, C / norms)[:, None]
-print("norms of the per-sample gradients:", np.round(norms, 3))
-print(f"sample {FLIPPED} (wrong label): {norms[FLIPPED]:.3f}; the median: {np.median(norms):.3f}")
-share = norms[FLIPPED] / norms.sum(), min(norms[FLIPPED], C) / np.minimum(norms, C).sum()
-print(f"its part of the sum of the norms: {share[0]:.0%} unclipped, {share[1]:.0%} clipped at C = {C}")
-
-# %% tags=["hide-input"]
-fig, ax = plt.subplots(figsize=(7, 3))
-ax.bar(range(N), norms, color=["tab:red" if i == FLIPPED else "tab:blue" for i in range(N)])
-ax.axhline(C, color="0.3", ls="--", lw=1)
-ax.set_xticks(range(N))
-ax.set_xlabel("sample (red: the wrong label)"), ax.set_ylabel("‖gᵢ‖")
-ax.set_yscale("log")
-ax.set_title(f"each sample's gradient norm; dashed: the clipping norm C = {C}", fontsize=10)
-plt.tight_layout()
-plt.show()
-
-# %% [markdown]
-# Unclipped, the wrong label has the largest say in the step. Clipped
-# at $C$, it counts no more than any other sample whose gradient
-# reaches $C$. (The norm of the batch's
-# gradient alone, which `clip_grad_norm_` of [step 56](step56.ipynb)
-# would clip, cannot tell which sample it came from.)
-#
-# ## Ensembles: vmap over models
-#
-# `vmap` batches any argument, the parameters too. $M$ models of one
-# architecture, each with its own weights, are $M$ sets of parameters of
-# the same shapes: stacked along a new first dim, they are one batched
-# argument. `stack_module_state(models)` does the stacking, PyTorch's
-# way: a dict of stacked parameters (new leaves that require grad, not
-# views of the models' own) and a dict of stacked buffers, by name.
-
-# %%
-show_code(func.stack_module_state, func._stacked_leaf, step=69)
-
-# %% [markdown]
-# With `in_dims=(0, 0, None)` the parameters and buffers are batched
-# along the models and the data is shared: every model sees the same 16
-# points, and the output has the models in front.
-
-# %%
-M = 5
+ones = tp.ones(4, 6, dtype=tp.float64)
+try:
+    vmap(lambda r: tp.nn.functional.dropout(r, 0.5))(ones)
+except RuntimeError as error:
+    print("randomness='error':\n" + wrapped(str(error)))
 tp.manual_seed(0)
-models = [nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)) for _ in range(M)]
-stacked_params, stacked_buffers = func.stack_module_state(models)
-print({k: tuple(p.shape) for k, p in stacked_params.items()}, stacked_buffers)
-print("new leaves that require grad:",
-      all(p.requires_grad and p.creator is None for p in stacked_params.values()))
-
-
-def ensemble_member(params, buffers, x):
-    return func.functional_call(models[0], (params, buffers), (x,))  # models[0] lends only its structure
-
-
-outputs = func.vmap(ensemble_member, in_dims=(0, 0, None))(stacked_params, stacked_buffers, X)
-print("outputs:", tuple(outputs.shape), "(models, samples, classes)")
-print("row m vs model m called alone:",
-      below(max(np.abs(outputs.data[m] - models[m](X).data).max() for m in range(M)), 1e-15))
+for randomness in ("different", "same"):
+    masks = vmap(lambda r: tp.nn.functional.dropout(r, 0.5), randomness=randomness)(ones)
+    rows = ["".join("1" if v else "0" for v in row) for row in masks.data]
+    print(f"randomness={randomness!r}: rows kept {' '.join(rows)}")
 
 # %% [markdown]
-# The stacked parameters are leaves, so a loss of all $M$ outputs
-# trains the $M$ models at once: one backward pass gives each stacked
-# parameter the gradients of its $M$ models, and an optimizer over
-# `stacked_params.values()` steps them all.
+# In tinypytorch `dropout` has a rule that draws per sample; a factory such
+# as `rand` inside `vmap(randomness="different")` raises a clear
+# `NotImplementedError` rather than give every sample the same numbers.
+#
+# ## What cannot be batched
+#
+# A function that looks at one sample's values cannot run once for the
+# whole batch: there is no one value to look at. PyTorch raises, and so
+# does tinypytorch, with PyTorch's words. An in-place write of a batched
+# value into a tensor that is not batched fails too: the tensor has room
+# for one sample's result, not for four.
 
 # %%
-loss = sum(F.cross_entropy(outputs[m], Y) for m in range(M))
-loss.backward()
-models[2].zero_grad()
-F.cross_entropy(models[2](X), Y).backward()
-error = max(np.abs(stacked_params[k].grad.data[2] - p.grad.data).max()
-            for k, p in models[2].named_parameters())
-print("gradient of model 2, from the ensemble vs alone:", below(error, 1e-15))
+import torch  # noqa: E402
+import torch.func  # noqa: E402
+
+UNBATCHABLE = {
+    ".item()": lambda vm, fw, x, s: vm(lambda r: r.sum().item())(x),
+    "an if on a value": lambda vm, fw, x, s: vm(lambda r: r if r.sum() > 0 else -r)(x),
+    "add_ into a shared tensor": lambda vm, fw, x, s: vm(lambda r, t: t.add_(r), in_dims=(0, None))(x, s),
+    "x[0] = batched value": lambda vm, fw, x, s: vm(lambda r, t: t.__setitem__(0, r.sum()),
+                                                    in_dims=(0, None))(x, s),
+}
+
+
+def error_of(call):
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 (its type and words are shown)
+        return type(error).__name__, str(error)
+    return None, "no error"
+
+
+for case, call in UNBATCHABLE.items():
+    ours = error_of(lambda: call(vmap, tp, X, tp.ones(3, dtype=tp.float64)))
+    theirs = error_of(lambda: call(torch.func.vmap, torch, torch.tensor(X.data), torch.ones(3).double()))
+    print(f"{case}: {ours[0]}, the same type and words as torch's: {ours == theirs}\n{wrapped(ours[1])}")
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# The same network in `torch.nn` with the same weights (float64): the
-# per-sample gradients of its cross-entropy against `torch.func`'s
-# `vmap(grad)` and torch's own loop of 16 backward passes, their norms,
-# and the ensemble: `stack_module_state` and the outputs of `vmap` over
-# the models, against `torch.func`'s; `rtol=1e-10`.
+# A set of functions in both frameworks, run through `vmap` and
+# `torch.func.vmap` on the same float64 (and float32, and int64) arrays:
+# element-wise operations with rank padding, reductions over every kind of
+# dim, softmax, the matrix products, shapes and indexing, joins, losses,
+# `in_dims` and `out_dims` of every form, nested vmaps. Values, dtypes and
+# shapes must be equal; then the errors of the cases above, and of
+# misused arguments, must have torch's types and words.
 
-# %% tags=["hide-input"]
-import torch  # noqa: E402
-import torch.func as tfunc  # noqa: E402
+# %% tags=["hide-cell"]
+R = np.random.default_rng(68)
+A, B, M = R.normal(size=(4, 3)), R.normal(size=(4, 3)), R.normal(size=(3, 5))
+C, I = R.normal(size=(4, 2, 3)), np.array([0, 2, 1, 2])
+
+FUNCTIONS = {  # name: (call(vmap, framework, tensor) -> output)
+    "cosine": lambda vm, fw, T: vm(cosine)(T(A), T(B)),
+    "add, a shared (2, 1)": lambda vm, fw, T: vm(lambda x, y: x + y, in_dims=(0, None))(T(A), T(M[:2, :1])),
+    "exp, tanh, sigmoid": lambda vm, fw, T: vm(lambda x: fw.exp(x).tanh() * fw.sigmoid(x))(T(C)),
+    "pow, abs, sqrt": lambda vm, fw, T: vm(lambda x: (x.abs() ** 1.5).sqrt() - 1 / (x * x + 1))(T(A)),
+    "where": lambda vm, fw, T: vm(lambda x, y: fw.where(x > y, x, y * 2))(T(A), T(B)),
+    "sum(0)": lambda vm, fw, T: vm(lambda x: x.sum(0))(T(C)),
+    "sum(-1, keepdim)": lambda vm, fw, T: vm(lambda x: x.sum(-1, keepdim=True))(T(C)),
+    "mean over (0, 1)": lambda vm, fw, T: vm(lambda x: x.mean((0, 1)))(T(C)),
+    "max, std, var": lambda vm, fw, T: vm(lambda x: x.max() + x.std() * x.var(0).sum())(T(C)),
+    "logsumexp, prod": lambda vm, fw, T: vm(lambda x: fw.logsumexp(x, 1) * x.prod(0).sum())(T(C)),
+    "softmax(-1)": lambda vm, fw, T: vm(lambda x: fw.softmax(x, -1))(T(C)),
+    "log_softmax(0)": lambda vm, fw, T: vm(lambda x: fw.log_softmax(x, 0))(T(C)),
+    "v @ W": lambda vm, fw, T: vm(lambda v, m: v @ m, in_dims=(0, None))(T(A), T(M)),
+    "W @ v": lambda vm, fw, T: vm(lambda v, m: m.t() @ v, in_dims=(0, None))(T(A), T(M)),
+    "u @ v": lambda vm, fw, T: vm(lambda u, v: u @ v)(T(A), T(B)),
+    "X @ W, X a matrix": lambda vm, fw, T: vm(lambda x, m: x @ m, in_dims=(0, None))(T(C), T(M)),
+    "v @ W, W batched": lambda vm, fw, T: vm(lambda v, m: v @ m, in_dims=(None, 0))(T(A[0]), T(C.transpose(0, 2, 1))),
+    "linear": lambda vm, fw, T: vm(lambda x, m, c: fw.nn.functional.linear(x, m, c), in_dims=(0, None, None))(
+        T(C), T(M.T), T(M[0])),
+    "reshape, transpose": lambda vm, fw, T: vm(lambda x: x.reshape(3, 2).t() * x.flatten()[:2, None])(T(C)),
+    "unsqueeze, expand": lambda vm, fw, T: vm(lambda x: x.unsqueeze(1).expand(3, 2) * x[:2])(T(A)),
+    "indexing": lambda vm, fw, T: vm(lambda x: x[1:, ::2] * x[0, -1])(T(C)),
+    "cat and stack, one shared": lambda vm, fw, T: vm(lambda x, y: fw.cat([x, y]) * fw.stack([x, y], 1).sum(),
+                                                      in_dims=(0, None))(T(A), T(B[0])),
+    "mse_loss": lambda vm, fw, T: vm(lambda x, y: fw.nn.functional.mse_loss(x, y))(T(A), T(B)),
+    "cross_entropy, batched targets": lambda vm, fw, T: vm(
+        lambda x, t: fw.nn.functional.cross_entropy(x.unsqueeze(0), t.unsqueeze(0)))(T(A), T(I)),
+    "in_dims 1, out_dims 1": lambda vm, fw, T: vm(standardize, in_dims=(1, None), out_dims=1)(T(A.T), T(B[0])),
+    "in_dims -1, out_dims -1": lambda vm, fw, T: vm(lambda x: x[:, None] * x, in_dims=-1, out_dims=-1)(T(C)),
+    "a dict in_dims": lambda vm, fw, T: vm(lambda d: d["x"] * d["y"], in_dims=({"x": 0, "y": None},))(
+        {"x": T(A), "y": T(B[0])}),
+    "an unbatched output repeated": lambda vm, fw, T: vm(lambda x, y: y * 2, in_dims=(0, None))(T(A), T(B[0])),
+    "nested: pairwise distances": lambda vm, fw, T: vm(vm(distance, in_dims=(None, 0)), in_dims=(0, None))(
+        T(A), T(C[:, 0])),
+    "nested: in_dims 1 inside": lambda vm, fw, T: vm(vm(lambda x: x.exp().sum(), in_dims=1))(T(C)),
+    "float32": lambda vm, fw, T: vm(lambda x, y: (x * y).sum(), in_dims=(0, None))(
+        T(A.astype(np.float32)), T(B[0].astype(np.float32))),
+    "int64": lambda vm, fw, T: vm(lambda x: x * 3 + x.sum())(T(np.arange(12).reshape(4, 3))),
+    "int64 times 2.5: float32": lambda vm, fw, T: vm(lambda x: x * 2.5)(T(np.arange(12).reshape(4, 3))),
+}
+
+ERRORS = {
+    **{case: (lambda call: lambda vm, fw, T: call(vm, fw, T(A), T(np.ones(3))))(call)
+       for case, call in UNBATCHABLE.items()},
+    "randomness='error'": lambda vm, fw, T: vm(lambda x: fw.nn.functional.dropout(x, 0.5))(T(A)),
+    "batch sizes differ": lambda vm, fw, T: vm(lambda x, y: x + y)(T(A), T(M)),
+    "in_dims out of range": lambda vm, fw, T: vm(lambda x: x, in_dims=(2,))(T(A)),
+    "in_dims of the wrong structure": lambda vm, fw, T: vm(lambda x, y: x, in_dims=(0,))(T(A), T(B)),
+    "out_dims None, a batched output": lambda vm, fw, T: vm(lambda x: x, out_dims=None)(T(A)),
+    "a number returned": lambda vm, fw, T: vm(lambda x: 2.0)(T(A)),
+}
 
 
-def torch_copy(ours):
-    """The same network in torch.nn, with our weights."""
-    theirs = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).double()
-    theirs.load_state_dict({k: torch.tensor(np.asarray(v.data)) for k, v in ours.state_dict().items()})
-    return theirs
+def ours_and_torch(call):
+    return (call(vmap, tp, lambda a: tp.tensor(a) if isinstance(a, np.ndarray) else a),
+            call(torch.func.vmap, torch, lambda a: torch.tensor(a)))
 
 
-def close(ours, theirs):
-    np.testing.assert_allclose(np.asarray(ours), theirs.detach().numpy(), rtol=1e-10, atol=1e-14)
+def same(ours, theirs):
+    """Equal shape, dtype and values (float32: to its precision)."""
+    tolerance = 1e-5 if theirs.dtype == torch.float32 else 1e-12
+    return (tuple(ours.shape) == tuple(theirs.shape) and str(ours.dtype) == str(theirs.dtype)
+            and np.allclose(np.asarray(ours.data), theirs.numpy(), rtol=tolerance, atol=tolerance))
 
 
 # %%
-t_model, tX, tY = torch_copy(model), torch.tensor(X.data), torch.tensor(Y.data)
-
-
-def t_loss_of(params, x, y):
-    logits = tfunc.functional_call(t_model, params, (x.unsqueeze(0),))
-    return torch.nn.functional.cross_entropy(logits, y.unsqueeze(0))
-
-
-t_per_sample = tfunc.vmap(tfunc.grad(t_loss_of), in_dims=(None, 0, 0))(
-    {k: p.detach() for k, p in t_model.named_parameters()}, tX, tY)
-for i in range(N):  # torch's loop
-    t_model.zero_grad()
-    torch.nn.functional.cross_entropy(t_model(tX[i:i + 1]), tY[i:i + 1]).backward()
-    for k, p in t_model.named_parameters():
-        close(per_sample[k].data[i], p.grad)
-for k in per_sample:
-    close(per_sample[k].data, t_per_sample[k])
-t_norms = torch.cat([g.reshape(N, -1) for g in t_per_sample.values()], dim=1).norm(dim=1)
-close(norms, t_norms)
-print(f"per-sample gradients ({N} samples, 4 tensors) and their norms equal torch.func's and torch's loop")
-
-t_models = [torch_copy(m) for m in models]
-t_params, t_buffers = tfunc.stack_module_state(t_models)
-for k in t_params:
-    close(stacked_params[k].data, t_params[k])
-    assert stacked_params[k].requires_grad == t_params[k].requires_grad and t_params[k].is_leaf
-t_member = lambda p, b, x: tfunc.functional_call(t_models[0], (p, b), (x,))  # noqa: E731
-t_outputs = tfunc.vmap(t_member, in_dims=(0, 0, None))(t_params, t_buffers, tX)
-close(outputs.data, t_outputs)
-print(f"stack_module_state and the ensemble's outputs ({M} models) equal torch.func's")
-print("PyTorch check passed: per-sample gradients, their norms and the vmap ensemble equal torch's")
+agree = {name: same(*ours_and_torch(call)) for name, call in FUNCTIONS.items()}
+errors = {name: (error_of(lambda: call(vmap, tp, tp.tensor)), error_of(lambda: call(torch.func.vmap, torch,
+                                                                                     torch.tensor)))
+          for name, call in ERRORS.items()}
+assert all(agree.values()), [name for name, ok in agree.items() if not ok]
+assert all(ours == theirs and ours[0] for ours, theirs in errors.values()), errors
+print(f"{len(agree)} functions: values, dtypes and shapes equal torch.func.vmap's")
+print(f"{len(errors)} misuses: the same error types and messages as torch's")
+print("PyTorch check passed: vmap batches as torch.func.vmap and refuses what it refuses")
 
 # %% [markdown]
 # ## Recap
 #
-# - A batch's backward pass gives the mean of the per-sample gradients;
-#   the terms themselves need one backward pass per sample, or
-#   `vmap(grad(loss), in_dims=(None, 0, 0))` of a loss written for one
-#   sample as a function of the parameters (`functional_call`).
-# - Inside `vmap`, `grad` differentiates a per-sample copy of each
-#   shared argument (`_physical_leaf`: broadcast to the batch, made the
-#   leaf). Sample $i$'s loss depends on row $i$ only, so one backward pass
-#   puts each sample's gradient in its row: the loop's values.
-# - Per-sample norms are what DP-SGD clips: no single sample moves the
-#   model by more than $C$.
-# - `stack_module_state` stacks $M$ models' parameters as new leaves;
-#   `vmap(..., in_dims=(0, 0, None))` runs the ensemble in one call.
+# - `vmap(f)` runs `f` once on `BatchedVariable`s: a physical value with
+#   the batch at dim 0, a level, and one sample's shape as its logical
+#   shape. `f` is written for one sample and never sees the batch.
+# - `Function.__call__` hands an operation with a batched input to its
+#   batching rule, which runs the same operation on the physical values:
+#   element-wise operations pad the batched operands to one logical rank,
+#   reductions shift their dims by one, matmul makes a batched vector a
+#   matrix first.
+# - `in_dims` places the batch of each argument (`None`: shared),
+#   `out_dims` places it in each output; nested vmaps nest wrappers, one
+#   level each; `randomness` says whether random operations draw per
+#   sample, once, or not at all.
+# - What would look at one sample's values (`.item()`, an `if` on a
+#   tensor) or write a batch into an unbatched tensor in place raises
+#   PyTorch's errors.
 #
 # ## Exercises
 #
-# **1. Linear regression by hand.** For $\hat y = w\cdot x + b$ and the
-# squared error $(\hat y - y)^2$, a sample's gradient is
-# $2(\hat y_i - y_i)\,(x_i, 1)$. Get the per-sample gradients of an
-# `nn.Linear(3, 1)` with `vmap(grad)` and compare them with the formula.
+# **1. Pairwise distances.** Write `pairwise(P, Q)`, the matrix of
+# distances $\lVert p_i - q_j \rVert$, as two vmaps of a function of two
+# points, and compare it with `torch.cdist`.
 
 # %% tags=["hide-cell"]
-tp.manual_seed(1)
-regression = nn.Linear(3, 1)
-Xr, yr = tp.tensor(rng.standard_normal((6, 3))), tp.tensor(rng.standard_normal(6))
-r_params = {k: p.detach() for k, p in regression.named_parameters()}
+def pairwise(P, Q):
+    def one(p, q):
+        return ((p - q) ** 2).sum().sqrt()
+    return vmap(vmap(one, in_dims=(None, 0)), in_dims=(0, None))(P, Q)
 
 
-def squared_error(params, x, y):
-    return ((func.functional_call(regression, params, (x,)) - y) ** 2).sum()
-
-
-r_grads = func.vmap(func.grad(squared_error), in_dims=(None, 0, 0))(r_params, Xr, yr)
-residual = Xr.data @ regression.weight.data[0] + regression.bias.data[0] - yr.data
-print("weight:", below(np.abs(r_grads["weight"].data[:, 0] - 2 * residual[:, None] * Xr.data).max(), 1e-14),
-      "| bias:", below(np.abs(r_grads["bias"].data[:, 0] - 2 * residual).max(), 1e-14))
+print(np.allclose(pairwise(P, Q).data, torch.cdist(torch.tensor(P.data), torch.tensor(Q.data)).numpy(),
+                  rtol=1e-12, atol=0))
 
 # %% [markdown]
-# **2. One step of DP-SGD (without the noise).** From the per-sample
-# gradients of the classifier above, clip each to norm $C = 0.5$, take
-# their mean, and make one SGD step with learning rate 0.5 on a copy of
-# `params`. Which sample's loss rises or falls the most?
+# **2. A rule by hand.** `x.permute(perm)` on one sample of `ndim` dims:
+# write `physical_perm(perm)`, the permutation of the physical value
+# (batch at dim 0) that permutes every sample by `perm`, and check it on a
+# NumPy batch against `torch.func.vmap(lambda x: x.permute(perm))`.
 
 # %% tags=["hide-cell"]
-scale = np.minimum(1, C / norms)  # one factor per sample
-stepped = {}
-for k, p in params.items():
-    mean_clipped = (per_sample[k].data * scale.reshape((N,) + (1,) * p.ndim)).mean(axis=0)
-    stepped[k] = Variable(p.data - 0.5 * mean_clipped, requires_grad=False)
-before = func.vmap(loss_of, in_dims=(None, 0, 0))(params, X, Y).data
-after = func.vmap(loss_of, in_dims=(None, 0, 0))(stepped, X, Y).data
-change = after - before
-print("loss change per sample:", np.round(change, 4))
-print("largest change: sample", int(np.argmax(np.abs(change))))
+def physical_perm(perm):
+    return (0,) + tuple(p + 1 for p in perm)
+
+
+batch = R.normal(size=(4, 2, 3, 5))
+print(np.array_equal(np.transpose(batch, physical_perm((2, 0, 1))),
+                     torch.func.vmap(lambda x: x.permute(2, 0, 1))(torch.tensor(batch)).numpy()))
 
 # %% [markdown]
-# **3. Per-sample gradients of every model of the ensemble.** Nest the
-# two `vmap`s: the inner one over the samples (`in_dims=(None, 0, 0)`),
-# the outer one over the models (`in_dims=(0, None, None)`). Check the
-# block of model 2 and sample 3 against one backward pass.
+# **3. Samples in columns.** A design matrix holds one sample per
+# **column**. Write `column_softmax(S)`: the softmax of each column,
+# computed by vmapping a softmax written for one vector, with `in_dims`
+# and `out_dims` chosen so that the result is laid out as `S`. Compare it
+# with `torch.softmax(S, dim=0)`.
 
 # %% tags=["hide-cell"]
-def member_loss(params, x, y):
-    return F.cross_entropy(func.functional_call(models[0], params, (x.unsqueeze(0),)), y.unsqueeze(0))
+def column_softmax(S):
+    def one(v):
+        e = (v - v.max()).exp()
+        return e / e.sum()
+    return vmap(one, in_dims=1, out_dims=1)(S)
 
 
-every = func.vmap(func.vmap(func.grad(member_loss), in_dims=(None, 0, 0)), in_dims=(0, None, None))(
-    stacked_params, X, Y)
-print({k: tuple(g.shape) for k, g in every.items()})
-models[2].zero_grad()
-F.cross_entropy(models[2](X[3:4]), Y[3:4]).backward()
-print("model 2, sample 3:", below(max(np.abs(every[k].data[2, 3] - p.grad.data).max()
-                                      for k, p in models[2].named_parameters()), 1e-15))
+S = tp.tensor(R.normal(size=(3, 6)))
+print(np.allclose(column_softmax(S).data, torch.softmax(torch.tensor(S.data), dim=0).numpy(), rtol=1e-12, atol=0))

@@ -1,494 +1,449 @@
 # %% [markdown]
-# # Step 70: Data parallel from hooks
+# # Step 70: Per-sample gradients
 #
-# One process trains on a batch by computing the gradient of the mean loss
-# over all its samples. Two processes can share that work: each takes half
-# of the batch, runs forward and backward on it, and the two gradients are
-# averaged. The mean of two half-batch means is the whole batch's mean, so
-# after the averaging every process holds the gradient one process would
-# have computed on the whole batch, and their optimizers, stepping alike,
-# keep identical models. PyTorch's `DistributedDataParallel` (DDP) does the
-# averaging **during** backward: a post-accumulate-grad hook on every
-# parameter (step 53) marks its gradient ready, gradients travel in
-# **buckets**, and a bucket's all-reduce starts as soon as its last
-# gradient is ready, while backward computes the layers below. This step
-# opens stage 7, on training with several processes: the bytes travel
-# through `torch.distributed` (gloo), and everything else is the package's
-# own hooks. The check: parameters after training on two processes equal
-# one process on the whole batch, and torch's own DDP on a twin model.
+# A backward pass from a batch's mean loss gives **one** gradient: the
+# mean of the samples' gradients, each sample's contribution added into
+# the same `.grad`. Some methods need the terms of that sum one by one:
+# differentially private training (DP-SGD) clips each sample's gradient
+# before adding it, and the size of each sample's gradient tells which
+# samples pull the model hardest. The plain way is a loop, one backward
+# pass per sample. This step gets all of them in one call by composing
+# two transforms the package has, `grad` ([step 65](step65.ipynb)) of
+# the loss as a function of the parameters and `vmap` over the samples
+# ([step 69](step69.ipynb)): `vmap(grad(loss), in_dims=(None, 0, 0))`, as
+# `torch.func` does it. It
+# ends with the same trick turned around: `vmap` over a stack of models'
+# parameters runs an ensemble in one call (`stack_module_state`).
 
 # %%
-import sys
-import time
-
 import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch as tp
-import tinypytorch.distributed as dist
-from tinypytorch.nn.parallel import DistributedDataParallel
-from tinypytorch.nn.parallel.reducer import Bucket, Reducer
-from tinypytorch.utils.bucket_timeline import on_buckets
-from tinypytorch.utils.data.distributed import DistributedSampler
+from tinypytorch import Variable, func, nn
+from tinypytorch.nn import functional as F
 from tinypytorch.utils.listing import show_code
+from tinypytorch.utils.pictures import draw_dag
 
-# %% [markdown]
-# ## Processes and collectives
-#
-# `dist.spawn(fn, 2)` starts two processes on this machine, joins them in
-# a **process group** (gloo, on the loopback interface) and runs
-# `fn(rank)` in each: `rank` is 0 or 1, the process's number in the group.
-# The processes are forked, so each starts as a copy of this one, and a
-# function defined on this page runs in them. `spawn` returns what `fn`
-# returned on each rank. Inside, every rank calls the same **collective**,
-# and each gets its share of the result:
-
-# %%
-def collectives(rank):
-    def mine():  # rank 0 holds 1 2 3 4, rank 1 holds 2 4 6 8
-        return tp.tensor([1.0, 2.0, 3.0, 4.0]) * (rank + 1)
-
-    summed, copied, piece = mine(), mine(), tp.zeros(2)
-    gathered = [tp.zeros(4), tp.zeros(4)]
-    dist.all_reduce(summed)                    # in place: the sum of every rank's
-    dist.broadcast(copied, src=0)              # in place: rank 0's
-    dist.all_gather(gathered, mine())          # every rank's, one after another
-    dist.reduce_scatter_tensor(piece, mine())  # the sum, cut in two: rank r keeps piece r
-    return {"holds": mine(), "all_reduce": summed, "broadcast": copied,
-            "all_gather": tp.cat(gathered), "reduce_scatter": piece}
-
-
-def numbers(t):
-    return " ".join(f"{v:g}" for v in t.numpy())
-
-
-on_ranks = dist.spawn(collectives, 2)
-for name in on_ranks[0]:
-    line = " | ".join(f"rank {r}: {numbers(results[name]):<15}" for r, results in enumerate(on_ranks))
-    print(f"{name:>14}: {line}".rstrip())
-
-# %% [markdown]
-# The package moves no bytes itself: `all_reduce` lends the tensor's array
-# to `torch.distributed` through `torch.from_numpy`, the same memory seen
-# as a torch tensor, so the sum lands in the package tensor in place (its
-# version counter moves, as for any in-place change). The first line checks
-# that every rank called the same collective on the same shapes, so that a
-# mismatch raises a clear error instead of hanging.
-
-# %%
-show_code(dist.all_reduce)
+tp.set_default_dtype(tp.float64)  # float64, so the checks hold to 1e-12
 
 
 # %% tags=["hide-input"]
-def collectives_picture():
-    """What each collective moves, 4 ranks: before and after, and the bytes a rank sends (ring algorithms)."""
-    n = 4
-    fig, axes = plt.subplots(1, 4, figsize=(10, 3.4))
-    cases = [("all_reduce", "sends 2(N-1)/N × B"), ("broadcast", "sends about B"),
-             ("all_gather", "sends (N-1)/N × B"), ("reduce_scatter", "sends (N-1)/N × B")]
-    for ax, (name, cost) in zip(axes, cases):
-        for r in range(n):
-            y = n - 1 - r
-            ax.text(-0.15, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=8)
-            if name == "all_gather":  # before: a quarter each; after: every quarter
-                ax.add_patch(plt.Rectangle((r / n, y), 1 / n, 0.8, facecolor=f"C{r}", alpha=0.6))
-                for k in range(n):
-                    ax.add_patch(plt.Rectangle((1.5 + k / n, y), 1 / n, 0.8, facecolor=f"C{k}", alpha=0.6))
-            else:
-                ax.add_patch(plt.Rectangle((0, y), 1, 0.8, facecolor=f"C{r}", alpha=0.6))
-            if name == "all_reduce":  # the sum of all four, everywhere
-                for k in range(n):
-                    ax.add_patch(plt.Rectangle((1.5, y + k * 0.2), 1, 0.2, facecolor=f"C{k}", alpha=0.6))
-            elif name == "broadcast":
-                ax.add_patch(plt.Rectangle((1.5, y), 1, 0.8, facecolor="C0", alpha=0.6))
-            elif name == "reduce_scatter":  # the sum of quarter r, on rank r
-                for k in range(n):
-                    ax.add_patch(plt.Rectangle((1.5 + r / n, y + k * 0.2), 1 / n, 0.2, facecolor=f"C{k}",
-                                               alpha=0.6))
-        ax.text(1.25, n + 0.35, name, ha="center", fontsize=10)
-        ax.text(0.5, -0.45, "before", ha="center", fontsize=8, color="0.3")
-        ax.text(2.0, -0.45, "after", ha="center", fontsize=8, color="0.3")
-        ax.text(1.25, -1.1, cost, ha="center", fontsize=8)
-        ax.set(xlim=(-0.9, 2.6), ylim=(-1.4, n + 0.8))
-        ax.axis("off")
-    fig.tight_layout()
-    plt.show()
+def below(error, bound):
+    """'< 1e-12', after checking it: rounding differs between CPUs, a bound does not."""
+    assert error < bound, f"{error:.3g} is not below {bound:.0e}"
+    return f"< {bound:.0e}"
 
 
-collectives_picture()
+def flat(grads):
+    """A dict of gradients (each with the samples in front, or not) as one row of numbers per sample."""
+    rows = [np.asarray(g.data).reshape(len(Y) if g.ndim > p.ndim else 1, -1)
+            for g, p in zip(grads.values(), params.values())]
+    return np.concatenate(rows, axis=1)
+
 
 # %% [markdown]
-# The picture shows four ranks, each with a tensor of B bytes (for
-# `all_gather`, B is the result's size). Colours are the ranks' data;
-# stacked colours are a sum. The costs are those of the **ring**
-# algorithms gloo uses for large tensors: the ranks sit in a ring, each
-# tensor is cut into N pieces, and every step each rank sends one piece to
-# its neighbour. `reduce_scatter` takes N - 1 steps (each rank adds what
-# it receives to its own piece), `all_gather` N - 1 more (each passes the
-# finished pieces on), and `all_reduce` is the two in turn: every rank
-# sends 2(N-1)/N × B bytes, whatever the number of ranks:
-
-# %%
-for n in (2, 4, 8, 64):
-    print(f"N = {n:2d}: each rank sends {2 * (n - 1) / n:.2f} × B")
-
-# %% [markdown]
-# So the time of an all-reduce hardly grows with the number of
-# processes: what costs is B, the bytes of the gradients, and the latency
-# of each of the 2(N - 1) steps.
+# ## One gradient for the batch, one per sample
 #
-# ## DistributedDataParallel: a hook on every parameter
-#
-# `DistributedDataParallel(model)` wraps the model. Its constructor
-# broadcasts rank 0's parameters and buffers, so every rank starts from the
-# same model whatever each rank's initialisation drew; cuts the parameters
-# into buckets; and registers the reducer's `mark_ready` as a
-# post-accumulate-grad hook on every parameter.
-
-# %%
-show_code(DistributedDataParallel.__init__, DistributedDataParallel._broadcast_states)
-
-# %% [markdown]
-# A backward pass makes the gradients of the last layer first, so the
-# buckets are filled in reverse order of the parameters, each closed once
-# it holds at least `bucket_cap_mb` (25 MiB unless given). When
-# `mark_ready` has counted every gradient of a bucket, the bucket is
-# flattened into one array, divided by the number of ranks, and its
-# all-reduce **starts** (`async_op=True`): the call returns at once, and
-# backward goes on with the layers below while the bytes travel. Buckets
-# start in order, bucket 0 first, since every rank must issue the same
-# collectives in the same order.
-
-# %%
-show_code(Reducer.mark_ready, Reducer.start_ready_buckets, Bucket.start)
-
-# %% [markdown]
-# The first `mark_ready` of a pass queues `finalize` to run when backward
-# ends (`queue_callback`, a callback of the engine's pass). It waits for
-# every bucket's sum and writes the averages back into `.grad`. When
-# `loss.backward()` returns, every rank holds the average gradient.
-
-# %%
-show_code(Reducer.finalize, Bucket.finish)
-
-# %% [markdown]
-# ## Training on two processes
-#
-# A small network, float64, trained with SGD and momentum on 16 samples.
-# Each rank builds its model from a different seed (the constructor's
-# broadcast makes them equal), takes its share of the samples from
-# `DistributedSampler` (rank r keeps positions r, r + 2, r + 4, ...), and
-# trains on those 8. A bucket cap of 512 bytes cuts the model into one
-# bucket per layer. Then one process trains the same model on all 16.
-
-# %%
-X = np.random.default_rng(0).standard_normal((16, 8))
-Y = np.random.default_rng(1).standard_normal((16, 4))
-STEPS = 5
-
-
-def make_model(seed):
-    tp.manual_seed(seed)
-    return tp.nn.Sequential(tp.nn.Linear(8, 16, dtype=tp.float64), tp.nn.Tanh(),
-                            tp.nn.Linear(16, 16, dtype=tp.float64), tp.nn.Tanh(),
-                            tp.nn.Linear(16, 4, dtype=tp.float64))
-
-
-def train(model, x, y, steps=STEPS):
-    opt = tp.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for _ in range(steps):
-        loss = ((model(tp.tensor(x)) - tp.tensor(y)) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()  # with DDP: every rank's .grad is the average when it returns
-        opt.step()
-    return [p.detach().numpy().copy() for p in model.parameters()]
-
-
-def data_parallel(rank):
-    model = make_model(seed=rank)
-    drawn = [p.detach().numpy().copy() for p in model.parameters()]
-    ddp = DistributedDataParallel(model, bucket_cap_mb=512 / 2**20)
-    share = list(DistributedSampler(range(len(X)), shuffle=False))
-    buckets = [[name for name, p in model.named_parameters() if any(p is q for q in b.params)]
-               for b in ddp.reducer.buckets]
-    return {"drawn": drawn, "share": share, "buckets": buckets, "trained": train(ddp, X[share], Y[share])}
-
-
-ranks = dist.spawn(data_parallel, 2)
-alone = train(make_model(seed=0), X, Y)
-print("buckets:", ranks[0]["buckets"])
-for rank, run in enumerate(ranks):
-    print(f"rank {rank}: samples {run['share']}")
-print("the ranks drew different initial weights:",
-      not np.array_equal(ranks[0]["drawn"][0], ranks[1]["drawn"][0]))
-same = all(np.allclose(a, b, rtol=1e-12, atol=1e-14)
-           for run in ranks for a, b in zip(run["trained"], alone))
-print(f"after {STEPS} steps, both ranks' parameters equal one process's on all 16 samples:", same)
-
-# %% [markdown]
-# The two ranks agree with the single process to rounding (the sums run in
-# another order): what the ranks computed apart, the average joined.
-#
-# ## Backward and the buckets, overlapping
-#
-# How much of the communication hides behind backward? A wider network
-# (four 256 × 256 layers, float32, 64 samples per rank, a bucket per
-# layer) runs a few training steps on two ranks. Hooks record when each
-# layer's gradient is ready, when each bucket's all-reduce starts, and when
-# torch reports it complete, in time since backward began.
+# The task: 16 points in 4 dimensions, three classes, a small network
+# (4 → 8 → 3, tanh) trained on them for a while. One label is wrong on
+# purpose: the point that lies deepest inside its class is given another
+# class.
 
 # %% tags=["hide-input"]
-def record(ddp, log, clock=time.perf_counter):
-    """Each bucket's launch and completion (its all-reduce's torch future) into `log`."""
-    on_buckets(ddp, lambda k: log.append(("launch", k, clock())), lambda k: log.append(("done", k, clock())))
+rng = np.random.default_rng(69)
+N = 16
+X = tp.tensor(rng.standard_normal((N, 4)))
+scores = X.data @ rng.standard_normal((4, 3))  # the classes: the largest of three linear scores
+Y = tp.tensor(np.argmax(scores, axis=1))
+ranked = np.sort(scores, axis=1)
+FLIPPED = int(np.argmax(ranked[:, -1] - ranked[:, -2]))  # the widest margin between first and second class
+Y.data[FLIPPED] = (Y.data[FLIPPED] + 1) % 3  # the wrong label
+print(f"sample {FLIPPED} gets the wrong label")
 
-
-def wide_model():
-    tp.manual_seed(0)
-    layers = [tp.nn.Linear(256, 256) for _ in range(4)]
-    return tp.nn.Sequential(layers[0], tp.nn.Tanh(), layers[1], tp.nn.Tanh(), layers[2], tp.nn.Tanh(), layers[3])
-
-
-def timeline(rank, steps=3, clock=time.perf_counter):
-    """The last of `steps` training steps, timed: [(what, which, seconds since backward began)], backward's duration,
-    and the layers of each bucket."""
-    sys.setswitchinterval(1e-4)  # a completion callback waits less for the interpreter
-    model, log = wide_model(), []
-    for name, p in model.named_parameters():  # registered before DDP's hooks: they run first
-        p.register_post_accumulate_grad_hook(lambda p, name=name: log.append(("grad", name, clock())))
-    ddp = DistributedDataParallel(model, bucket_cap_mb=0.25)
-    record(ddp, log, clock)
-    x = tp.tensor(np.random.default_rng(rank).standard_normal((64, 256)).astype(np.float32))
-    opt = tp.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(steps):
-        loss = (ddp(x) ** 2).mean()
-        opt.zero_grad()
-        log.clear()
-        began = clock()
-        loss.backward()
-        ended = clock()
-        opt.step()
-    layers = [sorted({name.split(".")[0] for name, p in model.named_parameters() if any(p is q for q in b.params)})
-              for b in ddp.reducer.buckets]
-    return [(what, which, t - began) for what, which, t in log], ended - began, layers
-
-
-def timeline_picture(events, backward, layers):
-    """Backward's gradients as ticks on one row (coloured as their bucket), each bucket's all-reduce as a bar from
-    its launch to its completion."""
-    fig, ax = plt.subplots(figsize=(9, 3.2))
-    bucket_of = {layer: k for k, bucket in enumerate(layers) for layer in bucket}
-    for what, name, t in events:
-        if what == "grad":
-            ax.plot([t, t], [-0.35, 0.35], color=f"C{bucket_of[name.split('.')[0]]}", lw=2)
-    launches = {which: t for what, which, t in events if what == "launch"}
-    dones = {which: t for what, which, t in events if what == "done"}
-    for k in sorted(launches):
-        ax.barh(-(k + 1.3), dones[k] - launches[k], left=launches[k], height=0.6, color=f"C{k}", alpha=0.7)
-    ax.axvline(backward, color="0.2", lw=1, ls="--")
-    ax.text(backward, 0.9, "backward returns ", ha="right", fontsize=8, color="0.2")
-    ax.axvline(0, color="0.5", lw=1)
-    ax.set_yticks([0] + [-(k + 1.3) for k in sorted(launches)],
-                  ["gradients ready"] + [f"bucket {k}: layer {', '.join(layers[k])}" for k in sorted(launches)])
-    ax.set_xticks([])
-    ax.set_xlabel("time since backward began (measured on this machine) →")
-    ax.set(xlim=(-0.03 * backward, 1.08 * backward), ylim=(-(len(launches) + 1), 1.5))
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    fig.tight_layout()
-    plt.show()
-
-
-# %%
-events, backward, layers = dist.spawn(timeline, 2)[0]
-timeline_picture(events, backward, layers)
-order = [which for what, which, _ in events if what == "launch"]
-last_grad = max(t for what, _, t in events if what == "grad")
-print("buckets started in order:", order)
-print("buckets started before backward's last gradient:",
-      [k for what, k, t in events if what == "launch" and t < last_grad])
+tp.manual_seed(69)
+model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+optimizer = tp.optim.SGD(model.parameters(), lr=0.5)
+for _ in range(60):
+    optimizer.zero_grad()
+    F.cross_entropy(model(X), Y).backward()
+    optimizer.step()
+alone = F.cross_entropy(model(X[FLIPPED:FLIPPED + 1]), Y[FLIPPED:FLIPPED + 1]).item()
+print(f"after 60 steps of SGD: mean loss {F.cross_entropy(model(X), Y).item():.2f}, "
+      f"loss of sample {FLIPPED} {alone:.2f}")
 
 # %% [markdown]
-# Each bucket starts the moment its layer's gradients are ready, and the
-# layers below are computed while it travels: only the last bucket (the
-# first layer) has no backward left to hide behind. `loss.backward()`
-# returns after `finalize` has waited for them all. The times vary from
-# machine to machine and run to run; bench/distributed_overlap.py measures
-# them, and how long the same step takes when the gradients are averaged
-# only after backward (bench/results/distributed_overlap.md).
-#
-# ## no_sync: accumulate, then average once
-#
-# Gradient accumulation (step 56) sums the gradients of several
-# micro-batches before one optimizer step. Under DDP, averaging after every
-# micro-batch would send the bytes k times for one step. `no_sync()` turns
-# the averaging off: backward passes inside it only accumulate into each
-# rank's own `.grad`. The first backward outside averages the sum. Two
-# micro-batches of 4 samples per rank, each loss halved:
+# The batch's gradient is one backward pass. The per-sample gradients are
+# a loop: sample $i$ alone through the model, its loss $\ell_i$, one
+# backward pass, the `.grad`s copied out. Their mean is the batch's
+# gradient, since the mean loss is $\frac1N\sum_i \ell_i$ and a gradient
+# is linear.
 
 # %%
-def accumulated(rank):
-    model = make_model(seed=0)
-    ddp = DistributedDataParallel(model, bucket_cap_mb=512 / 2**20)
-    launched = []
-    for bucket in ddp.reducer.buckets:
-        bucket.start = (lambda plain: lambda *a: (launched.append(1), plain(*a)))(bucket.start)
-    share = list(DistributedSampler(range(len(X)), shuffle=False))
-    first, second = share[:4], share[4:]
-    with ddp.no_sync():
-        (((ddp(tp.tensor(X[first])) - tp.tensor(Y[first])) ** 2).mean() / 2).backward()
-    in_no_sync = len(launched)
-    (((ddp(tp.tensor(X[second])) - tp.tensor(Y[second])) ** 2).mean() / 2).backward()
-    return in_no_sync, len(launched) - in_no_sync, [p.grad.numpy() for p in model.parameters()]
+model.zero_grad()
+F.cross_entropy(model(X), Y).backward()
+batch_grad = {k: p.grad.data.copy() for k, p in model.named_parameters()}
+
+loop_grads = {k: [] for k in batch_grad}
+for i in range(N):  # one backward pass per sample
+    model.zero_grad()
+    F.cross_entropy(model(X[i:i + 1]), Y[i:i + 1]).backward()
+    for k, p in model.named_parameters():
+        loop_grads[k].append(p.grad.data.copy())
+loop_grads = {k: np.stack(g) for k, g in loop_grads.items()}
+print({k: g.shape for k, g in loop_grads.items()})
+print("mean of the per-sample gradients vs the batch's gradient:",
+      below(max(np.abs(loop_grads[k].mean(axis=0) - batch_grad[k]).max() for k in batch_grad), 1e-15))
+
+# %% [markdown]
+# Laid out as rows, one per sample, each the model's 67 parameters, the
+# per-sample gradients show what the mean hides: the samples do not pull
+# alike. The one with the wrong label pulls hardest; the points the
+# model already fits well hardly pull at all. Their mean, the batch's
+# gradient (the bottom row), is faint: the pulls partly cancel.
+
+# %% tags=["hide-input"]
+per_sample_rows = np.concatenate([loop_grads[k].reshape(N, -1) for k in batch_grad], axis=1)
+mean_row = per_sample_rows.mean(axis=0, keepdims=True)
+print("parameters:", per_sample_rows.shape[1])
+limit = np.abs(per_sample_rows).max()
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 4.6), height_ratios=[N, 2.2], sharex=True)
+image = top.imshow(per_sample_rows, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+top.set_yticks(range(N), [f"{i} (wrong label)" if i == FLIPPED else str(i) for i in range(N)], fontsize=7)
+top.set_title("per-sample gradients: a row per sample (one backward pass each)", fontsize=10)
+bottom.imshow(mean_row, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+bottom.set_yticks([0], ["batch (mean)"], fontsize=8)
+bottom.set_xlabel("the 67 parameters: 0.weight, 0.bias, 2.weight, 2.bias")
+fig.colorbar(image, ax=[top, bottom], shrink=0.8)
+plt.show()
+
+# %% [markdown]
+# ## A loss as a function of the parameters, differentiated per sample
+#
+# `grad` differentiates a function with respect to its arguments, so the
+# loss must take the parameters as an argument. `functional_call(model,
+# params, args)` runs the model with the tensors of the dict `params` in
+# its parameters' places, for that call only (PyTorch's
+# `torch.func.functional_call`): the model is used for its structure,
+# and its own parameters are left as they were.
+# The function is written for **one** sample (a batch of one, as the
+# model expects); `grad` gives that sample's gradient, a dict shaped as
+# `params`.
+
+# %%
+params = {k: p.detach() for k, p in model.named_parameters()}
 
 
-one = make_model(seed=0)
-((one(tp.tensor(X)) - tp.tensor(Y)) ** 2).mean().backward()
-for rank, (inside, after, grads) in enumerate(dist.spawn(accumulated, 2)):
-    print(f"rank {rank}: all-reduces started inside no_sync {inside}, after it {after}")
-    print("        gradients equal one backward on all 16 samples:",
-          all(np.allclose(g, p.grad.numpy(), rtol=1e-12, atol=1e-14)
-              for g, p in zip(grads, one.parameters())))
+def loss_of(params, x, y):
+    """The loss of one sample, as a function of the parameters."""
+    logits = func.functional_call(model, params, (x.unsqueeze(0),))
+    return F.cross_entropy(logits, y.unsqueeze(0))
+
+
+g0 = func.grad(loss_of)(params, X[0], Y[0])
+print("grad of sample 0 vs the loop's:",
+      below(max(np.abs(g0[k].data - loop_grads[k][0]).max() for k in g0), 1e-15))
+
+# %% [markdown]
+# `vmap` maps that over the batch: `in_dims=(None, 0, 0)` says the
+# parameters are shared (not batched) and `x`, `y` are batched along
+# dim 0. Each result comes back with the 16 samples in front.
+
+# %%
+per_sample = func.vmap(func.grad(loss_of), in_dims=(None, 0, 0))(params, X, Y)
+print({k: tuple(g.shape) for k, g in per_sample.items()})
+print("vmap(grad) vs the loop of 16 backward passes:",
+      below(max(np.abs(per_sample[k].data - loop_grads[k]).max() for k in per_sample), 1e-14))
+
+# %% [markdown]
+# ## Why it equals the loop: a copy of the parameters per sample
+#
+# Inside `vmap` the forward pass runs once, on the whole batch. If `grad`
+# made its leaf of the shared parameters, the 16 losses would all hang
+# from that one leaf, and a backward pass from them would add their
+# gradients into it: the batch's sum again, not the terms. So before the
+# forward pass `grad` gives each sample **its own copy**: `_physical_leaf`
+# broadcasts an argument that every sample shares to the batch (a
+# broadcast view of `(16, …)`, no memory copied) and makes that the leaf.
+# Sample $i$'s loss uses row $i$ of it and no other row, so
+#
+# $$\frac{\partial}{\partial W_i}\sum_j \ell_j(W_j) = \frac{\partial \ell_i}{\partial W_i},$$
+#
+# and one backward pass, seeded with a one for each sample's loss
+# (`_physical_pair`), fills row $i$ with sample $i$'s gradient: exactly
+# what the loop's $i$-th backward pass computed, the same derivatives
+# taken for all samples at once. `run_recorded` is where `grad`, `vjp` and
+# `jacrev` make their leaves; outside `vmap` `_open_levels` is empty and
+# the leaf is a new leaf on the argument's data, as in step 65.
+
+# %%
+show_code(func._Call.run_recorded, func._physical_leaf, func._physical_pair, step=70)
+
+# %% [markdown]
+# The same by hand, on a linear model $\ell_i = (x_i\cdot w - t_i)^2$
+# with a shared $w$ of 3 numbers: the shared leaf gets the sum of the
+# samples' gradients; the copy, a leaf of 16 rows, gets one row each,
+# $2(x_i\cdot w - t_i)\,x_i$.
+
+# %%
+Xl, t, w0 = rng.standard_normal((N, 3)), rng.standard_normal(N), rng.standard_normal(3)
+by_formula = 2 * (Xl @ w0 - t)[:, None] * Xl  # sample i's gradient, worked out by hand
+
+w = Variable(w0.copy(), requires_grad=True)  # one leaf that every sample shares
+losses = (tp.matmul(tp.tensor(Xl), w) - tp.tensor(t)) ** 2
+losses.sum().backward()
+print("shared leaf: w.grad", w.grad.shape, "= the sum of the rows:",
+      below(np.abs(w.grad.data - by_formula.sum(0)).max(), 1e-13))
+
+copies = Variable(np.broadcast_to(w0, (N, 3)), requires_grad=True)  # w per sample (a broadcast view)
+losses = ((copies * tp.tensor(Xl)).sum(dim=1) - tp.tensor(t)) ** 2
+losses.backward(tp.ones(N))  # a one for each sample's loss
+print("one copy per sample: copies.grad", copies.grad.shape, "= the rows:",
+      below(np.abs(copies.grad.data - by_formula).max(), 1e-13))
+
+# %% tags=["hide-input"]
+fig, (left, right) = plt.subplots(1, 2, figsize=(10, 2.6))
+edges = [("w", "mm"), ("X", "mm"), ("mm", "l"), ("l", "sum"), ("sum", "L")]
+draw_dag({"w": ("leaf", "w (3,)"), "X": ("variable", "X (16, 3)"), "mm": ("function", "(X w - t)²"),
+          "l": ("variable", "ℓ (16,)"), "sum": ("function", "sum"), "L": ("output", "L")}, edges, ax=left,
+         positions={"w": (0, 0.5), "X": (0, -0.5), "mm": (1.2, 0), "l": (2.3, 0), "sum": (3.2, 0),
+                    "L": (4.0, 0)},
+         notes={"w": "w.grad = Σᵢ ∂ℓᵢ/∂w"}, title="the batch's loss: one leaf, gradients added")
+draw_dag({"w": ("variable", "w (3,)"), "b": ("function", "broadcast"), "W": ("leaf", "W (16, 3)"),
+          "X": ("variable", "X (16, 3)"), "mm": ("function", "(Wᵢ·xᵢ - tᵢ)²"), "l": ("output", "ℓ (16,)")},
+         [("w", "b"), ("b", "W"), ("W", "mm"), ("X", "mm"), ("mm", "l")], ax=right,
+         positions={"w": (0, 0.5), "b": (1, 0.5), "W": (2.1, 0.5), "X": (2.1, -0.6), "mm": (3.3, 0),
+                    "l": (4.4, 0)},
+         notes={"W": "W.grad[i] = ∂ℓᵢ/∂w", "l": "seeded with ones"},
+         title="inside vmap(grad(f)): a copy per sample")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The loop runs 16 small forward and backward passes; `vmap(grad)` runs
+# one of each on the whole batch, with batched operations in place of
+# the loop. The work is the same arithmetic, in fewer and larger
+# operations; `bench/speed_per_sample.py` measures the two in
+# tinypytorch and in PyTorch.
+#
+# ## Clipping each sample's gradient (DP-SGD)
+#
+# Differentially private SGD (Abadi et al.) bounds how much any
+# one sample can move the model: each sample's gradient $g_i$ is scaled
+# down to a norm of at most $C$, $g_i \min(1, C/\lVert g_i\rVert)$, before
+# the mean is taken (then Gaussian noise of a size set by $C$ is added,
+# which this page leaves out). That needs every $\lVert g_i\rVert$, the
+# norm over all of the model's parameters: the per-sample gradients.
+
+# %%
+rows = flat(per_sample)  # (16, 67): each sample's gradient as one row
+norms = np.linalg.norm(rows, axis=1)
+C = 0.5
+clipped = rows * np.minimum(1, C / norms)[:, None]
+print("norms of the per-sample gradients:", np.round(norms, 3))
+print(f"sample {FLIPPED} (wrong label): {norms[FLIPPED]:.3f}; the median: {np.median(norms):.3f}")
+share = norms[FLIPPED] / norms.sum(), min(norms[FLIPPED], C) / np.minimum(norms, C).sum()
+print(f"its part of the sum of the norms: {share[0]:.0%} unclipped, {share[1]:.0%} clipped at C = {C}")
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.bar(range(N), norms, color=["tab:red" if i == FLIPPED else "tab:blue" for i in range(N)])
+ax.axhline(C, color="0.3", ls="--", lw=1)
+ax.set_xticks(range(N))
+ax.set_xlabel("sample (red: the wrong label)"), ax.set_ylabel("‖gᵢ‖")
+ax.set_yscale("log")
+ax.set_title(f"each sample's gradient norm; dashed: the clipping norm C = {C}", fontsize=10)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Unclipped, the wrong label has the largest say in the step. Clipped
+# at $C$, it counts no more than any other sample whose gradient
+# reaches $C$. (The norm of the batch's
+# gradient alone, which `clip_grad_norm_` of [step 56](step56.ipynb)
+# would clip, cannot tell which sample it came from.)
+#
+# ## Ensembles: vmap over models
+#
+# `vmap` batches any argument, the parameters too. $M$ models of one
+# architecture, each with its own weights, are $M$ sets of parameters of
+# the same shapes: stacked along a new first dim, they are one batched
+# argument. `stack_module_state(models)` does the stacking, PyTorch's
+# way: a dict of stacked parameters (new leaves that require grad, not
+# views of the models' own) and a dict of stacked buffers, by name.
+
+# %%
+show_code(func.stack_module_state, func._stacked_leaf, step=70)
+
+# %% [markdown]
+# With `in_dims=(0, 0, None)` the parameters and buffers are batched
+# along the models and the data is shared: every model sees the same 16
+# points, and the output has the models in front.
+
+# %%
+M = 5
+tp.manual_seed(0)
+models = [nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)) for _ in range(M)]
+stacked_params, stacked_buffers = func.stack_module_state(models)
+print({k: tuple(p.shape) for k, p in stacked_params.items()}, stacked_buffers)
+print("new leaves that require grad:",
+      all(p.requires_grad and p.creator is None for p in stacked_params.values()))
+
+
+def ensemble_member(params, buffers, x):
+    return func.functional_call(models[0], (params, buffers), (x,))  # models[0] lends only its structure
+
+
+outputs = func.vmap(ensemble_member, in_dims=(0, 0, None))(stacked_params, stacked_buffers, X)
+print("outputs:", tuple(outputs.shape), "(models, samples, classes)")
+print("row m vs model m called alone:",
+      below(max(np.abs(outputs.data[m] - models[m](X).data).max() for m in range(M)), 1e-15))
+
+# %% [markdown]
+# The stacked parameters are leaves, so a loss of all $M$ outputs
+# trains the $M$ models at once: one backward pass gives each stacked
+# parameter the gradients of its $M$ models, and an optimizer over
+# `stacked_params.values()` steps them all.
+
+# %%
+loss = sum(F.cross_entropy(outputs[m], Y) for m in range(M))
+loss.backward()
+models[2].zero_grad()
+F.cross_entropy(models[2](X), Y).backward()
+error = max(np.abs(stacked_params[k].grad.data[2] - p.grad.data).max()
+            for k, p in models[2].named_parameters())
+print("gradient of model 2, from the ensemble vs alone:", below(error, 1e-15))
 
 # %% [markdown]
 # ## Check against PyTorch
 #
-# In the same two processes, torch's `DistributedDataParallel` trains a twin
-# of the package's model (the same initial weights, copied) on the same
-# shares, with the same optimizer; each rank's parameters after the steps
-# must equal the package's, which must equal one process on all 16 samples.
+# The same network in `torch.nn` with the same weights (float64): the
+# per-sample gradients of its cross-entropy against `torch.func`'s
+# `vmap(grad)` and torch's own loop of 16 backward passes, their norms,
+# and the ensemble: `stack_module_state` and the outputs of `vmap` over
+# the models, against `torch.func`'s; `rtol=1e-10`.
 
-# %% tags=["hide-cell"]
+# %% tags=["hide-input"]
 import torch  # noqa: E402
+import torch.func as tfunc  # noqa: E402
 
 
-def torch_twin(model):
-    twin = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
-                               torch.nn.Linear(16, 4)).double()
-    with torch.no_grad():
-        for p_t, p in zip(twin.parameters(), model.parameters(), strict=True):
-            p_t.copy_(torch.from_numpy(p.detach().numpy().copy()))
-    return twin
+def torch_copy(ours):
+    """The same network in torch.nn, with our weights."""
+    theirs = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).double()
+    theirs.load_state_dict({k: torch.tensor(np.asarray(v.data)) for k, v in ours.state_dict().items()})
+    return theirs
 
 
-def train_torch(model, x, y, steps=STEPS):
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    for _ in range(steps):
-        loss = ((model(torch.from_numpy(x)) - torch.from_numpy(y)) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return [p.detach().numpy().copy() for p in model.parameters()]
-
-
-def both_frameworks(rank):
-    """The package's DDP and torch's, each from rank-dependent weights (DDP broadcasts rank 0's), on this rank's share."""
-    share = list(DistributedSampler(range(len(X)), shuffle=False))
-    model = make_model(seed=rank)
-    theirs = torch.nn.parallel.DistributedDataParallel(torch_twin(model), bucket_cap_mb=512 / 2**20)
-    ours = DistributedDataParallel(model, bucket_cap_mb=512 / 2**20)
-    return train(ours, X[share], Y[share]), train_torch(theirs, X[share], Y[share])
-
-
-def equal(a, b):
-    return all(np.allclose(p, q, rtol=1e-12, atol=1e-14) for p, q in zip(a, b, strict=True))
+def close(ours, theirs):
+    np.testing.assert_allclose(np.asarray(ours), theirs.detach().numpy(), rtol=1e-10, atol=1e-14)
 
 
 # %%
-runs = dist.spawn(both_frameworks, 2)
-alone_torch = train_torch(torch_twin(make_model(seed=0)), X, Y)
-assert all(equal(ours, theirs) for ours, theirs in runs), "the package's DDP differs from torch's"
-assert all(equal(ours, alone) for ours, _ in runs), "DDP differs from one process"
-assert equal(alone, alone_torch), "one process differs from torch's"
-print(f"2 ranks, {STEPS} SGD steps: each rank's parameters equal torch's DDP on the twin model")
-print("both equal one process on the whole batch, in tinypytorch and in torch")
-print("PyTorch check passed: DistributedDataParallel averages gradients as torch's does")
+t_model, tX, tY = torch_copy(model), torch.tensor(X.data), torch.tensor(Y.data)
+
+
+def t_loss_of(params, x, y):
+    logits = tfunc.functional_call(t_model, params, (x.unsqueeze(0),))
+    return torch.nn.functional.cross_entropy(logits, y.unsqueeze(0))
+
+
+t_per_sample = tfunc.vmap(tfunc.grad(t_loss_of), in_dims=(None, 0, 0))(
+    {k: p.detach() for k, p in t_model.named_parameters()}, tX, tY)
+for i in range(N):  # torch's loop
+    t_model.zero_grad()
+    torch.nn.functional.cross_entropy(t_model(tX[i:i + 1]), tY[i:i + 1]).backward()
+    for k, p in t_model.named_parameters():
+        close(per_sample[k].data[i], p.grad)
+for k in per_sample:
+    close(per_sample[k].data, t_per_sample[k])
+t_norms = torch.cat([g.reshape(N, -1) for g in t_per_sample.values()], dim=1).norm(dim=1)
+close(norms, t_norms)
+print(f"per-sample gradients ({N} samples, 4 tensors) and their norms equal torch.func's and torch's loop")
+
+t_models = [torch_copy(m) for m in models]
+t_params, t_buffers = tfunc.stack_module_state(t_models)
+for k in t_params:
+    close(stacked_params[k].data, t_params[k])
+    assert stacked_params[k].requires_grad == t_params[k].requires_grad and t_params[k].is_leaf
+t_member = lambda p, b, x: tfunc.functional_call(t_models[0], (p, b), (x,))  # noqa: E731
+t_outputs = tfunc.vmap(t_member, in_dims=(0, 0, None))(t_params, t_buffers, tX)
+close(outputs.data, t_outputs)
+print(f"stack_module_state and the ensemble's outputs ({M} models) equal torch.func's")
+print("PyTorch check passed: per-sample gradients, their norms and the vmap ensemble equal torch's")
 
 # %% [markdown]
 # ## Recap
 #
-# - Collectives move tensors between processes: `all_reduce` (the sum, on
-#   every rank), `broadcast`, `all_gather`, `reduce_scatter`. The ring
-#   all-reduce sends 2(N-1)/N × B bytes per rank, about 2B for any N.
-# - `DistributedDataParallel` broadcasts rank 0's model, then hooks
-#   `mark_ready` after every parameter's gradient accumulation. Parameters
-#   are bucketed in reverse order; a full bucket starts its all-reduce
-#   asynchronously while backward computes the layers below, and a
-#   callback at the end of backward waits and writes the averages into
-#   `.grad`.
-# - With each rank on an equal share of the batch, the average of the
-#   ranks' gradients is the whole batch's: training on two processes equals
-#   training on one, and torch's DDP.
-# - `no_sync()` accumulates locally; the first backward after it averages
-#   the sum, once.
+# - A batch's backward pass gives the mean of the per-sample gradients;
+#   the terms themselves need one backward pass per sample, or
+#   `vmap(grad(loss), in_dims=(None, 0, 0))` of a loss written for one
+#   sample as a function of the parameters (`functional_call`).
+# - Inside `vmap`, `grad` differentiates a per-sample copy of each
+#   shared argument (`_physical_leaf`: broadcast to the batch, made the
+#   leaf). Sample $i$'s loss depends on row $i$ only, so one backward pass
+#   puts each sample's gradient in its row: the loop's values.
+# - Per-sample norms are what DP-SGD clips: no single sample moves the
+#   model by more than $C$.
+# - `stack_module_state` stacks $M$ models' parameters as new leaves;
+#   `vmap(..., in_dims=(0, 0, None))` runs the ensemble in one call.
 #
 # ## Exercises
 #
-# **1. The ring, counted.** Write `ring_all_reduce(arrays)`: N equal-length
-# arrays (one per rank, length divisible by N), summed by the ring
-# algorithm (N - 1 steps of reduce-scatter, N - 1 of all-gather, each rank
-# sending one piece to rank r + 1 per step). Return each rank's result and
-# the bytes each rank sent; check the results against `torch.stack(...).sum(0)`
-# and the bytes against 2(N-1)/N × B.
+# **1. Linear regression by hand.** For $\hat y = w\cdot x + b$ and the
+# squared error $(\hat y - y)^2$, a sample's gradient is
+# $2(\hat y_i - y_i)\,(x_i, 1)$. Get the per-sample gradients of an
+# `nn.Linear(3, 1)` with `vmap(grad)` and compare them with the formula.
 
 # %% tags=["hide-cell"]
-def ring_all_reduce(arrays):
-    n = len(arrays)
-    pieces = [np.array_split(a.copy(), n) for a in arrays]  # pieces[r][c]: rank r's copy of piece c
-    sent = [0] * n
-    for step in range(n - 1):  # reduce-scatter: rank r sends piece (r - step) to r + 1, which adds it
-        outgoing = [(r, (r - step) % n, pieces[r][(r - step) % n].copy()) for r in range(n)]
-        for r, c, piece in outgoing:
-            pieces[(r + 1) % n][c] += piece
-            sent[r] += piece.nbytes
-    for step in range(n - 1):  # all-gather: rank r passes on its finished piece (r + 1 - step)
-        outgoing = [(r, (r + 1 - step) % n, pieces[r][(r + 1 - step) % n].copy()) for r in range(n)]
-        for r, c, piece in outgoing:
-            pieces[(r + 1) % n][c] = piece
-            sent[r] += piece.nbytes
-    return [np.concatenate(p) for p in pieces], sent
+tp.manual_seed(1)
+regression = nn.Linear(3, 1)
+Xr, yr = tp.tensor(rng.standard_normal((6, 3))), tp.tensor(rng.standard_normal(6))
+r_params = {k: p.detach() for k, p in regression.named_parameters()}
 
 
-arrays = [np.random.default_rng(r).standard_normal(12) for r in range(4)]
-results, sent = ring_all_reduce(arrays)
-total = torch.stack([torch.from_numpy(a) for a in arrays]).sum(0).numpy()
-print(all(np.allclose(r, total, rtol=1e-12, atol=1e-12) for r in results),
-      sent == [2 * 3 * arrays[0].nbytes // 4] * 4)
+def squared_error(params, x, y):
+    return ((func.functional_call(regression, params, (x,)) - y) ** 2).sum()
+
+
+r_grads = func.vmap(func.grad(squared_error), in_dims=(None, 0, 0))(r_params, Xr, yr)
+residual = Xr.data @ regression.weight.data[0] + regression.bias.data[0] - yr.data
+print("weight:", below(np.abs(r_grads["weight"].data[:, 0] - 2 * residual[:, None] * Xr.data).max(), 1e-14),
+      "| bias:", below(np.abs(r_grads["bias"].data[:, 0] - 2 * residual).max(), 1e-14))
 
 # %% [markdown]
-# **2. How many buckets?** Write `bucket_count(sizes, cap_bytes)`: given
-# the parameters' sizes in bytes in the model's order, the number of
-# buckets DDP's rule makes (reverse order; a bucket closes once it holds
-# at least `cap_bytes`). Check it, for a few caps, against the buckets
-# torch's `DistributedDataParallel` hands to a communication hook
-# (`register_comm_hook`) from its second iteration on, once it has rebuilt
-# them in the order the gradients arrived.
+# **2. One step of DP-SGD (without the noise).** From the per-sample
+# gradients of the classifier above, clip each to norm $C = 0.5$, take
+# their mean, and make one SGD step with learning rate 0.5 on a copy of
+# `params`. Which sample's loss rises or falls the most?
 
 # %% tags=["hide-cell"]
-def bucket_count(sizes, cap_bytes):
-    count, filled = 0, 0
-    for size in reversed(sizes):
-        filled += size
-        if filled >= cap_bytes:
-            count, filled = count + 1, 0
-    return count + (filled > 0)
-
-
-model_sizes = [p.data.nbytes for p in make_model(0).parameters()]
-print([bucket_count(model_sizes, cap) for cap in (100, 512, 2048, 2**20)])
+scale = np.minimum(1, C / norms)  # one factor per sample
+stepped = {}
+for k, p in params.items():
+    mean_clipped = (per_sample[k].data * scale.reshape((N,) + (1,) * p.ndim)).mean(axis=0)
+    stepped[k] = Variable(p.data - 0.5 * mean_clipped, requires_grad=False)
+before = func.vmap(loss_of, in_dims=(None, 0, 0))(params, X, Y).data
+after = func.vmap(loss_of, in_dims=(None, 0, 0))(stepped, X, Y).data
+change = after - before
+print("loss change per sample:", np.round(change, 4))
+print("largest change: sample", int(np.argmax(np.abs(change))))
 
 # %% [markdown]
-# **3. Each rank's share.** Without shuffling, `DistributedSampler` pads
-# the dataset by repeating its start until N divides its length, then gives
-# rank r the positions r, r + N, r + 2N, ... Write `share(n, world, rank)`
-# and check it against `torch.utils.data.distributed.DistributedSampler`
-# for datasets whose length N does not divide.
+# **3. Per-sample gradients of every model of the ensemble.** Nest the
+# two `vmap`s: the inner one over the samples (`in_dims=(None, 0, 0)`),
+# the outer one over the models (`in_dims=(0, None, None)`). Check the
+# block of model 2 and sample 3 against one backward pass.
 
 # %% tags=["hide-cell"]
-def share(n, world, rank):
-    total = -(-n // world) * world  # n rounded up to a multiple of world
-    order = list(range(n)) * (total // n + 1)
-    return order[:total][rank::world]
+def member_loss(params, x, y):
+    return F.cross_entropy(func.functional_call(models[0], params, (x.unsqueeze(0),)), y.unsqueeze(0))
 
 
-print(share(5, 2, 1), list(torch.utils.data.distributed.DistributedSampler(range(5), 2, 1, shuffle=False)))
+every = func.vmap(func.vmap(func.grad(member_loss), in_dims=(None, 0, 0)), in_dims=(0, None, None))(
+    stacked_params, X, Y)
+print({k: tuple(g.shape) for k, g in every.items()})
+models[2].zero_grad()
+F.cross_entropy(models[2](X[3:4]), Y[3:4]).backward()
+print("model 2, sample 3:", below(max(np.abs(every[k].data[2, 3] - p.grad.data).max()
+                                      for k, p in models[2].named_parameters()), 1e-15))

@@ -1,4 +1,4 @@
-"""The numbers that the prose of steps 57-70 states are numbers that the page's own code printed.
+"""The numbers that the prose of steps 57-73 states are numbers that the page's own code printed.
 
 A page that says "870 of the 1,201 flushed entries" must show 870 and 1,201 in one of its outputs: otherwise
 the number was copied in by hand, and the code may since compute another. The check reads the committed,

@@ -9,7 +9,7 @@ import torch
 import tinypytorch
 from tinypytorch import Variable, func, nn
 
-pytestmark = [pytest.mark.torch, pytest.mark.step69, pytest.mark.usefixtures("float64_default")]
+pytestmark = [pytest.mark.torch, pytest.mark.step70, pytest.mark.usefixtures("float64_default")]
 
 X = np.random.default_rng(69).standard_normal((6, 3))
 

@@ -346,7 +346,7 @@ def test_the_steps_training_reaches_the_noise_level_after_a_plateau():
     assert np.all(np.diff(losses) <= 0)  # SGD with this small a step only goes down, as torch's run does
     line = np.hstack([step.x, np.ones_like(step.x)])
     best_line = np.mean((line @ np.linalg.lstsq(line, step.y, rcond=None)[0] - step.y) ** 2)
-    # the plateau: from step 500 to step 4,000 the loss stays within 10% of the best straight line's
+    # the plateau: from step 503 to step 4,000 the loss stays within 10% of the best straight line's
     assert np.all(np.abs(losses[500:4000] / best_line - 1) < 0.1)
     assert step.sgd_below == next(i for i, v in enumerate(losses) if v < 0.05) > 4000
 

@@ -1,13 +1,10 @@
-"""Step 70's lesson: the exercises' solutions (the ring all-reduce counted, the number of DDP buckets for a cap, each
-rank's share of a dataset), checked against torch, and the page's own check (the package's DDP against torch's DDP
-and one process)."""
+"""Step 70's lesson: the page's per-sample gradients, norms, clipping and ensemble, and the exercises' solutions,
+checked against torch (torch.func and torch's own loops, from the page's weights and data) and against formulas
+worked out by hand."""
 import numpy as np
 import pytest
 import torch
-import torch.utils.data.distributed as torch_data_dist
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+import torch.func as tfunc
 
 from steploader import load_step
 
@@ -15,79 +12,95 @@ pytestmark = [pytest.mark.step70, pytest.mark.torch]
 step = load_step(70)
 
 
-@pytest.mark.parametrize("n, pieces", [(2, 1), (3, 4), (4, 3), (8, 2)])
-def test_the_ring_sums_as_torch_and_each_rank_sends_2_n_minus_1_over_n_of_the_bytes(n, pieces):
-    arrays = [np.random.default_rng(r).standard_normal(n * pieces) for r in range(n)]
-    results, sent = step.ring_all_reduce(arrays)
-    total = torch.stack([torch.from_numpy(a) for a in arrays]).sum(0).numpy()
-    for result in results:
-        np.testing.assert_allclose(result, total, rtol=1e-12, atol=1e-12)
-    nbytes = arrays[0].nbytes
-    assert sent == [2 * (n - 1) * nbytes // n] * n  # 2(N-1)/N × B, exactly: N divides the length
+def torch_net(ours):
+    return step.torch_copy(ours)
 
 
-def torch_buckets(rank, sizes, caps):
-    """For each cap: the number of buckets torch's DDP hands to a communication hook in its third iteration (after it
-    rebuilt them in the order the gradients arrived), on a chain of Linear-like parameters of `sizes` elements."""
-    counts = []
-    for cap in caps:
-        torch.manual_seed(0)
-        params = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(size)) for size in sizes])
-
-        class Chain(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.params = params
-
-            def forward(self, x):
-                for p in self.params:  # each parameter used in turn: backward meets them last first
-                    x = (x * p.sum()).tanh()
-                return x
-
-        ddp = torch.nn.parallel.DistributedDataParallel(Chain(), bucket_cap_mb=cap / 2**20)
-        seen = []
-
-        def hook(state, bucket):
-            seen.append(bucket.index())
-            return allreduce_hook(state, bucket)
-
-        ddp.register_comm_hook(None, hook)
-        for _ in range(3):
-            seen.clear()
-            ddp(torch.ones(2)).sum().backward()
-        counts.append(len(seen))
-    return counts
+def torch_per_sample(model, x, y):
+    """torch's per-sample gradients of the page's loss, by its own loop of backward passes."""
+    grads = {k: [] for k, _ in model.named_parameters()}
+    for i in range(len(x)):
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[i:i + 1]), y[i:i + 1]).backward()
+        for k, p in model.named_parameters():
+            grads[k].append(p.grad.clone())
+    return {k: torch.stack(g) for k, g in grads.items()}
 
 
-@pytest.mark.distributed
-def test_the_bucket_count_equals_torch_ddps_buckets():
-    dist = pytest.importorskip("tinypytorch.distributed")
-    sizes = [300, 7, 64, 1, 1000, 5, 40]  # float32 elements, in the model's order
-    caps = [1, 100, 500, 1200, 4000, 10**6]  # bytes
-    counts = dist.spawn(torch_buckets, 2, args=(sizes, caps), timeout=60)[0]
-    assert counts == [step.bucket_count([4 * s for s in sizes], cap) for cap in caps]
-    assert len(set(counts)) >= 4  # the caps make different numbers of buckets
+def tX():
+    return torch.tensor(step.X.data), torch.tensor(step.Y.data)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(1, 30), st.integers(1, 6), st.data())
-def test_each_ranks_share_equals_torchs_distributed_sampler(n, world, data):
-    rank = data.draw(st.integers(0, world - 1))
-    theirs = list(torch_data_dist.DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=False))
-    assert step.share(n, world, rank) == theirs
+def test_the_wrong_label_is_the_one_the_page_names():
+    classes = np.argmax(step.scores, axis=1)
+    assert (classes != step.Y.data).sum() == 1 and classes[step.FLIPPED] != step.Y.data[step.FLIPPED]
 
 
-@pytest.mark.distributed
-def test_the_pages_check_compared_both_frameworks_and_one_process():
-    assert len(step.runs) == 2
-    for ours, theirs in step.runs:
-        assert step.equal(ours, theirs) and step.equal(ours, step.alone)
-    assert step.equal(step.alone, step.alone_torch)
+def test_page_loop_vmap_and_norms_equal_torchs_loop():
+    expected = torch_per_sample(torch_net(step.model), *tX())
+    for k in expected:
+        np.testing.assert_allclose(step.loop_grads[k], expected[k].numpy(), rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(step.per_sample[k].data, expected[k].numpy(), rtol=1e-10, atol=1e-14)
+    rows = torch.cat([g.reshape(step.N, -1) for g in expected.values()], dim=1)
+    np.testing.assert_allclose(step.norms, rows.norm(dim=1).numpy(), rtol=1e-10)
+    assert int(np.argmax(step.norms)) == step.FLIPPED  # the page's point: the wrong label pulls hardest
 
 
-def test_the_pages_comparison_is_not_blind():
-    a = [np.ones((2, 3)), np.zeros(3)]
-    assert step.equal(a, [x.copy() for x in a])
-    assert not step.equal(a, [a[0] + 1e-9, a[1]])
-    with pytest.raises(ValueError):
-        step.equal(a, a[:1])
+def test_page_clipping_is_torchs_clip_of_each_sample():
+    expected = torch_per_sample(torch_net(step.model), *tX())
+    for i in range(step.N):  # clip_grad_norm_ of torch.nn.utils, on sample i's gradients alone
+        grads = [g[i].clone() for g in expected.values()]
+        tensors = [torch.zeros_like(g, requires_grad=True) for g in grads]
+        for t, g in zip(tensors, grads):
+            t.grad = g
+        torch.nn.utils.clip_grad_norm_(tensors, step.C)
+        np.testing.assert_allclose(step.clipped[i], torch.cat([t.grad.reshape(-1) for t in tensors]).numpy(),
+                                   rtol=1e-4)  # (clip_grad_norm_ divides by the norm plus 1e-6, norms here > 0.09)
+
+
+def test_page_ensemble_equals_torch_func():
+    t_models = [torch_net(m) for m in step.models]
+    t_params, t_buffers = tfunc.stack_module_state(t_models)
+    out = tfunc.vmap(lambda p, b, x: tfunc.functional_call(t_models[0], (p, b), (x,)), in_dims=(0, 0, None))(
+        t_params, t_buffers, tX()[0])
+    np.testing.assert_allclose(step.outputs.data, out.detach().numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_exercise_1_regression_per_sample_gradients_equal_torch_and_the_formula():
+    theirs = torch.nn.Linear(3, 1).double()
+    theirs.load_state_dict({k: torch.tensor(np.asarray(v.data)) for k, v in step.regression.state_dict().items()})
+    xr, yr = torch.tensor(step.Xr.data), torch.tensor(step.yr.data)
+    expected = tfunc.vmap(tfunc.grad(lambda p, x, y: ((tfunc.functional_call(theirs, p, (x,)) - y) ** 2).sum()),
+                          in_dims=(None, 0, 0))({k: v.detach() for k, v in theirs.named_parameters()}, xr, yr)
+    for k in expected:
+        np.testing.assert_allclose(step.r_grads[k].data, expected[k].numpy(), rtol=1e-10, atol=1e-14)
+    residual = step.Xr.data @ step.regression.weight.data[0] + step.regression.bias.data[0] - step.yr.data
+    np.testing.assert_allclose(step.r_grads["bias"].data[:, 0], 2 * residual, rtol=1e-12)  # by hand
+
+
+def test_exercise_2_clipped_step_equals_torchs():
+    t_model = torch_net(step.model)
+    x, y = tX()
+    per_sample = torch_per_sample(t_model, x, y)
+    norms = torch.cat([g.reshape(step.N, -1) for g in per_sample.values()], dim=1).norm(dim=1)
+    factor = torch.clamp(step.C / norms, max=1.0)
+    with torch.no_grad():
+        for k, p in t_model.named_parameters():
+            p -= 0.5 * (per_sample[k] * factor.reshape((-1,) + (1,) * p.ndim)).mean(dim=0)
+        after = torch.nn.functional.cross_entropy(t_model(x), y, reduction="none")
+    for k, p in t_model.named_parameters():
+        np.testing.assert_allclose(step.stepped[k].data, p.detach().numpy(), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(step.after, after.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_exercise_3_every_models_per_sample_gradients_equal_torch_func():
+    t_models = [torch_net(m) for m in step.models]
+    t_params, _ = tfunc.stack_module_state(t_models)
+    x, y = tX()
+
+    def loss(p, x, y):
+        return torch.nn.functional.cross_entropy(tfunc.functional_call(t_models[0], p, (x.unsqueeze(0),)),
+                                                 y.unsqueeze(0))
+    expected = tfunc.vmap(tfunc.vmap(tfunc.grad(loss), in_dims=(None, 0, 0)), in_dims=(0, None, None))(t_params, x, y)
+    for k in expected:
+        np.testing.assert_allclose(step.every[k].data, expected[k].detach().numpy(), rtol=1e-10, atol=1e-14)

@@ -6,7 +6,7 @@ on it lives here, in modules:
     grad_mode   every mode, thread-local as PyTorch's: grad mode (Config, no_grad), saved-tensor hooks, anomaly, ...
     autocast_state  autocast's state beside them: on or off per device and thread, what Function.__call__ asks (58)
     forward_ad_state  forward mode's state beside them: the open dual level and each Variable's tangent (step 64)
-    batching_state  vmap's state beside them: the open vmap levels, what Function.__call__ asks (step 68)
+    batching_state  vmap's state beside them: the open vmap levels, what Function.__call__ asks (step 69)
     dtypes      PyTorch's dtype rules in one place: the default dtype, type promotion, casting
     core        Variable, Function and the arithmetic operators: the floor every other module stands on
     views       version counters and views' records (steps 36-37), asked by every operation
@@ -38,8 +38,8 @@ on it lives here, in modules:
                 linalg: torch.linalg.cross
     datasets    a spiral and handwritten digits, offline (step 51); utils.data: Dataset, DataLoader (step 51)
     batched     BatchedVariable: a batch seen as one sample inside vmap, its batch at dim 0 of a physical value (68)
-    batching_rules  a batching rule per operation: the same operation on the whole batch, dims shifted (step 68)
-    batching    vmap: in_dims, out_dims, randomness, nested levels (step 68); func.vmap and tinypytorch.vmap
+    batching_rules  a batching rule per operation: the same operation on the whole batch, dims shifted (step 69)
+    batching    vmap: in_dims, out_dims, randomness, nested levels (step 69); func.vmap and tinypytorch.vmap
 
 PyTorch's everyday surface, so that a PyTorch program runs with its imports renamed:
 
@@ -50,11 +50,11 @@ PyTorch's everyday surface, so that a PyTorch program runs with its imports rena
     optim       SGD, Adam, AdamW with parameter groups and state dicts (the optimizers of step 32, grown);
                 RMSprop, Adadelta; optim.lr_scheduler: StepLR, MultiStepLR, ExponentialLR, LambdaLR, ...
     amp         autocast: each listed operation in its dtype, float16 or float32 (step 61); GradScaler (step 62)
-    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 65); vmap (step 68);
-                functional_call, a module as a function of its parameters, stack_module_state (step 69)
+    func        jvp, vjp, jacfwd, jacrev, hessian: transforms of functions of Variables (step 65); vmap (step 69);
+                functional_call, a module as a function of its parameters, stack_module_state (step 70)
     distributed torch.distributed on the gloo backend: a process group, collectives on the package's arrays,
-                spawn (step 70); distributed.zero: ZeRO stages 1-2; distributed.fsdp: fully_shard (ZeRO stage 3)
-    nn.parallel DistributedDataParallel: gradients all-reduced in buckets from post-accumulate-grad hooks (step 70)
+                spawn (step 73); distributed.zero: ZeRO stages 1-2; distributed.fsdp: fully_shard (ZeRO stage 3)
+    nn.parallel DistributedDataParallel: gradients all-reduced in buckets from post-accumulate-grad hooks (step 73)
     multiprocessing  torch.multiprocessing's names (PyTorch's own)
     comparisons eq, ne, lt, le, gt, ge, equal, allclose, all, any, bitwise_xor: results without a gradient
     outputs     out= arguments: add, sub, mul, div, matmul (and the factories rand, randn) writing into a given tensor

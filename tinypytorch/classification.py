@@ -175,7 +175,7 @@ def _checked_target(input, target, ignore_index, op="cross_entropy"):
     """`target` as an integer array on input's device, after checking it against input of shape (N, C)."""
     if input.ndim != 2:
         raise ValueError(f"{op}: expected an input of shape (N, C), got {tuple(input.shape)}")
-    if batching_state.open_vmap_levels and isinstance(target, batching_state.batched_type):  # step 68
+    if batching_state.open_vmap_levels and isinstance(target, batching_state.batched_type):  # step 69
         return target  # a batched target (vmap): nll_loss's batching rule takes it
     if isinstance(target, Variable):
         target = target.data

@@ -121,7 +121,7 @@ def _reduce(op, input, dim, keepdim, out):
     if not isinstance(input, Variable):
         raise TypeError(f"{op}() received an invalid combination of arguments - got ({_got(input)}), but expected "
                         "(Tensor input, tuple of ints dim = None, bool keepdim = False)")
-    if batching_state.open_vmap_levels and isinstance(input, batching_state.batched_type):  # step 68: vmap
+    if batching_state.open_vmap_levels and isinstance(input, batching_state.batched_type):  # step 69: vmap
         return _reduce_batched(op, input, dim, keepdim, out)
     data = input.data
     if isinstance(dim, (tuple, list)) and not dim:
@@ -140,7 +140,7 @@ def _reduce(op, input, dim, keepdim, out):
     return outputs.write(op, out, y.astype(out.data.dtype))
 
 
-def _reduce_batched(op, input, dim, keepdim, out):  # step 68
+def _reduce_batched(op, input, dim, keepdim, out):  # step 69
     """all or any of each sample of a batched input (vmap): the same dims of the physical value, one further."""
     if out is not None:
         raise RuntimeError(f"{op}: out= is not supported inside vmap in tinypytorch")

@@ -464,7 +464,7 @@ def compare(op, x, other):
     """
     if not isinstance(other, (Variable, *cuda.array_types, *scalar_types, np.bool_)):
         return NotImplemented  # e.g. x == None: Python then compares identities, as for a torch tensor
-    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # step 68: per sample
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # step 69: per sample
         return batching_state.compare(op, x, other)
     dtype = dtypes.result_type(x, other)  # step 59: both sides in PyTorch's promoted dtype
     strided = x._strided or getattr(other, "_strided", False)  # no step: (tinypytorch.layout)
@@ -601,7 +601,7 @@ class Function:
     def __call__(self, *inputs):
         if self.dispatch_mode is not None:  # step 63: inside a selective-checkpoint region, the region runs it
             return self.dispatch_mode(*inputs)
-        # step 68: inside vmap, an operation with a batched input is run by its batching rule
+        # step 69: inside vmap, an operation with a batched input is run by its batching rule
         if batching_state.open_vmap_levels and batching_state.any_batched(self, inputs):
             return batching_state.run_rule(self, inputs)
         # (Loops rather than generators or comprehensions: every operation pays for this method, and most

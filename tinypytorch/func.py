@@ -10,8 +10,8 @@
     functional_call(module, params, args)   module called with other tensors in its parameters' and buffers'
                                 places, for that call only: a model as a function of its parameters, for the above
     stack_module_state(models)  (params, buffers): the models' tensors stacked by name, for vmap over the models
-    vmap(f, in_dims, out_dims)  f run once on a batch (tinypytorch.batching, step 68); grad, vjp and jvp inside it
-                                differentiate a per-sample copy of each shared argument (per-sample gradients, step 69)
+    vmap(f, in_dims, out_dims)  f run once on a batch (tinypytorch.batching, step 69); grad, vjp and jvp inside it
+                                differentiate a per-sample copy of each shared argument (per-sample gradients, step 70)
 
 PyTorch's signatures and structures: argnums (an int or a tuple of ints) picks the arguments to differentiate;
 with has_aux=True f returns (output, aux), and aux comes back beside the result, not differentiated. Arguments
@@ -326,7 +326,7 @@ def functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, 
         return module(*args, **({} if kwargs is None else kwargs))
 
 
-def stack_module_state(models):  # step 69
+def stack_module_state(models):  # step 70
     """(params, buffers) of M models of one class, each a dict from dotted names (as named_parameters and
     named_buffers give them) to the M tensors of that name stacked along a new first dim: PyTorch's
     `torch.func.stack_module_state`, so that `vmap(lambda p, b, x: functional_call(models[0], (p, b), (x,)),

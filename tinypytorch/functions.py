@@ -1369,7 +1369,7 @@ class Where(Function):  # step 59
 def where(condition, x0, x1):  # step 59
     """PyTorch's torch.where(condition, input, other): input's element where `condition` (a bool tensor or array)
     holds, else other's; numbers as either side. Differentiable in input and other."""
-    if batching_state.open_vmap_levels and isinstance(condition, batching_state.batched_type):  # step 68
+    if batching_state.open_vmap_levels and isinstance(condition, batching_state.batched_type):  # step 69
         return Where(condition)(x0, x1)  # a batched condition: where's batching rule takes it (vmap)
     condition = array_of(condition)
     if not isinstance(condition, cuda.array_types) or condition.dtype != np.bool_:

@@ -126,7 +126,7 @@ def alias(x, data=None):
 
 def apply(op, x, other):
     """x <op>= other in place (op: 'add_', 'sub_', 'mul_' or 'div_'); returns x."""
-    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # step 68: vmap
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, other)):  # step 69: vmap
         return batching_state.in_place(lambda p, o: apply(op, p, o), x, [other], name=op)
     check_writable(op, x, other)
     other = as_variable(other, op, cuda.get_array_module(x.data), like=x.data)
@@ -151,7 +151,7 @@ def apply(op, x, other):
 
 def zero_(x):
     """Fill x with zeros in place; recorded, the gradient through it is zero (PyTorch's zero_)."""
-    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x,)):  # step 68: vmap
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x,)):  # step 69: vmap
         return batching_state.in_place(zero_, x, [])
     check_writable("zero_", x, written=None)
     refuse_tangents("zero_", x)  # step 64
@@ -179,7 +179,7 @@ def set_item(op, x, key, value):
     Recorded as its out-of-place twin SetItem when a gradient can flow, as PyTorch records
     CopySlices or IndexPutBackward0.
     """
-    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, value)):  # step 68: vmap
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x, value)):  # step 69: vmap
         physical_key = batching_state.batched_key(key)
         return batching_state.in_place(lambda p, v: set_item(op, p, physical_key, v), x, [value], key)
     slot = _slot(x.data, key)  # a wrong index first, as PyTorch slices before it writes
@@ -348,7 +348,7 @@ def unary_(op, x, function):
     """x <- function(x) in place (op "sin_": function sin); returns x. Recorded as function itself when a gradient can
     flow, on a copy of the old value, which function's backward reads and the write overwrites (as PyTorch saves
     the original for sin_)."""
-    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x,)):  # step 68: vmap
+    if batching_state.open_vmap_levels and batching_state.any_batched(None, (x,)):  # step 69: vmap
         return batching_state.in_place(lambda p: unary_(op, p, function), x, [])
     check_writable(op, x)
     refuse_tangents(op, x)  # step 64

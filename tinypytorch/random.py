@@ -29,7 +29,7 @@ _seed = INITIAL_SEED
 
 def default_generator():
     """The generator every random operation of the package draws from."""
-    if batching_state.open_vmap_levels:  # step 68: inside vmap, randomness decides whether a draw may happen
+    if batching_state.open_vmap_levels:  # step 69: inside vmap, randomness decides whether a draw may happen
         batching_state.check_random()
     return _generator
 
@@ -115,7 +115,7 @@ def device_generator():
 
 def uniform(shape, xp):
     """Uniform numbers in [0, 1) where module `xp` computes: the CPU's generator for NumPy, the device's otherwise."""
-    if batching_state.open_vmap_levels:  # step 68: inside vmap, randomness decides whether a draw may happen
+    if batching_state.open_vmap_levels:  # step 69: inside vmap, randomness decides whether a draw may happen
         batching_state.check_random()
     if xp is np:
         return _generator.random(shape)

@@ -134,7 +134,7 @@ def call_backward(f, gys):
     """
     # step 65: under a dual level the formulas get Variables, whose tangents go forward through them
     on_arrays = f.formula_on_arrays and not Config.enable_backprop and not forward_ad_state.open_dual_levels
-    if batching_state.open_vmap_levels:  # step 68: Variables, which meet batched gradients by the batching rules
+    if batching_state.open_vmap_levels:  # step 69: Variables, which meet batched gradients by the batching rules
         on_arrays = False
     if on_arrays:  # speed: the formula on bare arrays (grad_mode.BackwardMode)
         previous = set_backward_on_arrays(True)
@@ -167,7 +167,7 @@ def checked_gradient(f, i, gx, on_arrays=False):
         if not isinstance(gx, Variable):  # (the test first: a call saved for the usual Variable)
             gx = as_variable(gx, f"{type(f).__name__}.backward")
         data = gx.data
-        if batching_state.open_vmap_levels and isinstance(gx, batching_state.batched_type):  # step 68: a batched
+        if batching_state.open_vmap_levels and isinstance(gx, batching_state.batched_type):  # step 69: a batched
             data = gx  # gradient has no array of its own; its logical shape and dtype are checked
     # (every gradient passes here: the arrays' shape and dtype, not the Variable's properties)
     shape, dtype = node.output_meta[nr] if isinstance(node, Function) else (node.data.shape, node.data.dtype)

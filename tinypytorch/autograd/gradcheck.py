@@ -12,7 +12,7 @@ zero gradients for the outputs (which must give zeros of the inputs' dtypes and 
 with no gradient at all for the outputs (check_undefined_grad). fast_mode compares random projections
 v^T J u instead of whole Jacobians, as PyTorch's fast mode does. check_batched_grad (and
 check_batched_forward_grad) run backward (forward mode) under vmap on a batch of random gradients (tangents) and
-compare it with one pass per gradient (step 68).
+compare it with one pass per gradient (step 69).
 """
 import warnings
 
@@ -341,7 +341,7 @@ def _fast_mismatch(fn, inputs, i, j, expected, got, eps, atol, rtol, forward):
     return message
 
 
-# ----- check_batched_grad, check_batched_forward_grad: a pass under vmap against one pass per vector (step 68) ------
+# ----- check_batched_grad, check_batched_forward_grad: a pass under vmap against one pass per vector (step 69) ------
 
 FAILED_BATCHED_GRAD_MSG = """
 gradcheck or gradgradcheck failed while testing batched gradient computation.
@@ -397,7 +397,7 @@ def _compare_batched(results, expected, output_of, input_of, is_forward_ad=False
             raise GradcheckError(_failed_batched_grad_test_msg(output_of(k), input_of(k), got, want, is_forward_ad))
 
 
-def check_batched_gradients(fn, inputs, seed=0):  # step 68
+def check_batched_gradients(fn, inputs, seed=0):  # step 69
     """PyTorch's _test_batched_grad, for each output that requires grad: the vector-Jacobian products of a batch of
     two random output gradients, computed by one backward pass under vmap, must equal one backward pass per
     gradient (np.allclose). A backward that fails under vmap raises GradcheckError naming what failed. The gradients
@@ -416,7 +416,7 @@ def check_batched_gradients(fn, inputs, seed=0):  # step 68
         _compare_batched(results, expected, lambda k, j=j: j, lambda k: _position(inputs, wrt[k]))
 
 
-def check_batched_tangents(fn, inputs, seed=0):  # step 68
+def check_batched_tangents(fn, inputs, seed=0):  # step 69
     """PyTorch's _test_batched_grad_forward_ad, for each input that requires grad: the Jacobian-vector products of a
     batch of two random tangents, computed by one forward-mode pass under vmap (tinypytorch.func.jvp), must equal
     one forward-mode pass per tangent (np.allclose); the other inputs are detached. Seeded as
@@ -466,7 +466,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
     fast_mode: compare v^T J u for random unit vectors u, v, not whole Jacobians (check_projections).
     masked: PyTorch's option for sparse tensors, which the package has none of: True only accepts gradients
         close to zero, not exactly zero, from zero gradients of the outputs.
-    check_batched_grad: backward run under vmap (step 68) on a batch of random output gradients must equal one
+    check_batched_grad: backward run under vmap (step 69) on a batch of random output gradients must equal one
         backward pass per gradient (check_batched_gradients); check_batched_forward_grad: forward mode's likewise.
         An operation vmap has no batching rule for (a custom Function in forward mode): NotImplementedError.
     """
@@ -485,10 +485,10 @@ def gradcheck(fn, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=Tru
             jacobians_agree(numerical, forward_jacobian(fn, inputs), atol, rtol, True, "computed with forward mode ")
         if check_forward_ad and check_undefined_grad:  # step 64
             check_undefined_tangents(fn, inputs)
-        if check_batched_forward_grad:  # step 68: forward mode under vmap, against one pass per tangent
+        if check_batched_forward_grad:  # step 69: forward mode under vmap, against one pass per tangent
             check_batched_tangents(fn, inputs)
         if check_backward_ad:
-            if check_batched_grad:  # step 68: backward under vmap, against one pass per output gradient
+            if check_batched_grad:  # step 69: backward under vmap, against one pass per output gradient
                 check_batched_gradients(fn, inputs)
             check_multiplied_by_grad_output(fn, inputs, masked)
             if check_undefined_grad:

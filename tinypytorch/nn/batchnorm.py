@@ -92,7 +92,7 @@ class BatchNorm2d(_BatchNorm):
 def _batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum, eps):
     """torch's F.batch_norm for a Module's buffers: normalise x with the batch's statistics (use_batch) or the
     running ones; with use_batch, running statistics given (arrays) move `momentum` of the way to the batch's."""
-    if batching_state.open_vmap_levels and any(isinstance(v, batching_state.batched_type)  # step 68: vmap
+    if batching_state.open_vmap_levels and any(isinstance(v, batching_state.batched_type)  # step 69: vmap
                                                for v in (x, running_mean, running_var, weight, bias)):
         raise NotImplementedError("vmap: batch_norm of a batched input or with batched parameters is not supported "
                                   "in tinypytorch; call it outside vmap, or loop over the batch")

@@ -1,4 +1,4 @@
-"""When DistributedDataParallel's buckets start their all-reduce and when it completes: the timeline step 70
+"""When DistributedDataParallel's buckets start their all-reduce and when it completes: the timeline step 73
 draws and bench/distributed_overlap.py measures, from one piece of code."""
 
 
