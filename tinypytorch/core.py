@@ -603,7 +603,7 @@ class Function:
         return self.run_plain(inputs)
 
     def run_plain(self, inputs):
-        """The operation with no mode in the way: DeZero's door (step 09 on), with views and PyTorch's dtypes."""
+        """The operation itself, past every mode: the inputs as Variables, forward on their arrays, the outputs."""
         # (Loops rather than generators or comprehensions: every operation pays for this method, and most
         # have one or two inputs.)
         for x in inputs:
@@ -787,9 +787,18 @@ class Function:
                 if isinstance(x, _NUMBERS):
                     kind = type(x).__name__ if type(x).__module__ == "builtins" else f"numpy.{type(x).__name__}"
                     raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be Tensor, not {kind}")
-        xp, op = cuda.get_array_module(*inputs), self.op_name()
-        like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
-        return tuple([as_variable(x, op, xp, like[0] if like else None) for x in inputs])
+        like = None  # the first tensor among the inputs: a number takes its device and, with it, its dtype
+        for x in inputs:
+            if isinstance(x, Variable) or isinstance(x, cuda.array_types):
+                like = x
+                break
+        xp = np if like is None else cuda.get_array_module(like)
+        try:
+            return tuple([x if isinstance(x, Variable) else as_variable(x, "", xp, like) for x in inputs])
+        except TypeError as error:  # as_variable's refusal names the operation only now: its name costs a call
+            if not str(error).startswith(": "):
+                raise
+            raise TypeError(f"{self.op_name()}{error}") from None
 
     def record(self, inputs, ys, outputs):  # step 35
         """What the graph keeps of this call: where each input's gradient goes, what the gradients must look
@@ -878,7 +887,7 @@ class Function:
         self.output_hooks[output_nr] = hooks
 
 
-def push_tangents_mode(function, inputs, below):  # step 68: forward AD's entry of the mode stack (step 64)
+def push_tangents_mode(function, inputs, below):  # step 64: forward AD's entry of the mode stack (step 68)
     """Under a dual level, the operation runs below, then its jvp pushes the tangents forward with the values.
     Inference mode pushes none, as in PyTorch."""
     xs = function.variables(inputs)

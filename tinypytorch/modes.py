@@ -5,17 +5,19 @@ door (`Function.run_plain`: DeZero's door, with views and PyTorch's dtypes). Whi
 goes down this stack first: each open mode, from the top, either runs the operation itself or hands it on, its
 inputs changed or not, to the next one; below the last waits the plain door.
 
-    selective checkpoint    the open region runs every operation, to keep its result or replay it (step 63)
     vmap                    an operation with a batched input runs by its batching rule (step 69)
     autocast                the operations autocast lists get their inputs cast (step 61)
     inference               nothing is recorded, even under enable_grad, and no tangent is pushed (step 58)
     forward AD              each operation's jvp pushes the tangents forward with the values (step 64)
+    selective checkpoint    the open region runs every operation, to keep its result or replay it (step 63)
 
-The order is that of PyTorch's dispatcher: Python dispatch modes, then functorch's batching, then autocast, then
-autograd (which inference mode switches off, forward AD with it). A mode that runs the operation by other
-operations (a batching rule, autocast's casts) calls them from the top again, so they meet the modes below it:
-PyTorch's redispatch. Modes are counted process-wide, as the states below count their open blocks; whose thread
-a mode belongs to, the mode itself asks when it sees an operation.
+The order is that of PyTorch's dispatch keys, highest first: functorch's batching (FuncTorchBatched), autocast
+(AutocastCPU), autograd (AutogradCPU: inference mode switches it off, forward AD computes in it), then Python
+dispatch modes (Python: selective checkpointing's, below autograd), then the kernel (CPU); the plain door is both
+autograd's recording and the kernel. A mode that runs the operation by other operations (a batching rule, autocast's
+casts) calls them from the top again, so they meet the modes below it: PyTorch's redispatch. Modes are counted
+process-wide, as the states below count their open blocks; whose thread a mode belongs to, the mode itself asks
+when it sees an operation.
 
 The modes' states stay with their owners (grad_mode, autocast_state, batching_state, forward_ad_state and
 utils.selective_checkpoint); each owner registers what its mode does to an operation, and opens and closes its
@@ -23,7 +25,7 @@ entry. Like those states, this module imports nothing of the package: the ground
 """
 import threading
 
-ORDER = ("selective checkpoint", "vmap", "autocast", "inference", "forward AD")  # the top of the stack first
+ORDER = ("vmap", "autocast", "inference", "forward AD", "selective checkpoint")  # the top of the stack first
 
 open_modes = 0  # how many entries are open: while 0, Function.__call__ reads only this
 stack = ()  # the handlers of the open modes, in ORDER: what `dispatch` walks down

@@ -12,7 +12,7 @@ in the order they ran; the recomputation takes them back, in the same order, ins
 those operations, and runs the others again.
 
 The two contexts share that storage: checkpoint enters the first around the first run and the
-second around each recomputation. While one is open, selective checkpointing is the top entry of the mode
+second around each recomputation. While one is open, selective checkpointing is the lowest entry of the mode
 stack (tinypytorch.modes, step 68): every operation comes to `_dispatch` here; the innermost open context of
 the thread handles it, and is set aside while it does (as a PyTorch dispatch mode is inside its
 own handler), so the operation, or the policy's own operations, then run as usual.
