@@ -1,0 +1,423 @@
+# %% [markdown]
+# # Step 71: Jacobians in one batched pass
+#
+# [Step 65](step65.ipynb) built a Jacobian out of passes: one backward
+# pass (a `vjp`) per output element gives it row by row, one forward-mode
+# pass (a `jvp`) per input element column by column. The passes of such a
+# loop differ only in the vector they start from, a unit vector $e_i$ of
+# the identity matrix: the same function run on every row of a matrix.
+# That is what `vmap` ([step 69](step69.ipynb)) batches. This step runs
+# the one `vjp_fn` on the whole identity matrix at once, so the backward
+# pass runs once with a batched cotangent; it reads the package's
+# `jacrev` and `jacfwd`, which are exactly that, gets the Hessian as
+# `jacfwd(jacrev(f))`, and ends with `linearize`, which runs the function
+# once and replays its linear part for every tangent after. Every count
+# on the page is measured, by counting calls, as step 65 counted passes.
+
+# %%
+import contextlib
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import tinypytorch as tp
+from tinypytorch import func
+from tinypytorch.batched import innermost
+from tinypytorch.utils.listing import show_code
+
+tp.set_default_dtype(tp.float64)  # float64, so the checks hold to 1e-12
+
+
+# %% tags=["hide-input"]
+# torch 2.13's own warnings, torch's affair and not the page's: its forward AD loads its rules with
+# torch.jit.script, which warns that it is deprecated; its linearize warns about its own constant folding
+warnings.filterwarnings("ignore", "`torch.jit.script` is deprecated", DeprecationWarning)
+warnings.filterwarnings("ignore", "Attempted to insert a get_attr Node", UserWarning)
+
+
+def below(error, bound):
+    """'< 1e-12', after checking it: rounding differs between CPUs, a bound does not."""
+    assert error < bound, f"{error:.3g} is not below {bound:.0e}"
+    return f"< {bound:.0e}"
+
+
+class Count:
+    """Calls of tanh's backward and jvp formulas, with the (physical) shape of the gradient or tangent each got,
+    and how many times the function's Python body ran (`body` is counted by the functions themselves)."""
+
+    def __init__(self):
+        self.backward, self.jvp, self.body = [], [], 0
+
+    def __str__(self):
+        def passes(shapes):
+            return f"{len(shapes)} (of {', '.join(sorted({str(s) for s in shapes}))})" if shapes else "0"
+        return f"body runs: {self.body}, tanh backward: {passes(self.backward)}, tanh jvp: {passes(self.jvp)}"
+
+
+count = Count()
+
+
+@contextlib.contextmanager
+def counting():
+    """A fresh Count for the block: Tanh's backward and jvp wrapped, the shape of their first argument kept as
+    the operation sees it (under vmap: the whole batch, innermost(...))."""
+    global count
+    count = Count()
+    tanh = tp.functions.Tanh
+    backward, jvp = tanh.backward, tanh.jvp
+
+    def counted_backward(self, gy):
+        count.backward.append(tuple(innermost(gy).shape))
+        return backward(self, gy)
+
+    def counted_jvp(self, t):
+        count.jvp.append(tuple(np.shape(t)))
+        return jvp(self, t)
+    tanh.backward, tanh.jvp = counted_backward, counted_jvp
+    try:
+        yield count
+    finally:
+        tanh.backward, tanh.jvp = backward, jvp
+
+
+# %% [markdown]
+# ## Six backward passes, or one
+#
+# The function: $f(x) = \tanh(Wx)$ from $\mathbb{R}^4$ to $\mathbb{R}^6$,
+# so its Jacobian is $6\times 4$. `vjp` runs $f$ once and records its
+# graph; `vjp_fn(u)` is then one backward pass from the cotangent $u$,
+# and gives the row $u^\top J$. Step 65's loop calls it once per unit
+# vector $e_i$; `vmap(vjp_fn)` calls it once, on the identity matrix,
+# whose rows are the $e_i$.
+
+# %%
+rng = np.random.default_rng(71)
+W = tp.tensor(rng.standard_normal((6, 4)))
+
+
+def f(x):  # R^4 -> R^6
+    count.body += 1
+    return tp.tanh(tp.matmul(W, x))
+
+
+x = tp.tensor(rng.standard_normal(4))
+eye = tp.eye(6)
+with counting() as recorded:
+    y, vjp_fn = func.vjp(f, x)  # f run once, its graph recorded
+with counting() as loop:
+    J_loop = tp.stack([vjp_fn(eye[i])[0] for i in range(6)])  # step 65: one backward pass per row
+with counting() as batched:
+    (J,) = func.vmap(vjp_fn)(eye)  # every row in one backward pass
+print("vjp:       ", recorded)
+print("the loop:  ", loop)
+print("vmap:      ", batched)
+J_hand = (1 - np.tanh(W.data @ x.data) ** 2)[:, None] * W.data  # diag(1 - tanh²) W, the chain rule
+print(tuple(J.shape), "| vmap vs the loop:", below(np.abs(J.data - J_loop.data).max(), 1e-15),
+      "| vs the chain rule by hand:", below(np.abs(J.data - J_hand).max(), 1e-15))
+
+# %% [markdown]
+# Inside `vmap`, the cotangent that reaches tanh's backward formula is
+# one sample of shape (6,) to the formula's code, and the whole identity
+# matrix, (6, 6), to the arrays underneath: the formula
+# $g\,(1-y^2)$ multiplies all six rows by the saved $1-y^2$ in one
+# operation, and the matmul's backward formula, batched by its rule
+# (step 69), gives all six rows of $J$. Only the cotangent is batched:
+# the recorded graph and its saved values are the ones `vjp` made, used
+# once. The loop's six passes ran the same formulas on one row each.
+
+# %% tags=["hide-input"]
+def draw_passes(m, n, loop, batched):
+    """m separate backward passes (one unit cotangent each, one row each) against one pass on the identity."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    cell, grid = 0.32, dict(edgecolor="white", linewidth=1.5)
+
+    def strip(ax, x0, top, count, lit=None, height=0.7):
+        for k in range(count):
+            colour = "tab:blue" if lit is None else ("tab:red" if k == lit else "0.9")
+            ax.add_patch(plt.Rectangle((x0 + k * cell, top), cell, height, facecolor=colour, **grid))
+
+    def backward_box(ax, middle, height, text):
+        ax.annotate("", (3.35, middle), (m * cell + 0.15, middle), arrowprops=dict(arrowstyle="->"))
+        ax.add_patch(plt.Rectangle((3.4, middle - height / 2), 1.5, height, facecolor="white", edgecolor="0.4"))
+        ax.text(4.15, middle, text, ha="center", va="center", fontsize=8)
+        ax.annotate("", (5.5, middle), (5.0, middle), arrowprops=dict(arrowstyle="->"))
+    for i in range(m):  # left: one strip per pass
+        top = m - 1 - i
+        strip(left, 0, top, m, lit=i)
+        backward_box(left, top + 0.35, 0.6, "backward")
+        strip(left, 5.6, top, n)
+    left.set_title(f"the loop: {len(loop.backward)} backward passes, a {loop.backward[0]} cotangent each",
+                   fontsize=10)
+    for i in range(m):  # right: the identity and the Jacobian as blocks
+        strip(right, 0, m - 1 - i, m, lit=i, height=1)
+        strip(right, 5.6, m - 1 - i, n, height=1)
+    backward_box(right, m / 2, 3.0, "one\nbackward\npass")
+    right.set_title(f"vmap(vjp_fn)(eye): {len(batched.backward)} backward pass, a {batched.backward[0]} cotangent",
+                    fontsize=10)
+    for ax in (left, right):
+        ax.text(m * cell / 2, -0.3, "cotangents $e_i$", ha="center", va="top", fontsize=9)
+        ax.text(5.6 + n * cell / 2, -0.3, "rows of $J$", ha="center", va="top", fontsize=9)
+        ax.set_xlim(-0.1, 5.8 + n * cell), ax.set_ylim(-1.0, m), ax.axis("off")
+    plt.tight_layout()
+    plt.show()
+
+
+draw_passes(6, 4, loop, batched)
+
+# %% [markdown]
+# ## The package's jacrev and jacfwd
+#
+# `func.jacrev` is that cell in general form: `call.record()` runs $f$
+# once with its graph recorded; then, for each output, `vmap` runs one
+# backward pass (`call.pull`) on that output's basis, `_basis(y)`: the
+# identity matrix of `y.numel()` rows, each row shaped as `y`. The rows
+# come back stacked in front and are reshaped to the output's shape
+# followed by the input's, as PyTorch's `jacrev` shapes a Jacobian.
+# `func.jacfwd` is the same by columns: `vmap` over the input's basis
+# of one forward-mode pass (`call.push`), so $f$ runs once on a batch of
+# $n$ tangents; `_side_by_side` moves the batch dim to the back, where
+# the input's dims go.
+
+# %%
+show_code(func.jacrev, func.jacfwd, func._basis, step=71)
+
+# %%
+with counting() as rows:
+    J_rev = func.jacrev(f)(x)
+with counting() as columns_loop:  # step 65's other loop: one jvp, so one run of f, per column
+    J_cols = tp.stack([func.jvp(f, (x,), (tp.eye(4)[k],))[1] for k in range(4)], dim=1)
+with counting() as columns:
+    J_fwd = func.jacfwd(f)(x)
+print("jacrev:           ", rows)
+print("the columns loop: ", columns_loop)
+print("jacfwd:           ", columns)
+print("jacrev, jacfwd, the columns loop vs vmap(vjp_fn):",
+      below(max(np.abs(M.data - J.data).max() for M in (J_rev, J_fwd, J_cols)), 1e-15))
+
+# %% [markdown]
+# Step 65 found that the loops cross over: with fewer inputs than outputs
+# columns take fewer passes, with fewer outputs rows. Batched, either way
+# is one pass (jacrev's backward after its forward), carrying a batch of
+# $m$ cotangents or $n$ tangents: the number of passes no longer
+# depends on the shape, only the size of what one pass carries does.
+# `bench/results/jacobians.md` times the two loops, the package's
+# batched transforms and `torch.func`'s on the same map at growing $n$.
+#
+# ## Hessians: forward over reverse, one pass each
+#
+# The Hessian of a scalar $g$ is the Jacobian of its gradient, and
+# `func.hessian(g)` is `jacfwd(jacrev(g))`, as PyTorch's. Counting runs
+# shows what the nesting does: `jacfwd` runs its function, `jacrev(g)`,
+# once, on a batch of $n$ tangents, and `jacrev` runs $g$ once and its
+# backward pass once. The tangents go through the backward formulas
+# (step 65), so that one backward pass carries all $n$ of them: the whole
+# Hessian from one forward pass and one backward pass, each batched.
+# For $g(x) = \sum_i \tanh(Wx)_i$, by hand,
+# $\nabla^2 g = W^\top \operatorname{diag}\!\left(-2t(1-t^2)\right) W$
+# with $t=\tanh(Wx)$.
+
+# %%
+def g(x):  # R^4 -> R
+    return f(x).sum()
+
+
+with counting() as second:
+    H = func.hessian(g)(x)
+print("hessian:", second)
+t = np.tanh(W.data @ x.data)
+H_hand = W.data.T @ np.diag(-2 * t * (1 - t ** 2)) @ W.data
+print(tuple(H.shape), "| vs the formula:", below(np.abs(H.data - H_hand).max(), 1e-14),
+      "| symmetric:", below(np.abs(H.data - H.data.T).max(), 1e-15))
+
+# %% [markdown]
+# tanh's backward formula ran once, on a gradient of shape (1, 4, 6):
+# the inner `jacrev`'s one cotangent ($g$ is a scalar), for each of
+# `jacfwd`'s 4 tangents, over tanh's 6 outputs.
+#
+# ## linearize: run the function once, replay its linear part
+#
+# `jvp(f, (x,), (v,))` runs the whole of $f$, value and tangent, for
+# every $v$. When the tangents come one at a time (an iterative solver
+# asks for $Jv_1$, then $Jv_2$ from the answer), the values are computed
+# again each time. `func.linearize(f, x)`, PyTorch's
+# `torch.func.linearize`, runs $f$ once, under forward mode with zero
+# tangents; while it runs, every operation's `jvp` formula is kept with
+# the primal values it reads (`Function.replay_jvp`). `jvp_fn(v)` then
+# runs only those kept formulas, in order, on $v$: $f$'s Python code does
+# not run again. `torch.func.linearize` runs its function twice, once for
+# the output and once to trace the graph of its jvp; the cell counts
+# both with the same kind of counter.
+
+# %%
+show_code(func._run_linear_program, step=71)
+
+# %%
+import torch  # noqa: E402
+import torch.func as tfunc  # noqa: E402
+
+torch_runs = 0
+
+
+def t_f(a):
+    global torch_runs
+    torch_runs += 1
+    return torch.tanh(torch.tensor(W.data) @ a)
+
+
+with counting() as made:
+    y_lin, jvp_fn = func.linearize(f, x)
+    t_y, t_jvp_fn = tfunc.linearize(t_f, torch.tensor(x.data))
+print(f"linearize: the package's f ran {made.body} time(s), torch's t_f {torch_runs}")
+vs = rng.standard_normal((3, 4))
+with counting() as replays:
+    answers = [jvp_fn(tp.tensor(v)) for v in vs]
+print("3 calls of jvp_fn:", replays)
+print("vs J v:", below(max(np.abs(a.data - J.data @ v).max() for a, v in zip(answers, vs)), 1e-15))
+
+# %% [markdown]
+# Three calls, three runs of tanh's jvp formula and none of $f$. The
+# columns of $J$ are `jvp_fn` of the unit vectors, so `vmap(jvp_fn)`
+# over the identity gives $J$ too (the columns stacked in front: $J^\top$).
+# Under `vmap` the package replays the kept formulas once per sample,
+# since they work on plain arrays, which `vmap`'s rules do not batch:
+# here it costs four replays where `jacfwd` made one batched pass.
+# Linearize pays off for tangents that come one at a time, `jacfwd` for
+# a whole basis known in advance.
+
+# %%
+with counting() as by_vmap:
+    J_lin = func.vmap(jvp_fn)(tp.eye(4))
+print("vmap(jvp_fn)(eye):", by_vmap)
+print(tuple(J_lin.shape), "| J_lin.T vs J:", below(np.abs(J_lin.data.T - J.data).max(), 1e-15))
+
+# %% [markdown]
+# ## Check against PyTorch
+#
+# `jacrev`, `jacfwd`, `hessian` and `linearize` against `torch.func`'s,
+# float64, `rtol=1e-10`, values, shapes and dtypes: on the page's map, on
+# a function of two inputs with every `argnums`, and on a small network
+# as a function of its parameters (`functional_call`, a dict in and a
+# dict of blocks out), its loss's Hessian included.
+
+# %% tags=["hide-input"]
+from tinypytorch.utils.pytree import tree_flatten  # noqa: E402
+
+def close(ours, theirs):
+    """Every leaf of two results of the same structure: shape, dtype and values (float64, rtol 1e-10)."""
+    ours, theirs = tree_flatten(ours)[0], torch.utils._pytree.tree_flatten(theirs)[0]
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert tuple(a.shape) == tuple(b.shape) and str(a.dtype) == str(b.dtype), (a.shape, b.shape)
+        np.testing.assert_allclose(np.asarray(a.data), b.detach().numpy(), rtol=1e-10, atol=1e-14)
+
+
+def both(fn):
+    """fn written for either framework (its first argument), as a function of ours and as one of torch's."""
+    return (lambda *a: fn(tp, *a)), (lambda *a: fn(torch, *a))
+
+
+def tensors(*arrays):
+    return [tp.tensor(a) for a in arrays], [torch.tensor(a) for a in arrays]
+
+
+tp.manual_seed(0)
+net = tp.nn.Sequential(tp.nn.Linear(3, 5), tp.nn.Tanh(), tp.nn.Linear(5, 2))
+t_net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)).double()
+t_net.load_state_dict({k: torch.tensor(v.data) for k, v in net.state_dict().items()})
+params = {k: p.detach() for k, p in net.named_parameters()}
+t_params = {k: p.detach() for k, p in t_net.named_parameters()}
+data = rng.standard_normal((4, 3))
+network = (lambda p: func.functional_call(net, p, (tp.tensor(data),)),
+           lambda p: tfunc.functional_call(t_net, p, (torch.tensor(data),)))
+loss = (lambda p: (network[0](p) ** 2).mean(), lambda p: (network[1](p) ** 2).mean())
+
+# %%
+checks = 0
+page_map = (f, lambda a: torch.tanh(torch.tensor(W.data) @ a))
+two_inputs = both(lambda fw, a, b: fw.sin(a) @ b * b.sum())  # a: (3, 4), b: (4,)
+(ours, theirs) = tensors(rng.standard_normal((3, 4)), rng.standard_normal(4))
+for name in ("jacrev", "jacfwd"):
+    ours_t, theirs_t = getattr(func, name), getattr(tfunc, name)
+    close(ours_t(page_map[0])(x), theirs_t(page_map[1])(torch.tensor(x.data)))
+    for argnums in (0, 1, (0, 1), (1, 0)):
+        close(ours_t(two_inputs[0], argnums)(*ours), theirs_t(two_inputs[1], argnums)(*theirs))
+    close(ours_t(network[0])(params), theirs_t(network[1])(t_params))
+    checks += 6
+scalar = both(lambda fw, a, b: (fw.tanh(a) @ b).sum() * b.cos().sum())
+for argnums in (0, 1, (0, 1)):
+    close(func.hessian(scalar[0], argnums)(*ours), tfunc.hessian(scalar[1], argnums)(*theirs))
+close(func.hessian(g)(x), tfunc.hessian(lambda a: page_map[1](a).sum())(torch.tensor(x.data)))
+close(func.hessian(loss[0])(params), tfunc.hessian(loss[1])(t_params))
+checks += 5
+out, jf = func.linearize(network[0], params)
+t_out, t_jf = tfunc.linearize(network[1], t_params)
+v_ours, v_theirs = tensors(*[rng.standard_normal(p.shape) for p in params.values()])
+close(out, t_out), close(jf(dict(zip(params, v_ours))), t_jf(dict(zip(t_params, v_theirs))))
+out, jf = func.linearize(two_inputs[0], *ours)
+t_out, t_jf = tfunc.linearize(two_inputs[1], *theirs)
+v_ours, v_theirs = tensors(rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4)))  # two tangents each
+close(out, t_out), close(func.vmap(jf)(*v_ours), tfunc.vmap(t_jf)(*v_theirs))
+checks += 4
+close(y_lin, t_y), close(J_lin, tfunc.vmap(t_jvp_fn)(torch.eye(4, dtype=torch.float64)))
+checks += 2
+print(f"{checks} results of jacrev, jacfwd, hessian and linearize equal torch.func's (values, shapes, dtypes)")
+print("PyTorch check passed: Jacobians, Hessians and linearize equal torch.func's")
+
+# %% [markdown]
+# ## Recap
+#
+# - A Jacobian is a stack of `vjp`s of the unit cotangents (its rows) or
+#   of `jvp`s of the unit tangents (its columns). `vmap` runs the one
+#   `vjp_fn` on the identity matrix: a single backward pass, with the
+#   cotangent batched, gives every row; the graph is recorded once.
+# - `func.jacrev` and `func.jacfwd` are `vmap` over `_basis` of one
+#   backward or one forward-mode pass: one pass however many rows or
+#   columns, so the shape no longer picks the mode by the number of
+#   passes.
+# - `func.hessian(g)` is `jacfwd(jacrev(g))`: one forward pass of $g$ and
+#   one backward pass that carries all $n$ tangents.
+# - `func.linearize(f, x)` runs $f$ once and keeps its `jvp` formulas;
+#   `jvp_fn(v)` replays only those, for tangents that arrive one at a
+#   time. PyTorch's runs the function twice to build it.
+#
+# ## Exercises
+#
+# **1. A Jacobian with respect to two inputs, by hand.** For
+# $h(a, b) = \sin(a)\,b$ (a matrix times a vector), `vjp_fn` returns a
+# pair: the rows for $a$ and for $b$. Get both blocks of the Jacobian
+# with one `vmap(vjp_fn)` and compare them with
+# `jacrev(h, argnums=(0, 1))`.
+
+# %% tags=["hide-cell"]
+def h(a, b):
+    return tp.matmul(tp.sin(a), b)
+
+
+a0, b0 = tp.tensor(rng.standard_normal((3, 4))), tp.tensor(rng.standard_normal(4))
+_, h_vjp = func.vjp(h, a0, b0)
+blocks = func.vmap(h_vjp)(tp.eye(3))  # (rows for a: (3, 3, 4), rows for b: (3, 4))
+expected = func.jacrev(h, argnums=(0, 1))(a0, b0)
+print([tuple(block.shape) for block in blocks], "vs jacrev:",
+      below(max(np.abs(mine.data - theirs.data).max() for mine, theirs in zip(blocks, expected)), 1e-15))
+
+# %% [markdown]
+# **2. jacfwd in one line.** Write the Jacobian of `f` by columns as
+# `vmap` of a `jvp` over the unit tangents, and put the columns where
+# they belong. How many times did tanh's jvp run?
+
+# %% tags=["hide-cell"]
+with counting() as mine:
+    columns_first = func.vmap(lambda v: func.jvp(f, (x,), (v,))[1])(tp.eye(4))  # (4, 6): column k in row k
+print(mine, "| its transpose vs jacfwd:", below(np.abs(columns_first.data.T - J_fwd.data).max(), 1e-15))
+
+# %% [markdown]
+# **3. Many Hessian–vector products at once.** $Hv$ is the `jvp` of the
+# gradient in the direction $v$ (forward over reverse, without forming
+# $H$). Take it for the rows of a (5, 4) matrix $V$ in one `vmap`, and
+# compare with $V H$ from `hessian(g)`.
+
+# %% tags=["hide-cell"]
+V = tp.tensor(rng.standard_normal((5, 4)))
+products = func.vmap(lambda v: func.jvp(func.grad(g), (x,), (v,))[1])(V)  # row k: H v_k (H is symmetric)
+print(tuple(products.shape), "vs V H:", below(np.abs(products.data - V.data @ H.data).max(), 1e-14))
