@@ -175,9 +175,11 @@ draw_passes(6, 4, loop, batched)
 # come back stacked in front and are reshaped to the output's shape
 # followed by the input's, as PyTorch's `jacrev` shapes a Jacobian.
 # `func.jacfwd` is the same by columns: `vmap` over the input's basis
-# of one forward-mode pass (`call.push`), so $f$ runs once on a batch of
-# $n$ tangents; `_side_by_side` moves the batch dim to the back, where
-# the input's dims go.
+# of one forward-mode pass (`call.push`), so $f$ runs once for each
+# input it differentiates, on a batch of that input's tangents
+# (`torch.func.jacfwd` batches the tangents of all the inputs into one
+# run); `_side_by_side` moves the batch dim to the back, where the
+# input's dims go.
 
 # %%
 show_code(func.jacrev, func.jacfwd, func._basis, step=71)
@@ -244,10 +246,11 @@ print(tuple(H.shape), "| vs the formula:", below(np.abs(H.data - H_hand).max(), 
 # `torch.func.linearize`, runs $f$ once, under forward mode with zero
 # tangents; while it runs, every operation's `jvp` formula is kept with
 # the primal values it reads (`Function.replay_jvp`). `jvp_fn(v)` then
-# runs only those kept formulas, in order, on $v$: $f$'s Python code does
-# not run again. `torch.func.linearize` runs its function twice, once for
-# the output and once to trace the graph of its jvp; the cell counts
-# both with the same kind of counter.
+# runs the kept formulas that the output's tangent needs, in order, on
+# $v$ (`_run_linear_program`): $f$'s Python code does not run again.
+# `torch.func.linearize` evaluates its function twice, as its
+# documentation says (once for the output, once to trace the graph of
+# its jvp); the cell counts both runs with the same kind of counter.
 
 # %%
 show_code(func._run_linear_program, step=71)
@@ -294,22 +297,25 @@ print(tuple(J_lin.shape), "| J_lin.T vs J:", below(np.abs(J_lin.data.T - J.data)
 # %% [markdown]
 # ## Check against PyTorch
 #
-# `jacrev`, `jacfwd`, `hessian` and `linearize` against `torch.func`'s,
-# float64, `rtol=1e-10`, values, shapes and dtypes: on the page's map, on
-# a function of two inputs with every `argnums`, and on a small network
-# as a function of its parameters (`functional_call`, a dict in and a
-# dict of blocks out), its loss's Hessian included.
+# `jacrev`, `jacfwd`, `hessian` and `linearize` (its `jvp_fn` under
+# `vmap`) against `torch.func`'s, float64, `rtol=1e-10`, values, shapes
+# and dtypes: on the page's map, on a function of two inputs with four
+# `argnums`, and on a small network as a function of its parameters
+# (`functional_call`: a dict in, a dict of blocks out), its loss's
+# Hessian included.
 
 # %% tags=["hide-input"]
 from tinypytorch.utils.pytree import tree_flatten  # noqa: E402
 
+
 def close(ours, theirs):
-    """Every leaf of two results of the same structure: shape, dtype and values (float64, rtol 1e-10)."""
+    """Every leaf of two results of the same structure: shape, dtype and values (float64, rtol 1e-10); 1."""
     ours, theirs = tree_flatten(ours)[0], torch.utils._pytree.tree_flatten(theirs)[0]
     assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
         assert tuple(a.shape) == tuple(b.shape) and str(a.dtype) == str(b.dtype), (a.shape, b.shape)
         np.testing.assert_allclose(np.asarray(a.data), b.detach().numpy(), rtol=1e-10, atol=1e-14)
+    return 1
 
 
 def both(fn):
@@ -321,6 +327,12 @@ def tensors(*arrays):
     return [tp.tensor(a) for a in arrays], [torch.tensor(a) for a in arrays]
 
 
+t_x = torch.tensor(x.data)
+t_map = lambda a: torch.tanh(torch.tensor(W.data) @ a)  # noqa: E731  (t_f without its counter)
+two_inputs = both(lambda fw, a, b: fw.sin(a) @ b * b.sum())  # a: (3, 4), b: (4,)
+scalar = both(lambda fw, a, b: (fw.tanh(a) @ b).sum() * b.cos().sum())
+ab, t_ab = tensors(rng.standard_normal((3, 4)), rng.standard_normal(4))
+
 tp.manual_seed(0)
 net = tp.nn.Sequential(tp.nn.Linear(3, 5), tp.nn.Tanh(), tp.nn.Linear(5, 2))
 t_net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)).double()
@@ -328,40 +340,35 @@ t_net.load_state_dict({k: torch.tensor(v.data) for k, v in net.state_dict().item
 params = {k: p.detach() for k, p in net.named_parameters()}
 t_params = {k: p.detach() for k, p in t_net.named_parameters()}
 data = rng.standard_normal((4, 3))
-network = (lambda p: func.functional_call(net, p, (tp.tensor(data),)),
+network = (lambda p: func.functional_call(net, p, (tp.tensor(data),)),  # a dict of parameters in, (4, 2) out
            lambda p: tfunc.functional_call(t_net, p, (torch.tensor(data),)))
 loss = (lambda p: (network[0](p) ** 2).mean(), lambda p: (network[1](p) ** 2).mean())
 
+# linearize: (the function's pair, primals, torch's primals, a batch of tangents, torch's), the tangents vmapped
+ab_tangents, t_ab_tangents = tensors(rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4)))
+p_tangents, t_p_tangents = tensors(*[rng.standard_normal((2,) + tuple(p.shape)) for p in params.values()])
+linearize_cases = [((f, t_map), (x,), (t_x,), (tp.eye(4),), (torch.eye(4, dtype=torch.float64),)),
+                   (two_inputs, ab, t_ab, ab_tangents, t_ab_tangents),
+                   (network, (params,), (t_params,), (dict(zip(params, p_tangents)),),
+                    (dict(zip(t_params, t_p_tangents)),))]
+
 # %%
 checks = 0
-page_map = (f, lambda a: torch.tanh(torch.tensor(W.data) @ a))
-two_inputs = both(lambda fw, a, b: fw.sin(a) @ b * b.sum())  # a: (3, 4), b: (4,)
-(ours, theirs) = tensors(rng.standard_normal((3, 4)), rng.standard_normal(4))
 for name in ("jacrev", "jacfwd"):
     ours_t, theirs_t = getattr(func, name), getattr(tfunc, name)
-    close(ours_t(page_map[0])(x), theirs_t(page_map[1])(torch.tensor(x.data)))
-    for argnums in (0, 1, (0, 1), (1, 0)):
-        close(ours_t(two_inputs[0], argnums)(*ours), theirs_t(two_inputs[1], argnums)(*theirs))
-    close(ours_t(network[0])(params), theirs_t(network[1])(t_params))
-    checks += 6
-scalar = both(lambda fw, a, b: (fw.tanh(a) @ b).sum() * b.cos().sum())
+    checks += close(ours_t(f)(x), theirs_t(t_map)(t_x))  # the page's map
+    for argnums in (0, 1, (0, 1), (1, 0)):  # a function of two inputs
+        checks += close(ours_t(two_inputs[0], argnums)(*ab), theirs_t(two_inputs[1], argnums)(*t_ab))
+    checks += close(ours_t(network[0])(params), theirs_t(network[1])(t_params))  # a network's parameters
 for argnums in (0, 1, (0, 1)):
-    close(func.hessian(scalar[0], argnums)(*ours), tfunc.hessian(scalar[1], argnums)(*theirs))
-close(func.hessian(g)(x), tfunc.hessian(lambda a: page_map[1](a).sum())(torch.tensor(x.data)))
-close(func.hessian(loss[0])(params), tfunc.hessian(loss[1])(t_params))
-checks += 5
-out, jf = func.linearize(network[0], params)
-t_out, t_jf = tfunc.linearize(network[1], t_params)
-v_ours, v_theirs = tensors(*[rng.standard_normal(p.shape) for p in params.values()])
-close(out, t_out), close(jf(dict(zip(params, v_ours))), t_jf(dict(zip(t_params, v_theirs))))
-out, jf = func.linearize(two_inputs[0], *ours)
-t_out, t_jf = tfunc.linearize(two_inputs[1], *theirs)
-v_ours, v_theirs = tensors(rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 4)))  # two tangents each
-close(out, t_out), close(func.vmap(jf)(*v_ours), tfunc.vmap(t_jf)(*v_theirs))
-checks += 4
-close(y_lin, t_y), close(J_lin, tfunc.vmap(t_jvp_fn)(torch.eye(4, dtype=torch.float64)))
-checks += 2
-print(f"{checks} results of jacrev, jacfwd, hessian and linearize equal torch.func's (values, shapes, dtypes)")
+    checks += close(func.hessian(scalar[0], argnums)(*ab), tfunc.hessian(scalar[1], argnums)(*t_ab))
+checks += close(func.hessian(g)(x), tfunc.hessian(lambda a: t_map(a).sum())(t_x))
+checks += close(func.hessian(loss[0])(params), tfunc.hessian(loss[1])(t_params))
+for pair, primals, t_primals, tangents, t_tangents in linearize_cases:
+    (out, jf), (t_out, t_jf) = func.linearize(pair[0], *primals), tfunc.linearize(pair[1], *t_primals)
+    checks += close(out, t_out) + close(func.vmap(jf)(*tangents), tfunc.vmap(t_jf)(*t_tangents))
+print(f"{checks} results of jacrev, jacfwd, hessian and linearize equal torch.func's",
+      "(values, shapes, dtypes)")
 print("PyTorch check passed: Jacobians, Hessians and linearize equal torch.func's")
 
 # %% [markdown]
