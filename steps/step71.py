@@ -25,6 +25,7 @@ import tinypytorch as tp
 from tinypytorch import func
 from tinypytorch.batched import innermost
 from tinypytorch.utils.listing import show_code
+from tinypytorch.utils.pictures import draw_dag
 
 tp.set_default_dtype(tp.float64)  # float64, so the checks hold to 1e-12
 
@@ -203,9 +204,55 @@ print("jacrev, jacfwd, the columns loop vs vmap(vjp_fn):",
 # is one pass (jacrev's backward after its forward), carrying a batch of
 # $m$ cotangents or $n$ tangents: the number of passes no longer
 # depends on the shape, only the size of what one pass carries does.
-# `bench/results/jacobians.md` times the two loops, the package's
-# batched transforms and `torch.func`'s on the same map at growing $n$.
-#
+# The figure counts again, on maps $\tanh(Wx)$ with $nm = 512$ as in
+# step 65: calls of tanh's backward and jvp formulas while each way builds
+# the whole Jacobian. `bench/results/jacobians.md` times the same four
+# ways and `torch.func`'s on such maps.
+
+# %% tags=["hide-input"]
+def by_rows(fn):  # step 65's loops
+    def jacobian(a):
+        y, pull = func.vjp(fn, a)
+        return tp.stack([pull(tp.eye(y.numel())[i])[0] for i in range(y.numel())])
+    return jacobian
+
+
+def by_columns(fn):
+    def jacobian(a):
+        return tp.stack([func.jvp(fn, (a,), (tp.eye(a.numel())[k],))[1] for k in range(a.numel())], dim=1)
+    return jacobian
+
+
+def passes_of(jacobian_of, n, m):
+    """Calls of tanh's backward and jvp while jacobian_of builds the Jacobian of tanh(W x), W of m x n."""
+    W_mn = tp.tensor(np.random.default_rng(0).standard_normal((m, n)))
+    with counting() as seen:
+        jacobian_of(lambda a: tp.tanh(tp.matmul(W_mn, a)))(tp.ones(n))
+    return len(seen.backward) + len(seen.jvp)
+
+
+sizes = [2 ** k for k in range(1, 9)]
+ways = {"loop by columns": by_columns, "loop by rows": by_rows, "jacfwd": func.jacfwd, "jacrev": func.jacrev}
+passes = {name: [passes_of(way, n, 512 // n) for n in sizes] for name, way in ways.items()}
+fig, ax = plt.subplots(figsize=(7, 3.6))
+for name, colour, marker in (("loop by columns", "tab:blue", "o"), ("loop by rows", "tab:red", "o"),
+                             ("jacfwd", "tab:green", "s"), ("jacrev", "tab:purple", "x")):
+    ax.plot(sizes, passes[name], marker=marker, color=colour, ms=5)
+ax.set_xscale("log", base=2), ax.set_yscale("log", base=2)
+ax.set_ylim(0.5, 1024)
+ax.text(2.2, 600, "loop by rows: m", color="tab:red", fontsize=9)
+ax.text(256, 600, "loop by columns: n", color="tab:blue", fontsize=9, ha="right")
+ax.text(16, 1.6, "jacfwd and jacrev (batched): 1", color="0.2", fontsize=9, ha="center")
+ax.set_xlabel("n inputs (m = 512 / n outputs)"), ax.set_ylabel("calls of tanh's backward and jvp")
+ax.set_title("Batched, the crossover of step 65 is gone", fontsize=10)
+plt.tight_layout()
+plt.show()
+print("  n    m  loop by columns  loop by rows  jacfwd  jacrev")
+for k, n in enumerate(sizes):
+    print(f"{n:3d}  {512 // n:3d}  {passes['loop by columns'][k]:15d}  {passes['loop by rows'][k]:12d}"
+          f"  {passes['jacfwd'][k]:6d}  {passes['jacrev'][k]:6d}")
+
+# %% [markdown]
 # ## Hessians: forward over reverse, one pass each
 #
 # The Hessian of a scalar $g$ is the Jacobian of its gradient, and
@@ -251,6 +298,22 @@ print(tuple(H.shape), "| vs the formula:", below(np.abs(H.data - H_hand).max(), 
 # `torch.func.linearize` evaluates its function twice, as its
 # documentation says (once for the output, once to trace the graph of
 # its jvp); the cell counts both runs with the same kind of counter.
+
+# %% tags=["hide-input"]
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 3.6))
+draw_dag({"x": ("leaf", "x"), "mm": ("function", "matmul"), "h": ("variable", "W x"),
+          "tanh": ("function", "tanh"), "y": ("output", "y")},
+         [("x", "mm"), ("mm", "h"), ("h", "tanh"), ("tanh", "y")], ax=top,
+         positions={"x": (0, 0), "mm": (1.3, 0), "h": (2.6, 0), "tanh": (3.9, 0), "y": (5.2, 0)},
+         notes={"mm": "its jvp kept, with W", "tanh": "its jvp kept, with y"},
+         title="linearize(f, x): f's Python runs once, under forward mode")
+draw_dag({"v": ("leaf", "v"), "mm": ("function", "W v"), "h": ("variable", "tangent of W x"),
+          "tanh": ("function", "(1 - y²) · t"), "y": ("output", "J v")},
+         [("v", "mm"), ("mm", "h"), ("h", "tanh"), ("tanh", "y")], ax=bottom,
+         positions={"v": (0, 0), "mm": (1.3, 0), "h": (2.6, 0), "tanh": (3.9, 0), "y": (5.2, 0)},
+         title="jvp_fn(v): only the kept jvps, in order, on arrays (no Python of f)")
+plt.tight_layout()
+plt.show()
 
 # %%
 show_code(func._run_linear_program, step=71)

@@ -83,3 +83,10 @@ def test_exercise_3_many_hessian_vector_products():
     expected = tfunc.vmap(lambda v: tfunc.jvp(tfunc.grad(t_g), (tx(),), (v,))[1])(V)
     close(step.products, expected)
     close(step.products, V @ tfunc.hessian(t_g)(tx()))
+
+
+def test_the_pages_crossover_counts_n_and_m_for_the_loops_and_one_batched():
+    sizes = step.sizes
+    assert step.passes["loop by columns"] == sizes  # one jvp per input
+    assert step.passes["loop by rows"] == [512 // n for n in sizes]  # one backward pass per output
+    assert step.passes["jacfwd"] == step.passes["jacrev"] == [1] * len(sizes)
