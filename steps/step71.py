@@ -267,6 +267,10 @@ for k, n in enumerate(sizes):
 # with $t=\tanh(Wx)$.
 
 # %%
+show_code(func.hessian, step=71)
+
+
+# %%
 def g(x):  # R^4 -> R
     return f(x).sum()
 
@@ -280,7 +284,7 @@ print(tuple(H.shape), "| vs the formula:", below(np.abs(H.data - H_hand).max(), 
       "| symmetric:", below(np.abs(H.data - H.data.T).max(), 1e-15))
 
 # %% [markdown]
-# tanh's backward formula ran once, on a gradient of shape (1, 4, 6):
+# Tanh's backward formula ran once, on a gradient of shape (1, 4, 6):
 # the inner `jacrev`'s one cotangent ($g$ is a scalar), for each of
 # `jacfwd`'s 4 tangents, over tanh's 6 outputs.
 #
