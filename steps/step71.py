@@ -248,6 +248,7 @@ ax.set_xlabel("n inputs (m = 512 / n outputs)"), ax.set_ylabel("calls of tanh's 
 ax.set_title("Batched, the crossover of step 65 is gone", fontsize=10)
 plt.tight_layout()
 plt.show()
+print("tanh(W x), W of m x n, n m = 512: calls of tanh's backward and jvp")
 print("  n    m  loop by columns  loop by rows  jacfwd  jacrev")
 for k, n in enumerate(sizes):
     print(f"{n:3d}  {512 // n:3d}  {passes['loop by columns'][k]:15d}  {passes['loop by rows'][k]:12d}"
