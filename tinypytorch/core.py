@@ -695,13 +695,13 @@ class Function:
                 xp = cuda.get_array_module(output.data)  # the tangent as its output: its shape, and its dtype
                 dtype = self.tangent_dtype(output.data.dtype, tangent_dtype)
                 forward_ad_state.set_tangent(output, xp.broadcast_to(t, output.shape).astype(dtype))
-        if forward_ad_state.tape is not None:  # no step: linearize keeps this jvp, to replay it (tinypytorch.func)
+        if forward_ad_state.tape is not None:  # step 71: linearize keeps this jvp, to replay it (tinypytorch.func)
             forward_ad_state.tape.append((functools.partial(self.replay_jvp, [x.data for x in inputs], ys), tangents,
                                           [forward_ad_state.tangent_of(output) for output in outputs]))
         if self._saved:  # step 65: forward over reverse, saved outputs keep their tangents for the backward pass
             graph.keep_output_tangents(self._saved, outputs)
 
-    def replay_jvp(self, primals, results, tangents):  # no step: linearize (tinypytorch.func)
+    def replay_jvp(self, primals, results, tangents):  # step 71: linearize (tinypytorch.func)
         """This call's `jvp` again, at the primal inputs and outputs it saw then, on other tangents (arrays or
         None): the outputs' tangents, a tuple, as `jvp` gives them (not yet broadcast or cast)."""
         self.primals, self.results = primals, results
@@ -761,7 +761,7 @@ class Function:
                 tangent = forward_ad_state.tangent_of(x) if forward_ad_state.open_dual_levels else None
                 if tangent is not None:  # step 64: forward mode reads the stand-in's tangent, cast with it
                     forward_ad_state.set_tangent(stand_in, tangent.astype(dtype))
-                    if forward_ad_state.tape is not None:  # no step: linearize replays the cast (tinypytorch.func)
+                    if forward_ad_state.tape is not None:  # step 71: linearize replays the cast (tinypytorch.func)
                         forward_ad_state.tape.append((tuple, [tangent], [forward_ad_state.tangent_of(stand_in)]))
                 x = stand_in
             promoted.append(x)
