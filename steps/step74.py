@@ -55,7 +55,7 @@ SETUPS = ("plain DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 
 
 def accounting(n):
-    """ZeRO's accounting for float32 Adam: (parameters, gradients, optimizer state) bytes a parameter, per rank."""
+    """ZeRO's accounting, float32 Adam: bytes a parameter of (parameters, gradients, optimizer state)."""
     return {"plain DDP": (4, 4, 8), "ZeRO-1": (4, 4, 8 / n), "ZeRO-2": (4, 4 / n, 8 / n),
             "ZeRO-3": (4 / n, 4 / n, 8 / n)}
 
@@ -140,7 +140,8 @@ show_code(FSDPState.pre_backward, FSDPState.post_backward)
 # %%
 def mlp(dtype=tp.float32):
     tp.manual_seed(0)  # every rank alike: fully_shard, as torch's, does not broadcast
-    return tp.nn.Sequential(tp.nn.Linear(64, 256, dtype=dtype), tp.nn.Tanh(), tp.nn.Linear(256, 64, dtype=dtype))
+    return tp.nn.Sequential(tp.nn.Linear(64, 256, dtype=dtype), tp.nn.Tanh(),
+                            tp.nn.Linear(256, 64, dtype=dtype))
 
 
 def sharded(model):
@@ -287,7 +288,7 @@ measured = {1: dist.spawn(held, 1), 2: dist.spawn(held, 2)}
 print("                measured: bytes a rank holds      ZeRO's accounting: bytes a parameter")
 print("setup               N = 1         N = 2, each rank       N = 1   N = 2   N = 4")
 for setup in SETUPS:
-    (one,), (two,) = ({sum(table[setup].values()) for table in measured[n]} for n in (1, 2))  # the ranks alike
+    (one,), (two,) = ({sum(t[setup].values()) for t in measured[n]} for n in (1, 2))  # the ranks alike
     assert [one, two] == [sum(accounting(n)[setup]) * PSI for n in (1, 2)], setup
     print(f"{setup:<10} {one:>9,} = {one / PSI:2g}Ψ {two:>11,} = {two / PSI:2g}Ψ      "
           + "".join(f"{sum(accounting(n)[setup]):8g}" for n in (1, 2, 4)))
@@ -404,9 +405,10 @@ for fw in (tp, torch):
     model = small(fw)
     train(model, fw.optim.Adam(model.parameters(), lr=0.05), fw, slice(0, 8))
     alone[fw.__name__] = whole(model.parameters())
-assert equal(alone["tinypytorch"], alone["torch"]) and not equal(alone["torch"], whole(small(tp).parameters()))
+assert equal(alone["tinypytorch"], alone["torch"])
+assert not equal(alone["torch"], whole(small(tp).parameters()))  # the steps moved the parameters
 for rank, out in enumerate(runs):
-    assert out["shapes", "tinypytorch"] == out["shapes", "torch"], f"rank {rank}: shards differ from torch's"
+    assert out["shapes", "tinypytorch"] == out["shapes", "torch"], f"rank {rank}: shards unlike torch's"
     print(f"rank {rank}: shards {out['shapes', 'torch']}, as torch's")
     for name in ("ZeRO-1", "ZeRO-2", "fully_shard (tinypytorch)", "fully_shard (torch)"):
         assert equal(out[name], alone["torch"]), f"rank {rank}: {name} differs from one process"
@@ -490,4 +492,4 @@ def rows_of(rows, n, rank):
 
 chunks = torch.arange(5).chunk(4)
 print([rows_of(5, 4, r) for r in range(4)], [(int(c[0]), int(c[-1]) + 1) for c in chunks])
-print("padding:", (4 * -(-5 // 4) - 5) * 4 * 4, "bytes")  # 4 ranks × 2 rows - 5 rows, 4 floats of 4 bytes a row
+print("padding:", (4 * -(-5 // 4) - 5) * 4 * 4, "bytes")  # (4 ranks × 2 rows - 5 rows) × 4 floats × 4 bytes
