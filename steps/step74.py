@@ -14,8 +14,9 @@
 # shards the parameters: PyTorch's `fully_shard` gathers a layer's
 # parameters just before the layer runs and frees them just after, for
 # forward and again for backward. Each stage is a hook the book has
-# already taught: a post-accumulate-grad hook (step 53), forward hooks on a
-# module, a hook on a tensor's gradient (step 34). The check: after a few
+# already taught: a post-accumulate-grad hook and forward hooks on a module
+# ([step 53](step53.ipynb)), a hook on a tensor's gradient
+# ([step 34](step34.ipynb)). The check: after a few
 # Adam steps on two processes, all three equal torch's `fully_shard` and
 # one process on the whole batch.
 
@@ -38,8 +39,8 @@ from tinypytorch.utils.listing import show_code
 # and K = 12 bytes of optimizer state (a float32 copy of the parameter and
 # Adam's two float32 moments), so 16Ψ on every rank without sharding,
 # (4 + 12/N)Ψ with stage 1, (2 + 14/N)Ψ with stage 2 and 16Ψ/N with stage
-# 3. The package trains in float32, with no second copy of the
-# parameters, so its sums are:
+# 3. The package trains in float32: the parameters are float32 already,
+# the optimizer keeps no copy of them (K = 8), and the sums become:
 #
 # | | parameters | gradients | Adam's moments | bytes a parameter |
 # |---|---|---|---|---|
@@ -239,13 +240,13 @@ print(f"whole parameters held at most: {max(held for _, _, held in events):,} by
 # Each layer's whole parameters exist only around its own computation:
 # in forward, from its all-gather to its free; in backward, from the
 # gather its output's hook starts to the reduce-scatter of its gradient.
-# The last layer is gathered twice in a row, freed after forward and
-# gathered again at once for backward (PyTorch can keep it: the
-# `reshard_after_forward` argument). What a rank holds at any moment is its
-# shards plus at most one layer whole: the memory no longer grows with the
-# model's depth, only with its widest layer. The price is one more
-# all-gather of the parameters per step than stages 1 and 2: with the
-# reduce-scatter, 1.5 times DDP's bytes.
+# The last layer is freed after forward and gathered again at once for
+# backward (`fully_shard(layer, reshard_after_forward=False)` keeps a
+# layer's parameters from its forward to its backward, as in PyTorch). A
+# rank holds its shards and at most one layer whole: what gathering costs
+# is set by the widest layer, not by the depth. The price is on the wire:
+# the parameters are all-gathered twice a step and the gradients
+# reduce-scattered once, 1.5 times the bytes of DDP's all-reduce.
 #
 # ## Measured: what each rank holds
 #
@@ -285,7 +286,7 @@ def held(rank):
 
 
 measured = {1: dist.spawn(held, 1), 2: dist.spawn(held, 2)}
-print("                measured: bytes a rank holds      ZeRO's accounting: bytes a parameter")
+print(f"Ψ = {PSI:,}      measured: bytes a rank holds      ZeRO's accounting: bytes a parameter")
 print("setup               N = 1         N = 2, each rank       N = 1   N = 2   N = 4")
 for setup in SETUPS:
     (one,), (two,) = ({sum(t[setup].values()) for t in measured[n]} for n in (1, 2))  # the ranks alike
@@ -440,8 +441,7 @@ print("PyTorch check passed: the three stages train as torch's fully_shard and a
 # **1. Eight processes.** Write `bytes_per_rank(psi, n)`: the bytes one
 # rank holds in each setup, for a float32 model of `psi` parameters
 # trained with Adam on `n` ranks (rows dividing evenly). What does the
-# network above need per rank at N = 8? Compare with what torch's
-# `fully_shard` and Adam hold on a rank at N = 2.
+# page's network need per rank at N = 8, in each setup?
 
 # %% tags=["hide-cell"]
 def bytes_per_rank(psi, n):
