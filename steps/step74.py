@@ -61,9 +61,9 @@ def accounting(n):
             "ZeRO-3": (4 / n, 4 / n, 8 / n)}
 
 
-print("bytes a parameter on each rank    N = 1   N = 2   N = 4   N = 8")
+print("bytes a parameter, each rank   N = 1   N = 2   N = 4   N = 8")
 for setup in SETUPS:
-    print(f"{setup:>31}" + "".join(f"{sum(accounting(n)[setup]):8g}" for n in (1, 2, 4, 8)))
+    print(f"{setup:<28}" + "".join(f"{sum(accounting(n)[setup]):8g}" for n in (1, 2, 4, 8)))
 
 # %% [markdown]
 # Stage 1 never falls below the 8 bytes of the parameter and its
@@ -115,7 +115,9 @@ show_code(ZeroDataParallel.step)
 # shards. Four hooks do the rest. A forward pre-hook gathers the layer's
 # whole parameters (`unshard`: an all-gather of every rank's rows) and
 # puts them in the layer's slots; a forward hook puts the shards back and
-# frees the whole arrays (`reshard`: an empty array in their place).
+# frees the whole arrays (`reshard`: an empty array in their place). The
+# root's own parameters, if it has any, stay whole until its backward, as
+# in PyTorch: they would be gathered again at once.
 
 # %%
 show_code(FSDPParam.unshard, FSDPParam.reshard, FSDPState.post_forward)
@@ -286,13 +288,13 @@ def held(rank):
 
 
 measured = {1: dist.spawn(held, 1), 2: dist.spawn(held, 2)}
-print(f"Ψ = {PSI:,}      measured: bytes a rank holds      ZeRO's accounting: bytes a parameter")
-print("setup               N = 1         N = 2, each rank       N = 1   N = 2   N = 4")
+print(f"Ψ = {PSI:,}     measured: bytes a rank holds     ZeRO's accounting: bytes a parameter")
+print(f"{'setup':<10}{'N = 1':>15}{'N = 2, each rank':>21}{'N = 1':>16}{'N = 2':>8}{'N = 4':>8}")
 for setup in SETUPS:
     (one,), (two,) = ({sum(t[setup].values()) for t in measured[n]} for n in (1, 2))  # the ranks alike
     assert [one, two] == [sum(accounting(n)[setup]) * PSI for n in (1, 2)], setup
-    print(f"{setup:<10} {one:>9,} = {one / PSI:2g}Ψ {two:>11,} = {two / PSI:2g}Ψ      "
-          + "".join(f"{sum(accounting(n)[setup]):8g}" for n in (1, 2, 4)))
+    print(f"{setup:<10}{f'{one:,} = {one / PSI:g}Ψ':>15}{f'{two:,} = {two / PSI:g}Ψ':>21}"
+          + "".join(f"{sum(accounting(n)[setup]):>{w}g}" for n, w in ((1, 16), (2, 8), (4, 8))))
 
 
 # %% tags=["hide-input"]
