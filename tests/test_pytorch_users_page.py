@@ -49,6 +49,7 @@ import pytest
 import torch
 import torch.autograd.forward_ad  # the submodules the page names, as attributes of torch
 import torch.autograd.functional
+import torch.distributed.optim  # ZeroRedundancyOptimizer
 import torch.func
 import torch.nn.modules.module
 import torch.utils.checkpoint
