@@ -88,6 +88,10 @@ class LinearTracer:  # step 72
     def __pow__(self, other):
         raise not_linear("a tangent to a power")
 
+    def _compare(self, other):
+        raise not_linear("a comparison of a tangent")
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
+
     def __getitem__(self, key):
         return getitem(self, key)
 
@@ -105,7 +109,8 @@ class LinearTracer:  # step 72
 
     def transpose(self, *axes):
         axes = axes[0] if len(axes) == 1 and not isinstance(axes[0], numbers.Integral) else axes
-        return transpose(self, tuple(range(self.ndim))[::-1] if not axes else tuple(np.arange(self.ndim)[list(axes)]))
+        axes = tuple(range(self.ndim))[::-1] if axes is None or len(axes) == 0 else axes
+        return transpose(self, tuple(int(a) % self.ndim for a in axes))
 
     def astype(self, dtype, copy=True):
         return cast(self, dtype)
@@ -170,7 +175,7 @@ def trace(fn, shapes_and_dtypes):  # step 72
     try:
         outputs = fn(program.inputs)
     except TypeError as error:  # a tracer where only an array will do: a Variable made of it, in a custom jvp
-        if "LinearTracer" not in str(error):
+        if "got LinearTracer" not in str(error):
             raise
         raise NotImplementedError(f"{WHO}: a jvp rule made a tensor of a tangent (a custom autograd.Function's "
                                   "jvp works on tensors): only rules on arrays can be traced") from error
@@ -503,7 +508,12 @@ def _np_swapaxes(a, axis1, axis2):
 
 
 def _np_moveaxis(a, source, destination):
-    return a.transpose(np.moveaxis(np.arange(a.ndim), destination, source))
+    source = [int(s) % a.ndim for s in np.atleast_1d(source)]
+    destination = [int(d) % a.ndim for d in np.atleast_1d(destination)]
+    order = [n for n in range(a.ndim) if n not in source]  # as NumPy's moveaxis
+    for d, s in sorted(zip(destination, source)):
+        order.insert(d, s)
+    return a.transpose(order)
 
 
 def _np_expand_dims(a, axis):
