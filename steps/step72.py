@@ -2,22 +2,24 @@
 # # Step 72: Reverse mode from forward mode: linearize, then transpose
 #
 # Every operation of the package carries two derivative formulas: a
-# `backward` for reverse mode (step 6 on) and a `jvp` for forward mode
-# ([step 64](step64.ipynb)). They say the same thing twice. At a point
-# $x$, the derivative of $f$ is a linear map: forward mode computes
-# $t \mapsto J t$, reverse mode $u \mapsto J^\top u$, its **transpose**.
-# JAX derives the second from the first, and this step does the same with
-# the package's jvp rules. `tinypytorch.func.linearize` keeps each
-# operation's jvp with the primal values it read, so its `jvp_fn` is a
-# function of the tangents alone. Written down as a program, it is made
-# of a dozen **linear primitives**: multiply by a constant, add, sum,
-# broadcast, reshape, matmul by a constant, and a few more. Each has a
-# simple transpose. Run the program backwards with those transposes, and
-# out comes the vjp, with no `backward` formula involved. The code is
-# `tinypytorch/linear_transpose.py`. PyTorch has no public function for
-# it; `torch.func.vjp` is the reference.
+# `backward` for reverse mode ([step 6](step06.ipynb) on) and a `jvp`
+# for forward mode ([step 64](step64.ipynb)). They say the same thing
+# twice. At a point $x$, the derivative of $f$ is a linear map: forward
+# mode computes $t \mapsto J t$, reverse mode $u \mapsto J^\top u$, its
+# **transpose**. JAX derives the second from the first, and this step
+# does the same with the package's jvp rules.
+# `tinypytorch.func.linearize` (PyTorch's `torch.func.linearize`) keeps
+# each operation's jvp with the primal values it read, so its `jvp_fn`
+# is a function of the tangents alone. Written down as a program, it is
+# made of **linear primitives**: multiply by a constant, add,
+# sum, broadcast, reshape, matmul by a constant, and a few more. Each
+# has a simple transpose. Run the program backwards with those
+# transposes, and out comes the vjp, with no `backward` formula
+# involved. The code is `tinypytorch/linear_transpose.py`. PyTorch has
+# no public function for it; `torch.func.vjp` is the reference.
 
 # %%
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -42,6 +44,11 @@ def below(error, bound):
     """'< 1e-12', after checking it: rounding differs between CPUs, a bound does not."""
     assert error < bound, f"{error:.3g} is not below {bound:.0e}"
     return f"< {bound:.0e}"
+
+
+def wrapped(text, indent="    "):
+    """A long message on lines the page's width takes."""
+    return textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent)
 
 
 # %% [markdown]
@@ -75,7 +82,8 @@ print(program)
 # `t9`; Add's rule adds.
 
 # %%
-constants = [args[1] for _, args, _, _ in program.equations if len(args) == 2 and not isinstance(args[1], LinearTracer)]
+constants = [args[1] for _, args, _, _ in program.equations
+             if len(args) == 2 and not isinstance(args[1], LinearTracer)]
 print("c0 is cos(x):", np.array_equal(constants[0], np.cos(x.data)),
       "| c1 is y:", np.array_equal(constants[1], y.data),
       "| c2 is sin(x):", np.array_equal(constants[2], np.sin(x.data)))
@@ -98,7 +106,7 @@ show_code(LinearTracer.__array_ufunc__, lt._mul_either, lt.bind)
 # chain is the chain of transposes in reverse order:
 # $(A_3 A_2 A_1)^\top = A_1^\top A_2^\top A_3^\top$. So the program is run
 # backwards, from the cotangent $u$ of its output, and each line's
-# transpose rule turns its output's cotangent into its inputs'. Three of
+# transpose rule turns its output's cotangent into its inputs'. Four of
 # the rules:
 
 # %%
@@ -106,10 +114,10 @@ show_code(lt.transpose_mul, lt.transpose_add, lt.transpose_sum, lt.transpose_mat
 
 # %% [markdown]
 # Multiplying by a constant (element-wise) is a diagonal matrix, its own
-# transpose. `add` copies one value into two, so its transpose sends the
+# transpose. `add` takes two values to one, so its transpose copies the
 # cotangent to both operands: a **fan-out**. Where one value feeds two
-# lines (`t0` feeds `t2` and `t6`), the two cotangents that come back to it
-# are **added**, as gradients of a variable used twice are added in
+# lines (`t0` feeds `t2` and `t6`), the two cotangents that come back to
+# it are **added**, as gradients of a variable used twice are added in
 # reverse mode ([step 14](step14.ipynb)). Sum and broadcast transpose to
 # each other, and so do indexing and a scatter-add; a matrix product by
 # $C$ transposes to a product by $C^\top$ on the other side. The
@@ -195,8 +203,9 @@ import torch.func  # noqa: E402
 
 u, t = tp.tensor(rng.normal(size=3)), (tp.tensor(rng.normal(size=3)), tp.tensor(rng.normal(size=3)))
 gx, gy = vjp_fn(u)
-_, torch_vjp = torch.func.vjp(lambda a, b: a.sin() * b + a / b, torch.tensor(x.data), torch.tensor(y.data))
-_, torch_jvp = torch.func.linearize(lambda a, b: a.sin() * b + a / b, torch.tensor(x.data), torch.tensor(y.data))
+tx, ty = torch.tensor(x.data), torch.tensor(y.data)
+_, torch_vjp = torch.func.vjp(lambda a, b: a.sin() * b + a / b, tx, ty)
+_, torch_jvp = torch.func.linearize(lambda a, b: a.sin() * b + a / b, tx, ty)
 tgx, tgy = torch_vjp(torch.tensor(u.data))
 print("vjp_fn(u) vs torch.func.vjp:", below(max(np.abs(gx.data - tgx.numpy()).max(),
                                                 np.abs(gy.data - tgy.numpy()).max()), 1e-12))
@@ -217,9 +226,9 @@ print(layer_vjp.program)
 u4 = tp.tensor(rng.normal(size=4))
 _, torch_layer_vjp = torch.func.vjp(lambda W, b, v: torch.tanh(W @ v + b),
                                     *[torch.tensor(a.data) for a in (W, b, v)])
-print("the layer's vjp vs torch.func.vjp:", below(max(np.abs(ours.data - theirs.numpy()).max() for ours, theirs in
-                                                      zip(layer_vjp(u4), torch_layer_vjp(torch.tensor(u4.data)))),
-                                                  1e-12))
+ours, theirs = layer_vjp(u4), torch_layer_vjp(torch.tensor(u4.data))
+gap = max(np.abs(a.data - b.numpy()).max() for a, b in zip(ours, theirs))
+print("the layer's vjp vs torch.func.vjp:", below(gap, 1e-12))
 
 # %% [markdown]
 # ## Each line once
@@ -234,9 +243,9 @@ for name, vjp in (("f", vjp_fn), ("the tanh layer", layer_vjp)):
     lt.backward_pass(prog, [np.ones(y.shape) for y in prog.outputs], visited)
     back = lt.trace(vjp.on_arrays, [(y.shape, y.dtype) for y in prog.outputs])
     adds = [sum(e[0] == "add" for e in p.equations) for p in (prog, back)]
-    print(f"{name}: {len(prog.equations)} lines, {len(visited)} rules run, each on another line: "
-          f"{len({id(e) for e in visited}) == len(prog.equations)} | the transposed program: {len(back.equations)} "
-          f"lines | adds: {adds[0]} forward, {adds[1]} transposed")
+    once = len({id(e) for e in visited}) == len(visited) == len(prog.equations)
+    print(f"{name}: {len(prog.equations)} lines, {len(visited)} rules run, each line once: {once}")
+    print(f"    transposed: {len(back.equations)} lines | adds: {adds[0]} forward, {adds[1]} transposed")
 
 # %% [markdown]
 # The transposed program does about the forward program's work: each
@@ -265,13 +274,18 @@ class WrongSquare(Function):
         return 2 * self.primals[0] * t * t
 
 
+def traced(f):
+    """The program of f, a function of one tangent of shape (3,)."""
+    return lt.trace(lambda ts: [f(ts[0])], [((3,), np.float64)])
+
+
 for what, call in (("a jvp rule t * t", lambda: vjp_by_transpose(lambda a: WrongSquare()(a), x)),
-                   ("np.exp of a tangent", lambda: lt.trace(lambda ts: [np.exp(ts[0])], [((3,), np.float64)])),
-                   ("np.cumsum of a tangent", lambda: lt.trace(lambda ts: [np.cumsum(ts[0])], [((3,), np.float64)]))):
+                   ("np.exp of a tangent", lambda: traced(np.exp)),
+                   ("np.cumsum of a tangent", lambda: traced(np.cumsum))):
     try:
         call()
     except (RuntimeError, NotImplementedError) as error:
-        print(f"{what}: {type(error).__name__}: {error}")
+        print(f"{what}: {type(error).__name__}\n{wrapped(str(error))}")
 
 # %% [markdown]
 # ## Check against PyTorch
@@ -322,7 +336,8 @@ def both(f, arrays):
     leaves, spec = tree_flatten(out)
     us = [R.normal(size=tuple(leaf.shape)) for leaf in leaves]
     ours = vjp_fn(tree_unflatten([tp.tensor(a) for a in us], spec))
-    theirs = torch_vjp(torch_pytree.tree_unflatten([torch.tensor(a) for a in us], torch_pytree.tree_flatten(torch_out)[1]))
+    torch_spec = torch_pytree.tree_flatten(torch_out)[1]
+    theirs = torch_vjp(torch_pytree.tree_unflatten([torch.tensor(a) for a in us], torch_spec))
     return [g.data for g in ours], [g.numpy() for g in theirs]
 
 
@@ -340,7 +355,8 @@ def dot_product_gap(f, arrays):
 
 
 # %%
-errors = {name: max(np.abs(a - b).max() for a, b in zip(*both(f, arrays))) for name, (f, arrays) in CHECKS.items()}
+errors = {name: max(np.abs(a - b).max() for a, b in zip(*both(f, arrays)))
+          for name, (f, arrays) in CHECKS.items()}
 gaps = {name: dot_product_gap(f, arrays) for name, (f, arrays) in CHECKS.items()}
 assert max(errors.values()) < 1e-12, errors
 assert max(gaps.values()) < 1e-12, gaps
@@ -391,8 +407,7 @@ print("cumsum_transpose vs torch:", below(np.abs(cumsum_transpose(u7) - cumsum_v
 # %% tags=["hide-cell"]
 twice = linear_transpose(vjp_fn, u)
 (jt,) = twice(t)
-_, torch_jt = torch.func.jvp(lambda a, b: a.sin() * b + a / b, (torch.tensor(x.data), torch.tensor(y.data)),
-                             tuple(torch.tensor(a.data) for a in t))
+_, torch_jt = torch.func.jvp(lambda a, b: a.sin() * b + a / b, (tx, ty), tuple(torch.tensor(a.data) for a in t))
 print("the transpose of the transpose vs torch.func.jvp:", below(np.abs(jt.data - torch_jt.numpy()).max(), 1e-12))
 
 # %% [markdown]

@@ -420,8 +420,8 @@ TRANSPOSE = {"mul": transpose_mul, "div": transpose_div, "neg": transpose_neg, "
 # ----- what NumPy's operators and functions do to a tracer ----------------------------------------------------
 
 def not_linear(what):
-    return RuntimeError(f"{WHO}: {what} is not linear in the tangent, so it has no transpose; a jvp rule must be "
-                        "linear in its tangents (primal values are constants)")
+    return RuntimeError(f"{WHO}: {what} is not linear in the tangent, so it has no transpose (a jvp rule must "
+                        "be linear in its tangents)")
 
 
 def _mul_either(a, b):
