@@ -61,7 +61,9 @@ def wrapped(text, indent="    "):
 # To see what `jvp_fn` does, run it on a `LinearTracer` in place of each
 # tangent array. A tracer holds a shape and a dtype, no values; every
 # operation on it writes down one line of a `LinearProgram` and returns a
-# new tracer.
+# new tracer. `trace` does that with `jvp_fn.on_arrays` (`jvp_fn` on bare
+# arrays) and `jvp_fn.in_types` (each tangent's shape and dtype), two
+# attributes `linearize` gives its `jvp_fn` for this step.
 
 # %%
 def f(x, y):
@@ -71,7 +73,7 @@ def f(x, y):
 rng = np.random.default_rng(72)
 x, y = tp.tensor(rng.normal(size=3)), tp.tensor(rng.uniform(1, 2, size=3))
 out, jvp_fn = linearize(f, x, y)
-program = lt.trace(jvp_fn.on_arrays, [(x.shape, x.dtype), (y.shape, y.dtype)])
+program = lt.trace(jvp_fn.on_arrays, jvp_fn.in_types)
 print(program)
 
 # %% [markdown]
@@ -133,7 +135,7 @@ show_code(lt.backward_pass)
 
 # %%
 vjp_fn = linear_transpose(jvp_fn, x, y)
-transposed = lt.trace(vjp_fn.on_arrays, [(out.shape, out.dtype)])
+transposed = lt.trace(vjp_fn.on_arrays, vjp_fn.in_types)
 print(transposed)
 
 
@@ -241,7 +243,7 @@ print("the layer's vjp vs torch.func.vjp:", below(gap, 1e-12))
 for name, vjp in (("f", vjp_fn), ("the tanh layer", layer_vjp)):
     prog, visited = vjp.program, []
     lt.backward_pass(prog, [np.ones(y.shape) for y in prog.outputs], visited)
-    back = lt.trace(vjp.on_arrays, [(y.shape, y.dtype) for y in prog.outputs])
+    back = lt.trace(vjp.on_arrays, vjp.in_types)
     adds = [sum(e[0] == "add" for e in p.equations) for p in (prog, back)]
     once = len({id(e) for e in visited}) == len(visited) == len(prog.equations)
     print(f"{name}: {len(prog.equations)} lines, {len(visited)} rules run, each line once: {once}")

@@ -318,3 +318,33 @@ def test_misuse_of_linear_transpose():
         vjp_fn(tp.tensor(A[0, :3]))
     with pytest.raises(RuntimeError, match="expected cotangents of the structure of the output"):
         vjp_fn((x,))
+    _, jvp_fn = linearize(lambda a: a.sin(), x)
+    for wrong in [(tp.tensor(A[1, :3]),), (tp.tensor(A[0].astype(np.float32)),), (x, x), ((x,),)]:
+        with pytest.raises(RuntimeError, match="are not shaped as linear_fn's inputs"):
+            linear_transpose(jvp_fn, *wrong)
+    with pytest.raises(TypeError, match="expected the primals to be tensors, got ndarray"):
+        linear_transpose(jvp_fn, A[0])
+
+
+def test_the_function_linearize_returns_carries_what_linear_transpose_reads():
+    x, y = tp.tensor(A[0]), tp.tensor(A[:2].astype(np.float32))
+    out, jvp_fn = linearize(lambda a, b: {"s": (a * b).sum(), "p": b.exp()}, x, y)
+    assert jvp_fn.in_types == [((4,), np.dtype(np.float64)), ((2, 4), np.dtype(np.float32))]
+    assert jvp_fn.in_spec == tree_flatten((x, y))[1] and jvp_fn.out_spec == tree_flatten(out)[1]
+    ts = [RNG.normal(size=(4,)), RNG.normal(size=(2, 4)).astype(np.float32)]
+    on_arrays = jvp_fn.on_arrays(ts)
+    through_tensors = tree_flatten(jvp_fn(*[tp.tensor(t) for t in ts]))[0]
+    for a, b in zip(on_arrays, through_tensors):
+        np.testing.assert_array_equal(a, b.data)
+    vjp_fn = linear_transpose(jvp_fn, x, y)
+    assert vjp_fn.in_spec == tree_flatten((out,))[1] and vjp_fn.out_spec == jvp_fn.in_spec  # called as vjp_fn(u)
+    assert vjp_fn.in_types == [((), np.dtype(np.float64)), ((2, 4), np.dtype(np.float32))]
+
+
+def test_a_tensor_on_the_device_is_refused_clearly(xp):
+    x = tp.Variable(xp.asarray(A[0]))
+    if xp is np:
+        vjp_by_transpose(lambda a: a.sin(), x)
+        return
+    with pytest.raises(NotImplementedError, match="tensors on the CPU only"):
+        vjp_by_transpose(lambda a: a.sin(), x)

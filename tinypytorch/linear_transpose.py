@@ -25,7 +25,8 @@ can be traced and transposed again, which gives jvp_fn back.
 PyTorch has no public transpose of a linear function (JAX's `jax.linear_transpose` is the model). A tracer
 refuses what is not linear in it (a tangent times a tangent, exp of a tangent, a non-zero constant added, a
 constant divided by a tangent, a comparison, bool) with a RuntimeError, and a NumPy function that has no
-primitive here with a NotImplementedError; neither ever gives a silent result. NumPy arrays only.
+primitive here with a NotImplementedError; neither ever gives a silent result. NumPy arrays only: a tensor
+on the GPU is refused (CuPy's functions would not hand a tracer to its hooks).
 """
 import numbers
 
@@ -121,10 +122,11 @@ class LinearTracer:  # step 72
 
 class LinearProgram:  # step 72
     """A linear function written down: its input tracers, its equations (primitive, arguments, parameters,
-    output tracer), its outputs (tracers; None where an output does not depend on the inputs)."""
+    output tracer), its outputs (tracers; None where an output does not depend on the inputs) and their (shape,
+    dtype)."""
 
     def __init__(self):
-        self.variables, self.equations, self.inputs, self.outputs = [], [], [], []
+        self.variables, self.equations, self.inputs, self.outputs, self.output_types = [], [], [], [], []
 
     def record(self, primitive, args, params):
         """One equation; its output is a new tracer, shaped as the primitive's result on zeros."""
@@ -180,6 +182,8 @@ def trace(fn, shapes_and_dtypes):  # step 72
         raise NotImplementedError(f"{WHO}: a jvp rule made a tensor of a tangent (a custom autograd.Function's "
                                   "jvp works on tensors): only rules on arrays can be traced") from error
     program.outputs = [y if isinstance(y, LinearTracer) else _constant_output(y) for y in outputs]
+    program.output_types = [(y.shape, y.dtype) if isinstance(y, LinearTracer | np.ndarray) else None
+                            for y in outputs]
     return program
 
 
@@ -210,15 +214,25 @@ def backward_pass(program, cotangents, visited=None):  # step 72
 
 
 def linear_transpose(linear_fn, *primals):  # step 72
-    """The transpose of linear_fn at the shapes and dtypes of `primals`: a function of cotangents shaped as
+    """The transpose of linear_fn, whose inputs are shaped as `primals`: a function of cotangents shaped as
     linear_fn's output (one pytree) that returns a tuple shaped as `primals`. linear_fn is the jvp_fn of
-    `tinypytorch.func.linearize` or a function this returned: one that carries `on_arrays` (the function on a
-    list of arrays) and `out_spec` (its output's pytree structure)."""
+    `tinypytorch.func.linearize` or a function this returned: one that carries `on_arrays` (itself, on a list of
+    arrays), `in_spec` and `out_spec` (the pytree structures of its inputs and output) and `in_types` (the shape
+    and dtype of each input)."""
     if not hasattr(linear_fn, "on_arrays"):
         raise TypeError(f"{WHO}: expected the jvp_fn of tinypytorch.func.linearize (or a function linear_transpose "
                         f"returned), got {linear_fn!r}")
     flat, spec = tree_flatten(primals)
-    program = trace(linear_fn.on_arrays, [(p.shape, p.data.dtype) for p in flat])
+    for p in flat:  # the tracer answers NumPy's hooks; CuPy's functions do not hand a foreign object over
+        if not isinstance(p, Variable):
+            raise TypeError(f"{WHO}: expected the primals to be tensors, got {type(p).__name__}")
+        if not isinstance(p.data, np.ndarray):
+            raise NotImplementedError(f"{WHO}: tensors on the CPU only, got one on {p.device}")
+    types = [(tuple(p.shape), p.data.dtype) for p in flat]
+    if spec != linear_fn.in_spec or types != [(tuple(s), np.dtype(d)) for s, d in linear_fn.in_types]:
+        raise RuntimeError(f"{WHO}: the primals ({spec}: {types}) are not shaped as linear_fn's inputs "
+                           f"({linear_fn.in_spec}: {linear_fn.in_types})")
+    program = trace(linear_fn.on_arrays, types)
 
     def transposed(cotangents):
         flat_u, u_spec = tree_flatten(cotangents)
@@ -231,8 +245,11 @@ def linear_transpose(linear_fn, *primals):  # step 72
         arrays = backward_pass(program, [u.data if isinstance(u, Variable) else None for u in flat_u])
         return tree_unflatten([Variable(np.array(a), requires_grad=False) for a in arrays], spec)
     transposed.program = program
-    transposed.on_arrays = lambda arrays: backward_pass(program, arrays)  # so that it can be transposed again
-    transposed.out_spec = spec
+    # so that it can be transposed again: itself on arrays, its inputs (the output's cotangents) and output
+    transposed.on_arrays = lambda arrays: backward_pass(program, arrays)
+    n = len(program.outputs)  # it is called with one argument, shaped as linear_fn's output
+    transposed.in_spec, transposed.out_spec = tree_flatten((tree_unflatten([0] * n, linear_fn.out_spec),))[1], spec
+    transposed.in_types = program.output_types
     return transposed
 
 
