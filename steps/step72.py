@@ -261,9 +261,12 @@ for name, vjp in (("f", vjp_fn), ("the tanh layer", layer_vjp)):
 # ## What cannot be transposed
 #
 # Only a linear map has a transpose. A jvp rule that is not linear in its
-# tangent, say a custom Function whose rule squares it, is refused when
-# traced, with the operation named, never turned into a silent result;
-# so is a NumPy function that has no primitive here (`np.cumsum`).
+# tangent, say an operation whose rule squares it, runs in forward mode
+# but is refused when traced, with what is not linear named, never
+# turned into a silent result; so is a NumPy function that has no
+# primitive here (`np.cumsum`). A custom `autograd.Function`'s `jvp`
+# works on tensors, not arrays, and cannot be traced either: it raises a
+# `NotImplementedError` that says so.
 
 # %%
 class WrongSquare(Function):
