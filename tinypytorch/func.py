@@ -213,6 +213,9 @@ def linearize(func, *primals):  # step 71
             stacked = out[2].stack([sample[k] for sample in samples]).reshape(batch + tuple(out[0]))
             result.append(rebatched(Variable(stacked, requires_grad=False), numbers))
         return tree_unflatten(result, out_spec)
+    # step 72: what linear_transpose traces (the replay on arrays) and the shapes of its inputs and output
+    jvp_fn.on_arrays, jvp_fn.in_spec, jvp_fn.out_spec = replayed, spec, out_spec
+    jvp_fn.in_types = [(tuple(p.shape), p.data.dtype) for p in flat_primals]
     return tree_unflatten(leaves, out_spec), jvp_fn
 
 
