@@ -248,7 +248,9 @@ print(f"whole parameters held at most: {max(held for _, _, held in events):,} by
 # rank holds its shards and at most one layer whole: what gathering costs
 # is set by the widest layer, not by the depth. The price is on the wire:
 # the parameters are all-gathered twice a step and the gradients
-# reduce-scattered once, 1.5 times the bytes of DDP's all-reduce.
+# reduce-scattered once. Each of these moves (N − 1)/N of the parameters'
+# bytes through a rank, and an all-reduce twice that, so stage 3 moves
+# 3/2 = 1.5 times the bytes of DDP's all-reduce.
 #
 # ## Measured: what each rank holds
 #
