@@ -71,7 +71,8 @@ print(f"y = {y.data}, loss = {loss.data:.1f}, x.grad = {x.grad.data}")
 #
 # In anomaly mode, `Function.__call__` hands every function it records to
 # `record_creation`, which keeps `creation_stack`: the Python stack of the
-# call, as `traceback` formats it, minus the package's own three frames.
+# call, as `traceback` formats it, minus the frames between the call and
+# `record` (the door, and from step 68 the mode stack's entries).
 
 # %%
 show_code(anomaly.record_creation, step=39)

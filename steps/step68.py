@@ -14,7 +14,6 @@
 
 # %%
 import contextlib
-import inspect
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -40,7 +39,6 @@ R = np.random.default_rng(0)
 
 # %%
 show_code(tp.Function.__call__)
-print("lines of __call__:", len(inspect.getsource(tp.Function.__call__).splitlines()))
 print("modes open now:", modes.open_now())
 
 # %% [markdown]
@@ -176,7 +174,8 @@ plt.show()
 
 # %%
 keys = ["CPU", "Python", "AutogradCPU", "AutocastCPU", "FuncTorchBatched"]
-everything = str(torch._C._dispatch_keyset_full()).removeprefix("DispatchKeySet(").removesuffix(")").split(", ")
+everything = str(torch._C._dispatch_keyset_full())  # "DispatchKeySet(CPU, CUDA, ...)"
+everything = everything.removeprefix("DispatchKeySet(").removesuffix(")").split(", ")
 print(sorted(keys, key=everything.index))
 
 # %% [markdown]
