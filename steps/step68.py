@@ -211,7 +211,7 @@ with torch.autocast("cpu", dtype=torch.float16), torch_fwAD.dual_level():
 # `jvp` inside `vmap` (forward AD below vmap's batching). After each, no
 # mode is left open.
 
-# %% tags=["hide-cell"]
+# %% tags=["hide-input"]
 def check():
     """Scenarios with several modes open, against PyTorch; True where the package's result is PyTorch's."""
     results = {}

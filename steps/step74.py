@@ -201,7 +201,7 @@ def sequence_picture(events, n_forward, layers):
             start = since.pop(k)
             top.add_patch(plt.Rectangle((start - 0.45, rows[k] - 0.4), x - start + 0.9, 0.8, facecolor="C0",
                                         alpha=0.25, linewidth=0))
-        top.text(x, rows[k], what, rotation=90, ha="center", va="center", fontsize=8)
+        top.text(x, rows[k], what.replace("-s", "-\ns"), rotation=90, ha="center", va="center", fontsize=8)
     backward = n_forward - 0.5
     for ax in (top, bottom):
         ax.axvline(backward, color="0.4", lw=1, ls="--")
