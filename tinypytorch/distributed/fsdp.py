@@ -154,7 +154,7 @@ class FSDPState:
         self.unshard()
         for p in self.params:
             p.use(p.unsharded)
-        if is_recomputing():  # checkpoint runs the module again in backward: its backward is next
+        if is_recomputing():  # step 75: checkpoint runs the module again in backward, its backward next
             return
         if self.is_root:
             for state in self._states:
@@ -162,7 +162,7 @@ class FSDPState:
                 state.callback_queued = False
 
     def post_forward(self, module, args, output):
-        if is_recomputing():  # keep the whole parameters: post_backward lets them go (PyTorch's FSDP2 too)
+        if is_recomputing():  # step 75: keep the whole parameters; post_backward lets them go (FSDP2's way)
             return
         for p in self.params:
             p.use(p.sharded)
@@ -181,7 +181,7 @@ class FSDPState:
     # backward
     def pre_backward(self, grad):
         self.unshard()
-        for p in self.params:  # in the slots: a checkpoint inside the module recomputes with them
+        for p in self.params:  # step 75: in the slots, for a checkpoint inside the module to recompute with
             p.use(p.unsharded)
 
     def post_accumulate(self, unsharded):
@@ -206,7 +206,7 @@ class FSDPState:
                     with no_grad():
                         p.sharded.grad.data = p.sharded.grad.data + mine
                 p.unsharded.grad = None
-            p.use(p.sharded)
+            p.use(p.sharded)  # step 75: out of the slots, if a recomputation left them there
         self.reshard()
 
     def finish_backward(self):
