@@ -63,6 +63,12 @@ def drawn(k, fan_in, fan_out, dtype=np.float32):
     return W.astype(dtype), b.astype(dtype)
 
 
+def share(array, rank, n):
+    """Rank `rank`'s rows of a batch cut in n."""
+    size = len(array) // n
+    return array[rank * size:(rank + 1) * size]
+
+
 def linear(k, fan_in, fan_out, dtype=np.float32):
     layer = nn.Linear(fan_in, fan_out)
     layer.weight.data, layer.bias.data = drawn(k, fan_in, fan_out, dtype)
@@ -112,19 +118,19 @@ for n in (1, 2, 4):
 # ## Sharding meets recomputation
 #
 # A checkpointed layer runs its forward again inside backward. Under
-# `fully_shard` that second forward calls the layer's hooks again: the
-# pre-forward hook finds the whole parameters already gathered (the hook
-# on the layer's outputs gathered them when backward reached the layer),
-# and the post-forward hook must not give them back: the layer's backward
-# comes next and needs them. Both hooks ask `is_recomputing()` (the flag
-# checkpoint sets while it recomputes; step 45's BatchNorm asks it too)
-# and do nothing more.
-# After the layer's gradients are reduce-scattered, `post_backward`
-# frees the whole parameters and puts the shards back into the layer's
-# slots. The hook on the outputs also puts the whole parameters into the
-# slots, so that a checkpoint *inside* the layer's forward recomputes
-# with them. PyTorch's `fully_shard` does the same, with a training state
-# in place of the flag.
+# `fully_shard` that second forward calls the layer's hooks again. The
+# pre-forward hook puts the whole parameters in the layer's slots (mostly
+# gathered already: the hook on the layer's outputs gathers them when
+# backward reaches the layer) and must not start the bookkeeping of a new
+# pass; the post-forward hook must not give them back, since the layer's
+# backward comes next and needs them. Both ask `is_recomputing()` (the
+# flag checkpoint sets while it recomputes; step 45's BatchNorm asks it
+# too). After the layer's gradients are reduce-scattered, `post_backward`
+# frees the whole parameters and puts the shards back into the slots.
+# The hook on the outputs also puts the whole parameters into the slots,
+# so that a checkpoint *inside* the layer's forward recomputes with them.
+# PyTorch's `fully_shard` does the same, with a training state in place
+# of the flag.
 
 # %%
 show_code(FSDPState.pre_forward, FSDPState.post_forward, FSDPState.pre_backward)
@@ -136,8 +142,8 @@ show_code(FSDPState.pre_forward, FSDPState.post_forward, FSDPState.pre_backward)
 # Each rank builds the network one layer at a time, and with fully_shard
 # shards each residual layer as soon as it exists, so that no rank holds
 # the whole model even while building it (PyTorch builds on the `meta`
-# device for the same reason). `trainer` returns one training step on a
-# rank's share of the batch.
+# device for the same reason). `trainer` returns one training step;
+# `share(xb, rank, n)` is a rank's 256/N samples of the batch.
 
 # %%
 class Residual(nn.Module):
@@ -185,11 +191,6 @@ def trainer(technique, depth, dtype=np.float32):
         opt.step()
     return step, model
 
-
-def share(array, rank, n):
-    """Rank `rank`'s rows of a batch cut in n."""
-    size = len(array) // n
-    return array[rank * size:(rank + 1) * size]
 
 
 # %% [markdown]
@@ -429,7 +430,7 @@ print("PyTorch check passed: fully_shard with checkpointing trains as one proces
 #   `fully_shard` asks `is_recomputing()`, PyTorch's its training state.
 # - Measured per rank, the combination trains the deepest network under a
 #   per-process budget, on two processes and (in the benchmark) on four;
-#   it trains exactly what one process trains on the whole batch.
+#   it trains what one process trains on the whole batch, to rounding.
 #
 # ## Exercises
 #
