@@ -56,8 +56,8 @@ xb, yb = x_train[:BATCH], y_train[:BATCH]
 
 
 def drawn(k, fan_in, fan_out, dtype=np.float32):
-    """Layer k's (W, b), uniform in +-1/sqrt(fan_in) as PyTorch draws them, from a seed of its own: every rank
-    draws the same, one layer at a time."""
+    """Layer k's (W, b), uniform in +-1/sqrt(fan_in) as PyTorch draws them, from a seed of its own: every
+    rank draws the same, one layer at a time."""
     rng = np.random.default_rng([0, k])
     W, b = (rng.uniform(-1, 1, shape) / math.sqrt(fan_in) for shape in ((fan_out, fan_in), (fan_out,)))
     return W.astype(dtype), b.astype(dtype)
@@ -163,8 +163,8 @@ class Net(nn.Sequential):
         x = tanh(first(x))
         size = self.segment or len(residuals)
         for start in range(0, len(residuals), size):
-            part = nn.Sequential(*residuals[start:start + size])
-            x = checkpoint(part, x, use_reentrant=False) if self.segment else part(x)  # recomputed in backward
+            part = nn.Sequential(*residuals[start:start + size])  # checkpointed: run again in backward
+            x = checkpoint(part, x, use_reentrant=False) if self.segment else part(x)
         return last(x)
 
 
@@ -234,7 +234,7 @@ BUDGET, GRID = 1_680_000, (1, 2, 4, 8, 16)
 
 def survey(rank, n):
     """Every technique's peaks on the grid and its deepest network within BUDGET, on n ranks."""
-    tracemalloc.start()  # once, left on: stopping it while gloo's threads let go of arrays crashed a rank now and then
+    tracemalloc.start()  # once, left on: stopped while gloo's threads freed arrays, it crashed a rank
     for t in TECHNIQUES:  # a first step of each, not measured: one-time allocations (caches) out of the way
         trainer(t, 1)[0](share(xb, rank, n), share(yb, rank, n))
     peaks = {}
@@ -276,8 +276,8 @@ def picture():
         for n, style in ((1, "-"), (2, "--")):
             peaks, depths = runs[n]
             measured = sorted(d for u, d in peaks if u == t)  # the grid and the search's depths
-            ax.plot(measured, [peaks[t, d] / 1024 for d in measured], style, color=f"C{k}", marker="o", ms=3,
-                    label=f"{t}, N = {n}")
+            ax.plot(measured, [peaks[t, d] / 1024 for d in measured], style, color=f"C{k}", marker="o",
+                    ms=3, label=f"{t}, N = {n}")
             ax.plot(depths[t], peaks[t, depths[t]] / 1024, marker="*", ms=13, color=f"C{k}", ls="none")
     ax.axhline(BUDGET / 1024, color="k", ls=":", lw=1)
     ax.text(0.5, BUDGET / 1024 + 60, f"budget: {BUDGET / 1e6:.2f} MB a process", fontsize=9)
@@ -343,7 +343,8 @@ class TorchNet(torch.nn.Sequential):
         first, tanh, *residuals, last = self
         x = tanh(first(x))
         for start in range(0, len(residuals), self.segment):
-            x = torch_checkpoint(torch.nn.Sequential(*residuals[start:start + self.segment]), x, use_reentrant=False)
+            part = torch.nn.Sequential(*residuals[start:start + self.segment])
+            x = torch_checkpoint(part, x, use_reentrant=False)
         return last(x)
 
 
@@ -378,7 +379,8 @@ def trained(rank, n, technique, depth=CHECK_DEPTH, steps=CHECK_STEPS, segment=1)
         model.segment = segment
     for _ in range(steps):
         step(share(xb, rank, n).astype(np.float64), share(yb, rank, n))
-    return [(p.full_tensor().numpy() if hasattr(p, "full_tensor") else p.data).copy() for p in model.parameters()]
+    return [(p.full_tensor().numpy() if hasattr(p, "full_tensor") else p.data).copy()
+            for p in model.parameters()]
 
 
 def accuracy(rank, n, technique, depth=CHECK_DEPTH, epochs=2):
@@ -387,7 +389,8 @@ def accuracy(rank, n, technique, depth=CHECK_DEPTH, epochs=2):
     for _ in range(epochs):
         batches = rng.permutation(len(x_train))
         for i in range(0, len(x_train) - BATCH + 1, BATCH):
-            step(share(x_train[batches[i:i + BATCH]], rank, n), share(y_train[batches[i:i + BATCH]], rank, n))
+            rows = batches[i:i + BATCH]
+            step(share(x_train[rows], rank, n), share(y_train[rows], rank, n))
     with tp.no_grad():
         return float(np.mean(model(tp.Variable(x_test)).data.argmax(1) == y_test))
 
@@ -410,7 +413,7 @@ def alone(rank):
 ranks = dist.spawn(checked, 2)
 (one, one_accuracy), = dist.spawn(alone, 1)
 for rank, (ours, theirs, acc) in enumerate(ranks):
-    print(f"rank {rank}: after {CHECK_STEPS} steps, against one process {below(relative(ours, one), 1e-10)}, "
+    print(f"rank {rank}: {CHECK_STEPS} steps, against one process {below(relative(ours, one), 1e-10)},",
           f"against torch's fully_shard + checkpoint {below(relative(ours, theirs), 1e-10)}")
     assert acc == one_accuracy, (acc, one_accuracy)
 print(f"test accuracy after 2 epochs: 2 processes {ranks[0][2]:.3f}, one process {one_accuracy:.3f}")
