@@ -6,7 +6,7 @@ import pytest
 
 from steploader import load_step
 
-pytestmark = [pytest.mark.step75, pytest.mark.torch]
+pytestmark = [pytest.mark.step75, pytest.mark.torch, pytest.mark.distributed]  # the page starts processes
 step = load_step(75)
 
 
@@ -25,7 +25,6 @@ def test_the_prediction_from_two_peaks_is_the_searchs_verdict_within_one_layer(n
         assert abs(predicted - depths[t]) <= 1, (t, predicted, depths[t])
 
 
-@pytest.mark.distributed
 def test_segments_under_fully_shard_train_as_torchs_and_as_one_process():
     alone = step.dist.spawn(step.trained, 1, args=(1, "data parallel", 6), timeout=120)[0]
     for ours, theirs in step.segments:
