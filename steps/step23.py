@@ -100,20 +100,22 @@ print("y =", f"{y.data:.4f}", "  x.grad =", f"{x.grad:.4f}")
 # `show_code` (`tinypytorch.utils.listing`) shows the package's own code,
 # highlighted, as it stood at a given step: what you read is what runs, less
 # the statements later steps added, each of which carries a comment naming
-# its step. Every operation goes through `Function.__call__`:
+# its step. Every operation goes through `Function.__call__`, which hands
+# its inputs to `run_plain` (step 68 puts the modes of later steps between
+# the two):
 
 # %%
-show_code(tinypytorch.Function.__call__, tinypytorch.Function.coerce, step=23)
+show_code(tinypytorch.Function.run_plain, tinypytorch.Function.coerce, step=23)
 
 # %% [markdown]
 # It does what step 22's did, in a different shape:
 #
 # - The conversion of numbers and arrays into Variables, `coerce`, runs only
 #   when an input needs it. Every operation, forward and backward, pays for
-#   `__call__`, and most get Variables only. Inside `coerce`,
+#   `run_plain`, and most get Variables only. Inside `coerce`,
 #   `cuda.get_array_module` is new; it matters on the GPU (below).
 # - The check that two operands have the same shape moved into the four
-#   binary operations, where step 30 puts broadcasting; in `__call__` it
+#   binary operations, where step 30 puts broadcasting; in `run_plain` it
 #   would also bind functions such as `matmul`, whose inputs differ in shape.
 # - The graph is recorded as in step 22, before the `return`: under
 #   `Config.enable_backprop` the function takes its generation (step 16),

@@ -156,13 +156,14 @@ print("Mul.edges:", [(node_name(node), nr) for node, nr in mul.edges])
 print("Exp.edges:", [(node_name(node), nr) for node, nr in exp.edges])
 
 # %% [markdown]
-# `Function.__call__` asks `record` to keep all of it, and only when a
-# gradient can flow: the edges, the shape and dtype each output's gradient
+# `Function.run_plain` (what `__call__` runs, step 23) asks `record` to keep
+# all of it, and only when a gradient can flow: the edges, the shape and
+# dtype each output's gradient
 # must have (`output_meta`), **weak** references to the outputs (step 17),
 # and the tensors `forward` saved.
 
 # %%
-show_code(Function.__call__, Function.record, step=35)
+show_code(Function.run_plain, Function.record, step=35)
 
 # %% [markdown]
 # ## Who owns a saved tensor

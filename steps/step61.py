@@ -108,14 +108,16 @@ draw_graph(loss, {id(w): "w", id(b): "b"})
 # %% [markdown]
 # ## Where the cast happens
 #
-# Every operation passes through `Function.__call__`. Step 61 adds two lines
-# there: while an autocast block is open anywhere (a process-wide count, so
-# that the common path pays one global read), it hands the inputs to the
-# autocast policy, which returns them cast. The state it asks is per thread,
-# as PyTorch's, and lives in a small module beside the other modes:
+# Every operation passes through `Function.__call__`. While an autocast
+# block is open anywhere (a process-wide count, so that the common path
+# pays one global read), autocast is an entry of the mode stack that
+# `__call__` asks (step 68 builds it): the entry hands the inputs to the
+# autocast policy, which returns them cast, and the operation runs on
+# those. The state it asks is per thread, as PyTorch's, and lives in a
+# small module beside the other modes:
 
 # %%
-show_code(autocast_state.autocast_inputs, autocast_mode.cast_inputs, autocast_mode._cast)
+show_code(autocast_mode.casting_mode, autocast_mode.cast_inputs, autocast_mode._cast)
 
 # %% [markdown]
 # A cast is `astype`, step 43's differentiable `Cast`: a node of the graph

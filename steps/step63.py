@@ -152,12 +152,14 @@ show_code(checkpoint_module._in_contexts, sac.create_selective_checkpoint_contex
 # that forgot a `return` would silently save nothing.
 #
 # How does a context see each operation? PyTorch's pair are
-# `TorchDispatchMode`s, which see every ATen call below autograd. The
-# package has one door for it: while a context is open,
-# `Function.dispatch_mode` is set, and `Function.__call__` (one check,
-# first thing) hands the call to `_dispatch`. The innermost context of
-# the thread handles it and is set aside meanwhile, so the operation
-# itself, and anything the policy runs, goes through as usual:
+# `TorchDispatchMode`s, which see every ATen call below autograd. In the
+# package, while a context is open, selective checkpointing is an
+# entry of the mode stack that `Function.__call__` asks (step 68 builds
+# that stack), the last before the operation runs, below autograd's
+# entries as in PyTorch, so every operation comes to `_dispatch`. The
+# innermost context of the thread handles it and is set aside meanwhile,
+# so the operation itself (`below`, the rest of the stack), and anything
+# the policy runs, goes through as usual:
 
 # %%
 show_code(sac._dispatch, sac._run)

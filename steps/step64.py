@@ -150,13 +150,13 @@ print("after the level:", fwAD.unpack_dual(y).tangent)
 
 # %% [markdown]
 # Inside, the mechanism sits where every operation passes:
-# `Function.__call__`. While no level is open it costs one module-global
-# read (`forward_ad_state.open_dual_levels`, as autocast's open-block
-# count); under a level each operation calls `push_tangents`, which gathers
-# its inputs' tangents and runs its `jvp`:
+# `Function.__call__`. While no level is open it costs nothing more than
+# the door's one read of the open modes (step 68); under a level, forward
+# AD is an entry of the mode stack: the operation runs, then
+# `push_tangents` gathers its inputs' tangents and runs its `jvp`:
 
 # %%
-show_code(core.Function.push_tangents, forward_ad_state.tangent_of, step=64)
+show_code(core.push_tangents_mode, core.Function.push_tangents, forward_ad_state.tangent_of, step=64)
 
 # %% [markdown]
 # The tangents live in the state module keyed by the tensor, not on it, so

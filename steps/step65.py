@@ -121,7 +121,8 @@ print("vs the package's func.jacfwd:", below(np.abs(J_fwd.data - func.jacfwd(lay
 # The package's `func.jacfwd` and `func.jacrev`, as PyTorch's, build
 # the same matrices without the loop: `vmap` (step 69) runs the $n$
 # forward-mode passes, or the $m$ backward passes, as one pass on a batch
-# of basis vectors. They also take PyTorch's arguments: `argnums` picks
+# of basis vectors; [step 71](step71.ipynb) counts those passes and
+# reads the two transforms. They also take PyTorch's arguments: `argnums` picks
 # the arguments to differentiate, and arguments and outputs may be tuples
 # or dicts of Variables (a model's parameters).
 #

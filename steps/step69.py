@@ -12,8 +12,9 @@
 # **batching rule**: the same operation on the whole batch, its arguments
 # shifted past a hidden batch dimension. This step builds
 # `tinypytorch.func.vmap` (also `tinypytorch.vmap`) and checks it against
-# `torch.func.vmap`. It opens stage 6, on function transforms: vmap is the
-# one the next steps combine with `grad` and the Jacobians.
+# `torch.func.vmap`. It is stage 6's first transform, and the one the next
+# steps combine with `grad` and the Jacobians; it enters the package as one
+# more entry of step 68's mode stack.
 
 # %%
 import textwrap
@@ -22,27 +23,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import tinypytorch as tp
-from tinypytorch import batching_rules, core
+from tinypytorch import batching_rules, batching_state
 from tinypytorch.batched import BatchedVariable, levels_of
 from tinypytorch.func import vmap
-from tinypytorch.utils.listing import show_code, source_at_step
+from tinypytorch.utils.listing import show_code
 from tinypytorch.utils.pictures import draw_dag
 
 
 # %% tags=["hide-input"]
-def show_opening(obj, step, lines):
-    """The first `lines` lines of obj's listing at `step` (show_code's listing, cut where the rest is not this
-    step's): highlighted in Jupyter and the book, printed when run as a script."""
-    source = "\n".join(source_at_step(obj, step).splitlines()[:lines]) + "\n    ...\n"
-    try:
-        from IPython import get_ipython
-        from IPython.display import Code, display
-        shell = get_ipython()
-    except ImportError:
-        shell = None
-    print(source) if shell is None else display(Code(source, language="python"))
-
-
 def wrapped(text, indent="    "):
     """A long message on lines the page's width takes."""
     return textwrap.fill(text, 100, initial_indent=indent, subsequent_indent=indent)
@@ -129,16 +117,15 @@ show_code(BatchedVariable.__init__, BatchedVariable.shape.fget)
 show_code(BatchedVariable.item, BatchedVariable.__bool__)
 
 # %% [markdown]
-# ## The door: `Function.__call__`
+# ## The door: vmap's entry of the mode stack
 #
-# Every operation of the package goes through `Function.__call__`. While
-# no vmap is open, the check costs one attribute read. Inside vmap, an
-# operation with a batched input goes to `run_rule` instead of its own
-# forward:
+# Every operation of the package goes through `Function.__call__`, which
+# asks the mode stack of step 68 once. While a vmap is open, vmap is an
+# entry of that stack: an operation with a batched input goes to
+# `run_rule` instead of its own forward; any other goes on down the stack:
 
 # %%
-show_opening(core.Function.__call__, 68, 6)
-show_code(batching_rules.run_rule)
+show_code(batching_state.batching_mode, batching_rules.run_rule)
 
 # %% [markdown]
 # `Batch` unwraps the inputs at the highest level present: each batched
@@ -153,7 +140,7 @@ def path_picture():
     """The path of a + b (a batched, b not) through the door and its rule."""
     nodes = {
         "call": ("leaf", "a + b\nlogical (3,), (2, 1)"),
-        "door": ("function", "Function.__call__:\na batched input"),
+        "door": ("function", "vmap's entry:\na batched input"),
         "batch": ("function", "Batch: physical\n(4, 3) and (2, 1)"),
         "rule": ("highlight", "elementwise rule:\npad to (4, 1, 3)"),
         "add": ("function", "Add on arrays:\n(4, 1, 3) + (2, 1)"),
@@ -468,8 +455,8 @@ print("PyTorch check passed: vmap batches as torch.func.vmap and refuses what it
 # - `vmap(f)` runs `f` once on `BatchedVariable`s: a physical value with
 #   the batch at dim 0, a level, and one sample's shape as its logical
 #   shape. `f` is written for one sample and never sees the batch.
-# - `Function.__call__` hands an operation with a batched input to its
-#   batching rule, which runs the same operation on the physical values:
+# - vmap's entry of the mode stack hands an operation with a batched input
+#   to its batching rule, which runs the same operation on the physical values:
 #   element-wise operations pad the batched operands to one logical rank,
 #   reductions shift their dims by one, matmul makes a batched vector a
 #   matrix first.

@@ -49,6 +49,7 @@ import pytest
 import torch
 import torch.autograd.forward_ad  # the submodules the page names, as attributes of torch
 import torch.autograd.functional
+import torch.distributed.optim  # ZeroRedundancyOptimizer
 import torch.func
 import torch.nn.modules.module
 import torch.utils.checkpoint
@@ -111,6 +112,7 @@ CONTEXTS = {  # the place of a bare name in these tables
 }
 RENAMED = {  # a PyTorch name the package spells differently, where the second column cannot show which is which
     "x.sum_to_size": Place("torch", ("sum_to",)),
+    "torch.distributed.optim.ZeroRedundancyOptimizer": Place("torch", ("distributed", "zero", "ZeroDataParallel")),
 }
 # the prose's names for the operands of an expression; alone in a span, they only say what an operand is
 PLACEHOLDERS = {"x", "y", "c", "a", "w", "i", "v", "model", "module"}

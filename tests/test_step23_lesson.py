@@ -29,20 +29,27 @@ def test_the_drawn_modules_exist_and_hold_what_the_picture_says():
     assert tinypytorch.grad_mode.no_grad is tinypytorch.no_grad
 
 
-def test_grad_mode_is_the_ground_floor_it_imports_nothing_of_the_package():
-    tree = ast.parse((PACKAGE / "grad_mode.py").read_text())
-    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+def package_imports(module):
+    """What a module of the package imports of the package: ["tinypytorch.modes", ...]."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    imported = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names]
     imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
-    assert not [name for name in imported if name and name.startswith("tinypytorch")]
+    return [name for name in imported if name.startswith("tinypytorch")]
+
+
+def test_grad_mode_is_the_ground_floor_it_imports_only_the_mode_stack_which_imports_nothing():
+    assert package_imports("grad_mode") == ["tinypytorch.modes"]  # step 68: inference mode is an entry of it
+    assert package_imports("modes") == []
 
 
 def test_the_call_listing_at_step_23_holds_no_later_machinery():
-    text = source_at_step(tinypytorch.Function.__call__, 23)
+    text = source_at_step(tinypytorch.Function.run_plain, 23)
     for later in ("view", "device", "BackwardMode", "autocast", "inference", "tangent", "dispatch_mode",
                   "needs_input_grad", "_to_save", "_requires_grad", "enable_backprop", "record"):
         assert later not in text, later
     assert "self.coerce(inputs)" in text and "self.forward(" in text
-    assert "needs_input_grad" in source_at_step(tinypytorch.Function.__call__, 35)
+    assert "needs_input_grad" in source_at_step(tinypytorch.Function.run_plain, 35)
 
 
 @given(arrays(np.float64, st.integers(1, 6), elements=floats(0.0, 4.0)))

@@ -12,7 +12,7 @@ from memory import tracing_numpy
 from steploader import load_step
 
 import tinypytorch
-from tinypytorch import Function, Variable, recomputation
+from tinypytorch import Function, Variable, modes, recomputation
 from tinypytorch import functions as F
 from tinypytorch.utils.checkpoint import CheckpointPolicy, SelectiveCheckpointContext, checkpoint
 from tinypytorch.utils.checkpoint import create_selective_checkpoint_contexts as contexts
@@ -229,7 +229,7 @@ def test_a_policy_answering_something_else_is_refused(answer):
     with pytest.raises(TypeError, match="policy_fn must return a CheckpointPolicy or a bool"):
         checkpoint(lambda x: F.linear(x, W), x, use_reentrant=False,
                    context_fn=functools.partial(contexts, lambda *a, **k: answer))
-    assert Function.dispatch_mode is None  # the region closed
+    assert "selective checkpoint" not in modes.open_now()  # the region closed
 
 
 def twice(fw):
@@ -331,4 +331,4 @@ def test_another_threads_operations_are_not_sent_to_the_region():
                context_fn=functools.partial(contexts, lambda ctx, op, *a: asked.append(op) or True))
     thread.join()
     assert asked == [F.Tanh] and np.array_equal(other["y"], np.zeros(3))
-    assert Function.dispatch_mode is None
+    assert "selective checkpoint" not in modes.open_now()

@@ -8,6 +8,8 @@ this module imports nothing of the package.
 """
 import threading
 
+from tinypytorch import modes
+
 
 class _Autocast(threading.local):  # step 61
     """The autocast state of this thread, as PyTorch keeps it: per device type ("cpu", "cuda") whether autocast
@@ -51,6 +53,7 @@ def enter_autocast(device_type, enabled, dtype, cache_enabled):
     state.cache_enabled, state.nesting = cache_enabled, state.nesting + 1
     with _blocks_lock:
         open_autocast_blocks += 1
+    modes.opened("autocast")
     return previous
 
 
@@ -63,4 +66,5 @@ def exit_autocast(previous):
     state.nesting -= 1
     with _blocks_lock:
         open_autocast_blocks -= 1
+    modes.closed("autocast")
     return state.nesting == 0

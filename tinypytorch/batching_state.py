@@ -1,12 +1,14 @@
 """vmap's state, on the ground floor beside grad_mode and forward_ad_state: the vmap levels open now.
 
-While no level is open Function.__call__ reads only `open_vmap_levels`: an operation pays one attribute read for
-vmap. Inside vmap, an operation that meets a batched Variable is handed to its batching rule (tinypytorch.batching_rules
-puts the dispatcher here as it is imported). Random operations ask `check_random` first: vmap's randomness flag
-decides whether they may draw. Imports nothing of the package.
+While a level is open, vmap is an entry of the mode stack (tinypytorch.modes): an operation that meets a batched
+Variable is handed to its batching rule (tinypytorch.batching_rules puts the dispatcher here as it is imported).
+Random operations ask `check_random` first: vmap's randomness flag decides whether they may draw. Imports nothing of
+the package but the ground floor's mode stack.
 """
 import contextlib
 import dataclasses
+
+from tinypytorch import modes
 
 open_vmap_levels = 0  # how many vmap calls are running their function now; all the common path reads
 levels = []  # the open levels, innermost last
@@ -36,6 +38,16 @@ def any_batched(function, inputs):
     return isinstance(function, attribute_operand_types) and has_batched_attribute(function)
 
 
+def batching_mode(function, inputs, below):  # step 69: vmap's entry of the mode stack (step 68)
+    """Inside vmap, an operation with a batched input runs by its batching rule; any other goes on below."""
+    if any_batched(function, inputs):
+        return run_rule(function, inputs)
+    return below(inputs)
+
+
+modes.register("vmap", batching_mode)
+
+
 @contextlib.contextmanager
 def vmap_level(size, randomness):
     """A new vmap level, open for the duration of the block; yields its number."""
@@ -43,11 +55,13 @@ def vmap_level(size, randomness):
     level = Level(len(levels) + 1, size, randomness)
     levels.append(level)
     open_vmap_levels += 1
+    modes.opened("vmap")
     try:
         yield level.number
     finally:
         levels.pop()
         open_vmap_levels -= 1
+        modes.closed("vmap")
 
 
 def size_of(number):

@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from tinypytorch import autocast_state, batching_state, cuda, dtypes, forward_ad_state, grad_mode, layout, views
+from tinypytorch import batching_state, cuda, dtypes, forward_ad_state, grad_mode, layout, modes, views
 from tinypytorch.grad_mode import BackwardMode, Config, InferenceMode, no_grad  # every mode lives there (step 18's too)
 from tinypytorch.size import Size
 from tinypytorch.views import VersionCounter, increment_version, share_version_counter  # noqa: F401 (steps 36-37)
@@ -587,7 +587,6 @@ class Function:
     constants = None  # step 35: {input index: ConstantInput} for the inputs that need no gradient
     is_view = False  # step 37: True for functions whose output may share its input's memory
     promotes = False  # step 59: element-wise operations of several inputs compute in PyTorch's result_type
-    dispatch_mode = None  # step 63: set while a selective-checkpoint region is open: it runs every operation
     # speed: True if backward is one formula that runs on Variables (recording, for create_graph) and on bare
     # arrays alike, so that the engine hands it arrays when no graph of the backward pass is wanted (BackwardMode)
     formula_on_arrays = False
@@ -599,11 +598,12 @@ class Function:
     result_layout = None
 
     def __call__(self, *inputs):
-        if self.dispatch_mode is not None:  # step 63: inside a selective-checkpoint region, the region runs it
-            return self.dispatch_mode(*inputs)
-        # step 69: inside vmap, an operation with a batched input is run by its batching rule
-        if batching_state.open_vmap_levels and batching_state.any_batched(self, inputs):
-            return batching_state.run_rule(self, inputs)
+        if modes.open_modes:  # step 68: some mode is open: the operation goes down the mode stack to the door
+            return modes.dispatch(self, inputs, self.run_plain)
+        return self.run_plain(inputs)
+
+    def run_plain(self, inputs):
+        """The operation itself, past every mode: the inputs as Variables, forward on their arrays, the outputs."""
         # (Loops rather than generators or comprehensions: every operation pays for this method, and most
         # have one or two inputs.)
         for x in inputs:
@@ -612,8 +612,6 @@ class Function:
                     return self.on_arrays([array_of(x) for x in inputs])  # there is a constant (BackwardMode)
                 inputs = self.coerce(inputs)
                 break
-        if autocast_state.open_autocast_blocks:  # step 61: autocast casts the inputs of the operations it lists
-            inputs = autocast_state.autocast_inputs(self, inputs)
         # step 33: record the graph only when it will be used: when backprop is on (step 18) and a gradient
         # can flow to some input. Only then do the outputs require grad. (A loop, and `_requires_grad`, the
         # attribute behind the property: every operation pays for this.)
@@ -627,9 +625,6 @@ class Function:
             if x._strided:  # no step
                 strided = True
         requires_grad = requires_grad and Config.enable_backprop  # step 33: and only while backprop is on
-        # step 58: inference mode records nothing, even under enable_grad
-        if requires_grad and grad_mode.open_inference_blocks and InferenceMode.enabled:
-            requires_grad = False
         if len(inputs) > 1 and cuda.cupy is not None:  # step 48: one device per operation, as in PyTorch
             cuda.check_same_device(self.op_name(), [x.data for x in inputs])
         # step 59: PyTorch's type promotion, not NumPy's (two inputs of one dtype, the common case, need no rule)
@@ -658,10 +653,16 @@ class Function:
             layout.mark(outputs)
         if requires_grad:  # step 35: one method keeps what the graph needs, only where a gradient can flow
             self.record(inputs, ys, outputs)
-        if forward_ad_state.open_dual_levels:  # step 64: under a dual level the tangents go forward with the values
-            self.push_tangents(inputs, ys, outputs)
         self._to_save = ()  # step 35: record has packed what forward saved; hold it no longer
         return outputs if len(outputs) > 1 else outputs[0]
+
+    def variables(self, inputs):  # step 68
+        """The inputs as Variables, for a mode that reads them; None inside a formula running on bare arrays,
+        which the plain door runs on arrays past every mode (BackwardMode)."""
+        for x in inputs:
+            if not isinstance(x, Variable):
+                return None if BackwardMode.arrays else self.coerce(inputs)
+        return inputs
 
     def laid_out(self, ys, inputs):  # no step
         """forward's result laid out as PyTorch lays out this operation's (by result_layout); what forward saved
@@ -679,9 +680,9 @@ class Function:
 
     def push_tangents(self, inputs, ys, outputs):  # step 64
         """The outputs' tangents from the inputs' by the operation's `jvp`, when some input has one (a missing
-        one is a zero tangent). Inference mode carries none, as in PyTorch."""
+        one is a zero tangent). Called by the forward-AD mode (step 68) after the operation has run."""
         tangents = [forward_ad_state.tangent_of(x) for x in inputs]
-        if all(t is None for t in tangents) or (grad_mode.open_inference_blocks and InferenceMode.enabled):
+        if all(t is None for t in tangents):
             return
         self.primals, self.results = [x.data for x in inputs], ys  # what the rules read, for this call only
         try:
@@ -694,13 +695,13 @@ class Function:
                 xp = cuda.get_array_module(output.data)  # the tangent as its output: its shape, and its dtype
                 dtype = self.tangent_dtype(output.data.dtype, tangent_dtype)
                 forward_ad_state.set_tangent(output, xp.broadcast_to(t, output.shape).astype(dtype))
-        if forward_ad_state.tape is not None:  # no step: linearize keeps this jvp, to replay it (tinypytorch.func)
+        if forward_ad_state.tape is not None:  # step 71: linearize keeps this jvp, to replay it (tinypytorch.func)
             forward_ad_state.tape.append((functools.partial(self.replay_jvp, [x.data for x in inputs], ys), tangents,
                                           [forward_ad_state.tangent_of(output) for output in outputs]))
         if self._saved:  # step 65: forward over reverse, saved outputs keep their tangents for the backward pass
             graph.keep_output_tangents(self._saved, outputs)
 
-    def replay_jvp(self, primals, results, tangents):  # no step: linearize (tinypytorch.func)
+    def replay_jvp(self, primals, results, tangents):  # step 71: linearize (tinypytorch.func)
         """This call's `jvp` again, at the primal inputs and outputs it saw then, on other tangents (arrays or
         None): the outputs' tangents, a tuple, as `jvp` gives them (not yet broadcast or cast)."""
         self.primals, self.results = primals, results
@@ -760,7 +761,7 @@ class Function:
                 tangent = forward_ad_state.tangent_of(x) if forward_ad_state.open_dual_levels else None
                 if tangent is not None:  # step 64: forward mode reads the stand-in's tangent, cast with it
                     forward_ad_state.set_tangent(stand_in, tangent.astype(dtype))
-                    if forward_ad_state.tape is not None:  # no step: linearize replays the cast (tinypytorch.func)
+                    if forward_ad_state.tape is not None:  # step 71: linearize replays the cast (tinypytorch.func)
                         forward_ad_state.tape.append((tuple, [tangent], [forward_ad_state.tangent_of(stand_in)]))
                 x = stand_in
             promoted.append(x)
@@ -786,9 +787,18 @@ class Function:
                 if isinstance(x, _NUMBERS):
                     kind = type(x).__name__ if type(x).__module__ == "builtins" else f"numpy.{type(x).__name__}"
                     raise TypeError(f"{name}(): argument '{argument}' (position {position}) must be Tensor, not {kind}")
-        xp, op = cuda.get_array_module(*inputs), self.op_name()
-        like = [x for x in inputs if isinstance(x, (Variable, *cuda.array_types))]
-        return tuple([as_variable(x, op, xp, like[0] if like else None) for x in inputs])
+        like = None  # the first tensor among the inputs: a number takes its device and, with it, its dtype
+        for x in inputs:
+            if isinstance(x, Variable) or isinstance(x, cuda.array_types):
+                like = x
+                break
+        xp = np if like is None else cuda.get_array_module(like)
+        try:
+            return tuple([x if isinstance(x, Variable) else as_variable(x, "", xp, like) for x in inputs])
+        except TypeError as error:  # as_variable's refusal names the operation only now: its name costs a call
+            if not str(error).startswith(": "):
+                raise
+            raise TypeError(f"{self.op_name()}{error}") from None
 
     def record(self, inputs, ys, outputs):  # step 35
         """What the graph keeps of this call: where each input's gradient goes, what the gradients must look
@@ -875,6 +885,23 @@ class Function:
         if self.output_hooks is None:
             self.output_hooks = {}
         self.output_hooks[output_nr] = hooks
+
+
+def push_tangents_mode(function, inputs, below):  # step 64: forward AD's entry of the mode stack (step 68)
+    """Under a dual level, the operation runs below, then its jvp pushes the tangents forward with the values.
+    Inference mode pushes none, as in PyTorch."""
+    xs = function.variables(inputs)
+    if xs is None or (grad_mode.open_inference_blocks and InferenceMode.enabled):
+        return below(inputs)
+    if function.promotes and xs[0].data.dtype is not xs[-1].data.dtype:  # step 59: the jvp reads the promoted
+        xs = function.promoted(xs)  # inputs, and their stand-ins carry the cast tangents
+    result = below(xs)
+    outputs = result if type(result) is list else [result]
+    function.push_tangents(xs, tuple([y.data for y in outputs]), outputs)
+    return result
+
+
+modes.register("forward AD", push_tangents_mode)
 
 
 # ----- arithmetic (steps 11-22; broadcasting: step 30; saved tensors: step 35) -----------

@@ -1,12 +1,15 @@
 """Forward-mode AD's state (step 64), on the ground floor beside grad_mode and autocast_state.
 
 Whether a dual level is open, and the tangent of each Variable made under it. PyTorch keeps one level, for the
-whole process; so does this module. While no level is open Function.__call__ reads only `open_dual_levels`.
-The tangents live here, not on the Variables: keyed by the Variable's id with a weak reference that
-proves the id still names it, and dropped all at once when the level closes. Imports nothing of the package.
+whole process; so does this module. While the level is open, forward AD is an entry of the mode stack
+(tinypytorch.modes; core registers what it does to an operation). The tangents live here, not on the Variables:
+keyed by the Variable's id with a weak reference that proves the id still names it, and dropped all at once when
+the level closes. Imports nothing of the package but the ground floor's mode stack.
 """
 import contextlib
 import weakref
+
+from tinypytorch import modes
 
 open_dual_levels = 0  # step 64: 1 while the one dual level is open; speed: all the common path reads
 tape = None  # no step: while linearize records (tinypytorch.func), a list of (replay, input tangents, output tangents)
@@ -19,12 +22,15 @@ def enter_dual_level():
     if open_dual_levels:
         raise RuntimeError("Nested forward mode AD is not supported at the moment")
     open_dual_levels = 1
+    modes.opened("forward AD")
     return 0
 
 
 def exit_dual_level():
     """Close the level: every tangent made under it is gone (unpack_dual then finds None)."""
     global open_dual_levels
+    if open_dual_levels:
+        modes.closed("forward AD")
     open_dual_levels = 0
     _tangents.clear()
 
@@ -85,7 +91,11 @@ def paused():
     """No tangents computed within (a custom Function's own forward: its jvp gives the outputs' tangents)."""
     global open_dual_levels
     was, open_dual_levels = open_dual_levels, 0
+    if was:
+        modes.closed("forward AD")
     try:
         yield
     finally:
         open_dual_levels = was
+        if was:
+            modes.opened("forward AD")

@@ -127,7 +127,7 @@ def hessian(func, argnums=0):  # step 65
     return jacfwd(jacrev(func, argnums), argnums)
 
 
-def linearize(func, *primals):  # no step: PyTorch's torch.func.linearize
+def linearize(func, *primals):  # step 71
     """(func(*primals), jvp_fn), where jvp_fn(*tangents) = J tangents (the tangents shaped as the primals, the
     result as the output): PyTorch's `torch.func.linearize`. func runs once, here, under a dual level; while it
     runs, each operation's jvp is kept with the primal inputs and outputs it read (`Function.replay_jvp`): its
@@ -213,10 +213,13 @@ def linearize(func, *primals):  # no step: PyTorch's torch.func.linearize
             stacked = out[2].stack([sample[k] for sample in samples]).reshape(batch + tuple(out[0]))
             result.append(rebatched(Variable(stacked, requires_grad=False), numbers))
         return tree_unflatten(result, out_spec)
+    # step 72: what linear_transpose traces (the replay on arrays) and the shapes of its inputs and output
+    jvp_fn.on_arrays, jvp_fn.in_spec, jvp_fn.out_spec = replayed, spec, out_spec
+    jvp_fn.in_types = [(tuple(p.shape), p.data.dtype) for p in flat_primals]
     return tree_unflatten(leaves, out_spec), jvp_fn
 
 
-def _linear_program(seeds, tape, out_tangents):
+def _linear_program(seeds, tape, out_tangents):  # step 71
     """linearize's recording as a program on numbered slots: the inputs' tangents are slots 0..n-1; each kept jvp
     (replay, input slots, (slot, shape, dtype) of each output tangent) reads and writes slots, found by the
     identity of the tangent arrays of the recording (every array the tape names is alive, so ids are unique).
@@ -247,7 +250,7 @@ def _linear_program(seeds, tape, out_tangents):
     return kept[::-1], out_slots
 
 
-def _run_linear_program(program, arrays):
+def _run_linear_program(program, arrays):  # step 71
     """The slots' values (a dict) after the kept jvps ran on the inputs' tangent arrays; None: a zero tangent."""
     values = dict(enumerate(arrays))
     for replay, in_slots, metas in program:

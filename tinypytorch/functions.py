@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch import batching_state, cuda, dtypes, random
+from tinypytorch import batching_state, cuda, dtypes, forward_ad_state, random
 from tinypytorch.core import (
     Function, Neg, Pow, Variable, _Binary, array_of, as_variable, formulas_on_arrays, sum_array, sum_tangents,
 )
@@ -1225,15 +1225,16 @@ class Dropout(Function):  # step 41
         keep = random.uniform(x.shape, xp) >= self.p
         self.scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
         self.save_for_backward(keep)  # PyTorch saves the mask too
+        if forward_ad_state.open_dual_levels:  # step 64: the jvp, run after the call (and replayed by linearize),
+            self.keep = keep  # reads the same mask
         return x * keep.astype(x.dtype) * x.dtype.type(self.scale)
 
     def backward(self, gy):
         (keep,) = self.saved_tensors
         return gy * array_of(keep).astype(gy.dtype) * self.scale
 
-    def jvp(self, t):  # step 64: the same mask (forward's, still in _to_save) on the tangent
-        (keep,) = self._to_save
-        return t * keep * self.scale
+    def jvp(self, t):  # step 64: the same mask on the tangent
+        return t * self.keep * self.scale
 
 
 def dropout(x, p=0.5, training=True):

@@ -14,13 +14,16 @@ saved tensors), which read `Config.enable_backprop`, `open_inference_blocks` and
 operation's bookkeeping.
 As in PyTorch, every mode but anomaly mode belongs to the
 thread that set it (threading.local): `no_grad` in one thread does not stop another from recording.
-Anomaly mode is one switch for the whole process, as PyTorch's is. This module imports nothing of the
-package: it is the ground floor that every other floor may ask.
+Anomaly mode is one switch for the whole process, as PyTorch's is. Inference mode is also an entry of the
+mode stack (tinypytorch.modes), which operations ask at their door. This module imports nothing of the package
+but that stack: it is the ground floor that every other floor may ask.
 """
 import contextlib
 import functools
 import inspect
 import threading
+
+from tinypytorch import modes
 
 
 # ----- grad mode (step 18) ---------------------------------------------------------------------------
@@ -175,6 +178,22 @@ def _count_inference_block(change):
     global open_inference_blocks
     with _blocks_lock:
         open_inference_blocks += change
+    (modes.opened if change > 0 else modes.closed)("inference")
+
+
+def recording_nothing(function, inputs, below):  # step 68: inference mode's entry of the mode stack
+    """In inference mode the operation runs below with recording off, even under enable_grad (which turns
+    grad mode back on inside it); forward AD, further down, pushes no tangents then either."""
+    if not InferenceMode.enabled or not Config.enable_backprop:  # another thread's block, or recording off anyway
+        return below(inputs)
+    Config.enable_backprop = False
+    try:
+        return below(inputs)
+    finally:
+        Config.enable_backprop = True
+
+
+modes.register("inference", recording_nothing)
 
 
 def is_inference_mode_enabled():

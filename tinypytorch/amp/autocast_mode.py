@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 
-from tinypytorch import autocast_state, cuda
+from tinypytorch import autocast_state, cuda, modes
 from tinypytorch.classification import LogSoftmax, NLLLoss, Softmax
 from tinypytorch.core import Pow, astype
 from tinypytorch.functions import Concatenate, Exp, LinearFunction, Log, MatMul, MeanSquaredError, Norm, Sum
@@ -115,6 +115,16 @@ def _cast(x, target, lower, cache_enabled):
 
 
 autocast_state.register_autocast_policy(cast_inputs)
+
+
+def casting_mode(function, inputs, below):  # step 68: autocast's entry of the mode stack
+    """Under autocast, the operation runs below on its inputs cast as POLICY says (a formula running on bare
+    arrays is not cast: it runs past every mode)."""
+    xs = function.variables(inputs)
+    return below(inputs if xs is None else cast_inputs(function, xs))
+
+
+modes.register("autocast", casting_mode)
 
 
 def _checked_device_type(device_type):

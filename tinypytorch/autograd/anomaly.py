@@ -8,6 +8,7 @@ In anomaly mode every recorded function keeps the stack of the forward call that
 An error raised by its backward carries that stack as a note, and (with `check_nan`) a
 backward that returns NaN raises "Function 'Log' returned nan values in its 0th output."
 """
+import pathlib
 import traceback
 import warnings
 
@@ -46,9 +47,16 @@ class detect_anomaly(set_detect_anomaly):  # noqa: N801 (PyTorch's name)
         super().__init__(True, check_nan)
 
 
+# the files whose frames lie between the call of an operation and its record: the door, the mode stack, its entries
+_DOOR = {"anomaly.py", "core.py", "modes.py", "grad_mode.py", "batching_state.py", "autocast_mode.py",
+         "selective_checkpoint.py"}
+
+
 def record_creation(function):
     """Keep where `function` was made: the stack of the forward call, without the package's own frames."""
-    stack = traceback.extract_stack()[:-3]  # drop this function, Function.record and Function.__call__
+    stack = traceback.extract_stack()
+    while stack and pathlib.Path(stack[-1].filename).name in _DOOR:  # this function, record, the door and the
+        stack.pop()  # mode stack's entries between the call and record (step 68)
     function.creation_stack = "".join(traceback.format_list(stack))
 
 

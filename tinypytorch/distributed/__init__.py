@@ -21,9 +21,10 @@ from tinypytorch.distributed.collectives import (
 )
 from tinypytorch.distributed.launcher import ProcessFailed, spawn
 from tinypytorch.distributed import fsdp  # tinypytorch.distributed.fsdp.fully_shard: torch's place
+from tinypytorch.distributed import zero  # tinypytorch.distributed.zero.ZeroDataParallel: stages 1 and 2
 
 __all__ = [
     "init_process_group", "destroy_process_group", "get_rank", "get_world_size", "is_initialized", "is_available",
     "barrier", "ReduceOp", "Work", "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-    "reduce_scatter", "reduce_scatter_tensor", "spawn", "ProcessFailed", "fsdp",
+    "reduce_scatter", "reduce_scatter_tensor", "spawn", "ProcessFailed", "fsdp", "zero",
 ]

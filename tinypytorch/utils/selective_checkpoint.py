@@ -12,8 +12,8 @@ in the order they ran; the recomputation takes them back, in the same order, ins
 those operations, and runs the others again.
 
 The two contexts share that storage: checkpoint enters the first around the first run and the
-second around each recomputation. While one is open, `Function.dispatch_mode` sends every
-operation to `_dispatch` here (one check in `Function.__call__`); the innermost open context of
+second around each recomputation. While one is open, selective checkpointing is the lowest entry of the mode
+stack (tinypytorch.modes, step 68): every operation comes to `_dispatch` here; the innermost open context of
 the thread handles it, and is set aside while it does (as a PyTorch dispatch mode is inside its
 own handler), so the operation, or the policy's own operations, then run as usual.
 """
@@ -22,6 +22,7 @@ import functools
 import threading
 from collections import defaultdict
 
+from tinypytorch import modes as mode_stack
 from tinypytorch.autograd.graph import share_version_counter
 from tinypytorch.core import Function
 
@@ -74,8 +75,6 @@ def _as_policy(answer):
 # ----- sending each operation of a region to the region's context -----------------------------------
 
 _local = threading.local()  # .modes: the contexts this thread has open, innermost last
-_lock = threading.Lock()
-_open = [0]  # contexts open in every thread: while one is, every operation comes to _dispatch
 
 
 def _modes():
@@ -84,27 +83,29 @@ def _modes():
     return _local.modes
 
 
-def _dispatch(op, *inputs):
-    """Function.dispatch_mode while a context is open: this thread's innermost context runs the operation."""
+def _dispatch(op, inputs, below):  # step 68: selective checkpointing's entry of the mode stack
+    """While a context is open: this thread's innermost context runs the operation."""
     modes = _modes()
     if not modes:  # another thread's region: run as usual
-        return _run(op, inputs)
+        return below(inputs)
     mode = modes.pop()  # set aside while it handles: what it runs then runs as usual
     try:
-        return mode.handle(op, inputs)
+        return mode.handle(op, inputs, below)
     finally:
         modes.append(mode)
 
 
-def _run(op, inputs, forward=None):
-    """`op(*inputs)` as any operation runs, with `forward` (if given) standing in for op.forward."""
-    op.dispatch_mode = None  # on the instance: this call goes straight through Function.__call__
+mode_stack.register("selective checkpoint", _dispatch)
+
+
+def _run(op, inputs, below, forward=None):
+    """`op(*inputs)` as any operation runs (the rest of the mode stack, `below`), with `forward` (if given)
+    standing in for op.forward."""
     if forward is not None:
         op.forward = forward
     try:
-        return op(*inputs)
+        return below(inputs)
     finally:
-        del op.dispatch_mode
         vars(op).pop("forward", None)
 
 
@@ -122,17 +123,12 @@ class _Mode:
 
     def __enter__(self):
         _modes().append(self)
-        with _lock:
-            _open[0] += 1
-            Function.dispatch_mode = _dispatch
+        mode_stack.opened("selective checkpoint")
         return self
 
     def __exit__(self, *exc):
         _modes().remove(self)
-        with _lock:
-            _open[0] -= 1
-            if not _open[0]:
-                Function.dispatch_mode = None
+        mode_stack.closed("selective checkpoint")
 
     def next_index(self, op):
         index = self.calls[type(op)]
@@ -180,9 +176,9 @@ class _CachingMode(_Mode):  # step 63: PyTorch's _CachingTorchDispatchMode
         super().__init__(storage)
         self.policy_fn = policy_fn
 
-    def handle(self, op, inputs):
+    def handle(self, op, inputs, below):
         index, record = self.next_index(op), {}
-        result = _run(op, inputs, functools.partial(_recording_forward, op, record))
+        result = _run(op, inputs, below, functools.partial(_recording_forward, op, record))
         outputs = _listed(result)
         ctx = SelectiveCheckpointContext(is_recompute=False, op_output=outputs[0] if len(outputs) == 1 else outputs)
         policy = _as_policy(self.policy_fn(ctx, type(op), *inputs))
@@ -210,11 +206,11 @@ class _CachedMode(_Mode):  # step 63: PyTorch's _CachedTorchDispatchMode
         self.calls.clear()  # each recomputation counts from the first call again
         return super().__enter__()
 
-    def handle(self, op, inputs):
+    def handle(self, op, inputs, below):
         entry = self.take(op)
         if entry is _RECOMPUTE:
-            return _run(op, inputs)
-        result = _run(op, inputs, functools.partial(_replaying_forward, op, entry))
+            return _run(op, inputs, below)
+        result = _run(op, inputs, below, functools.partial(_replaying_forward, op, entry))
         for y, (counter, _) in zip(_listed(result), entry.versions):
             share_version_counter(y, counter)  # the same data as the first run's output, as PyTorch's detach
         return result
