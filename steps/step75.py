@@ -103,6 +103,7 @@ def counted(technique, n):
 
 
 print(f"one residual layer: ψ = {psi} parameters, 16ψ = {16 * psi} bytes")
+print(f"a batch of {BATCH} samples, {BATCH}/N a rank")
 for n in (1, 2, 4):
     for t in TECHNIQUES:
         state, acts = counted(t, n)
@@ -416,7 +417,9 @@ for rank, (ours, theirs, acc) in enumerate(ranks):
     print(f"rank {rank}: {CHECK_STEPS} steps, against one process {below(relative(ours, one), 1e-10)},",
           f"against torch's fully_shard + checkpoint {below(relative(ours, theirs), 1e-10)}")
     assert acc == one_accuracy, (acc, one_accuracy)
-print(f"test accuracy after 2 epochs: 2 processes {ranks[0][2]:.3f}, one process {one_accuracy:.3f}")
+per_epoch, dropped = divmod(len(x_train), BATCH)
+print(f"two epochs of {per_epoch} batches of {BATCH} (the last {dropped} digits dropped)")
+print(f"test accuracy after them: 2 processes {ranks[0][2]:.3f}, one process {one_accuracy:.3f}")
 print("PyTorch check passed: fully_shard with checkpointing trains as one process and as torch's")
 
 # %% [markdown]
