@@ -120,7 +120,7 @@ show_code(ZeroDataParallel.step)
 # in PyTorch: they would be gathered again at once.
 
 # %%
-show_code(FSDPParam.unshard, FSDPParam.reshard, FSDPState.post_forward)
+show_code(FSDPParam.unshard, FSDPParam.reshard, FSDPState.post_forward, step=74)
 
 # %% [markdown]
 # The graph saved the whole-parameter `Variable`, not its array, so
@@ -132,7 +132,7 @@ show_code(FSDPParam.unshard, FSDPParam.reshard, FSDPState.post_forward)
 # into the shard's `.grad`, and frees the whole parameters and gradients.
 
 # %%
-show_code(FSDPState.pre_backward, FSDPState.post_backward)
+show_code(FSDPState.pre_backward, FSDPState.post_backward, step=74)
 
 # %% [markdown]
 # Here is the order in which this happens on rank 0, recorded by wrapping

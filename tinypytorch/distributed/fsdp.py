@@ -29,6 +29,10 @@ Each call hangs hooks on the module and its tensors, the package's own (steps 53
                             reduce-scatter them, averaged over the ranks, into the shards' `.grad`,
                             and free the whole parameters and their gradients
 
+With checkpointing (tinypytorch.utils.checkpoint), a module's forward runs again in backward: there
+(is_recomputing) the hooks keep the whole parameters in the slots, as the hook on the outputs put them,
+and post_backward lets them go (PyTorch's FSDP2 does the same in its pre-backward state).
+
 The whole parameter is one Variable per sharded parameter, kept from call to call: the graph saves
 that Variable (not its array), so giving its `.data` an empty array frees the memory while the graph
 still refers to it, and gathering into `.data` again before the module's backward restores it
@@ -52,7 +56,7 @@ from tinypytorch.autograd.gradients import queue_callback
 from tinypytorch.core import Variable
 from tinypytorch.distributed import collectives
 from tinypytorch.distributed import process_group as groups
-from tinypytorch.grad_mode import no_grad
+from tinypytorch.grad_mode import is_recomputing, no_grad
 from tinypytorch.layers import Layer, Parameter
 from tinypytorch.utils.pytree import tree_flatten
 
@@ -150,12 +154,16 @@ class FSDPState:
         self.unshard()
         for p in self.params:
             p.use(p.unsharded)
+        if is_recomputing():  # step 75: checkpoint runs the module again in backward, its backward next
+            return
         if self.is_root:
             for state in self._states:
                 state.pending = {id(p.unsharded) for p in state.params if p.unsharded.requires_grad}
                 state.callback_queued = False
 
     def post_forward(self, module, args, output):
+        if is_recomputing():  # step 75: keep the whole parameters; post_backward lets them go (FSDP2's way)
+            return
         for p in self.params:
             p.use(p.sharded)
         if self.reshard_after_forward and not self.is_root:
@@ -173,6 +181,8 @@ class FSDPState:
     # backward
     def pre_backward(self, grad):
         self.unshard()
+        for p in self.params:  # step 75: in the slots, for a checkpoint inside the module to recompute with
+            p.use(p.unsharded)
 
     def post_accumulate(self, unsharded):
         """A whole parameter's gradient is complete: once all of this module's are, reduce-scatter them."""
@@ -196,6 +206,7 @@ class FSDPState:
                     with no_grad():
                         p.sharded.grad.data = p.sharded.grad.data + mine
                 p.unsharded.grad = None
+            p.use(p.sharded)  # step 75: out of the slots, if a recomputation left them there
         self.reshard()
 
     def finish_backward(self):
