@@ -14,7 +14,7 @@ and around the next forward pass:
                     are still alive when the next layer's are gathered (a peak of both layers' bytes)
     after forward   NumPy's bytes held after forward, above what was held before it (what the graph keeps)
 
-Used by tests/test_distributed_zero.py and tests/test_distributed_fsdp.py, and by bench/memory_zero.py (N = 4).
+Used by tests/test_distributed_zero.py and tests/test_distributed_fsdp.py, and by bench/memory_zero.py (N = 1, 2, 4).
 """
 import time
 import tracemalloc
