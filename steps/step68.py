@@ -257,8 +257,11 @@ def check():
     return results
 
 
-for scenario, same in check().items():
+scenarios = check()
+for scenario, same in scenarios.items():
     print(f"{scenario:<30} {'same as PyTorch' if same else 'DIFFERENT'}")
+assert all(scenarios.values()), [name for name, same in scenarios.items() if not same]
+print("PyTorch check passed: modes combined on the stack give PyTorch's results")
 
 # %% [markdown]
 # ## Recap
