@@ -40,7 +40,7 @@ def test_peaks_grow_by_a_fixed_step_a_layer_a_little_above_the_count(n):
         slopes = [(peaks[t, b] - peaks[t, a]) / (b - a) for a, b in [(4, 8), (8, 16)]]
         assert max(slopes) - min(slopes) < 0.05 * max(slopes), (t, slopes)
         count = sum(step.counted(t, n))
-        assert count <= slopes[-1] <= count + 20 * 1024, (t, slopes[-1], count)
+        assert count <= slopes[-1] <= count + 30 * 1024, (t, slopes[-1], count)
 
 
 def test_the_count_is_torchs_parameters_and_saved_activations():
