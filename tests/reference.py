@@ -397,3 +397,13 @@ def assert_refused_as_torch(make, ours, theirs):
     with pytest.raises(type(expected.value)) as raised:
         make(*ours)
     assert str(raised.value) == str(expected.value)
+
+
+def assert_comparison_is_not_blind(equal):
+    """A page's `equal` of lists of arrays (steps 73 and 74) tells a copy from a change of 1e-9, and refuses
+    lists of different lengths: a check built on it can fail."""
+    a = [np.ones((2, 3)), np.zeros(3)]
+    assert equal(a, [x.copy() for x in a])
+    assert not equal(a, [a[0] + 1e-9, a[1]])
+    with pytest.raises(ValueError):
+        equal(a, a[:1])
