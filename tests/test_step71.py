@@ -5,7 +5,6 @@ function once per differentiated input, each run carrying all of that input's ta
 once (torch.func.linearize twice) and jvp_fn never runs it, replaying the kept jvps once per call (once per sample
 under vmap). And the results: jacrev, jacfwd, hessian and linearize against torch.func's, float64 to 1e-10, shapes
 and dtypes equal (float32 to its own precision), on several inputs, pytrees, argnums and a network's parameters."""
-import contextlib
 import warnings
 
 import numpy as np
@@ -13,8 +12,8 @@ import pytest
 
 import tinypytorch as tp
 from tinypytorch import func
-from tinypytorch.batched import innermost
 from tinypytorch.utils.pytree import tree_flatten
+from steploader import load_step
 
 torch = pytest.importorskip("torch")
 import torch.func as tfunc  # noqa: E402
@@ -25,26 +24,7 @@ pytestmark = [pytest.mark.step71, pytest.mark.torch, pytest.mark.usefixtures("fl
               pytest.mark.filterwarnings("ignore:Attempted to insert a get_attr Node:UserWarning")]
 
 RNG = np.random.default_rng(710)
-
-
-@contextlib.contextmanager
-def calls_of(cls):
-    """The calls of cls.backward and cls.jvp in the block: the physical shape of the gradient or tangent each got."""
-    seen = {"backward": [], "jvp": []}
-    backward, jvp = cls.backward, cls.jvp
-
-    def counted_backward(self, gy):
-        seen["backward"].append(tuple(innermost(gy).shape))
-        return backward(self, gy)
-
-    def counted_jvp(self, t):
-        seen["jvp"].append(tuple(np.shape(t)))
-        return jvp(self, t)
-    cls.backward, cls.jvp = counted_backward, counted_jvp
-    try:
-        yield seen
-    finally:
-        cls.backward, cls.jvp = backward, jvp
+step = load_step(71)  # its counting() wraps Tanh's backward and jvp
 
 
 class Runs:
@@ -76,12 +56,12 @@ def tanh_map(fw, W):
 def test_vmap_of_one_vjp_fn_is_one_backward_pass_and_the_loop_is_m(m, n):
     W, x = RNG.standard_normal((m, n)), RNG.standard_normal(n)
     _, vjp_fn = func.vjp(tanh_map(tp, W), tp.tensor(x))
-    with calls_of(tp.functions.Tanh) as loop:
+    with step.counting() as loop:
         rows = [vjp_fn(tp.eye(m)[i])[0] for i in range(m)]
-    with calls_of(tp.functions.Tanh) as batched:
+    with step.counting() as batched:
         (J,) = func.vmap(vjp_fn)(tp.eye(m))
-    assert loop["backward"] == [(m,)] * m
-    assert batched["backward"] == [(m, m)]  # the identity, the whole basis, as one cotangent
+    assert loop.backward == [(m,)] * m
+    assert batched.backward == [(m, m)]  # the identity, the whole basis, as one cotangent
     expected = tfunc.jacrev(tanh_map(torch, W))(torch.tensor(x))
     assert_same(J, expected)
     assert_same(tp.stack(rows), expected)
@@ -92,9 +72,9 @@ def test_a_matrix_output_gets_its_basis_of_matrices_as_one_cotangent():
         return fw.tanh(x[:2].reshape(2, 1) * x[1:].reshape(1, 3))
     x = RNG.standard_normal(4)
     _, vjp_fn = func.vjp(lambda a: f(tp, a), tp.tensor(x))
-    with calls_of(tp.functions.Tanh) as seen:
+    with step.counting() as seen:
         (J,) = func.vmap(vjp_fn)(tp.tensor(np.eye(6).reshape(6, 2, 3)))  # the 6 unit matrices
-    assert seen["backward"] == [(6, 2, 3)]
+    assert seen.backward == [(6, 2, 3)]
     assert_same(J.reshape(2, 3, 4), tfunc.jacrev(lambda a: f(torch, a))(torch.tensor(x)))
 
 
@@ -102,15 +82,15 @@ def test_a_matrix_output_gets_its_basis_of_matrices_as_one_cotangent():
 def test_jacrev_and_hessian_run_the_function_once_and_its_backward_once(m, n):
     W, x = RNG.standard_normal((m, n)), RNG.standard_normal(n)
     ours, theirs = Runs(tanh_map(tp, W)), Runs(tanh_map(torch, W))
-    with calls_of(tp.functions.Tanh) as seen:
+    with step.counting() as seen:
         J = func.jacrev(ours)(tp.tensor(x))
-    assert ours.count == 1 and seen["backward"] == [(m, m)]
+    assert ours.count == 1 and seen.backward == [(m, m)]
     assert_same(J, tfunc.jacrev(theirs)(torch.tensor(x)))
     assert theirs.count == 1  # torch's too
     ours.count = theirs.count = 0
-    with calls_of(tp.functions.Tanh) as seen:
+    with step.counting() as seen:
         H = func.hessian(lambda a: ours(a).sum())(tp.tensor(x))
-    assert ours.count == 1 and len(seen["backward"]) == 1 and seen["jvp"] == [(n, m)]  # n tangents in one pass
+    assert ours.count == 1 and len(seen.backward) == 1 and seen.jvp == [(n, m)]  # n tangents in one pass
     assert_same(H, tfunc.hessian(lambda a: theirs(a).sum())(torch.tensor(x)))
     assert theirs.count == 1
 
@@ -119,9 +99,9 @@ def test_jacfwd_runs_the_function_once_per_input_with_all_its_tangents():
     A, b = RNG.standard_normal((3, 4)), RNG.standard_normal(4)
     ours = Runs(lambda a, v: tp.tanh(tp.matmul(a, v)))
     theirs = Runs(lambda a, v: torch.tanh(a @ v))
-    with calls_of(tp.functions.Tanh) as seen:
+    with step.counting() as seen:
         J = func.jacfwd(ours, argnums=(0, 1))(tp.tensor(A), tp.tensor(b))
-    assert ours.count == 2 and seen["jvp"] == [(12, 3), (4, 3)]  # A's 12 tangents in one pass, b's 4 in another
+    assert ours.count == 2 and seen.jvp == [(12, 3), (4, 3)]  # A's 12 tangents in one pass, b's 4 in another
     assert_same(J, tfunc.jacfwd(theirs, argnums=(0, 1))(torch.tensor(A), torch.tensor(b)))
     assert theirs.count == 1  # torch.func.jacfwd batches both inputs' tangents into one run
 
@@ -129,20 +109,20 @@ def test_jacfwd_runs_the_function_once_per_input_with_all_its_tangents():
 def test_linearize_runs_the_function_once_and_torchs_twice():
     W, x = RNG.standard_normal((5, 3)), RNG.standard_normal(3)
     ours, theirs = Runs(tanh_map(tp, W)), Runs(tanh_map(torch, W))
-    with calls_of(tp.functions.Tanh) as seen:
+    with step.counting() as seen:
         y, jvp_fn = func.linearize(ours, tp.tensor(x))
     t_y, t_jvp_fn = tfunc.linearize(theirs, torch.tensor(x))
     assert (ours.count, theirs.count) == (1, 2)
-    assert seen["jvp"] == [(5,)]  # the one recording pass, on zero tangents
+    assert seen.jvp == [(5,)]  # the one recording pass, on zero tangents
     assert_same(y, t_y)
     tangents = RNG.standard_normal((4, 3))
-    with calls_of(tp.functions.Tanh) as seen:
+    with step.counting() as seen:
         for v in tangents:
             assert_same(jvp_fn(tp.tensor(v)), t_jvp_fn(torch.tensor(v)))
-    assert ours.count == 1 and seen == {"backward": [], "jvp": [(5,)] * 4}  # a replay per call, no run of f
-    with calls_of(tp.functions.Tanh) as seen:
+    assert ours.count == 1 and (seen.backward, seen.jvp) == ([], [(5,)] * 4)  # a replay per call, no run of f
+    with step.counting() as seen:
         columns = func.vmap(jvp_fn)(tp.tensor(tangents))
-    assert seen["jvp"] == [(5,)] * 4  # under vmap: one replay per sample
+    assert seen.jvp == [(5,)] * 4  # under vmap: one replay per sample
     assert_same(columns, tfunc.vmap(t_jvp_fn)(torch.tensor(tangents)))
     assert_same(func.vmap(jvp_fn)(tp.eye(3)).T, tfunc.jacfwd(theirs)(torch.tensor(x)))
 
