@@ -31,6 +31,7 @@ from tinypytorch.distributed.fsdp import fully_shard  # noqa: E402
 from tinypytorch.nn.parallel import DistributedDataParallel  # noqa: E402
 from tinypytorch.utils.checkpoint import checkpoint  # noqa: E402
 from tinypytorch.utils.memory import peak_memory  # noqa: E402
+from capstone import deepest  # noqa: E402  (step 66's search: doubling, then bisection)
 
 WIDTH, BATCH, LR = 64, 256, 3e-3
 BUDGET = 3_428_000  # step 66's benchmark budget: about what plain training of depth 16 needs on one process
@@ -95,17 +96,6 @@ def trainer(technique, depth):
     return step
 
 
-def deepest(fits, cap):
-    low, high = 0, 1
-    while high <= cap and fits(high):
-        low, high = high, 2 * high
-    high = min(high, cap + 1)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low
-
-
 def survey(rank, n, grid, cap):
     """{(technique, depth): (smallest, largest) of the ranks' peaks}, {technique: deepest}."""
     x, y = batch()
@@ -129,7 +119,7 @@ def survey(rank, n, grid, cap):
         return peaks[t, d][1]
     depths = {}
     for t in TECHNIQUES:
-        depths[t] = deepest(lambda d, t=t: measured(t, d) <= BUDGET, cap)
+        depths[t] = deepest(lambda d, t=t: measured(t, d), BUDGET, cap)
         for d in grid:
             measured(t, d)
         if depths[t] < cap:
